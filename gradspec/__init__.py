@@ -1,0 +1,44 @@
+"""gradspec: property-based verification of gradients (``backward(gradient)`` = ``J^T . gradient``).
+
+Example::
+
+    >>> import numpy as np, gradspec as gs
+    >>> x = gs.tensor(np.ones((2, 3)), requires_grad=True)
+    >>> out = x @ gs.tensor(np.ones((3, 4)))
+    >>> out.backward(np.array([[1., 2, 3, 4], [5, 6, 7, 8]]))
+    >>> x.grad.numpy()
+    array([[10., 10., 10.],
+           [26., 26., 26.]])
+"""
+
+from __future__ import annotations
+
+from . import domains, ops
+from . import functional as _functional
+from .engine import (
+    Tensor,
+    backward,
+    enable_grad,
+    grad,
+    is_grad_enabled,
+    no_grad,
+    set_grad_enabled,
+    tensor,
+)
+from .functional import *  # noqa: F401,F403  (gs.<op> for every table op)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Tensor",
+    "tensor",
+    "backward",
+    "grad",
+    "no_grad",
+    "enable_grad",
+    "set_grad_enabled",
+    "is_grad_enabled",
+    "ops",
+    "domains",
+    *_functional.__all__,
+]

@@ -1,0 +1,1 @@
+"""Private helpers: not part of gradspec's public API."""

@@ -1,0 +1,99 @@
+"""Where an op's input values are drawn, and where the op is not differentiable.
+
+A domain says two things: which values are *valid* (``contains``) and which points are
+*non-differentiable* (``singular``: kinks, ties, poles).  Strategies draw values from
+``strategy()``; the finite-difference oracle refuses a case whose input lies within its
+step reach of a singular point.
+
+Example::
+
+    >>> import gradspec as gs
+    >>> d = gs.domains.away_from([0.0], margin=0.1)
+    >>> d.contains(0.05), d.contains(0.5)
+    (False, True)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Sequence
+
+__all__ = ["Domain", "real", "positive", "interval", "away_from"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Domain:
+    """A set of valid real values: an open interval minus neighbourhoods of points."""
+
+    lo: float = -math.inf
+    hi: float = math.inf
+    points: tuple[float, ...] = ()  # non-differentiable points (kinks, poles, ties)
+    margin: float = 0.0  # values are drawn at least this far from ``points``
+    name: str = "real"
+
+    def contains(self, v: float) -> bool:
+        if not (self.lo < v < self.hi):
+            return False
+        return all(abs(v - p) >= self.margin for p in self.points)
+
+    def distance_to_singular(self, v: float) -> float:
+        """Distance from ``v`` to the nearest non-differentiable point or domain edge."""
+        d = math.inf
+        for p in self.points:
+            d = min(d, abs(v - p))
+        if math.isfinite(self.lo):
+            d = min(d, v - self.lo)
+        if math.isfinite(self.hi):
+            d = min(d, self.hi - v)
+        return d
+
+    def describe(self) -> str:
+        parts = []
+        if math.isfinite(self.lo) or math.isfinite(self.hi):
+            parts.append(f"({self.lo:g}, {self.hi:g})")
+        if self.points:
+            parts.append("away from " + ", ".join(f"{p:g}" for p in self.points) + f" by {self.margin:g}")
+        return self.name + (" " + " ".join(parts) if parts else "")
+
+    def to_json(self) -> dict:
+        return {"lo": _f(self.lo), "hi": _f(self.hi), "points": list(self.points), "margin": self.margin, "name": self.name}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Domain":
+        return cls(float(d["lo"]), float(d["hi"]), tuple(d["points"]), float(d["margin"]), d["name"])
+
+    def strategy(self, *, min_magnitude: float = 1e-3, max_magnitude: float = 1e3):
+        from ._private.values import domain_floats
+
+        return domain_floats(self, min_magnitude=min_magnitude, max_magnitude=max_magnitude)
+
+
+def _f(x: float):
+    return x if math.isfinite(x) else ("inf" if x > 0 else "-inf")
+
+
+def real() -> Domain:
+    """All of R (the default)."""
+    return Domain()
+
+
+def positive(margin: float = 0.0) -> Domain:
+    """Strictly positive values (log, sqrt, rsqrt...); 0 is the singular edge."""
+    return Domain(lo=0.0, points=(0.0,), margin=margin, name="positive")
+
+
+def interval(lo: float, hi: float) -> Domain:
+    """The open interval (lo, hi); both ends are treated as singular."""
+    if not lo < hi:
+        raise ValueError(f"interval(lo={lo!r}, hi={hi!r}): need lo < hi")
+    return Domain(lo=float(lo), hi=float(hi), name="interval")
+
+
+def away_from(points: Sequence[float] | float, margin: float = 1e-2) -> Domain:
+    """R minus ``margin``-neighbourhoods of ``points`` (kinks such as abs at 0)."""
+    if isinstance(points, (int, float)):
+        points = [points]
+    if margin < 0:
+        raise ValueError(f"away_from(margin={margin!r}): margin must be >= 0")
+    return Domain(points=tuple(float(p) for p in points), margin=float(margin), name="away_from")

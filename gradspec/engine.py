@@ -1,0 +1,871 @@
+"""The reference engine: numpy arrays, reverse mode, PyTorch 2.13's ``backward()`` semantics.
+
+Everything an op needs is in its table declaration (``gradspec.ops``); this module is the
+part that is the same for every op: building nodes, seed creation and validation
+(torch's ``_make_grads``), the backward loop with torch's node order, reduction of
+broadcast gradients to each input's exact shape, dtype casts, accumulation into ``.grad``,
+freeing of saved buffers, ``inputs=``, ``retain_grad`` and ``autograd.grad``.
+
+Example::
+
+    >>> import numpy as np, gradspec as gs
+    >>> x = gs.tensor(np.ones((2, 3)), requires_grad=True)
+    >>> a = gs.tensor(np.ones((3, 4)))
+    >>> out = x @ a
+    >>> out.backward(np.array([[1., 2, 3, 4], [5, 6, 7, 8]]))
+    >>> x.grad.numpy()
+    array([[10., 10., 10.],
+           [26., 26., 26.]])
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import heapq
+import inspect
+import itertools
+import numbers
+import warnings
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+from ._private import dtypes as _dt
+from .ops import _registry
+
+__all__ = [
+    "Tensor",
+    "tensor",
+    "backward",
+    "grad",
+    "no_grad",
+    "enable_grad",
+    "set_grad_enabled",
+    "is_grad_enabled",
+    "call",
+    "MSG_FREED",
+    "MSG_IMPLICIT",
+    "MSG_NONLEAF_GRAD",
+    "MSG_CREATE_GRAPH",
+]
+
+MSG_IMPLICIT = "grad can be implicitly created only for scalar outputs"
+MSG_FREED = (
+    "Trying to backward through the graph a second time (or directly access saved tensors after they have "
+    "already been freed). Saved intermediate values of the graph are freed when you call .backward() or "
+    "autograd.grad(). Specify retain_graph=True if you need to backward through the graph a second time or if "
+    "you need to access saved tensors after calling backward."
+)
+# torch appends "(Triggered internally at <C++ file>:<line>.)" to these two warnings; that
+# suffix names a file of torch's build, so gradspec keeps the sentence and drops the location.
+MSG_NONLEAF_GRAD = (
+    "The .grad attribute of a Tensor that is not a leaf Tensor is being accessed. Its .grad attribute won't be "
+    "populated during autograd.backward(). If you indeed want the .grad field to be populated for a non-leaf "
+    "Tensor, use .retain_grad() on the non-leaf Tensor. If you access the non-leaf Tensor by mistake, make sure "
+    "you access the leaf Tensor instead. See github.com/pytorch/pytorch/pull/30531 for more information."
+)
+MSG_CREATE_GRAPH = (
+    "Using backward() with create_graph=True will create a reference cycle between the parameter and its gradient "
+    "which can cause a memory leak. We recommend using autograd.grad when creating the graph to avoid this. If you "
+    "have to use this function, make sure to reset the .grad fields of your parameters to None after use to break "
+    "the cycle and avoid the leak."
+)
+
+_GRAD_ENABLED = True
+_SEQ = itertools.count()
+
+
+def is_grad_enabled() -> bool:
+    return _GRAD_ENABLED
+
+
+class set_grad_enabled(contextlib.ContextDecorator):
+    """Context manager / decorator that sets grad mode (like ``torch.set_grad_enabled``)."""
+
+    def __init__(self, mode: bool) -> None:
+        self.mode = bool(mode)
+        self._prev: list[bool] = []
+
+    def __enter__(self):
+        global _GRAD_ENABLED
+        self._prev.append(_GRAD_ENABLED)
+        _GRAD_ENABLED = self.mode
+        return self
+
+    def __exit__(self, *exc):
+        global _GRAD_ENABLED
+        _GRAD_ENABLED = self._prev.pop()
+        return False
+
+
+class no_grad(set_grad_enabled):
+    """Ops inside record no graph (``torch.no_grad``)."""
+
+    def __init__(self) -> None:
+        super().__init__(False)
+
+
+class enable_grad(set_grad_enabled):
+    def __init__(self) -> None:
+        super().__init__(True)
+
+
+# --------------------------------------------------------------------------------------
+# Nodes
+# --------------------------------------------------------------------------------------
+
+
+class Node:
+    """One recorded op application: the backward function of its output (torch's grad_fn)."""
+
+    __slots__ = ("spec", "inputs", "params", "out", "seq", "freed", "saves", "__weakref__")
+
+    def __init__(self, spec, inputs, params, out):
+        self.spec = spec
+        self.inputs = inputs
+        self.params = params
+        self.out = out
+        self.seq = next(_SEQ)
+        self.freed = False
+        self.saves = spec.saves_tensors(params)
+
+    def name(self) -> str:
+        return _node_name(self.spec.name)
+
+    def edges(self):
+        """(input index, input tensor) for inputs that gradients flow into."""
+        for i, t in enumerate(self.inputs):
+            if t.requires_grad and self.spec.input_differentiable(i):
+                yield i, t
+
+    @property
+    def next_functions(self):
+        return tuple((t.grad_fn, i) for i, t in enumerate(self.inputs))
+
+    def __repr__(self) -> str:
+        return f"<{self.name()} object at {id(self):#x}>"
+
+
+def _node_name(op_name: str) -> str:
+    # torch names backward nodes "MulBackward0"; gradspec uses the op name the same way.
+    base = "".join(part[:1].upper() + part[1:] for part in op_name.strip("_").split("_"))
+    return f"{base}Backward0"
+
+
+# --------------------------------------------------------------------------------------
+# Tensor
+# --------------------------------------------------------------------------------------
+
+
+class Tensor:
+    """A numpy array with autograd metadata. Create with :func:`tensor`.
+
+    Example::
+
+        >>> import gradspec as gs
+        >>> x = gs.tensor([1.0, 2.0], requires_grad=True)
+        >>> (x * x).sum().backward()
+        >>> x.grad.numpy()
+        array([2., 4.])
+    """
+
+    __slots__ = ("data", "_requires_grad", "grad_fn", "_grad", "_retains_grad", "__weakref__")
+    __array_priority__ = 1000  # numpy defers `ndarray * Tensor` to Tensor.__rmul__
+
+    def __init__(self, data: np.ndarray, requires_grad: bool = False, _grad_fn: Node | None = None):
+        self.data = data
+        self._requires_grad = bool(requires_grad) or _grad_fn is not None
+        self.grad_fn = _grad_fn
+        self._grad: Tensor | None = None
+        self._retains_grad = False
+
+    # -- metadata ----------------------------------------------------------------------
+    @property
+    def shape(self) -> tuple:
+        return self.data.shape
+
+    def size(self, dim: int | None = None):
+        return self.data.shape if dim is None else self.data.shape[dim]
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.data.dtype
+
+    @property
+    def ndim(self) -> int:
+        return self.data.ndim
+
+    def dim(self) -> int:
+        return self.data.ndim
+
+    def numel(self) -> int:
+        return int(self.data.size)
+
+    @property
+    def is_leaf(self) -> bool:
+        return self.grad_fn is None
+
+    @property
+    def requires_grad(self) -> bool:
+        return self._requires_grad
+
+    @requires_grad.setter
+    def requires_grad(self, value: bool) -> None:
+        if value and not _dt.is_differentiable_dtype(self.dtype):
+            raise RuntimeError("only Tensors of floating point and complex dtype can require gradients")
+        if not self.is_leaf and not value:
+            raise RuntimeError(_MSG_NONLEAF_FLAG)
+        if self.is_leaf:
+            self._requires_grad = bool(value)
+
+    def requires_grad_(self, requires_grad: bool = True) -> "Tensor":
+        if requires_grad and not _dt.is_differentiable_dtype(self.dtype):
+            raise RuntimeError("only Tensors of floating point dtype can require gradients")
+        if not self.is_leaf and not requires_grad:
+            raise RuntimeError(_MSG_NONLEAF_FLAG)
+        if self.is_leaf:
+            self._requires_grad = bool(requires_grad)
+        return self
+
+    @property
+    def retains_grad(self) -> bool:
+        return self._retains_grad
+
+    def retain_grad(self) -> None:
+        if not self._requires_grad:
+            raise RuntimeError("can't retain_grad on Tensor that has requires_grad=False")
+        if not self.is_leaf:
+            self._retains_grad = True
+
+    @property
+    def grad(self) -> "Tensor | None":
+        if not self.is_leaf and not self._retains_grad and self._grad is None:
+            warnings.warn(MSG_NONLEAF_GRAD, UserWarning, stacklevel=2)
+        return self._grad
+
+    @grad.setter
+    def grad(self, value) -> None:
+        if value is None:
+            self._grad = None
+            return
+        if not isinstance(value, Tensor):
+            raise TypeError(f"assigned grad expected to be a Tensor or None but got grad of type {type(value).__name__}")
+        if value.shape != self.shape:
+            raise RuntimeError(
+                f"attempting to assign a gradient of size '{_dt.list_repr(value.shape)}' to a tensor of size "
+                f"'{_dt.list_repr(self.shape)}'. Please ensure that the gradient and the tensor are the same size"
+            )
+        if value.dtype != self.dtype:
+            raise RuntimeError(
+                f"attempting to assign a gradient with dtype '{_dt.c_name(value.dtype)}' to a tensor with grad_dtype "
+                f"'{_dt.scalar_type(self.dtype)}'. The gradient must match the tensor's grad_dtype (defaults to the "
+                "tensor's dtype). You can set the tensor's grad_dtype attribute with a specific dtype, or None to allow "
+                "any dtype. Set grad_dtype with caution. Diverging the dtypes of a tensor and its gradient may break "
+                "downstream systems that assume they match."
+            )
+        self._grad = value
+
+    @grad.deleter
+    def grad(self) -> None:
+        self._grad = None
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Reset ``.grad`` (to None, or zero in place like ``Optimizer.zero_grad(set_to_none=False)``)."""
+        if set_to_none or self._grad is None:
+            self._grad = None
+        else:
+            self._grad.data[...] = 0
+
+    # -- data access -------------------------------------------------------------------
+    def numpy(self) -> np.ndarray:
+        return self.data
+
+    def item(self):
+        if self.data.size != 1:
+            raise RuntimeError(f"a Tensor with {self.data.size} elements cannot be converted to Scalar")
+        return self.data.reshape(()).item()
+
+    def tolist(self):
+        return self.data.tolist()
+
+    def detach(self) -> "Tensor":
+        return Tensor(self.data)
+
+    def __array__(self, dtype=None, copy=None):
+        return np.asarray(self.data, dtype=dtype)
+
+    def __len__(self) -> int:
+        if self.ndim == 0:
+            raise TypeError("len() of a 0-d tensor")
+        return self.shape[0]
+
+    def __bool__(self) -> bool:
+        if self.data.size != 1:
+            raise RuntimeError("Boolean value of Tensor with more than one value is ambiguous")
+        return bool(self.data.reshape(()))
+
+    def __float__(self) -> float:
+        return float(self.item())
+
+    def __repr__(self) -> str:
+        body = np.array2string(self.data, separator=", ", prefix="tensor(")
+        extra = []
+        if self.dtype != np.float64:
+            extra.append(f"dtype={_dt.torch_repr(self.dtype)}")
+        if self.grad_fn is not None:
+            extra.append(f"grad_fn=<{self.grad_fn.name()}>")
+        elif self._requires_grad:
+            extra.append("requires_grad=True")
+        return "tensor(" + ", ".join([body] + extra) + ")"
+
+    __hash__ = object.__hash__
+
+    # -- autograd ----------------------------------------------------------------------
+    def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None) -> None:
+        """Accumulate ``J^T . gradient`` into the ``.grad`` of every leaf (``Tensor.backward``)."""
+        backward(self, gradient, retain_graph, create_graph, inputs=inputs)
+
+    # -- operators -----------------------------------------------------------------------
+    def __add__(self, other):
+        return call("add", self, other)
+
+    def __radd__(self, other):
+        return call("add", other, self)
+
+    def __sub__(self, other):
+        return call("sub", self, other)
+
+    def __rsub__(self, other):
+        return call("sub", other, self)
+
+    def __mul__(self, other):
+        return call("mul", self, other)
+
+    def __rmul__(self, other):
+        return call("mul", other, self)
+
+    def __truediv__(self, other):
+        return call("div", self, other)
+
+    def __rtruediv__(self, other):
+        return call("div", other, self)
+
+    def __pow__(self, other):
+        return call("pow", self, other)
+
+    def __rpow__(self, other):
+        return call("pow", other, self)
+
+    def __matmul__(self, other):
+        return call("matmul", self, other)
+
+    def __rmatmul__(self, other):
+        return call("matmul", other, self)
+
+    def __neg__(self):
+        return call("neg", self)
+
+    def __pos__(self):
+        return self
+
+    def __abs__(self):
+        return call("abs", self)
+
+    def __getitem__(self, index):
+        return call("index", self, index=index)
+
+    # Comparisons are not differentiable: they return bool tensors (no graph), as in torch.
+    def _cmp(self, other, fn):
+        o = other.data if isinstance(other, Tensor) else other
+        return Tensor(np.asarray(fn(self.data, o)))
+
+    def __gt__(self, other):
+        return self._cmp(other, np.greater)
+
+    def __ge__(self, other):
+        return self._cmp(other, np.greater_equal)
+
+    def __lt__(self, other):
+        return self._cmp(other, np.less)
+
+    def __le__(self, other):
+        return self._cmp(other, np.less_equal)
+
+    def eq(self, other):
+        return self._cmp(other, np.equal)
+
+    def ne(self, other):
+        return self._cmp(other, np.not_equal)
+
+    @property
+    def T(self):
+        return call("permute", self, dims=tuple(range(self.ndim - 1, -1, -1)))
+
+    @property
+    def mT(self):
+        return call("transpose", self, dim0=-2, dim1=-1)
+
+    def t(self):
+        if self.ndim > 2:
+            raise RuntimeError(f"t() expects a tensor with <= 2 dimensions, but self is {self.ndim}D")
+        return self if self.ndim < 2 else call("transpose", self, dim0=0, dim1=1)
+
+    def clone(self):
+        return call("clone", self)
+
+    def to(self, dtype):
+        return call("_cast", self, dtype=np.dtype(dtype).name)
+
+    def double(self):
+        return self.to(np.float64)
+
+    def float(self):
+        return self.to(np.float32)
+
+    def view(self, *shape):
+        return self.reshape(*shape)
+
+    def add_(self, other):
+        return self._inplace(np.add, other)
+
+    def mul_(self, other):
+        return self._inplace(np.multiply, other)
+
+    def zero_(self):
+        return self._inplace(lambda a, b: np.zeros_like(a), 0)
+
+    def _inplace(self, fn, other):
+        # Only what optimizers need: in-place updates of leaves under no_grad (reference 6.7b).
+        if self.is_leaf and self._requires_grad and _GRAD_ENABLED:
+            raise RuntimeError("a leaf Variable that requires grad is being used in an in-place operation.")
+        if not self.is_leaf and _GRAD_ENABLED:
+            raise RuntimeError("gradspec's reference engine does not record in-place ops on non-leaf tensors")
+        o = other.data if isinstance(other, Tensor) else other
+        self.data[...] = fn(self.data, o)
+        return self
+
+
+_MSG_NONLEAF_FLAG = (
+    "you can only change requires_grad flags of leaf variables. If you want to use a computed variable in a "
+    "subgraph that doesn't require differentiation use var_no_grad = var.detach()."
+)
+
+
+def tensor(data, requires_grad: bool = False, dtype=None) -> Tensor:
+    """Make a leaf tensor (``torch.tensor``). Python floats become float64 (gradspec's default).
+
+    Example::
+
+        >>> import gradspec as gs
+        >>> gs.tensor([1.0, 2.0], requires_grad=True).requires_grad
+        True
+    """
+    if isinstance(data, Tensor):
+        data = data.data
+    arr = np.array(data, dtype=dtype, copy=True)
+    if dtype is None and arr.dtype == np.float16:
+        arr = arr.astype(np.float32)
+    if requires_grad and not _dt.is_differentiable_dtype(arr.dtype):
+        raise RuntimeError("Only Tensors of floating point and complex dtype can require gradients")
+    return Tensor(arr, requires_grad=requires_grad)
+
+
+def _as_tensor(x, like: Tensor | None = None) -> Tensor:
+    if isinstance(x, Tensor):
+        return x
+    if isinstance(x, (bool, numbers.Number)) and not isinstance(x, np.ndarray):
+        # A Python scalar takes the tensor operand's dtype (torch's "wrapped number" rule),
+        # so float32 tensors stay float32; with no tensor operand it is float64.
+        if like is not None and _dt.is_differentiable_dtype(like.dtype):
+            return Tensor(np.asarray(x, dtype=like.dtype))
+        return Tensor(np.asarray(x, dtype=np.float64 if isinstance(x, float) else None))
+    return Tensor(np.asarray(x))
+
+
+# --------------------------------------------------------------------------------------
+# Applying an op
+# --------------------------------------------------------------------------------------
+
+
+def call(name: str, *inputs, **params) -> Tensor:
+    """Apply table op ``name`` to tensors ``inputs`` with ``params`` (the engine's one entry point)."""
+    return apply(_registry.lookup(name), inputs, params)
+
+
+def apply(spec, inputs: Sequence[Any], params: dict) -> Tensor:
+    like = next((x for x in inputs if isinstance(x, Tensor)), None)
+    tensors = tuple(_as_tensor(x, like) for x in inputs)
+    if spec.arity is not None and len(tensors) != spec.arity:
+        raise TypeError(f"{spec.name}() takes {spec.arity} tensor input(s) but {len(tensors)} were given")
+    shapes = [t.shape for t in tensors]
+    params = spec.canonical(shapes, params)
+    try:
+        with np.errstate(all="ignore"):
+            data = spec.forward(*[t.data for t in tensors], **params)
+    except Exception as e:
+        if spec.user:
+            raise RuntimeError(
+                f"user op {spec.name!r}: forward raised {type(e).__name__}: {e} "
+                f"(input shapes {[tuple(s) for s in shapes]}, params {params})"
+            ) from e
+        raise
+    data = np.asarray(data)
+    if isinstance(data, np.ndarray) and (data.base is not None or not data.flags.writeable):
+        # Views of inputs would let later in-place accumulation or user edits alias an input.
+        data = data.copy()
+    need = _GRAD_ENABLED and any(t._requires_grad and spec.input_differentiable(i) for i, t in enumerate(tensors))
+    if need and not _dt.is_differentiable_dtype(data.dtype):
+        need = False  # integer/bool outputs never require grad (reference 1.8)
+    out = Tensor(data)
+    if need:
+        out.grad_fn = Node(spec, tensors, params, out)
+        out._requires_grad = True
+    return out
+
+
+# --------------------------------------------------------------------------------------
+# backward / grad
+# --------------------------------------------------------------------------------------
+
+
+def _tuple(x) -> tuple:
+    if x is None:
+        return ()
+    if isinstance(x, (Tensor, np.ndarray)):
+        return (x,)
+    if isinstance(x, dict):
+        return tuple(x.values())
+    return tuple(x)
+
+
+def _seeds_tuple(grad_tensors, n: int) -> tuple:
+    # torch's _tensor_or_tensors_to_tuple: None -> (None,)*n; a tensor -> (t,); else tuple(x)
+    # (so a bare float fails with "'float' object is not iterable", as in torch).
+    if grad_tensors is None:
+        return (None,) * n
+    if isinstance(grad_tensors, (Tensor, np.ndarray)):
+        return (grad_tensors,)
+    return tuple(grad_tensors)
+
+
+def _make_seeds(outputs: Sequence[Tensor], grads: Sequence[Any]) -> list:
+    """torch.autograd._make_grads, rule for rule (semantics reference §0, §1, §2)."""
+    new = []
+    for i, (out, g) in enumerate(zip(outputs, grads)):
+        if isinstance(g, np.ndarray):
+            g = Tensor(g)
+        if isinstance(g, Tensor):
+            if out.shape != g.shape:
+                raise RuntimeError(
+                    f"Mismatch in shape: grad_output[{i}] has a shape of {_dt.size_repr(g.shape)} and output[{i}] "
+                    f"has a shape of {_dt.size_repr(out.shape)}."
+                )
+            if _dt.is_complex(out.dtype) != _dt.is_complex(g.dtype):
+                raise RuntimeError(
+                    "For complex Tensors, both grad_output and output are required to have the same dtype. "
+                    f"Mismatch in dtype: grad_output[{i}] has a dtype of {_dt.torch_repr(g.dtype)} and output[{i}] "
+                    f"has a dtype of {_dt.torch_repr(out.dtype)}."
+                )
+            new.append(g)
+        elif g is None:
+            if out.requires_grad:
+                if out.numel() != 1:
+                    raise RuntimeError(MSG_IMPLICIT)
+                if not _dt.is_float(out.dtype):
+                    raise RuntimeError(
+                        f"grad can be implicitly created only for real scalar outputs but got {_dt.torch_repr(out.dtype)}"
+                    )
+                new.append(Tensor(np.ones_like(out.data)))
+            else:
+                new.append(None)
+        else:
+            raise TypeError("gradients can be either Tensors or None, but got " + type(g).__name__)
+    return new
+
+
+def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, inputs=None) -> None:
+    """``torch.autograd.backward``: accumulate ``sum_i J_i^T . grad_tensors[i]`` into leaves' ``.grad``.
+
+    Example::
+
+        >>> import numpy as np, gradspec as gs
+        >>> x = gs.tensor([1.0, 2.0], requires_grad=True)
+        >>> gs.backward([x * 2, x * 3], [np.ones(2), np.ones(2)])
+        >>> x.grad.numpy()
+        array([5., 5.])
+    """
+    if inputs is not None:
+        inputs_t = _tuple(inputs)
+        if len(inputs_t) == 0:
+            raise RuntimeError("`inputs` argument to `backward()` cannot be empty.")
+    else:
+        inputs_t = ()
+    roots = _tuple(tensors)
+    seeds = _make_seeds(roots, _seeds_tuple(grad_tensors, len(roots)))
+    if retain_graph is None:
+        retain_graph = create_graph
+    for t in inputs_t:
+        if not t.requires_grad:
+            raise RuntimeError("can't retain_grad on Tensor that has requires_grad=False")
+    if create_graph:
+        warnings.warn(MSG_CREATE_GRAPH, UserWarning, stacklevel=3)
+    _run(roots, seeds, retain_graph, create_graph, targets=inputs_t or None, capture=False)
+
+
+def grad(
+    outputs,
+    inputs,
+    grad_outputs=None,
+    retain_graph=None,
+    create_graph=False,
+    allow_unused=None,
+    materialize_grads=False,
+) -> tuple:
+    """``torch.autograd.grad``: return ``J^T . grad_outputs`` for ``inputs``; never touches ``.grad``.
+
+    Example::
+
+        >>> import gradspec as gs
+        >>> x = gs.tensor(3.0, requires_grad=True)
+        >>> (g,) = gs.grad(x ** 3, x, create_graph=True)
+        >>> g.item(), gs.grad(g, x)[0].item()
+        (27.0, 18.0)
+    """
+    if materialize_grads and allow_unused is False:
+        raise ValueError(
+            "Expected allow_unused to be True or not passed when materialize_grads=True, but got: allow_unused=False."
+        )
+    if allow_unused is None:
+        allow_unused = materialize_grads
+    outs = _tuple(outputs)
+    ins = _tuple(inputs)
+    if len(ins) == 0:
+        raise RuntimeError("`inputs` argument to `grad()` cannot be empty.")
+    seeds = _make_seeds(outs, _seeds_tuple(grad_outputs, len(outs)))
+    if retain_graph is None:
+        retain_graph = create_graph
+    for t in ins:
+        if not t.requires_grad:
+            raise RuntimeError("One of the differentiated Tensors does not require grad")
+    got = _run(outs, seeds, retain_graph, create_graph, targets=ins, capture=True)
+    result = []
+    for i, t in enumerate(ins):
+        g = got.get(id(t))
+        if g is None:
+            if not allow_unused:
+                raise RuntimeError(
+                    f"The differentiated Tensor at index {i} appears to not have been used in the graph. "
+                    "Set allow_unused=True if this is the desired behavior."
+                )
+            if materialize_grads:
+                g = Tensor(np.zeros_like(t.data))
+        result.append(g)
+    return tuple(result)
+
+
+def _reduce_to(g: Tensor, inp: Tensor, node: Node | None, index: int) -> Tensor:
+    """Sum a broadcast gradient down to ``inp``'s exact shape and cast it to ``inp``'s dtype.
+
+    This is the one place where broadcasting is undone (torch's ``validate_outputs``), so no
+    VJP rule has to do it.
+    """
+    shape = inp.shape
+    if g.shape != shape:
+        lead = g.ndim - len(shape)
+        ok = lead >= 0 and all(s == 1 or s == gs_ for s, gs_ in zip(shape, g.shape[lead:]))
+        if not ok:
+            who = f"Function {node.name()}" if node is not None else "Function"
+            raise RuntimeError(
+                f"{who} returned an invalid gradient at index {index} - got {_dt.list_repr(g.shape)} but expected "
+                f"shape compatible with {_dt.list_repr(shape)}"
+            )
+        dims = tuple(range(lead)) + tuple(lead + i for i, s in enumerate(shape) if s == 1 and g.shape[lead + i] != 1)
+        if dims:
+            g = call("sum", g, dim=dims, keepdim=True)
+        if g.shape != shape:
+            g = call("reshape", g, shape=shape)
+    if g.dtype != inp.dtype and _dt.is_differentiable_dtype(inp.dtype):
+        g = call("_cast", g, dtype=inp.dtype.name)
+    return g
+
+
+def _accumulate(t: Tensor, g: Tensor, create_graph: bool) -> None:
+    """AccumulateGrad: first write is a fresh buffer, later writes add in place (§4)."""
+    if g.dtype != t.dtype:
+        g = call("_cast", g, dtype=t.dtype.name)
+    if t._grad is None:
+        if create_graph and g.requires_grad:
+            t._grad = call("clone", g)
+        else:
+            t._grad = Tensor(np.array(g.data, copy=True))
+    elif create_graph:
+        t._grad = call("add", t._grad, g)
+    else:
+        buf = t._grad.data
+        if not buf.flags.writeable:
+            t._grad.data = buf = buf.copy()
+        np.add(buf, g.data, out=buf)
+
+
+def _add(a: Tensor | None, b: Tensor) -> Tensor:
+    return b if a is None else call("add", a, b)
+
+
+def _run(roots, seeds, retain_graph: bool, create_graph: bool, targets, capture: bool) -> dict:
+    """The backward loop. ``targets``: restrict to these tensors (``inputs=`` / ``grad``)."""
+    if len(roots) != len(seeds):
+        raise RuntimeError(f"got {len(roots)} tensors and {len(seeds)} gradients")
+    for i, r in enumerate(roots):
+        if not r.requires_grad:
+            raise RuntimeError(f"element {i} of tensors does not require grad and does not have a grad_fn")
+
+    target_ids = None if targets is None else {id(t) for t in targets}
+    captured: dict[int, Tensor] = {}
+
+    def deliver(t: Tensor, g: Tensor) -> None:
+        # A gradient has arrived for tensor t as a whole (leaf, or non-leaf being captured).
+        if capture:
+            captured[id(t)] = _add(captured.get(id(t)), g)
+        else:
+            _accumulate(t, g, create_graph)
+
+    # Which nodes must run: all reachable ones, or with targets only those upstream of one.
+    root_nodes = [r.grad_fn for r in roots if r.grad_fn is not None]
+    order: list[Node] = []
+    seen: set[int] = set()
+    stack = list(root_nodes)
+    while stack:
+        n = stack.pop()
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        order.append(n)
+        for _, t in n.edges():
+            if t.grad_fn is not None and id(t.grad_fn) not in seen:
+                stack.append(t.grad_fn)
+
+    if target_ids is not None:
+        needed: dict[int, bool] = {}
+        # Children (producers) have lower seq numbers; evaluate in increasing seq order.
+        for n in sorted(order, key=lambda n: n.seq):
+            needed[id(n)] = any(
+                id(t) in target_ids or (t.grad_fn is not None and needed.get(id(t.grad_fn), False)) for _, t in n.edges()
+            )
+        executes = {id(n) for n in order if needed[id(n)]}
+    else:
+        executes = {id(n) for n in order}
+
+    deps: dict[int, int] = {id(n): 0 for n in order}
+    for n in order:
+        for _, t in n.edges():
+            if t.grad_fn is not None:
+                deps[id(t.grad_fn)] += 1
+
+    pending: dict[int, Tensor] = {}
+    with set_grad_enabled(create_graph):
+        for r, s in zip(roots, seeds):
+            s = s if s.dtype == r.dtype else Tensor(s.data.astype(r.dtype)) if not s.requires_grad else call(
+                "_cast", s, dtype=r.dtype.name
+            )
+            if r.grad_fn is None:
+                if target_ids is None or id(r) in target_ids:
+                    deliver(r, s)
+            else:
+                pending[id(r.grad_fn)] = _add(pending.get(id(r.grad_fn)), s)
+
+        # torch's ready queue: highest sequence number first among nodes whose consumers ran.
+        ready = [(-n.seq, id(n), n) for n in root_nodes if deps[id(n)] == 0]
+        heapq.heapify(ready)
+        queued = {id(n) for _, _, n in ready}
+        while ready:
+            _, _, node = heapq.heappop(ready)
+            g = pending.pop(id(node), None)
+            out = node.out
+            if g is not None:
+                if target_ids is not None and id(out) in target_ids:
+                    deliver(out, g)
+                elif target_ids is None and out._retains_grad and not capture:
+                    _accumulate(out, g, create_graph)
+            run_it = g is not None and id(node) in executes
+            if run_it:
+                if node.freed and node.saves:
+                    raise RuntimeError(MSG_FREED)
+                grads = _call_vjp(node, g, create_graph)
+                for i, t in node.edges():
+                    gi = grads[i]
+                    if gi is None:
+                        continue
+                    gi = _reduce_to(gi, t, node, i)
+                    if t.grad_fn is None:
+                        if target_ids is None or id(t) in target_ids:
+                            deliver(t, gi)
+                    else:
+                        pending[id(t.grad_fn)] = _add(pending.get(id(t.grad_fn)), gi)
+                if not retain_graph:
+                    node.freed = True
+            for _, t in node.edges():
+                c = t.grad_fn
+                if c is None:
+                    continue
+                deps[id(c)] -= 1
+                if deps[id(c)] == 0 and id(c) not in queued:
+                    queued.add(id(c))
+                    heapq.heappush(ready, (-c.seq, id(c), c))
+    return captured
+
+
+def _call_vjp(node: Node, g: Tensor, create_graph: bool) -> list:
+    spec = node.spec
+    try:
+        grads = spec.vjp(g, *node.inputs, out=node.out, **node.params)
+    except Exception as e:
+        if spec.user:
+            raise RuntimeError(f"user op {spec.name!r}: vjp raised {type(e).__name__}: {e}") from e
+        raise
+    if isinstance(grads, (Tensor, np.ndarray)) or grads is None:
+        grads = (grads,)
+    grads = list(grads)
+    if len(grads) != len(node.inputs):
+        raise RuntimeError(
+            f"function {node.name()} returned an incorrect number of gradients "
+            f"(expected {len(node.inputs)}, got {len(grads)})"
+            + (f"; user op {spec.name!r}: its vjp must return one gradient per input" if spec.user else "")
+        )
+    for i, gi in enumerate(grads):
+        if gi is not None and not isinstance(gi, Tensor):
+            arr = np.asarray(gi)
+            if not _dt.is_differentiable_dtype(arr.dtype) and arr.dtype != np.bool_ and not np.issubdtype(
+                arr.dtype, np.integer
+            ):
+                raise RuntimeError(
+                    f"function {node.name()} returned a gradient of type {type(gi).__name__} at index {i}"
+                    + (f" (user op {spec.name!r}, input {i})" if spec.user else "")
+                )
+            grads[i] = Tensor(arr)
+    return grads
+
+
+# Tensor methods for every table op that torch has as a method are attached by
+# gradspec.functional once the op table has loaded.
+def _make_method(spec):
+    @functools.wraps(spec.call)
+    def method(self, *args, **kwargs):
+        inputs, params = spec.call(self, *args, **kwargs)
+        out = apply(spec, inputs, params)
+        return spec_result(spec, out, inputs, params)
+
+    method.__name__ = spec.name
+    return method
+
+
+def spec_result(spec, out, inputs, params):
+    post = getattr(spec, "post", None)
+    return out if post is None else post(out, inputs, params)
+
+
+def _signature_of(spec):
+    try:
+        return inspect.signature(spec.call)
+    except (TypeError, ValueError):
+        return None

@@ -1,0 +1,41 @@
+"""The op table: one declaration per op drives the engine, the oracles, the strategies and torch.
+
+Example::
+
+    >>> import gradspec as gs
+    >>> "matmul" in gs.ops.names()
+    True
+    >>> gs.ops.get("sum").family
+    'reduce'
+"""
+
+from __future__ import annotations
+
+from ._registry import all_specs, lookup, public_names, register
+from ._spec import OpSpec, Unsupported
+
+# Importing the family modules fills the table (each declaration registers itself).
+from . import elementwise, reduce, shape  # noqa: E402,F401  isort: skip
+
+try:  # families written after the core; absent ones simply contribute no ops
+    from . import linalg  # noqa: F401
+except ImportError as _e:  # pragma: no cover - only while a family module is missing
+    if "linalg" not in str(_e):
+        raise
+
+__all__ = ["OpSpec", "Unsupported", "names", "get", "register", "specs"]
+
+
+def names() -> list[str]:
+    """Names of the public ops in the table, sorted."""
+    return public_names()
+
+
+def get(name: str) -> OpSpec:
+    """The declaration of op ``name`` (table op or registered user op); KeyError with a hint if unknown."""
+    return lookup(name)
+
+
+def specs() -> list[OpSpec]:
+    """All public op declarations, sorted by name."""
+    return [lookup(n) for n in public_names()]

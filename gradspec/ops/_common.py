@@ -1,0 +1,47 @@
+"""Small pieces shared by the op family modules (not public)."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from .. import engine as E
+
+
+@functools.lru_cache(maxsize=None)
+def torch():
+    """Import torch on first use: importing gradspec must not pay torch's start-up cost."""
+    import torch as _torch
+
+    return _torch
+
+
+def F():
+    return torch().nn.functional
+
+
+def const(value, like) -> "E.Tensor":
+    """A constant (no grad) tensor in the dtype of ``like`` (an engine Tensor or array)."""
+    dt = like.dtype
+    return E.Tensor(np.asarray(value, dtype=dt))
+
+
+def mask(cond_array) -> "E.Tensor":
+    return E.Tensor(np.asarray(cond_array, dtype=bool))
+
+
+def where(cond, a, b) -> "E.Tensor":
+    """Engine ``where`` with a numpy/bool condition; scalar branches take the other's dtype."""
+    like = a if isinstance(a, E.Tensor) else b
+    a = a if isinstance(a, E.Tensor) else const(a, like)
+    b = b if isinstance(b, E.Tensor) else const(b, like)
+    return E.call("where", mask(cond), a, b)
+
+
+def bcast_tangent(t: np.ndarray, out_ndim: int) -> np.ndarray:
+    """Pad a batched tangent (n, *s) to rank 1 + out_ndim so it broadcasts against the output."""
+    missing = out_ndim - (t.ndim - 1)
+    if missing > 0:
+        t = t.reshape((t.shape[0],) + (1,) * missing + t.shape[1:])
+    return t
