@@ -15,6 +15,9 @@ from __future__ import annotations
 
 from . import domains, ops
 from . import functional as _functional
+from . import oracles
+from .case import Case, CaseError
+from .check import Discrepancy, Verdict, check
 from .engine import (
     Tensor,
     backward,
@@ -40,5 +43,11 @@ __all__ = [
     "is_grad_enabled",
     "ops",
     "domains",
+    "oracles",
+    "Case",
+    "CaseError",
+    "check",
+    "Verdict",
+    "Discrepancy",
     *_functional.__all__,
 ]

@@ -1,0 +1,334 @@
+"""A case: a graph of table ops (or user ops), its leaf values, and one seed per root.
+
+Cases are what every oracle consumes, what Hypothesis generates and shrinks, what reports
+show, and what ``gradspec replay`` re-runs.  They round-trip through JSON exactly: float
+arrays are stored as ``float.hex`` strings (bit-exact, NaN/Inf included); nothing is pickled.
+
+Example::
+
+    >>> import numpy as np, gradspec as gs
+    >>> case = gs.Case.build(
+    ...     leaves={"x": np.array([1.0, 2.0]), "w": np.array([3.0, 4.0])},
+    ...     nodes=[("h", "mul", ["x", "w"], {}), ("y", "sum", ["h"], {})],
+    ...     roots=["y"],
+    ... )
+    >>> gs.Case.from_json(case.to_json()) == case
+    True
+    >>> print(case.to_text().splitlines()[2])
+      h = mul(x, w)                            # (2,) float64
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from .ops import _registry
+
+__all__ = ["Case", "Leaf", "NodeDef", "CaseError", "IMPLICIT", "FORMAT"]
+
+FORMAT = "gradspec-case/1"
+IMPLICIT = None  # the seed of a numel-1 root given implicitly (backward() with no gradient)
+
+
+class CaseError(ValueError):
+    """A case (or case file) that is malformed; the message names the part and the fix."""
+
+
+@dataclasses.dataclass(eq=False)
+class Leaf:
+    name: str
+    value: np.ndarray
+    requires_grad: bool = True
+
+    @property
+    def shape(self) -> tuple:
+        return tuple(self.value.shape)
+
+    @property
+    def dtype(self) -> str:
+        return self.value.dtype.name
+
+    @property
+    def differentiable(self) -> bool:
+        return self.requires_grad and np.issubdtype(self.value.dtype, np.floating)
+
+
+@dataclasses.dataclass(eq=False)
+class NodeDef:
+    name: str
+    op: str
+    inputs: list[str]
+    params: dict
+
+
+@dataclasses.dataclass(eq=False)
+class Case:
+    leaves: list[Leaf]
+    nodes: list[NodeDef]
+    roots: list[str]
+    seeds: list[np.ndarray | None]
+    engine: str = "reference"
+    user_ops: dict = dataclasses.field(default_factory=dict)  # op name -> "module:attr"
+    meta: dict = dataclasses.field(default_factory=dict)
+
+    # -- construction ----------------------------------------------------------------------
+    @classmethod
+    def build(
+        cls,
+        leaves: Mapping[str, Any],
+        nodes: Sequence[tuple],
+        roots: Sequence[str],
+        seeds: Sequence[Any] | None = None,
+        *,
+        requires_grad: Mapping[str, bool] | None = None,
+        engine: str = "reference",
+    ) -> "Case":
+        """Build and validate a case. ``nodes``: (name, op, input names, params); seeds default to implicit."""
+        rg = dict(requires_grad or {})
+        lv = []
+        for name, value in leaves.items():
+            arr = np.array(value, copy=True)
+            if arr.dtype == np.float16 or arr.dtype.kind in "iu" and rg.get(name, False):
+                arr = arr.astype(np.float64)
+            lv.append(Leaf(name, arr, rg.get(name, np.issubdtype(arr.dtype, np.floating))))
+        nd = [NodeDef(n, op, list(ins), dict(p or {})) for n, op, ins, p in nodes]
+        case = cls(lv, nd, list(roots), [None] * len(roots) if seeds is None else [None if s is None else np.asarray(s) for s in seeds], engine)
+        case.canonicalize()
+        case.validate()
+        return case
+
+    def canonicalize(self) -> None:
+        """Put every node's params in the op's canonical form (idempotent)."""
+        shapes = {l.name: l.shape for l in self.leaves}
+        for n in self.nodes:
+            spec = self.spec(n.op)
+            ins = [shapes.get(i) for i in n.inputs]
+            if any(s is None for s in ins):
+                missing = [i for i, s in zip(n.inputs, ins) if s is None]
+                raise CaseError(f"node {n.name!r} ({n.op}) uses {missing}, defined nowhere before it")
+            try:
+                n.params = spec.canonical(ins, _tuplify(n.params))
+            except Exception as e:
+                raise CaseError(f"node {n.name!r}: invalid params {n.params!r} for op {n.op!r}: {e}") from None
+            out = spec.out_shape(ins, n.params)
+            if out is None:
+                raise CaseError(f"node {n.name!r}: op {n.op!r} does not accept input shapes {ins} with params {n.params}")
+            shapes[n.name] = tuple(out)
+
+    def spec(self, op: str):
+        try:
+            return _registry.lookup(op)
+        except KeyError as e:
+            if op in self.user_ops:
+                from ._private.imports import import_object
+
+                obj = import_object(self.user_ops[op])
+                return obj
+            raise CaseError(str(e.args[0])) from None
+
+    def shapes(self) -> dict[str, tuple]:
+        """Shape of every leaf and node (computed from the shape rules, no evaluation)."""
+        shapes = {l.name: l.shape for l in self.leaves}
+        for n in self.nodes:
+            shapes[n.name] = tuple(self.spec(n.op).out_shape([shapes[i] for i in n.inputs], n.params))
+        return shapes
+
+    def dtypes(self) -> dict[str, np.dtype]:
+        vals = self.evaluate()
+        return {k: v.dtype for k, v in vals.items()}
+
+    def validate(self) -> None:
+        names = [l.name for l in self.leaves] + [n.name for n in self.nodes]
+        dup = {n for n in names if names.count(n) > 1}
+        if dup:
+            raise CaseError(f"names used twice in the case: {sorted(dup)}")
+        if not self.roots:
+            raise CaseError("a case needs at least one root")
+        if len(self.seeds) != len(self.roots):
+            raise CaseError(f"{len(self.roots)} roots but {len(self.seeds)} seeds: give one seed (or None) per root")
+        shapes = self.shapes()
+        for r, s in zip(self.roots, self.seeds):
+            if r not in shapes:
+                raise CaseError(f"root {r!r} is not a leaf or node of the case")
+            if s is None:
+                if int(np.prod(shapes[r])) != 1:
+                    raise CaseError(
+                        f"root {r!r} has shape {shapes[r]} (numel {int(np.prod(shapes[r]))}): an implicit seed "
+                        "needs numel == 1; give an explicit seed of the root's shape"
+                    )
+            elif tuple(np.shape(s)) != shapes[r]:
+                raise CaseError(f"seed for root {r!r} has shape {np.shape(s)}, the root has shape {shapes[r]}")
+
+    # -- evaluation --------------------------------------------------------------------------
+    def evaluate(self, values: Mapping[str, np.ndarray] | None = None, nbatch: int = 0) -> dict[str, np.ndarray]:
+        """Forward pass in numpy. With ``nbatch``, every leaf value carries that many batch axes."""
+        env = {l.name: (l.value if values is None or l.name not in values else values[l.name]) for l in self.leaves}
+        with np.errstate(all="ignore"):
+            for n in self.nodes:
+                spec = self.spec(n.op)
+                args = [env[i] for i in n.inputs]
+                env[n.name] = np.asarray(spec.forward_batched(args, n.params, nbatch) if nbatch else spec.forward(*args, **n.params))
+        return env
+
+    def grad_leaves(self) -> list[Leaf]:
+        return [l for l in self.leaves if l.differentiable]
+
+    def seed_arrays(self, values: Mapping[str, np.ndarray] | None = None) -> list[np.ndarray]:
+        """Explicit seeds, with implicit ones made ``ones_like(root)`` (cast to the root's dtype)."""
+        env = values or self.evaluate()
+        out = []
+        for r, s in zip(self.roots, self.seeds):
+            out.append(np.ones_like(env[r]) if s is None else np.asarray(s).astype(env[r].dtype))
+        return out
+
+    @property
+    def ops(self) -> list[str]:
+        return [n.op for n in self.nodes]
+
+    @property
+    def n_inputs(self) -> int:
+        return int(sum(l.value.size for l in self.grad_leaves()))
+
+    # -- JSON ----------------------------------------------------------------------------------
+    def to_json(self, indent: int | None = 1) -> str:
+        d = {
+            "format": FORMAT,
+            "engine": self.engine,
+            "user_ops": dict(self.user_ops),
+            "leaves": [
+                {"name": l.name, "requires_grad": l.requires_grad, "value": encode_array(l.value)} for l in self.leaves
+            ],
+            "nodes": [{"name": n.name, "op": n.op, "inputs": n.inputs, "params": _jsonable(n.params)} for n in self.nodes],
+            "roots": list(self.roots),
+            "seeds": [None if s is None else encode_array(np.asarray(s)) for s in self.seeds],
+            "meta": _jsonable(self.meta),
+        }
+        return json.dumps(d, indent=indent, allow_nan=False)
+
+    @classmethod
+    def from_json(cls, text: str | bytes | dict) -> "Case":
+        """Parse a case; a malformed or foreign file raises CaseError naming what is wrong."""
+        if isinstance(text, dict):
+            d = text
+        else:
+            try:
+                d = json.loads(text)
+            except (ValueError, TypeError) as e:
+                raise CaseError(f"not a gradspec case file: invalid JSON ({e})") from None
+        if not isinstance(d, dict) or d.get("format") != FORMAT:
+            got = d.get("format") if isinstance(d, dict) else type(d).__name__
+            raise CaseError(f"not a gradspec case file: expected \"format\": \"{FORMAT}\", found {got!r}")
+        try:
+            leaves = [Leaf(l["name"], decode_array(l["value"]), bool(l["requires_grad"])) for l in d["leaves"]]
+            nodes = [NodeDef(n["name"], n["op"], list(n["inputs"]), dict(n["params"])) for n in d["nodes"]]
+            seeds = [None if s is None else decode_array(s) for s in d["seeds"]]
+            case = cls(leaves, nodes, list(d["roots"]), seeds, d.get("engine", "reference"), dict(d.get("user_ops", {})),
+                       dict(d.get("meta", {})))
+        except CaseError:
+            raise
+        except (KeyError, TypeError, ValueError) as e:
+            raise CaseError(f"corrupt gradspec case file: {type(e).__name__}: {e}") from None
+        case.canonicalize()
+        case.validate()
+        return case
+
+    def __eq__(self, other) -> bool:
+        if not isinstance(other, Case):
+            return NotImplemented
+        return self.to_json() == other.to_json()
+
+    __hash__ = None  # type: ignore[assignment]
+
+    # -- text ------------------------------------------------------------------------------------
+    def to_text(self, values: bool = True) -> str:
+        """A readable listing: leaves, nodes (with shapes), roots and seeds."""
+        shapes = self.shapes()
+        env = self.evaluate()
+        lines = []
+        for l in self.leaves:
+            flag = "requires_grad" if l.requires_grad else "constant"
+            v = " = " + _short(l.value) if values else ""
+            lines.append(f"  {l.name}: leaf {l.shape} {l.dtype} {flag}{v}")
+        for n in self.nodes:
+            args = ", ".join(n.inputs)
+            p = ", ".join(f"{k}={_short_param(v)}" for k, v in n.params.items() if not k.startswith("_"))
+            call = f"{n.op}({args}{', ' + p if p else ''})"
+            lines.append(f"  {n.name} = {call:<35s}  # {shapes[n.name]} {env[n.name].dtype}")
+        for r, s in zip(self.roots, self.seeds):
+            seed = "implicit (ones, numel 1)" if s is None else _short(np.asarray(s))
+            lines.append(f"  root {r}: seed {seed}")
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return f"Case(ops={self.ops}, roots={self.roots})"
+
+
+# ---------------------------------------------------------------------------------------------
+# array encoding
+# ---------------------------------------------------------------------------------------------
+
+
+def encode_array(a: np.ndarray) -> dict:
+    a = np.asarray(a)
+    if np.issubdtype(a.dtype, np.floating):
+        data = [float(v).hex() for v in a.astype(np.float64).ravel()]
+    elif a.dtype == np.bool_:
+        data = [bool(v) for v in a.ravel()]
+    elif np.issubdtype(a.dtype, np.integer):
+        data = [int(v) for v in a.ravel()]
+    else:
+        raise CaseError(f"cannot store arrays of dtype {a.dtype} in a case")
+    return {"dtype": a.dtype.name, "shape": list(a.shape), "data": data}
+
+
+def decode_array(d: dict) -> np.ndarray:
+    if not isinstance(d, dict) or not {"dtype", "shape", "data"} <= set(d):
+        raise CaseError(f"array entry must have dtype, shape and data, got {str(d)[:80]!r}")
+    dt = np.dtype(d["dtype"])
+    shape = tuple(int(s) for s in d["shape"])
+    if int(np.prod(shape)) != len(d["data"]):
+        raise CaseError(f"array entry of shape {shape} has {len(d['data'])} values")
+    if np.issubdtype(dt, np.floating):
+        vals = np.array([float.fromhex(v) if isinstance(v, str) else float(v) for v in d["data"]], dtype=np.float64)
+        return vals.astype(dt).reshape(shape)
+    return np.array(d["data"], dtype=dt).reshape(shape)
+
+
+def _tuplify(x):
+    if isinstance(x, list):
+        return tuple(_tuplify(v) for v in x)
+    if isinstance(x, dict) and set(x) == {"float"}:
+        return float(x["float"])  # non-finite float params (e.g. norm's p=inf), see _jsonable
+    if isinstance(x, dict):
+        return {k: _tuplify(v) for k, v in x.items()}
+    return x
+
+
+def _jsonable(x):
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, np.ndarray):
+        return _jsonable(x.tolist())
+    if isinstance(x, np.generic):
+        return x.item()
+    if isinstance(x, float) and not math.isfinite(x):
+        return {"float": repr(x)}
+    return x
+
+
+def _short(a: np.ndarray, n: int = 6) -> str:
+    flat = np.asarray(a).ravel()
+    body = ", ".join(f"{v:.4g}" if isinstance(v, (float, np.floating)) else str(v) for v in flat[:n])
+    return "[" + body + (", ..." if flat.size > n else "") + "]"
+
+
+def _short_param(v) -> str:
+    s = repr(v)
+    return s if len(s) < 40 else s[:37] + "..."

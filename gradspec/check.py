@@ -1,0 +1,274 @@
+"""``gs.check(case)``: run every applicable oracle on a case and compare every pair.
+
+Example::
+
+    >>> import numpy as np, gradspec as gs
+    >>> case = gs.Case.build({"x": np.array([0.5, 2.0])}, [("y", "exp", ["x"], {})], ["y"], [np.array([1.0, -1.0])])
+    >>> v = gs.check(case, oracles=["reference", "jacobian", "finite-differences"])
+    >>> v.ok, len(v.comparisons)
+    (True, 3)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import traceback
+
+import numpy as np
+
+from . import oracles as _oracles
+from . import tolerances as _tol
+from .case import Case
+
+__all__ = ["check", "Verdict", "Discrepancy", "Comparison"]
+
+
+@dataclasses.dataclass
+class Discrepancy:
+    """One disagreement between two oracles (or an oracle that failed) on one case."""
+
+    kind: str  # value | shape | none-vs-zeros | nan-inf-pattern | raised
+    oracles: tuple[str, str]
+    message: str
+    case: Case | None = None
+    leaf: str | None = None
+    index: tuple | None = None
+    values: tuple | None = None  # (value from oracles[0], value from oracles[1]) at index
+    abs_err: float | None = None
+    rel_err: float | None = None
+    tolerance: float | None = None
+    tolerance_why: str | None = None
+    traceback: str | None = None
+
+    @property
+    def signature(self) -> tuple:
+        ops = tuple(sorted({n.op for n in self.case.nodes})) if self.case is not None else ()
+        return (self.kind, tuple(sorted(self.oracles)), ops)
+
+    def to_json(self) -> dict:
+        return {
+            "kind": self.kind,
+            "oracles": list(self.oracles),
+            "message": self.message,
+            "leaf": self.leaf,
+            "index": None if self.index is None else list(self.index),
+            "values": None if self.values is None else [_num(v) for v in self.values],
+            "abs_err": _num(self.abs_err),
+            "rel_err": _num(self.rel_err),
+            "tolerance": _num(self.tolerance),
+            "tolerance_why": self.tolerance_why,
+            "traceback": self.traceback,
+        }
+
+
+def _num(v):
+    if v is None:
+        return None
+    v = float(v)
+    return v if np.isfinite(v) else repr(v)
+
+
+@dataclasses.dataclass
+class Comparison:
+    oracles: tuple[str, str]
+    agreed: bool
+    max_ratio: float  # max over elements of |a - b| / tolerance (<= 1 means agreement)
+
+
+@dataclasses.dataclass
+class Verdict:
+    case: Case
+    results: dict  # oracle name -> {leaf: ndarray | None}
+    comparisons: list[Comparison]
+    discrepancies: list[Discrepancy]
+    skipped: dict  # oracle name -> reason
+    errors: dict  # oracle name -> (exception type name, message, traceback)
+    jacobian: object | None = None
+    fd_error: dict | None = None
+
+    @property
+    def ok(self) -> bool:
+        return not self.discrepancies
+
+    def summary(self) -> str:
+        lines = [f"{'OK' if self.ok else 'DISCREPANCY'}: {len(self.comparisons)} oracle pair(s) compared"]
+        for name, why in self.skipped.items():
+            lines.append(f"  skipped {name}: {why}")
+        for d in self.discrepancies:
+            lines.append("  " + d.message.replace("\n", "\n  "))
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.summary()
+
+
+def _case_dtype(case: Case) -> str:
+    dts = {l.value.dtype for l in case.leaves if np.issubdtype(l.value.dtype, np.floating)}
+    return "float32" if np.dtype(np.float32) in dts else "float64"
+
+
+def check(case: Case, oracles=None) -> Verdict:
+    """Run the oracles (default: every available and applicable one) on ``case``; compare all pairs."""
+    if oracles is None:
+        chosen = _oracles.all_oracles()
+    else:
+        chosen = [o if isinstance(o, _oracles.Oracle) else _oracles.get(o) for o in oracles]
+    results: dict = {}
+    skipped: dict = {}
+    errors: dict = {}
+    jac = None
+    fd_err = None
+    for o in chosen:
+        ok, why = o.available()
+        if not ok:
+            skipped[o.name] = why
+            continue
+        try:
+            ok, why = o.applies(case)
+        except Exception as e:  # an applies() that fails is the oracle's problem, report it
+            ok, why = False, f"{o.name}: applies() raised {type(e).__name__}: {e}"
+        if not ok:
+            skipped[o.name] = why
+            continue
+        try:
+            if o.kind == "fd":
+                res = o.result(case)
+                fd_err = res.error
+                results[o.name] = res.grads
+            elif o.name == "jacobian":
+                jac = o.jacobian(case)
+                results[o.name] = jac.vjp
+            else:
+                results[o.name] = o.vjp(case)
+        except _oracles.OracleError as e:
+            skipped[o.name] = str(e)
+        except Exception as e:
+            errors[o.name] = (type(e).__name__, str(e), traceback.format_exc())
+
+    discrepancies: list[Discrepancy] = []
+    comparisons: list[Comparison] = []
+    dtype = _case_dtype(case)
+    kinds = {o.name: o for o in chosen}
+    # Oracles that raised: agreement if every raising oracle raised the same message and the
+    # others are not exact engines (fd/jacobian cannot raise torch's errors); otherwise report.
+    if errors:
+        msgs = {(t, m) for t, m, _ in errors.values()}
+        exact_ok = [n for n in results if kinds[n].reports_none]
+        if len(msgs) > 1 or exact_ok:
+            for name, (t, m, tb) in errors.items():
+                other = exact_ok[0] if exact_ok else next((n for n in errors if n != name), name)
+                discrepancies.append(
+                    Discrepancy(
+                        kind="raised",
+                        oracles=(name, other),
+                        message=f"{name} raised {t}: {m}" + (f" while {other} returned gradients" if exact_ok else ""),
+                        case=case,
+                        traceback=tb,
+                    )
+                )
+    M = None
+    if jac is not None:
+        with np.errstate(all="ignore"):
+            m = np.abs(jac.matrix).T @ np.abs(jac.seed_vector) if jac.matrix.size else np.zeros(0)
+        M, off = {}, 0
+        for l in case.grad_leaves():
+            M[l.name] = m[off : off + l.value.size].reshape(l.shape)
+            off += l.value.size
+    names = list(results)
+    for a, b in itertools.combinations(names, 2):
+        tol = _tol.lookup(dtype, kinds[a].kind, kinds[b].kind)
+        comp, found = _compare(case, a, b, results[a], results[b], kinds, tol, M, fd_err)
+        comparisons.append(comp)
+        discrepancies.extend(found)
+    return Verdict(case, results, comparisons, discrepancies, skipped, errors, jac, fd_err)
+
+
+def _compare(case, a, b, ra, rb, kinds, tol, M, fd_err):
+    found = []
+    worst_ratio = 0.0
+    fd_name = a if kinds[a].kind == "fd" else b if kinds[b].kind == "fd" else None
+    both_none_aware = kinds[a].reports_none and kinds[b].reports_none
+    for leaf in case.grad_leaves():
+        ga, gb = ra.get(leaf.name), rb.get(leaf.name)
+        if ga is None or gb is None:
+            if ga is None and gb is None:
+                continue
+            if both_none_aware:
+                has = a if ga is not None else b
+                found.append(
+                    Discrepancy(
+                        "none-vs-zeros",
+                        (a, b),
+                        f"{a} vs {b}: leaf {leaf.name!r}: .grad is None for {b if has == a else a} but "
+                        f"{has} has a gradient",
+                        case,
+                        leaf.name,
+                    )
+                )
+                continue
+            ga = np.zeros(leaf.shape) if ga is None else ga
+            gb = np.zeros(leaf.shape) if gb is None else gb
+        ga, gb = np.asarray(ga), np.asarray(gb)
+        if ga.shape != gb.shape:
+            found.append(
+                Discrepancy("shape", (a, b), f"{a} vs {b}: leaf {leaf.name!r}: gradient shape {ga.shape} vs {gb.shape} "
+                            f"(leaf shape {leaf.shape})", case, leaf.name)
+            )
+            continue
+        fa, fb = ga.astype(np.float64), gb.astype(np.float64)
+        pat_a = np.where(np.isnan(fa), 1, np.where(np.isposinf(fa), 2, np.where(np.isneginf(fa), 3, 0)))
+        pat_b = np.where(np.isnan(fb), 1, np.where(np.isposinf(fb), 2, np.where(np.isneginf(fb), 3, 0)))
+        if not np.array_equal(pat_a, pat_b):
+            idx = tuple(int(i) for i in np.argwhere(pat_a != pat_b)[0])
+            found.append(
+                Discrepancy("nan-inf-pattern", (a, b), f"{a} vs {b}: leaf {leaf.name!r}[{_ix(idx)}]: "
+                            f"{fa[idx]!r} vs {fb[idx]!r} (NaN/Inf pattern differs)", case, leaf.name, idx,
+                            (fa[idx], fb[idx]))
+            )
+            continue
+        fin = pat_a == 0
+        if not fin.any():
+            continue
+        with np.errstate(all="ignore"):
+            err = np.where(fin, np.abs(fa - fb), 0.0)
+            leaf_scale = float(np.max(np.maximum(np.abs(fa), np.abs(fb)), where=fin, initial=0.0))
+            scale = np.maximum(np.maximum(np.abs(fa), np.abs(fb)), leaf_scale)
+            if M is not None:
+                scale = np.maximum(scale, np.where(np.isfinite(M[leaf.name]), M[leaf.name], 0.0))
+            allowed = tol.rtol * scale
+            if fd_name is not None and fd_err is not None:
+                allowed = allowed + tol.fd_factor * fd_err[leaf.name]
+            # An exactly-zero allowance only happens when both sides are exactly 0 everywhere.
+            ratio = np.where(fin, err / np.where(allowed > 0, allowed, np.inf), 0.0)
+            ratio = np.where(fin & (allowed == 0) & (err > 0), np.inf, ratio)
+        r = float(np.max(ratio, initial=0.0))
+        worst_ratio = max(worst_ratio, r)
+        if r > 1.0:
+            idx = tuple(int(i) for i in np.unravel_index(int(np.argmax(ratio)), ratio.shape))
+            e = float(err[idx])
+            denom = max(abs(fb[idx]), abs(fa[idx]))
+            rel = e / denom if denom else float("inf")
+            nbad = int(np.sum(ratio > 1.0))
+            found.append(
+                Discrepancy(
+                    "value",
+                    (a, b),
+                    f"{a} vs {b}: leaf {leaf.name!r}[{_ix(idx)}]: {fa[idx]!r} vs {fb[idx]!r} "
+                    f"(abs err {e:.3g}, rel err {rel:.3g}, tolerance {float(allowed[idx]):.3g}; "
+                    f"{nbad} of {fa.size} elements outside) — tolerance: {tol.describe()}",
+                    case,
+                    leaf.name,
+                    idx,
+                    (fa[idx], fb[idx]),
+                    e,
+                    rel,
+                    float(allowed[idx]),
+                    tol.describe(),
+                )
+            )
+    return Comparison((a, b), not found, worst_ratio), found
+
+
+def _ix(idx) -> str:
+    return ", ".join(str(i) for i in idx)

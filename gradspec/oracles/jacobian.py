@@ -1,0 +1,114 @@
+"""The jacobian oracle: the dense Jacobian by forward mode, then ``J^T . seed``.
+
+It never calls a VJP rule.  Each leaf that requires grad gets an identity block of tangent
+directions (one direction per input element, ``n`` in all); the ops' JVP rules carry all
+``n`` directions through the graph in one batched pass (the chain rule over the DAG: a node
+used twice receives both contributions because its tangent is the sum of its inputs'
+contributions as the JVP rules combine them).  The tangent of root ``r`` is the block of
+columns ``d r / d x`` of J; ``J^T . seed`` is the contraction with the seeds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from ._base import Oracle, OracleError
+
+__all__ = ["JacobianOracle", "jacobian"]
+
+
+@dataclasses.dataclass
+class Jacobian:
+    """J (rows: root elements in order, columns: differentiable leaf elements in order)."""
+
+    matrix: np.ndarray
+    row_labels: list[tuple[str, tuple]]  # (root, index)
+    col_labels: list[tuple[str, tuple]]  # (leaf, index)
+    seed_vector: np.ndarray
+    vjp: dict
+
+
+def jacobian(case, max_inputs: int = 4096) -> Jacobian:
+    leaves = case.grad_leaves()
+    n = int(sum(l.value.size for l in leaves))
+    if n > max_inputs:
+        raise OracleError(f"jacobian: {n} input elements exceed the dense limit of {max_inputs}")
+    values = case.evaluate()
+    tangents: dict[str, np.ndarray | None] = {}
+    off = 0
+    col_labels = []
+    for l in case.leaves:
+        if not l.differentiable:
+            tangents[l.name] = None
+            continue
+        size = l.value.size
+        t = np.zeros((n, size), dtype=np.float64)
+        t[off : off + size, :] = np.eye(size)
+        tangents[l.name] = t.reshape((n,) + l.shape)
+        col_labels += [(l.name, tuple(int(i) for i in idx)) for idx in np.ndindex(*l.shape)] if l.shape else [(l.name, ())]
+        off += size
+    with np.errstate(all="ignore"):
+        for node in case.nodes:
+            spec = case.spec(node.op)
+            ins = [tangents[i] for i in node.inputs]
+            if all(t is None for t in ins):
+                tangents[node.name] = None
+                continue
+            ins = [None if not spec.input_differentiable(k) else t for k, t in enumerate(ins)]
+            if spec.jvp is None:
+                raise OracleError(f"jacobian: op {node.op!r} declares no JVP rule")
+            # Tangents are carried in float64 whatever the case dtype: J is a reference value.
+            prim = [np.asarray(values[i], dtype=np.float64) if np.issubdtype(values[i].dtype, np.floating)
+                    else values[i] for i in node.inputs]
+            out = np.asarray(values[node.name], dtype=np.float64)
+            t = spec.jvp(ins, *prim, out=out, **node.params)
+            t = np.asarray(t, dtype=np.float64)
+            want = (n,) + tuple(np.shape(values[node.name]))
+            if t.shape != want:
+                raise OracleError(f"jacobian: JVP of {node.op!r} (node {node.name}) returned shape {t.shape}, expected {want}")
+            tangents[node.name] = t
+    seeds = case.seed_arrays(values)
+    rows = []
+    row_labels = []
+    seed_parts = []
+    for r, s in zip(case.roots, seeds):
+        t = tangents.get(r)
+        size = int(np.size(values[r]))
+        block = np.zeros((size, n)) if t is None else t.reshape(n, size).T
+        rows.append(block)
+        shape = np.shape(values[r])
+        row_labels += [(r, tuple(int(i) for i in idx)) for idx in np.ndindex(*shape)] if shape else [(r, ())]
+        seed_parts.append(np.asarray(s, dtype=np.float64).ravel())
+    J = np.concatenate(rows, axis=0) if rows else np.zeros((0, n))
+    v = np.concatenate(seed_parts) if seed_parts else np.zeros(0)
+    with np.errstate(all="ignore"):
+        g = J.T @ v if J.size else np.zeros(n)
+    out = {}
+    off = 0
+    for l in leaves:
+        out[l.name] = g[off : off + l.value.size].reshape(l.shape).astype(l.value.dtype)
+        off += l.value.size
+    return Jacobian(J, row_labels, col_labels, v, out)
+
+
+class JacobianOracle(Oracle):
+    name = "jacobian"
+    kind = "exact"
+    max_inputs = 4096
+
+    def applies(self, case):
+        missing = sorted({n.op for n in case.nodes if case.spec(n.op).jvp is None})
+        if missing:
+            return False, f"jacobian: no JVP rule for op(s) {', '.join(missing)}"
+        n = case.n_inputs
+        if n > self.max_inputs:
+            return False, f"jacobian: {n} input elements exceed the dense limit of {self.max_inputs}"
+        return True, ""
+
+    def vjp(self, case):
+        return jacobian(case, self.max_inputs).vjp
+
+    def jacobian(self, case) -> Jacobian:
+        return jacobian(case, self.max_inputs)
