@@ -12,6 +12,7 @@ Example::
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import itertools
 import traceback
 
@@ -119,6 +120,7 @@ def check(case: Case, oracles=None) -> Verdict:
     errors: dict = {}
     jac = None
     fd_err = None
+    directional = None
     for o in chosen:
         ok, why = o.available()
         if not ok:
@@ -132,6 +134,9 @@ def check(case: Case, oracles=None) -> Verdict:
             skipped[o.name] = why
             continue
         try:
+            if o.kind == "fd" and case.n_inputs > getattr(o, "full_limit", np.inf):
+                directional = o  # compared below, against each exact oracle's gradient
+                continue
             if o.kind == "fd":
                 res = o.result(case)
                 fd_err = res.error
@@ -181,7 +186,59 @@ def check(case: Case, oracles=None) -> Verdict:
         comp, found = _compare(case, a, b, results[a], results[b], kinds, tol, M, fd_err)
         comparisons.append(comp)
         discrepancies.extend(found)
+    if directional is not None and results:
+        _compare_directional(case, directional, results, kinds, dtype, comparisons, discrepancies, skipped)
     return Verdict(case, results, comparisons, discrepancies, skipped, errors, jac, fd_err)
+
+
+def _compare_directional(case, fd, results, kinds, dtype, comparisons, discrepancies, skipped, k: int = 16):
+    """Large cases: compare <u, g> with FD directional derivatives along k random unit directions."""
+    from .oracles.fd import fd_directional
+
+    leaves = case.grad_leaves()
+    # Directions derived from the case itself: the same case always gets the same directions.
+    rng = np.random.default_rng(int(hashlib.sha1(case.to_json().encode()).hexdigest()[:8], 16))
+    raw = {l.name: rng.standard_normal((k,) + l.shape) for l in leaves}
+    norm = np.sqrt(sum(np.sum(v.reshape(k, -1) ** 2, axis=1) for v in raw.values()))
+    dirs = {n: v / norm.reshape((k,) + (1,) * (v.ndim - 1)) for n, v in raw.items()}
+    try:
+        est, err = fd_directional(case, dirs)
+    except Exception as e:
+        skipped[fd.name] = f"finite differences (directional): {type(e).__name__}: {e}"
+        return
+    for name, res in results.items():
+        tol = _tol.lookup(dtype, "fd", kinds[name].kind)
+        dot = np.zeros(k)
+        mag = np.zeros(k)
+        for l in leaves:
+            g = res.get(l.name)
+            g = np.zeros(l.shape) if g is None else np.asarray(g, dtype=np.float64)
+            dot += dirs[l.name].reshape(k, -1) @ g.ravel()
+            mag += np.abs(dirs[l.name].reshape(k, -1)) @ np.abs(g.ravel())
+        allowed = tol.rtol * np.maximum(mag, np.abs(dot)) + tol.fd_factor * err
+        ratio = np.abs(dot - est) / np.where(allowed > 0, allowed, np.inf)
+        r = float(np.max(ratio, initial=0.0))
+        pair = (fd.name, name)
+        comparisons.append(Comparison(pair, r <= 1.0, r))
+        if r > 1.0:
+            j = int(np.argmax(ratio))
+            discrepancies.append(
+                Discrepancy(
+                    "value",
+                    pair,
+                    f"{fd.name} (directional) vs {name}: direction {j} of {k}: <u, grad> = {dot[j]!r} vs finite "
+                    f"differences {est[j]!r} (abs err {abs(dot[j] - est[j]):.3g}, tolerance {allowed[j]:.3g}) "
+                    f"— tolerance: {tol.describe()}",
+                    case,
+                    None,
+                    (j,),
+                    (est[j], dot[j]),
+                    float(abs(dot[j] - est[j])),
+                    float(abs(dot[j] - est[j]) / max(abs(dot[j]), 1e-300)),
+                    float(allowed[j]),
+                    tol.describe(),
+                )
+            )
 
 
 def _compare(case, a, b, ra, rb, kinds, tol, M, fd_err):

@@ -1,0 +1,234 @@
+"""Oracles and the comparison: exact JSON round trip, each oracle against known gradients,
+refusal near kinks, planted bugs caught by every independent oracle, CUDA availability."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import gradspec as gs
+from tests._mutants import MUTANT_VJPS, planted
+
+RNG = np.random.default_rng(1234)
+
+
+def _case(leaves, nodes, roots, seeds=None, **kw):
+    return gs.Case.build(leaves, nodes, roots, seeds, **kw)
+
+
+# --- cases -----------------------------------------------------------------------------------
+
+
+def test_case_json_round_trip_is_bit_exact():
+    x = np.array([0.1, -0.0, 1e-300, np.nextafter(1.0, 2.0), 3.0])
+    case = _case(
+        {"x": x, "c": np.array([True, False, True, True, False]), "w": np.float32([1.5, 2.5, 3.5, 4.5, 5.5])},
+        [("h", "where", ["c", "x", "w"], {}), ("y", "sum", ["h"], {"dim": [0], "keepdim": True})],
+        ["y", "h"],
+        [None, RNG.standard_normal(5)],
+    )
+    back = gs.Case.from_json(case.to_json())
+    assert back == case
+    for a, b in zip(case.leaves, back.leaves):
+        assert a.value.dtype == b.value.dtype and a.value.tobytes() == b.value.tobytes()
+        assert a.requires_grad == b.requires_grad
+    assert back.seeds[0] is None and back.seeds[1].tobytes() == case.seeds[1].tobytes()
+    assert back.nodes[1].params == {"dim": (-1,), "keepdim": True}
+
+
+def test_case_json_keeps_nan_and_inf():
+    case = _case({"x": np.array([np.nan, np.inf, -np.inf])}, [("y", "neg", ["x"], {})], ["y"], [np.ones(3)])
+    back = gs.Case.from_json(case.to_json())
+    assert np.array_equal(np.isnan(back.leaves[0].value), [True, False, False])
+    assert back.leaves[0].value[1] == np.inf and back.leaves[0].value[2] == -np.inf
+
+
+@pytest.mark.parametrize(
+    "text, fragment",
+    [
+        ("{not json", "invalid JSON"),
+        ('{"format": "something-else/1"}', "not a gradspec case file"),
+        ('[1, 2]', "not a gradspec case file"),
+        ('{"format": "gradspec-case/1", "leaves": []}', "corrupt gradspec case file"),
+    ],
+    ids=["invalid-json", "foreign-format", "not-an-object", "missing-fields"],
+)
+def test_corrupt_case_files_get_a_clear_error(text, fragment):
+    with pytest.raises(gs.CaseError, match=fragment):
+        gs.Case.from_json(text)
+
+
+def test_case_validation_names_the_problem():
+    with pytest.raises(gs.CaseError, match="implicit seed needs numel == 1"):
+        _case({"x": np.ones(3)}, [("y", "exp", ["x"], {})], ["y"])
+    with pytest.raises(gs.CaseError, match=r"seed for root 'y' has shape \(2,\)"):
+        _case({"x": np.ones(3)}, [("y", "exp", ["x"], {})], ["y"], [np.ones(2)])
+    with pytest.raises(gs.CaseError, match="does not accept input shapes"):
+        _case({"x": np.ones(3), "w": np.ones(4)}, [("y", "mul", ["x", "w"], {})], ["y"], [np.ones(3)])
+    with pytest.raises(gs.CaseError, match="no op named 'mull'"):
+        _case({"x": np.ones(3)}, [("y", "mull", ["x", "x"], {})], ["y"], [np.ones(3)])
+
+
+# --- each oracle against a gradient known in closed form --------------------------------------
+
+ORACLES = ["reference", "finite-differences", "jacobian", "torch-cpu"]
+
+
+@pytest.mark.parametrize("oracle", ORACLES)
+def test_each_oracle_gives_the_closed_form_vjp(oracle):
+    # y = sum_j x_j * w_j per row, with w broadcast: dy/dx = seed[:, None] * w, dy/dw = sum_i seed_i x_i
+    x = RNG.standard_normal((3, 4))
+    w = RNG.standard_normal(4)
+    seed = RNG.standard_normal(3)
+    case = _case({"x": x, "w": w}, [("h", "mul", ["x", "w"], {}), ("y", "sum", ["h"], {"dim": 1})], ["y"], [seed])
+    got = gs.oracles.get(oracle).vjp(case)
+    tol = 1e-8 if oracle == "finite-differences" else 1e-12
+    np.testing.assert_allclose(got["x"], seed[:, None] * w, rtol=tol, atol=tol)
+    np.testing.assert_allclose(got["w"], seed @ x, rtol=tol, atol=tol)
+
+
+def test_multi_root_and_implicit_seed_are_summed_by_every_oracle():
+    x = RNG.uniform(0.5, 2.0, 5)
+    seed = RNG.standard_normal(5)
+    case = _case({"x": x}, [("e", "exp", ["x"], {}), ("s", "sum", ["e"], {})], ["e", "s"], [seed, None])
+    want = np.exp(x) * seed + np.exp(x)  # both roots' VJPs add up
+    for name in ORACLES:
+        np.testing.assert_allclose(gs.oracles.get(name).vjp(case)["x"], want, rtol=1e-8, err_msg=name)
+
+
+def test_jacobian_oracle_keeps_J_and_it_is_the_dot_product_with_the_seed():
+    x = np.array([1.0, 2.0, 3.0])
+    a = RNG.standard_normal(3)
+    seed = np.array([1.0, -2.0, 0.5])
+    case = _case({"x": x, "a": a}, [("y", "mul", ["x", "a"], {})], ["y"], [seed], requires_grad={"a": False})
+    J = gs.oracles.get("jacobian").jacobian(case)
+    np.testing.assert_allclose(J.matrix, np.diag(a))
+    np.testing.assert_allclose(J.vjp["x"], J.matrix.T @ seed)
+
+
+def test_finite_differences_refuses_near_a_kink_and_says_why():
+    case = _case({"x": np.array([3e-9, 1.0])}, [("y", "abs", ["x"], {})], ["y"], [np.ones(2)])
+    v = gs.check(case, oracles=["reference", "finite-differences"])
+    assert "finite-differences" in v.skipped
+    assert "not differentiable" in v.skipped["finite-differences"] and "'y' (abs)" in v.skipped["finite-differences"]
+    # ...but not far from it
+    far = _case({"x": np.array([0.5, 1.0])}, [("y", "abs", ["x"], {})], ["y"], [np.ones(2)])
+    assert "finite-differences" not in gs.check(far, oracles=["reference", "finite-differences"]).skipped
+
+
+def test_finite_differences_reach_accounts_for_amplification():
+    # x = 1e-8 is 2e3 steps away from relu's kink in its own units, but x * 1e3 moves the
+    # kink within reach of the perturbation (h * 1e3): the refusal must see the amplified reach.
+    x = np.array([1e-8])
+    case = _case({"x": x, "k": np.array([1e3])}, [("s", "mul", ["x", "k"], {}), ("y", "relu", ["s"], {})], ["y"],
+                 [np.ones(1)], requires_grad={"k": False})
+    v = gs.check(case, oracles=["reference", "finite-differences"])
+    assert "finite-differences" in v.skipped, v.summary()
+
+
+def test_torch_cuda_reports_unavailability_with_a_reason():
+    import torch
+
+    ok, why = gs.oracles.get("torch-cuda").available()
+    assert ok == torch.cuda.is_available()
+    if not ok:
+        assert "cuda" in why.lower()
+        v = gs.check(_case({"x": np.ones(2)}, [("y", "exp", ["x"], {})], ["y"], [np.ones(2)]))
+        assert v.skipped["torch-cuda"] == why
+
+
+@pytest.mark.cuda
+def test_torch_cuda_oracle_agrees_with_cpu():
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device: torch.cuda.is_available() is False")
+    x = RNG.standard_normal((3, 4))
+    case = _case({"x": x}, [("y", "tanh", ["x"], {})], ["y"], [RNG.standard_normal((3, 4))])
+    v = gs.check(case, oracles=["torch-cpu", "torch-cuda", "reference"])
+    assert v.ok, v.summary()
+
+
+def test_oracles_names_contract():
+    assert {"reference", "finite-differences", "jacobian", "torch-cpu", "torch-cuda"} <= set(gs.oracles.names())
+    with pytest.raises(KeyError, match="known oracles"):
+        gs.oracles.get("nope")
+
+
+# --- the comparison -----------------------------------------------------------------------------
+
+
+def test_correct_case_agrees_and_every_pair_is_compared():
+    x = RNG.uniform(0.5, 2.0, (2, 3))
+    case = _case({"x": x, "w": RNG.standard_normal(3)}, [("a", "log", ["x"], {}), ("b", "mul", ["a", "w"], {}),
+                                                        ("y", "sum", ["b"], {})], ["y"])
+    v = gs.check(case)
+    assert v.ok, v.summary()
+    assert len(v.comparisons) == 6  # 4 CPU oracles -> 6 pairs
+    assert all(c.max_ratio <= 1.0 for c in v.comparisons)
+
+
+def _mutant_case(name):
+    op = MUTANT_VJPS[name][0]
+    x = RNG.uniform(0.5, 1.5, (3, 4))
+    w = RNG.uniform(0.5, 1.5, (1, 4))
+    seed = RNG.standard_normal((3, 4))
+    if op in ("mul", "add"):
+        return _case({"x": x, "w": w}, [("y", op, ["x", "w"], {})], ["y"], [seed])
+    if op == "sum":
+        return _case({"x": x}, [("y", "sum", ["x"], {"dim": 1})], ["y"], [seed[:, 0]])
+    if op == "tanh":
+        return _case({"x": x - 1.0}, [("y", "tanh", ["x"], {})], ["y"], [seed])
+    return _case({"x": x}, [("y", op, ["x"], {})], ["y"], [seed])
+
+
+@pytest.mark.parametrize("mutant", sorted(MUTANT_VJPS))
+def test_planted_vjp_bug_is_reported_by_every_independent_oracle(mutant):
+    op, bad = MUTANT_VJPS[mutant]
+    case = _mutant_case(mutant)
+    assert gs.check(case).ok  # the correct rule passes on this very case
+    with planted(op, bad):
+        v = gs.check(case)
+    pairs = {tuple(sorted(d.oracles)) for d in v.discrepancies if d.kind == "value"}
+    for other in ("finite-differences", "jacobian", "torch-cpu"):
+        assert tuple(sorted(("reference", other))) in pairs, f"{other} missed {mutant}:\n{v.summary()}"
+    # ...and the independent oracles still agree with each other
+    assert not any("reference" not in d.oracles for d in v.discrepancies), v.summary()
+    d = next(d for d in v.discrepancies if "reference" in d.oracles)
+    assert d.leaf in ("x", "w") and d.index is not None and d.tolerance is not None and d.tolerance_why
+
+
+def test_a_discrepancy_message_names_oracles_leaf_element_and_tolerance():
+    case = _mutant_case("exp-relative-1e-6")
+    with planted(*MUTANT_VJPS["exp-relative-1e-6"]):
+        v = gs.check(case, oracles=["reference", "torch-cpu"])
+    (d,) = v.discrepancies
+    assert d.message.startswith("reference vs torch-cpu: leaf 'x'[")
+    assert "rel err 1e-06" in d.message and "tolerance" in d.message
+    assert json.loads(json.dumps(d.to_json()))["kind"] == "value"
+
+
+def test_an_oracle_that_raises_is_a_discrepancy_not_a_crash():
+    def broken(g, x, *, out):
+        raise ZeroDivisionError("boom")
+
+    case = _mutant_case("exp-relative-1e-6")
+    with planted("exp", broken):
+        v = gs.check(case, oracles=["reference", "torch-cpu", "jacobian"])
+    (d,) = v.discrepancies
+    assert d.kind == "raised" and "reference raised ZeroDivisionError: boom" in d.message and "Traceback" in d.traceback
+    assert "torch-cpu" in v.results and "jacobian" in v.results  # nothing already computed is lost
+
+
+def test_large_cases_use_directional_finite_differences_and_still_catch_bugs(monkeypatch):
+    fd = gs.oracles.get("finite-differences")
+    monkeypatch.setattr(fd, "full_limit", 10)  # force directional mode on a 12-element case
+    case = _mutant_case("mul-wrong-sign")
+    v = gs.check(case, oracles=["reference", "finite-differences", "torch-cpu"])
+    assert v.ok and ("finite-differences", "reference") in [c.oracles for c in v.comparisons], v.summary()
+    with planted(*MUTANT_VJPS["mul-wrong-sign"]):
+        bad = gs.check(case, oracles=["reference", "finite-differences", "torch-cpu"])
+    assert ("finite-differences", "reference") in [d.oracles for d in bad.discrepancies], bad.summary()
+    assert "(directional)" in bad.discrepancies[0].message or any("(directional)" in d.message for d in bad.discrepancies)
