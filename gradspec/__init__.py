@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from . import domains, ops
 from . import functional as _functional
-from . import oracles
+from . import engines, oracles
 from .case import Case, CaseError
 from .check import Discrepancy, Verdict, check
 from .engine import (
@@ -44,6 +44,7 @@ __all__ = [
     "ops",
     "domains",
     "oracles",
+    "engines",
     "Case",
     "CaseError",
     "check",

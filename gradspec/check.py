@@ -175,7 +175,7 @@ def check(case: Case, oracles=None) -> Verdict:
     M = None
     if jac is not None:
         with np.errstate(all="ignore"):
-            m = np.abs(jac.matrix).T @ np.abs(jac.seed_vector) if jac.matrix.size else np.zeros(0)
+            m = np.abs(jac.matrix).T @ np.abs(jac.seed_vector) if jac.matrix.size else np.zeros(jac.matrix.shape[1])
         M, off = {}, 0
         for l in case.grad_leaves():
             M[l.name] = m[off : off + l.value.size].reshape(l.shape)

@@ -1,10 +1,31 @@
-"""Shape ops: views, joins and indexing.  All are linear, so their JVP is their forward."""
+"""Shape ops: views, joins and indexing.  All are linear, so their JVP is their forward.
+
+Canonical params keep every op batch-safe (usable on arrays with extra leading batch axes):
+
+* ``dim``-like params are negative ints (relative to the rank they index);
+* ops whose output depends on the input's own shape (``reshape``, ``expand``, ``flatten``,
+  ``index``, ``gather``, ``index_select``) get a private ``_lead`` (number of batch axes) from
+  ``batch_params``;
+* index arrays are nested lists of ints (with their shape, so 0-size arrays survive JSON).
+
+Indexing-like ops (``index``, ``gather``, ``index_select``) are all "take these flat
+positions of the input": the positions are computed once from the params and the input's
+own shape, with torch's semantics, and the forward is a take along the flattened data axes.
+Their VJP is the matching scatter-ADD (internal ops ``_<name>_backward``, built on
+``np.add.at`` so duplicated indices accumulate), whose own VJP is the take again, so
+double backward is a graph like torch's ``IndexBackward0 -> IndexPutBackward0``.
+"""
 
 from __future__ import annotations
+
+import math
+import operator
+import warnings
 
 import numpy as np
 
 from .. import engine as E
+from .._private.dims import norm_dim
 from ._common import torch
 from ._registry import register
 from ._spec import OpSpec
@@ -14,26 +35,98 @@ __all__: list[str] = []
 call = E.call
 
 
+def _st():
+    from hypothesis import strategies as st
+
+    return st
+
+
+def _prod(shape) -> int:
+    return int(math.prod(int(v) for v in shape))
+
+
+def _lead_params(p, b):
+    return {**p, "_lead": len(b)}
+
+
+def _any_dim(nd):
+    """Strategy for one dim of a rank-``nd`` tensor, positive or negative (0-d counts as rank 1)."""
+    n = max(nd, 1)
+    return _st().integers(-n, n - 1)
+
+
+# ---------------------------------------------------------------------------------------
+# reshape / expand
+# ---------------------------------------------------------------------------------------
+
+
 def _reshape_norm(shapes, shape):
     (s,) = shapes
-    shape = tuple(int(v) for v in (shape if isinstance(shape, (tuple, list)) else (shape,)))
-    n = int(np.prod(s))
+    shape = tuple(operator.index(v) for v in (shape if isinstance(shape, (tuple, list)) else (shape,)))
+    n = _prod(s)
+    for i, v in enumerate(shape):
+        if v < -1:
+            raise RuntimeError(f"invalid shape dimension {v} at index {i} of shape {list(shape)}")
     if shape.count(-1) > 1:
         raise RuntimeError("only one dimension can be inferred")
     if -1 in shape:
-        rest = int(np.prod([v for v in shape if v != -1]))
+        rest = _prod(v for v in shape if v != -1)
+        if rest == 0 and n == 0:
+            raise RuntimeError(
+                f"cannot reshape tensor of 0 elements into shape {list(shape)} because the unspecified "
+                "dimension size -1 can be any value and is ambiguous"
+            )
         if rest == 0 or n % rest:
             raise RuntimeError(f"shape '{list(shape)}' is invalid for input of size {n}")
         shape = tuple(n // rest if v == -1 else v for v in shape)
-    if int(np.prod(shape)) != n:
+    if _prod(shape) != n:
         raise RuntimeError(f"shape '{list(shape)}' is invalid for input of size {n}")
     return {"shape": shape}
 
 
-def _reshape_call(input, *shape):
-    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
-        shape = tuple(shape[0])
-    return (input,), {"shape": shape}
+def _sizes_arg(name, args, kw):
+    # torch accepts both x.reshape(2, 3) and x.reshape((2, 3)) (and the keyword form).
+    if kw is not None:
+        if args:
+            raise TypeError(f"{name}() got both positional sizes and the keyword argument")
+        args = (kw,)
+    if len(args) == 1 and isinstance(args[0], (tuple, list)):
+        return tuple(args[0])
+    return tuple(args)
+
+
+def _reshape_call(input, *sizes, shape=None):
+    return (input,), {"shape": _sizes_arg("reshape", sizes, shape)}
+
+
+def _factor_shapes(shapes):
+    """Strategy: a target shape with the same number of elements, sometimes with one -1."""
+    st = _st()
+    n = _prod(shapes[0])
+
+    @st.composite
+    def draw(draw):
+        if n == 0:
+            k = draw(st.integers(1, 3))
+            dims = [draw(st.integers(0, 3)) for _ in range(k)]
+            dims[draw(st.integers(0, k - 1))] = 0
+            return {"shape": tuple(dims)}
+        dims = []
+        rest = n
+        for _ in range(draw(st.integers(0, 3))):
+            divs = [d for d in range(1, rest + 1) if rest % d == 0]
+            d = draw(st.sampled_from(divs))
+            dims.append(d)
+            rest //= d
+        dims.append(rest)
+        dims = draw(st.permutations(dims))
+        ones = draw(st.integers(0, 1))
+        dims = list(dims) + [1] * ones
+        if draw(st.booleans()):
+            dims[draw(st.integers(0, len(dims) - 1))] = -1
+        return {"shape": tuple(dims)}
+
+    return draw()
 
 
 register(
@@ -45,20 +138,22 @@ register(
         batch_params=lambda p, b: {"shape": tuple(b) + tuple(p["shape"])},
         vjp=lambda g, x, *, out, shape: (call("reshape", g, shape=x.shape),),
         linear=True,
-        torch=lambda x, shape: torch().reshape(x, shape),
+        torch=lambda x, shape: torch().reshape(x, tuple(shape)),
         torch_name="torch.reshape",
-        shape_fn=lambda s, shape: tuple(shape) if int(np.prod(s)) == int(np.prod(shape)) else None,
+        shape_fn=lambda s, shape: tuple(shape) if _prod(s) == _prod(shape) else None,
+        param_strategy=_factor_shapes,
         normalize=_reshape_norm,
         saves=False,
         call=_reshape_call,
         method=True,
+        notes="one -1 is inferred (ambiguous with 0 elements: error); saves nothing (ViewBackward0, reference 5.2)",
     )
 )
 
 
 def _expand_norm(shapes, size):
     (s,) = shapes
-    size = tuple(int(v) for v in size)
+    size = tuple(operator.index(v) for v in size)
     lead = len(size) - len(s)
     if lead < 0:
         raise RuntimeError(
@@ -69,8 +164,17 @@ def _expand_norm(shapes, size):
     for i, v in enumerate(size):
         if v == -1:
             if i < lead:
-                raise RuntimeError("expand: -1 is not allowed in a leading, non-existing dimension")
+                raise RuntimeError(
+                    f"The expanded size of the tensor (-1) isn't allowed in a leading, non-existing dimension {i}"
+                )
             v = s[i - lead]
+        elif v < 0:
+            raise RuntimeError(f"Trying to create tensor with negative dimension {v}: {list(size)}")
+        elif i >= lead and s[i - lead] != 1 and v != s[i - lead]:
+            raise RuntimeError(
+                f"The expanded size of the tensor ({v}) must match the existing size ({s[i - lead]}) at non-singleton "
+                f"dimension {i}.  Target sizes: {list(size)}.  Tensor sizes: {list(s)}"
+            )
         out.append(v)
     return {"size": tuple(out)}
 
@@ -83,6 +187,30 @@ def _expand_fwd(x, size, _lead=0):
     return np.broadcast_to(x, tuple(size))
 
 
+def _expand_call(input, *sizes, size=None):
+    return (input,), {"size": _sizes_arg("expand", sizes, size)}
+
+
+def _expandable(s, size):
+    try:
+        return np.broadcast_shapes(tuple(s), tuple(size)) == tuple(size)
+    except ValueError:
+        return False
+
+
+def _expand_params(shapes):
+    st = _st()
+    (s,) = shapes
+
+    @st.composite
+    def draw(draw):
+        lead = [draw(st.integers(0, 3)) for _ in range(draw(st.integers(0, 2)))]
+        own = [draw(st.sampled_from([1, 0, 2, 3, -1])) if v == 1 else draw(st.sampled_from([v, -1])) for v in s]
+        return {"size": tuple(lead + own)}
+
+    return draw()
+
+
 register(
     OpSpec(
         name="expand",
@@ -91,20 +219,917 @@ register(
         forward=_expand_fwd,
         vjp=lambda g, x, *, out, size: (g,),  # the engine sums g back to x's shape
         linear=True,
-        torch=lambda x, size: x.expand(*size),
+        torch=lambda x, size: x.expand(tuple(size)),
         torch_name="Tensor.expand",
         shape_fn=lambda s, size: tuple(size) if _expandable(s, size) else None,
+        param_strategy=_expand_params,
         normalize=_expand_norm,
         batch_params=lambda p, b: {"size": tuple(b) + tuple(p["size"]), "_lead": len(b)},
         saves=False,
-        call=lambda input, *size: ((input,), {"size": tuple(size[0]) if len(size) == 1 and isinstance(size[0], (tuple, list)) else tuple(size)}),
+        call=_expand_call,
         method=True,
+        notes="new leading dims allowed (not -1); -1 keeps a size; a size-1 dim may expand to 0. "
+        "The VJP sums over expanded dims (the engine's broadcast reduction); saves nothing",
     )
 )
 
 
-def _expandable(s, size):
+# ---------------------------------------------------------------------------------------
+# transpose / permute
+# ---------------------------------------------------------------------------------------
+
+
+def _transpose_fwd(x, dim0, dim1):
+    if dim0 == dim1:  # also the only case for a 0-d tensor (dims -1, -1)
+        return x
+    return np.swapaxes(x, dim0, dim1)
+
+
+register(
+    OpSpec(
+        name="transpose",
+        family="shape",
+        arity=1,
+        forward=_transpose_fwd,
+        vjp=lambda g, x, *, out, dim0, dim1: (call("transpose", g, dim0=dim0, dim1=dim1),),
+        linear=True,
+        torch=lambda x, dim0, dim1: torch().transpose(x, dim0, dim1),
+        torch_name="torch.transpose",
+        shape_fn=lambda s, dim0, dim1: tuple(np.swapaxes(np.empty(s), dim0, dim1).shape) if s else (),
+        param_strategy=lambda shapes: _st().fixed_dictionaries(
+            {"dim0": _any_dim(len(shapes[0])), "dim1": _any_dim(len(shapes[0]))}
+        ),
+        normalize=lambda shapes, dim0, dim1: {
+            "dim0": norm_dim(dim0, len(shapes[0])),
+            "dim1": norm_dim(dim1, len(shapes[0])),
+        },
+        saves=False,
+        call=lambda input, dim0, dim1: ((input,), {"dim0": dim0, "dim1": dim1}),
+        method=True,
+        notes="0-d tensors accept dims -1 and 0; saves nothing",
+    )
+)
+
+
+def _permute_norm(shapes, dims):
+    nd = len(shapes[0])
+    dims = tuple(dims)
+    if len(dims) != nd:
+        raise RuntimeError(
+            "permute(sparse_coo): number of dimensions in the tensor input does not match the length of the "
+            f"desired ordering of dimensions i.e. input.dim() = {nd} is not equal to len(dims) = {len(dims)}"
+        )
+    out = tuple(norm_dim(d, nd) for d in dims)
+    if len(set(out)) != len(out):
+        raise RuntimeError("permute(): duplicate dims are not allowed.")
+    return {"dims": out}
+
+
+def _permute_fwd(x, dims):
+    k = len(dims)
+    return np.transpose(x, list(range(x.ndim - k)) + [x.ndim + d for d in dims])
+
+
+def _permute_vjp(g, x, *, out, dims):
+    k = len(dims)
+    inv = [0] * k
+    for i, d in enumerate(dims):
+        inv[d + k] = i - k
+    return (call("permute", g, dims=tuple(inv)),)
+
+
+def _permute_call(input, *args, dims=None):
+    return (input,), {"dims": _sizes_arg("permute", args, dims)}
+
+
+def _permute_params(shapes):
+    st = _st()
+    nd = len(shapes[0])
+    return st.tuples(st.permutations(range(nd)), st.lists(st.booleans(), min_size=nd, max_size=nd)).map(
+        lambda pn: {"dims": tuple(d - nd if neg else d for d, neg in zip(*pn, strict=True))}
+    )
+
+
+register(
+    OpSpec(
+        name="permute",
+        family="shape",
+        arity=1,
+        forward=_permute_fwd,
+        vjp=_permute_vjp,
+        linear=True,
+        torch=lambda x, dims: torch().permute(x, tuple(dims)),
+        torch_name="torch.permute",
+        shape_fn=lambda s, dims: tuple(s[d] for d in dims),
+        param_strategy=_permute_params,
+        normalize=_permute_norm,
+        saves=False,
+        call=_permute_call,
+        method=True,
+        notes="x.permute(1, 0, 2) and x.permute((1, 0, 2)) both work; the VJP is the inverse permutation; "
+        "saves nothing",
+    )
+)
+
+
+# ---------------------------------------------------------------------------------------
+# squeeze / unsqueeze / flatten
+# ---------------------------------------------------------------------------------------
+
+
+def _squeeze_norm(shapes, dim=None):
+    (s,) = shapes
+    nd = len(s)
+    if dim is None:
+        return {"dim": tuple(i - nd for i, v in enumerate(s) if v == 1)}
+    many = isinstance(dim, (tuple, list))
+    dims = [norm_dim(d, nd) for d in (dim if many else (dim,))]
+    seen = set()
+    for d in dims:
+        if d in seen:
+            raise RuntimeError(f"dim {d + max(nd, 1)} appears multiple times in the list of dims")
+        seen.add(d)
+    # Squeezing a dim that is not of size 1 is a no-op in torch, so only size-1 dims remain.
+    return {"dim": tuple(sorted(d for d in dims if nd and s[d] == 1))}
+
+
+def _squeeze_shape(s, dim):
+    nd = len(s)
+    return tuple(v for i, v in enumerate(s) if i - nd not in dim)
+
+
+def _squeeze_params(shapes):
+    st = _st()
+    nd = len(shapes[0])
+    choices = [st.none(), _any_dim(nd)]
+    if nd:
+        choices.append(st.lists(st.integers(0, nd - 1), min_size=0, max_size=nd, unique=True).map(tuple))
+    return st.fixed_dictionaries({"dim": st.one_of(*choices)})
+
+
+register(
+    OpSpec(
+        name="squeeze",
+        family="shape",
+        arity=1,
+        forward=lambda x, dim: np.squeeze(x, axis=tuple(dim)),
+        vjp=lambda g, x, *, out, dim: (call("reshape", g, shape=x.shape),),
+        linear=True,
+        torch=lambda x, dim: torch().squeeze(x, tuple(dim)),
+        torch_name="torch.squeeze",
+        shape_fn=_squeeze_shape,
+        param_strategy=_squeeze_params,
+        normalize=_squeeze_norm,
+        saves=False,
+        call=lambda input, dim=None: ((input,), {"dim": dim}),
+        method=True,
+        notes="dim: None (all size-1 dims), an int or a tuple; naming a dim whose size is not 1 is a no-op "
+        "(torch semantics); canonical dim lists only the size-1 dims actually removed; saves nothing",
+    )
+)
+
+
+def _unsqueeze_norm(shapes, dim):
+    return {"dim": norm_dim(dim, len(shapes[0]) + 1)}
+
+
+register(
+    OpSpec(
+        name="unsqueeze",
+        family="shape",
+        arity=1,
+        forward=lambda x, dim: np.expand_dims(x, dim),
+        vjp=lambda g, x, *, out, dim: (call("reshape", g, shape=x.shape),),
+        linear=True,
+        torch=lambda x, dim: torch().unsqueeze(x, dim),
+        torch_name="torch.unsqueeze",
+        shape_fn=lambda s, dim: tuple(np.expand_dims(np.empty(s), dim).shape),
+        param_strategy=lambda shapes: _st().fixed_dictionaries(
+            {"dim": _st().integers(-len(shapes[0]) - 1, len(shapes[0]))}
+        ),
+        normalize=_unsqueeze_norm,
+        saves=False,
+        call=lambda input, dim: ((input,), {"dim": dim}),
+        method=True,
+        notes="dim ranges over the OUTPUT's dims [-(n+1), n]; saves nothing",
+    )
+)
+
+
+def _flatten_norm(shapes, start_dim=0, end_dim=-1):
+    nd = len(shapes[0])
+    s, e = norm_dim(start_dim, nd), norm_dim(end_dim, nd)
+    if s > e:
+        raise RuntimeError("flatten() has invalid args: start_dim cannot come after end_dim")
+    return {"start_dim": s, "end_dim": e}
+
+
+def _flatten_shape(own, start_dim, end_dim):
+    if not own:
+        return (1,)  # torch: flattening a 0-d tensor gives shape (1,)
+    n = len(own)
+    s, e = start_dim + n, end_dim + n
+    return tuple(own[:s]) + (_prod(own[s : e + 1]),) + tuple(own[e + 1 :])
+
+
+def _flatten_fwd(x, start_dim, end_dim, _lead=0):
+    return x.reshape(x.shape[:_lead] + _flatten_shape(x.shape[_lead:], start_dim, end_dim))
+
+
+def _flatten_params(shapes):
+    st = _st()
+    nd = len(shapes[0])
+    n = max(nd, 1)
+
+    def order(ab):
+        a, b = sorted(ab, key=lambda d: d % n)
+        return {"start_dim": a, "end_dim": b}
+
+    return st.tuples(_any_dim(nd), _any_dim(nd)).map(order)
+
+
+register(
+    OpSpec(
+        name="flatten",
+        family="shape",
+        arity=1,
+        forward=_flatten_fwd,
+        batch_params=_lead_params,
+        vjp=lambda g, x, *, out, start_dim, end_dim: (call("reshape", g, shape=x.shape),),
+        linear=True,
+        torch=lambda x, start_dim, end_dim: torch().flatten(x, start_dim, end_dim),
+        torch_name="torch.flatten",
+        shape_fn=_flatten_shape,
+        param_strategy=_flatten_params,
+        normalize=_flatten_norm,
+        saves=False,
+        call=lambda input, start_dim=0, end_dim=-1: ((input,), {"start_dim": start_dim, "end_dim": end_dim}),
+        method=True,
+        notes="a 0-d tensor flattens to shape (1,); start_dim == end_dim returns the input itself in torch "
+        "(no node) while gradspec records a node: same values, saves nothing either way",
+    )
+)
+
+
+# ---------------------------------------------------------------------------------------
+# cat / stack (variadic: the inputs are the list of tensors)
+# ---------------------------------------------------------------------------------------
+
+
+def _legacy_empty(shape) -> bool:
+    # torch.cat skips 1-D tensors of size 0 whatever the other tensors' rank (legacy behaviour).
+    return len(shape) == 1 and shape[0] == 0
+
+
+def _cat_norm(shapes, dim=0):
+    if not shapes:
+        raise ValueError("torch.cat(): expected a non-empty list of Tensors")
+    for i, s in enumerate(shapes):
+        if len(s) == 0:
+            raise RuntimeError(f"zero-dimensional tensor (at position {i}) cannot be concatenated")
+    kept = [(i, s) for i, s in enumerate(shapes) if not _legacy_empty(s)]
+    if not kept:
+        return {"dim": norm_dim(dim, 1)}
+    i0, s0 = kept[0]
+    d = norm_dim(dim, len(s0))
+    for i, s in kept[1:]:
+        if len(s) != len(s0):
+            raise RuntimeError(f"Tensors must have same number of dimensions: got {len(s0)} and {len(s)}")
+        for k in range(len(s0)):
+            if k != d + len(s0) and s[k] != s0[k]:
+                raise RuntimeError(
+                    f"Sizes of tensors must match except in dimension {d + len(s0)}. Expected size {s0[k]} but got "
+                    f"size {s[k]} for tensor number {i} in the list."
+                )
+    return {"dim": d}
+
+
+def _cat_fwd(*arrays, dim):
+    rank = max(a.ndim for a in arrays)
+    kept = [a for a in arrays if a.ndim == rank]  # lower rank: a legacy empty piece (also when batched)
+    return np.concatenate(kept, axis=dim).astype(np.result_type(*arrays), copy=False)
+
+
+def _cat_shape(*shapes, dim):
+    kept = [s for s in shapes if not _legacy_empty(s)] or list(shapes)
+    out = list(kept[0])
+    out[dim] = sum(s[dim] for s in kept)
+    return tuple(out)
+
+
+def _cat_vjp(g, *xs, out, dim):
+    grads = []
+    offset = 0
+    rank = g.ndim
+    tail = (slice(None),) * (-dim - 1)
+    for x in xs:
+        if x.ndim != rank:  # a skipped legacy empty piece: its gradient is empty too
+            grads.append(E.Tensor(np.zeros(x.shape, dtype=g.dtype)))
+            continue
+        n = x.shape[dim]
+        grads.append(call("index", g, index=(Ellipsis, slice(offset, offset + n)) + tail))
+        offset += n
+    return tuple(grads)
+
+
+def _cat_params(shapes):
+    st = _st()
+    nd = len(shapes[0])
+    ok = [
+        d
+        for d in range(nd)
+        if all(len(s) == nd and all(s[k] == shapes[0][k] for k in range(nd) if k != d) for s in shapes)
+    ]
+    if not ok:
+        # No dim joins these shapes: a plain default that `normalize` rejects lets a caller
+        # retry with other shapes (st.nothing() would abort the caller's whole example).
+        return st.just({"dim": 0})
+    return st.sampled_from(ok).flatmap(lambda d: st.sampled_from([d, d - nd])).map(lambda d: {"dim": d})
+
+
+def _stack_norm(shapes, dim=0):
+    if not shapes:
+        raise RuntimeError("stack expects a non-empty TensorList")
+    s0 = tuple(shapes[0])
+    for i, s in enumerate(shapes[1:], 1):
+        if tuple(s) != s0:
+            raise RuntimeError(
+                f"stack expects each tensor to be equal size, but got {list(s0)} at entry 0 and {list(s)} at entry {i}"
+            )
+    return {"dim": norm_dim(dim, len(s0) + 1)}
+
+
+def _stack_vjp(g, *xs, out, dim):
+    tail = (slice(None),) * (-dim - 1)
+    return tuple(call("index", g, index=(Ellipsis, i) + tail) for i in range(len(xs)))
+
+
+def _stack_params(shapes):
+    st = _st()
+    nd = len(shapes[0])
+    if any(tuple(s) != tuple(shapes[0]) for s in shapes):
+        return st.just({"dim": 0})  # rejected by normalize: unequal shapes cannot be stacked
+    return st.fixed_dictionaries({"dim": st.integers(-nd - 1, nd)})
+
+
+def _list_call(name):
+    def call_(tensors, dim=0):
+        if not isinstance(tensors, (list, tuple)):
+            raise TypeError(
+                f"{name}(): argument 'tensors' must be a tuple or list of Tensors, not {type(tensors).__name__}"
+            )
+        return tuple(tensors), {"dim": dim}
+
+    call_.__name__ = name
+    return call_
+
+
+register(
+    OpSpec(
+        name="cat",
+        family="shape",
+        arity=None,
+        forward=_cat_fwd,
+        vjp=_cat_vjp,
+        linear=True,
+        torch=lambda *xs, dim: torch().cat(list(xs), dim=dim),
+        torch_name="torch.cat",
+        shape_fn=_cat_shape,
+        param_strategy=_cat_params,
+        normalize=_cat_norm,
+        saves=False,
+        call=_list_call("cat"),
+        notes="the VJP splits the gradient at the concatenation points (basic slices); 1-D empty tensors are "
+        "skipped whatever the others' rank (torch's legacy rule) and get an empty gradient; dtypes promote; "
+        "saves nothing (reference 5.2)",
+    )
+)
+
+register(
+    OpSpec(
+        name="stack",
+        family="shape",
+        arity=None,
+        forward=lambda *xs, dim: np.stack(xs, axis=dim),
+        vjp=_stack_vjp,
+        linear=True,
+        torch=lambda *xs, dim: torch().stack(list(xs), dim=dim),
+        torch_name="torch.stack",
+        shape_fn=lambda *shapes, dim: tuple(np.stack([np.empty(s) for s in shapes], axis=dim).shape),
+        param_strategy=_stack_params,
+        normalize=_stack_norm,
+        saves=False,
+        call=_list_call("stack"),
+        notes="all tensors must have equal shapes; dim ranges over the OUTPUT's dims; the VJP selects each slice; "
+        "saves nothing",
+    )
+)
+
+
+# ---------------------------------------------------------------------------------------
+# Indexing-like ops: take flat positions, scatter-add back
+# ---------------------------------------------------------------------------------------
+
+_POS_CACHE: dict = {}
+
+
+def _positions(name, fn, shape, params) -> np.ndarray:
+    """Flat positions (into the C-order flattened input) that op ``name`` takes, cached."""
+    key = (name, tuple(shape), repr(sorted(params.items())))
+    pos = _POS_CACHE.get(key)
+    if pos is None:
+        if len(_POS_CACHE) > 512:
+            _POS_CACHE.clear()
+        pos = np.array(fn(tuple(shape), **params), dtype=np.int64)  # own, writable copy
+        _POS_CACHE[key] = pos
+    return pos
+
+
+def _take(x, pos, lead):
+    flat = x.reshape(x.shape[:lead] + (_prod(x.shape[lead:]),))
+    return flat[(Ellipsis, pos)]
+
+
+def _scatter_add(g, pos, shape, lead):
+    lead_shape = g.shape[:lead]
+    out = np.zeros(lead_shape + (_prod(shape),), dtype=g.dtype)
+    np.add.at(out, (Ellipsis, pos), g)  # add.at: duplicated positions accumulate
+    return out.reshape(lead_shape + tuple(shape))
+
+
+def _scatter_torch(g, shape, pos):
+    t = torch()
+    z = t.zeros(_prod(shape), dtype=g.dtype)
+    flat = t.tensor(np.array(pos, dtype=np.int64).reshape(-1))
+    return z.index_put((flat,), g.reshape(-1), accumulate=True).reshape(tuple(shape))
+
+
+def _declare_take(name, positions, *, saves, **spec_fields):
+    """Register op ``name`` (take at ``positions(shape, **params)``) and its scatter-add adjoint."""
+    back = f"_{name}_backward"
+
+    def forward(x, _lead=0, **p):
+        return _take(x, _positions(name, positions, x.shape[_lead:], p), _lead)
+
+    def shape_fn(s, **p):
+        return tuple(_positions(name, positions, s, p).shape)
+
+    def back_forward(g, shape, _lead=0, **p):
+        return _scatter_add(g, _positions(name, positions, shape, p), tuple(shape), _lead)
+
+    def back_shape(s, shape, **p):
+        want = tuple(_positions(name, positions, tuple(shape), p).shape)
+        return tuple(shape) if tuple(s) == want else None
+
+    register(
+        OpSpec(
+            name=name,
+            family="shape",
+            arity=1,
+            forward=forward,
+            batch_params=_lead_params,
+            vjp=lambda g, x, *, out, **p: (call(back, g, shape=x.shape, **p),),
+            linear=True,
+            shape_fn=shape_fn,
+            saves=saves,
+            **spec_fields,
+        )
+    )
+    register(
+        OpSpec(
+            name=back,
+            family="internal",
+            arity=1,
+            forward=back_forward,
+            batch_params=_lead_params,
+            # The adjoint of a scatter-add is the take again: double backward stays a graph.
+            vjp=lambda g, x, *, out, shape, **p: (call(name, g, **p),),
+            linear=True,
+            torch=lambda g, shape, **p: _scatter_torch(g, shape, positions(tuple(shape), **p)),
+            torch_name=f"index_put_(accumulate=True) (adjoint of {name})",
+            shape_fn=back_shape,
+            normalize=lambda shapes, shape, **p: {**p, "shape": tuple(int(v) for v in shape)},
+            saves=saves,
+            notes=f"scatter-add of the gradient into zeros of the input's shape: the VJP of {name}",
+        )
+    )
+
+
+def _int_array(value, shape, dtype_error):
+    """An index argument (gs.Tensor, ndarray, nested list, int) as an int64 array."""
+    if isinstance(value, E.Tensor):
+        value = value.data
+    a = np.asarray(value)
+    if a.size == 0 and a.dtype.kind == "f":
+        a = a.astype(np.int64)  # [] parses as float64; torch.tensor([]) used as an index is long
+    if a.dtype.kind not in "iu":
+        raise RuntimeError(dtype_error)
+    a = a.astype(np.int64)
+    if shape is not None:
+        a = a.reshape(tuple(int(v) for v in shape))
+    return a
+
+
+def _c_strides(shape):
+    strides = []
+    acc = 1
+    for v in reversed(shape):
+        strides.append(acc)
+        acc *= int(v)
+    return strides[::-1]
+
+
+# -- index: x[key] ----------------------------------------------------------------------
+
+_MSG_SEQ_AS_TUPLE = (
+    "Using a non-tuple sequence for multidimensional indexing is deprecated and will be changed in pytorch 2.9; "
+    "use x[tuple(seq)] instead of x[seq]. In pytorch 2.9 this will be interpreted as tensor index, "
+    "x[torch.tensor(seq)], which will result either in an error or a different result"
+)
+_MSG_BOOL = (
+    "gradspec: boolean (mask) indexing is not supported by the reference engine; index with integer positions "
+    "instead, e.g. x[np.nonzero(mask)]"
+)
+_ITEM_KINDS = ("int", "slice", "none", "ellipsis", "array")
+
+
+def _key_items(key) -> list:
+    """The user's key as a list of raw items, with torch 2.13's tuple / sequence rules."""
+    if isinstance(key, list) and key and all(isinstance(k, dict) for k in key):
+        return list(key)  # already the item form (canonical or drawn by the strategy)
+    if isinstance(key, tuple):
+        return list(key)
+    if isinstance(key, list) and len(key) < 32 and any(
+        k is None or k is Ellipsis or isinstance(k, (list, tuple, slice, np.ndarray, E.Tensor)) for k in key
+    ):
+        # numpy's old heuristic, still torch 2.13's: such a list means a tuple of indices.
+        warnings.warn(_MSG_SEQ_AS_TUPLE, UserWarning, stacklevel=4)
+        return list(key)
+    return [key]
+
+
+def _item(k) -> dict:
+    """One raw item as an item dict (not yet checked against the shape)."""
+    if isinstance(k, dict):
+        kinds = [kk for kk in _ITEM_KINDS if kk in k]
+        if len(kinds) != 1:
+            raise IndexError(f"invalid index item {k!r}: expected exactly one of {', '.join(_ITEM_KINDS)}")
+        kind = kinds[0]
+        if kind == "int":
+            return _item(operator.index(k["int"]))
+        if kind == "slice":
+            return _item(slice(*k["slice"]))
+        if kind == "array":
+            a = np.asarray(k["array"])
+            return _item(a.reshape(tuple(k["shape"])) if k.get("shape") is not None else a)
+        return {kind: True}
+    if k is None:
+        return {"none": True}
+    if k is Ellipsis:
+        return {"ellipsis": True}
+    if isinstance(k, (bool, np.bool_)):
+        raise IndexError(_MSG_BOOL)
+    if isinstance(k, (int, np.integer)):
+        return {"int": int(k)}
+    if isinstance(k, slice):
+        start, stop, step = (None if v is None else operator.index(v) for v in (k.start, k.stop, k.step))
+        if step == 0:
+            raise ValueError("slice step cannot be zero")
+        if step is not None and step < 0:
+            raise ValueError("step must be greater than zero")
+        return {"slice": [start, stop, 1 if step is None else step]}
+    if isinstance(k, (E.Tensor, np.ndarray, list, tuple)):
+        data = k.data if isinstance(k, E.Tensor) else k
+        if np.asarray(data).dtype == np.bool_:
+            raise IndexError(_MSG_BOOL)
+        try:
+            a = _int_array(data, None, "")
+        except RuntimeError:
+            raise IndexError("tensors used as indices must be long, int, byte or bool tensors") from None
+        if a.ndim == 0:
+            return {"int": int(a)}  # a 0-d integer tensor indexes like an int (SelectBackward0)
+        return {"array": a.tolist(), "shape": list(a.shape)}
+    raise IndexError(
+        "only integers, slices (`:`), ellipsis (`...`), None and long or byte Variables are valid indices "
+        f"(got {type(k).__name__})"
+    )
+
+
+def _index_norm(shapes, index):
+    (s,) = shapes
+    nd = len(s)
+    items = [_item(k) for k in _key_items(index)]
+    if sum("ellipsis" in it for it in items) > 1:
+        raise IndexError("an index can only have a single ellipsis ('...')")
+    consuming = [it for it in items if "int" in it or "slice" in it or "array" in it]
+    if nd == 0 and consuming:
+        first = consuming[0]
+        if "int" in first:
+            raise IndexError(
+                "invalid index of a 0-dim tensor. Use `tensor.item()` in Python or `tensor.item<T>()` in C++ to "
+                "convert a 0-dim tensor to a number"
+            )
+        if "slice" in first:
+            raise IndexError("slice() cannot be applied to a 0-dim tensor.")
+    if len(consuming) > nd:
+        raise IndexError(f"too many indices for tensor of dimension {nd}")
+    out = []
+    arrays = []
+    dim = 0
+    for it in items:
+        if "ellipsis" in it:
+            dim += nd - len(consuming)
+            out.append(it)
+        elif "none" in it:
+            out.append(it)
+        elif "int" in it:
+            v, size = it["int"], s[dim]
+            if not -size <= v < size:
+                raise IndexError(f"index {v} is out of bounds for dimension {dim} with size {size}")
+            out.append({"int": v % size})
+            dim += 1
+        elif "slice" in it:
+            out.append({"slice": list(slice(*it["slice"]).indices(s[dim]))})
+            dim += 1
+        else:
+            a, size = np.asarray(it["array"], dtype=np.int64).reshape(it["shape"]), s[dim]
+            bad = a[(a < -size) | (a >= size)]
+            if bad.size:
+                raise IndexError(f"index {int(bad.flat[0])} is out of bounds for dimension {dim} with size {size}")
+            a = a % size if size else a
+            arrays.append(a.shape)
+            out.append({"array": a.tolist(), "shape": list(a.shape)})
+            dim += 1
     try:
-        return np.broadcast_shapes(tuple(s), tuple(size)) == tuple(size)
+        np.broadcast_shapes(*arrays)
     except ValueError:
-        return False
+        shapes_txt = ", ".join(str(list(sh)) for sh in arrays)
+        raise IndexError(
+            f"shape mismatch: indexing tensors could not be broadcast together with shapes {shapes_txt}"
+        ) from None
+    # `x[()]` is `x[...]`; an empty list would read back as an empty index array.
+    return {"index": out or [{"ellipsis": True}]}
+
+
+def _torch_getitem(a, items):
+    """``a[key]`` with torch's semantics (not numpy's) for canonical ``items``.
+
+    torch first applies the basic items (ints select, slices, None, Ellipsis), remembering
+    where each index array sits in the result, then advanced-indexes that result: the
+    broadcast index dims replace the indexed dims in place when those are adjacent there,
+    else they go to the front.  numpy instead counts ints as advanced indices, so e.g.
+    ``x[0, :, [1, 2]]`` is (3, 2) in torch but (2, 3) in numpy.
+    """
+    nd = a.ndim
+    consumed = sum(1 for it in items if "int" in it or "slice" in it or "array" in it)
+    basic, adv = [], []
+    r = 0
+    for it in items:
+        if "int" in it:
+            basic.append(it["int"])
+        elif "slice" in it:
+            basic.append(slice(*it["slice"]))
+            r += 1
+        elif "none" in it:
+            basic.append(None)
+            r += 1
+        elif "ellipsis" in it:
+            n = nd - consumed
+            basic.extend([slice(None)] * n)
+            r += n
+        else:
+            basic.append(slice(None))
+            adv.append((r, np.asarray(it["array"], dtype=np.int64).reshape(it["shape"])))
+            r += 1
+    y = a[tuple(basic)]
+    if not adv:
+        return y
+    ps = [p for p, _ in adv]
+    arrs = tuple(x for _, x in adv)
+    if ps == list(range(ps[0], ps[0] + len(ps))):
+        return y[(slice(None),) * ps[0] + arrs]
+    return np.moveaxis(y, ps, list(range(len(ps))))[arrs]
+
+
+def _index_positions(shape, index):
+    return _torch_getitem(np.arange(_prod(shape), dtype=np.int64).reshape(shape), index)
+
+
+def _torch_key(index):
+    t = torch()
+    key = []
+    for it in index:
+        if "int" in it:
+            key.append(it["int"])
+        elif "slice" in it:
+            key.append(slice(*it["slice"]))
+        elif "none" in it:
+            key.append(None)
+        elif "ellipsis" in it:
+            key.append(Ellipsis)
+        else:
+            key.append(t.as_tensor(np.asarray(it["array"], dtype=np.int64).reshape(it["shape"])))
+    return tuple(key)
+
+
+def _index_params(shapes):
+    """Strategy for a key in the JSON-friendly item form, deliberately NOT canonical.
+
+    Negative ints, slices with None/negative/out-of-range bounds and steps, None, an Ellipsis
+    over a run of dims, and up to two broadcasting index arrays with duplicates.
+    """
+    st = _st()
+    (s,) = shapes
+    nd = len(s)
+
+    @st.composite
+    def draw(draw):
+        common = draw(st.sampled_from([(2,), (3,), (1,), (0,), (2, 2)]))
+        items, n_arrays = [], 0
+        for size in s:
+            kinds = ["full", "slice"] + (["int", "array", "array"] if size > 0 else [])
+            kind = draw(st.sampled_from(kinds))
+            if kind == "array" and n_arrays == 2:
+                kind = "slice"
+            if kind == "full":
+                items.append({"slice": [None, None, None]})
+            elif kind == "slice":
+                bound = st.one_of(st.none(), st.integers(-size - 1, size + 1))
+                items.append({"slice": [draw(bound), draw(bound), draw(st.one_of(st.none(), st.integers(1, 3)))]})
+            elif kind == "int":
+                items.append({"int": draw(st.integers(-size, size - 1))})
+            else:
+                n_arrays += 1
+                shp = tuple(v if draw(st.booleans()) else 1 for v in common)
+                vals = draw(st.lists(st.integers(-size, size - 1), min_size=_prod(shp), max_size=_prod(shp)))
+                items.append({"array": np.asarray(vals, dtype=np.int64).reshape(shp).tolist(), "shape": list(shp)})
+        if nd and draw(st.booleans()):
+            a = draw(st.integers(0, nd))
+            b = draw(st.integers(a, nd))
+            items[a:b] = [{"ellipsis": True}]
+        elif draw(st.booleans()):
+            items = items[: draw(st.integers(0, len(items)))]  # trailing dims are implicitly full
+        for _ in range(draw(st.integers(0, 2))):
+            items.insert(draw(st.integers(0, len(items))), {"none": True})
+        return {"index": items or [{"ellipsis": True}]}
+
+    return draw()
+
+
+_declare_take(
+    "index",
+    _index_positions,
+    saves=lambda p: any("array" in it for it in p["index"]),
+    torch=lambda x, index: x[_torch_key(index)],
+    torch_name="Tensor.__getitem__",
+    normalize=_index_norm,
+    param_strategy=_index_params,
+    call=lambda input, index: ((input,), {"index": index}),
+    notes="x[key] with ints (negative too), slices with positive steps, None, one Ellipsis and integer index "
+    "arrays (several broadcast; torch's placement rule: ints are applied first as selects, then the index dims "
+    "go in place if adjacent, else to the front). Duplicated indices ACCUMULATE in the VJP (scatter-add). "
+    "Basic indexing saves nothing; any index array saves it (IndexBackward0). Bool masks are not supported. "
+    "Canonical key: a list of {'int': i} / {'slice': [start, stop, step]} / {'none': True} / "
+    "{'ellipsis': True} / {'array': nested ints, 'shape': [...]}",
+)
+
+
+# -- gather ------------------------------------------------------------------------------
+
+
+def _gather_norm(shapes, dim, index, index_shape=None):
+    (s,) = shapes
+    a = _int_array(index, index_shape, "gather(): Expected dtype int32/int64 for index")
+    d = norm_dim(dim, len(s))
+    s1, i1 = tuple(s) or (1,), a.shape or (1,)  # torch treats a 0-d input or index as 1-D here
+    if len(i1) != len(s1):
+        raise RuntimeError("Index tensor must have the same number of dimensions as input tensor")
+    dp = d + len(s1)
+    for k in range(len(s1)):
+        if k != dp and i1[k] > s1[k]:
+            raise RuntimeError(
+                f"Size does not match at dimension {k} expected index {list(a.shape)} to be no larger than self "
+                f"{list(s)} apart from dimension {dp}"
+            )
+    bad = a[(a < 0) | (a >= s1[dp])]
+    if bad.size:
+        raise RuntimeError(f"index {int(bad.flat[0])} is out of bounds for dimension {dp} with size {s1[dp]}")
+    return {"dim": d, "index": a.tolist(), "index_shape": tuple(a.shape)}
+
+
+def _gather_positions(shape, dim, index, index_shape):
+    s1 = tuple(shape) or (1,)
+    idx = np.asarray(index, dtype=np.int64).reshape(tuple(index_shape))
+    i1 = idx.reshape(idx.shape or (1,))
+    dp = dim + len(s1)
+    strides = _c_strides(s1)
+    grids = np.indices(i1.shape, sparse=True) if i1.ndim else []
+    pos = i1 * strides[dp]
+    for k, grid in enumerate(grids):
+        if k != dp:
+            pos = pos + grid * strides[k]
+    return np.broadcast_to(pos, i1.shape).reshape(idx.shape)
+
+
+def _gather_call(input, dim, index, *, sparse_grad=False):
+    if sparse_grad:
+        raise NotImplementedError("gradspec: gather(sparse_grad=True) (a sparse gradient) is not supported")
+    return (input,), {"dim": dim, "index": index}
+
+
+def _gather_params(shapes):
+    st = _st()
+    (s,) = shapes
+    nd = len(s)
+
+    @st.composite
+    def draw(draw):
+        dim = draw(_any_dim(nd))
+        if nd == 0:
+            ishape, size = draw(st.sampled_from([(), (1,), (3,)])), 1
+        else:
+            dp = dim % nd
+            size = s[dp]
+            ishape = tuple(
+                (draw(st.integers(0, 4)) if size else 0) if k == dp else draw(st.integers(0, s[k])) for k in range(nd)
+            )
+        n = _prod(ishape)
+        vals = draw(st.lists(st.integers(0, size - 1), min_size=n, max_size=n)) if n else []
+        return {"dim": dim, "index": np.asarray(vals, dtype=np.int64).reshape(ishape).tolist(), "index_shape": ishape}
+
+    return draw()
+
+
+_declare_take(
+    "gather",
+    _gather_positions,
+    saves=True,
+    torch=lambda x, dim, index, index_shape: torch().gather(
+        x, dim, torch().as_tensor(np.asarray(index, dtype=np.int64).reshape(tuple(index_shape)))
+    ),
+    torch_name="torch.gather",
+    normalize=_gather_norm,
+    param_strategy=_gather_params,
+    call=_gather_call,
+    method=True,
+    notes="out[i][j][k] = input[i][index[i][j][k]][k] (dim=1): index has the input's rank, is no larger than it "
+    "outside dim, values in [0, size) (no negative wrap, as in torch); duplicates accumulate in the VJP "
+    "(scatter_add); saves the index (GatherBackward0). Canonical index: nested list + index_shape",
+)
+
+
+# -- index_select ------------------------------------------------------------------------
+
+
+def _index_select_norm(shapes, dim, index):
+    (s,) = shapes
+    a = _int_array(index, None, "index_select(): Expected dtype int32 or int64 for index")
+    if a.ndim > 1:
+        raise IndexError("index_select(): Index is supposed to be a vector")
+    d = norm_dim(dim, len(s))
+    if not s and a.size != 1:
+        raise RuntimeError(f"index_select(): Index to scalar can have only 1 value, got {a.size} value(s)")
+    size = s[d] if s else 1
+    bad = a[(a < 0) | (a >= size)]
+    if bad.size:
+        raise RuntimeError(f"INDICES element is out of DATA bounds, id={int(bad.flat[0])} axis_dim={size}")
+    return {"dim": d, "index": a.reshape(-1).tolist()}
+
+
+def _index_select_positions(shape, dim, index):
+    s1 = tuple(shape) or (1,)
+    base = np.arange(_prod(s1), dtype=np.int64).reshape(s1)
+    pos = np.take(base, np.asarray(index, dtype=np.int64), axis=dim)
+    return pos.reshape(()) if not shape else pos
+
+
+def _index_select_params(shapes):
+    st = _st()
+    (s,) = shapes
+    nd = len(s)
+
+    @st.composite
+    def draw(draw):
+        dim = draw(_any_dim(nd))
+        if nd == 0:
+            return {"dim": dim, "index": [0]}
+        size = s[dim % nd]
+        vals = draw(st.lists(st.integers(0, size - 1), min_size=0, max_size=5)) if size else []
+        return {"dim": dim, "index": vals}
+
+    return draw()
+
+
+_declare_take(
+    "index_select",
+    _index_select_positions,
+    saves=True,
+    torch=lambda x, dim, index: torch().index_select(x, dim, torch().as_tensor(np.asarray(index, dtype=np.int64))),
+    torch_name="torch.index_select",
+    normalize=_index_select_norm,
+    param_strategy=_index_select_params,
+    call=lambda input, dim, index: ((input,), {"dim": dim, "index": index}),
+    method=True,
+    notes="1-D (or 0-d) int index, values in [0, size); duplicates accumulate in the VJP (index_add); a 0-d "
+    "input takes a one-element index and stays 0-d; saves the index (IndexSelectBackward0)",
+)

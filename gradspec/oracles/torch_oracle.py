@@ -25,7 +25,7 @@ def build_torch_graph(case, device: str = "cpu"):
     for leaf in case.leaves:
         # from_numpy + to(device) avoids torch.tensor's per-element Python path (the per-case
         # overhead that dominates small graphs).
-        t = torch.from_numpy(np.ascontiguousarray(leaf.value)).to(device)
+        t = torch.from_numpy(np.require(leaf.value, requirements="C")).to(device)
         if leaf.differentiable:
             t.requires_grad_(True)
         env[leaf.name] = t
