@@ -27,7 +27,7 @@ import inspect
 import itertools
 import numbers
 import warnings
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -131,7 +131,7 @@ class Node:
         self.saves = spec.saves_tensors(params)
 
     def name(self) -> str:
-        return _node_name(self.spec.name)
+        return _node_name(self.spec.name, self.spec.user)
 
     def edges(self):
         """(input index, input tensor) for inputs that gradients flow into."""
@@ -147,10 +147,11 @@ class Node:
         return f"<{self.name()} object at {id(self):#x}>"
 
 
-def _node_name(op_name: str) -> str:
-    # torch names backward nodes "MulBackward0"; gradspec uses the op name the same way.
+def _node_name(op_name: str, user: bool = False) -> str:
+    # torch names backward nodes of built-in ops "MulBackward0" and those of a custom
+    # autograd.Function "<ClassName>Backward" (no number); a user op plays the custom Function's role.
     base = "".join(part[:1].upper() + part[1:] for part in op_name.strip("_").split("_"))
-    return f"{base}Backward0"
+    return f"{base}Backward" if user else f"{base}Backward0"
 
 
 # --------------------------------------------------------------------------------------
@@ -212,12 +213,13 @@ class Tensor:
 
     @requires_grad.setter
     def requires_grad(self, value: bool) -> None:
+        # torch's attribute setter refuses ANY change on a non-leaf (even to True, with the short
+        # sentence), unlike requires_grad_() which accepts True as a no-op (reference 6.6).
+        if not self.is_leaf:
+            raise RuntimeError(_MSG_NONLEAF_FLAG if not value else _MSG_NONLEAF_FLAG.split(" If ")[0])
         if value and not _dt.is_differentiable_dtype(self.dtype):
             raise RuntimeError("only Tensors of floating point and complex dtype can require gradients")
-        if not self.is_leaf and not value:
-            raise RuntimeError(_MSG_NONLEAF_FLAG)
-        if self.is_leaf:
-            self._requires_grad = bool(value)
+        self._requires_grad = bool(value)
 
     def requires_grad_(self, requires_grad: bool = True) -> "Tensor":
         if requires_grad and not _dt.is_differentiable_dtype(self.dtype):
@@ -250,19 +252,22 @@ class Tensor:
             self._grad = None
             return
         if not isinstance(value, Tensor):
-            raise TypeError(f"assigned grad expected to be a Tensor or None but got grad of type {type(value).__name__}")
-        if value.shape != self.shape:
-            raise RuntimeError(
-                f"attempting to assign a gradient of size '{_dt.list_repr(value.shape)}' to a tensor of size "
-                f"'{_dt.list_repr(self.shape)}'. Please ensure that the gradient and the tensor are the same size"
+            raise TypeError(
+                f"assigned grad expected to be a Tensor or None but got grad of type {type(value).__name__}"
             )
+        # torch checks the dtype before the shape (a wrong shape AND dtype reports the dtype).
         if value.dtype != self.dtype:
             raise RuntimeError(
                 f"attempting to assign a gradient with dtype '{_dt.c_name(value.dtype)}' to a tensor with grad_dtype "
                 f"'{_dt.scalar_type(self.dtype)}'. The gradient must match the tensor's grad_dtype (defaults to the "
-                "tensor's dtype). You can set the tensor's grad_dtype attribute with a specific dtype, or None to allow "
-                "any dtype. Set grad_dtype with caution. Diverging the dtypes of a tensor and its gradient may break "
-                "downstream systems that assume they match."
+                "tensor's dtype). You can set the tensor's grad_dtype attribute with a specific dtype, or None to "
+                "allow any dtype. Set grad_dtype with caution. Diverging the dtypes of a tensor and its gradient may "
+                "break downstream systems that assume they match."
+            )
+        if value.shape != self.shape:
+            raise RuntimeError(
+                f"attempting to assign a gradient of size '{_dt.list_repr(value.shape)}' to a tensor of size "
+                f"'{_dt.list_repr(self.shape)}'. Please ensure that the gradient and the tensor are the same size"
             )
         self._grad = value
 
@@ -404,12 +409,22 @@ class Tensor:
 
     @property
     def mT(self):
+        if self.ndim == 0:
+            warnings.warn(
+                "Tensor.mT is deprecated on 0-D tensors. This function is the identity in these cases.",
+                UserWarning,
+                stacklevel=2,
+            )
+            return self
+        if self.ndim == 1:
+            raise RuntimeError("tensor.mT is only supported on matrices or batches of matrices. Got 1-D tensor.")
         return call("transpose", self, dim0=-2, dim1=-1)
 
     def t(self):
         if self.ndim > 2:
             raise RuntimeError(f"t() expects a tensor with <= 2 dimensions, but self is {self.ndim}D")
-        return self if self.ndim < 2 else call("transpose", self, dim0=0, dim1=1)
+        # torch records a TBackward0 node even for 0-d and 1-d inputs (the result is not a leaf).
+        return call("transpose", self, dim0=0, dim1=-1)
 
     def clone(self):
         return call("clone", self)
@@ -500,9 +515,12 @@ def apply(spec, inputs: Sequence[Any], params: dict) -> Tensor:
         raise TypeError(f"{spec.name}() takes {spec.arity} tensor input(s) but {len(tensors)} were given")
     shapes = [t.shape for t in tensors]
     params = spec.canonical(shapes, params)
+    arrays = [t.data for t in tensors]
+    if spec.family == "elementwise" and len(tensors) > 1:
+        arrays = _promote(spec, arrays)
     try:
         with np.errstate(all="ignore"):
-            data = spec.forward(*[t.data for t in tensors], **params)
+            data = spec.forward(*arrays, **params)
     except Exception as e:
         if spec.user:
             raise RuntimeError(
@@ -522,6 +540,43 @@ def apply(spec, inputs: Sequence[Any], params: dict) -> Tensor:
         out.grad_fn = Node(spec, tensors, params, out)
         out._requires_grad = True
     return out
+
+
+def _promote(spec, arrays: list) -> list:
+    """Cast the operands of an elementwise op to torch's result dtype (only what differs from numpy).
+
+    torch ranks operands: tensors with dimensions decide the dtype unless a 0-d tensor is of a
+    higher category (bool < int < float < complex).  So ``float32 (3,) * float64 0-d`` stays
+    float32 in torch while numpy (NEP 50) gives float64: without this a float32 graph would
+    silently compute in float64.  The VJP rules then see the original operands and the engine
+    casts each gradient back to its operand's dtype (reference 8.8).
+    """
+    idx = [i for i, a in enumerate(arrays) if spec.input_differentiable(i) and a.dtype.kind in "biufc"]
+    if len(idx) < 2:
+        return arrays
+    dim = [arrays[i].dtype for i in idx if arrays[i].ndim > 0]
+    zero = [arrays[i].dtype for i in idx if arrays[i].ndim == 0]
+    if not dim or not zero:
+        return arrays  # one rank class only: numpy's promotion is torch's
+    target = _combine_categories(np.result_type(*dim), np.result_type(*zero))
+    out = list(arrays)
+    for i in idx:
+        if out[i].dtype != target:
+            out[i] = out[i].astype(target)
+    return out
+
+
+def _combine_categories(higher: np.dtype, lower: np.dtype) -> np.dtype:
+    # c10's combine_categories (TypeProperties.cpp): `higher` = dtype of the dimensioned operands.
+    if higher.kind == "c":
+        return higher
+    if lower.kind == "c":
+        return np.result_type(higher, np.complex64) if higher.kind == "f" else lower
+    if higher.kind == "f":
+        return higher
+    if higher.kind == "b" or lower.kind == "f":
+        return np.result_type(higher, lower)
+    return higher
 
 
 # --------------------------------------------------------------------------------------
@@ -552,7 +607,8 @@ def _seeds_tuple(grad_tensors, n: int) -> tuple:
 def _make_seeds(outputs: Sequence[Tensor], grads: Sequence[Any]) -> list:
     """torch.autograd._make_grads, rule for rule (semantics reference §0, §1, §2)."""
     new = []
-    for i, (out, g) in enumerate(zip(outputs, grads)):
+    # zip truncates: extra seeds are silently dropped, too few are reported later (reference 2.12).
+    for i, (out, g) in enumerate(zip(outputs, grads, strict=False)):
         if isinstance(g, np.ndarray):
             g = Tensor(g)
         if isinstance(g, Tensor):
@@ -574,7 +630,8 @@ def _make_seeds(outputs: Sequence[Tensor], grads: Sequence[Any]) -> list:
                     raise RuntimeError(MSG_IMPLICIT)
                 if not _dt.is_float(out.dtype):
                     raise RuntimeError(
-                        f"grad can be implicitly created only for real scalar outputs but got {_dt.torch_repr(out.dtype)}"
+                        "grad can be implicitly created only for real scalar outputs but got "
+                        + _dt.torch_repr(out.dtype)
                     )
                 new.append(Tensor(np.ones_like(out.data)))
             else:
@@ -595,6 +652,8 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, 
         >>> x.grad.numpy()
         array([5., 5.])
     """
+    # The order of the checks is torch's: empty `inputs`, then the seeds (_make_grads), then in
+    # _run the roots and the inputs; a failing check must report the same error as torch.
     if inputs is not None:
         inputs_t = _tuple(inputs)
         if len(inputs_t) == 0:
@@ -605,11 +664,6 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, 
     seeds = _make_seeds(roots, _seeds_tuple(grad_tensors, len(roots)))
     if retain_graph is None:
         retain_graph = create_graph
-    for t in inputs_t:
-        if not t.requires_grad:
-            raise RuntimeError("can't retain_grad on Tensor that has requires_grad=False")
-    if create_graph:
-        warnings.warn(MSG_CREATE_GRAPH, UserWarning, stacklevel=3)
     _run(roots, seeds, retain_graph, create_graph, targets=inputs_t or None, capture=False)
 
 
@@ -645,10 +699,8 @@ def grad(
     seeds = _make_seeds(outs, _seeds_tuple(grad_outputs, len(outs)))
     if retain_graph is None:
         retain_graph = create_graph
-    for t in ins:
-        if not t.requires_grad:
-            raise RuntimeError("One of the differentiated Tensors does not require grad")
     got = _run(outs, seeds, retain_graph, create_graph, targets=ins, capture=True)
+    # As in torch, an unused input is reported only after the whole backward ran (and freed).
     result = []
     for i, t in enumerate(ins):
         g = got.get(id(t))
@@ -673,7 +725,7 @@ def _reduce_to(g: Tensor, inp: Tensor, node: Node | None, index: int) -> Tensor:
     shape = inp.shape
     if g.shape != shape:
         lead = g.ndim - len(shape)
-        ok = lead >= 0 and all(s == 1 or s == gs_ for s, gs_ in zip(shape, g.shape[lead:]))
+        ok = lead >= 0 and all(s == 1 or s == gs_ for s, gs_ in zip(shape, g.shape[lead:], strict=True))
         if not ok:
             who = f"Function {node.name()}" if node is not None else "Function"
             raise RuntimeError(
@@ -691,13 +743,14 @@ def _reduce_to(g: Tensor, inp: Tensor, node: Node | None, index: int) -> Tensor:
 
 
 def _accumulate(t: Tensor, g: Tensor, create_graph: bool) -> None:
-    """AccumulateGrad: first write is a fresh buffer, later writes add in place (§4)."""
+    """AccumulateGrad (a leaf): first write is a fresh buffer, later writes add in place (§4)."""
     if g.dtype != t.dtype:
         g = call("_cast", g, dtype=t.dtype.name)
     if t._grad is None:
         if create_graph and g.requires_grad:
             t._grad = call("clone", g)
         else:
+            # A copy: the incoming gradient may be the caller's own seed (reference 4.10).
             t._grad = Tensor(np.array(g.data, copy=True))
     elif create_graph:
         t._grad = call("add", t._grad, g)
@@ -705,7 +758,16 @@ def _accumulate(t: Tensor, g: Tensor, create_graph: bool) -> None:
         buf = t._grad.data
         if not buf.flags.writeable:
             t._grad.data = buf = buf.copy()
-        np.add(buf, g.data, out=buf)
+        with np.errstate(all="ignore"):  # inf + -inf is nan, silently, as in torch
+            np.add(buf, g.data, out=buf)
+
+
+def _retain(t: Tensor, g: Tensor) -> None:
+    """torch's retain_grad hook on a non-leaf: first a clone, later ``grad = grad + g`` OUT of
+    place (a new object each time, unlike a leaf's in-place AccumulateGrad; reference 6.2)."""
+    if g.dtype != t.dtype:
+        g = call("_cast", g, dtype=t.dtype.name)
+    t._grad = call("clone", g) if t._grad is None else call("add", t._grad, g)
 
 
 def _add(a: Tensor | None, b: Tensor) -> Tensor:
@@ -713,24 +775,32 @@ def _add(a: Tensor | None, b: Tensor) -> Tensor:
 
 
 def _run(roots, seeds, retain_graph: bool, create_graph: bool, targets, capture: bool) -> dict:
-    """The backward loop. ``targets``: restrict to these tensors (``inputs=`` / ``grad``)."""
+    """The backward loop (torch's ``run_backward`` + ``Engine::execute``).
+
+    ``targets``: restrict to these tensors (``backward(inputs=)``, or ``grad``'s inputs when
+    ``capture``: then gradients are returned, not accumulated).
+    """
     if len(roots) != len(seeds):
         raise RuntimeError(f"got {len(roots)} tensors and {len(seeds)} gradients")
     for i, r in enumerate(roots):
         if not r.requires_grad:
             raise RuntimeError(f"element {i} of tensors does not require grad and does not have a grad_fn")
+    # Then the inputs, in order.  backward() calls retain_grad() on each of them: a tensor without
+    # grad fails there, and a non-leaf input keeps retaining its grad afterwards (even if a later
+    # input fails); its .grad is filled by that retain mechanism (reference 7.2, 7.4b).
+    for t in targets or ():
+        if capture:
+            if not t.requires_grad:
+                raise RuntimeError("One of the differentiated Tensors does not require grad")
+        else:
+            t.retain_grad()
+    if create_graph and not capture:
+        warnings.warn(MSG_CREATE_GRAPH, UserWarning, stacklevel=4)
 
     target_ids = None if targets is None else {id(t) for t in targets}
     captured: dict[int, Tensor] = {}
 
-    def deliver(t: Tensor, g: Tensor) -> None:
-        # A gradient has arrived for tensor t as a whole (leaf, or non-leaf being captured).
-        if capture:
-            captured[id(t)] = _add(captured.get(id(t)), g)
-        else:
-            _accumulate(t, g, create_graph)
-
-    # Which nodes must run: all reachable ones, or with targets only those upstream of one.
+    # Which nodes the backward pass reaches.
     root_nodes = [r.grad_fn for r in roots if r.grad_fn is not None]
     order: list[Node] = []
     seen: set[int] = set()
@@ -745,34 +815,66 @@ def _run(roots, seeds, retain_graph: bool, create_graph: bool, targets, capture:
             if t.grad_fn is not None and id(t.grad_fn) not in seen:
                 stack.append(t.grad_fn)
 
-    if target_ids is not None:
+    # Which of them run.  With targets, torch executes only nodes upstream of a target, plus (for
+    # backward) a non-leaf target's own node, which is what fills its retained grad.  Nodes that do
+    # not run are not freed (measured on torch 2.13).  grad() only *captures* at a non-leaf target's node:
+    # such a node is evaluated (captures, retain hooks) without running its backward.
+    if target_ids is None:
+        executes = evaluates = {id(n) for n in order}
+    else:
+        target_fns = {id(t.grad_fn) for t in targets if t.grad_fn is not None}
         needed: dict[int, bool] = {}
-        # Children (producers) have lower seq numbers; evaluate in increasing seq order.
+        # Producers have lower sequence numbers than their consumers: increasing seq order.
         for n in sorted(order, key=lambda n: n.seq):
-            needed[id(n)] = any(
-                id(t) in target_ids or (t.grad_fn is not None and needed.get(id(t.grad_fn), False)) for _, t in n.edges()
+            needed[id(n)] = (not capture and id(n) in target_fns) or any(
+                id(t) in target_ids or (t.grad_fn is not None and needed.get(id(t.grad_fn), False))
+                for _, t in n.edges()
             )
         executes = {id(n) for n in order if needed[id(n)]}
-    else:
-        executes = {id(n) for n in order}
+        evaluates = executes | {id(n) for n in order if id(n) in target_fns}
 
+    # Dependencies: consumers per node, and per leaf.  torch's AccumulateGrad is a node too: a
+    # leaf's gradients are summed in a buffer and accumulated ONCE, when every node feeding it has
+    # run.  That is visible when a later node fails: a leaf still waiting for another branch has
+    # not been touched (a failing backward is not atomic, but not per edge either; reference 5.7).
     deps: dict[int, int] = {id(n): 0 for n in order}
+    leaf_deps: dict[int, int] = {}
     for n in order:
         for _, t in n.edges():
             if t.grad_fn is not None:
                 deps[id(t.grad_fn)] += 1
+            else:
+                leaf_deps[id(t)] = leaf_deps.get(id(t), 0) + 1
+    leaf_pending: dict[int, tuple[Tensor, Tensor]] = {}
+
+    def to_leaf(t: Tensor, g: Tensor) -> None:
+        prev = leaf_pending.get(id(t))
+        leaf_pending[id(t)] = (t, g if prev is None else _add(prev[1], g))
+
+    def flush_leaf(key: int) -> None:
+        # The leaf's AccumulateGrad runs (torch gives it the highest priority: right away).
+        item = leaf_pending.pop(key, None)
+        if item is None:
+            return
+        t, g = item
+        if target_ids is not None and key not in target_ids:
+            return
+        if capture:
+            captured[key] = g
+        else:
+            _accumulate(t, g, create_graph)
 
     pending: dict[int, Tensor] = {}
     with set_grad_enabled(create_graph):
-        for r, s in zip(roots, seeds):
-            s = s if s.dtype == r.dtype else Tensor(s.data.astype(r.dtype)) if not s.requires_grad else call(
-                "_cast", s, dtype=r.dtype.name
-            )
+        for r, s in zip(roots, seeds, strict=True):
+            if s.dtype != r.dtype:
+                s = call("_cast", s, dtype=r.dtype.name) if s.requires_grad else Tensor(s.data.astype(r.dtype))
             if r.grad_fn is None:
-                if target_ids is None or id(r) in target_ids:
-                    deliver(r, s)
+                to_leaf(r, s)
             else:
                 pending[id(r.grad_fn)] = _add(pending.get(id(r.grad_fn)), s)
+        for key in [k for k in leaf_pending if leaf_deps.get(k, 0) == 0]:
+            flush_leaf(key)
 
         # torch's ready queue: highest sequence number first among nodes whose consumers ran.
         ready = [(-n.seq, id(n), n) for n in root_nodes if deps[id(n)] == 0]
@@ -782,13 +884,12 @@ def _run(roots, seeds, retain_graph: bool, create_graph: bool, targets, capture:
             _, _, node = heapq.heappop(ready)
             g = pending.pop(id(node), None)
             out = node.out
-            if g is not None:
-                if target_ids is not None and id(out) in target_ids:
-                    deliver(out, g)
-                elif target_ids is None and out._retains_grad and not capture:
-                    _accumulate(out, g, create_graph)
-            run_it = g is not None and id(node) in executes
-            if run_it:
+            if g is not None and id(node) in evaluates:
+                if capture and id(out) in target_ids:
+                    captured[id(out)] = g
+                if out._retains_grad:
+                    _retain(out, g)
+            if g is not None and id(node) in executes:
                 if node.freed and node.saves:
                     raise RuntimeError(MSG_FREED)
                 grads = _call_vjp(node, g, create_graph)
@@ -798,8 +899,7 @@ def _run(roots, seeds, retain_graph: bool, create_graph: bool, targets, capture:
                         continue
                     gi = _reduce_to(gi, t, node, i)
                     if t.grad_fn is None:
-                        if target_ids is None or id(t) in target_ids:
-                            deliver(t, gi)
+                        to_leaf(t, gi)
                     else:
                         pending[id(t.grad_fn)] = _add(pending.get(id(t.grad_fn)), gi)
                 if not retain_graph:
@@ -807,6 +907,9 @@ def _run(roots, seeds, retain_graph: bool, create_graph: bool, targets, capture:
             for _, t in node.edges():
                 c = t.grad_fn
                 if c is None:
+                    leaf_deps[id(t)] -= 1
+                    if leaf_deps[id(t)] == 0:
+                        flush_leaf(id(t))
                     continue
                 deps[id(c)] -= 1
                 if deps[id(c)] == 0 and id(c) not in queued:
@@ -830,7 +933,6 @@ def _call_vjp(node: Node, g: Tensor, create_graph: bool) -> list:
         raise RuntimeError(
             f"function {node.name()} returned an incorrect number of gradients "
             f"(expected {len(node.inputs)}, got {len(grads)})"
-            + (f"; user op {spec.name!r}: its vjp must return one gradient per input" if spec.user else "")
         )
     for i, gi in enumerate(grads):
         if gi is not None and not isinstance(gi, Tensor):

@@ -253,19 +253,7 @@ def test_saves_like_torch(name, arrays, params, cid):
 # -- Tensor helpers ------------------------------------------------------------------------
 
 
-_MT_ENGINE = pytest.mark.xfail(
-    strict=True, reason="engine.py: Tensor.mT is the identity on 0-d and raises torch's RuntimeError on 1-D (reported)"
-)
-_T_ENGINE = pytest.mark.xfail(
-    strict=True, reason="engine.py: Tensor.t() on < 2-D returns self, torch records a TBackward0 node (reported)"
-)
-
-
 def _helper_marks(attr, shape):
-    if attr == "mT" and shape == ():
-        return _MT_ENGINE
-    if attr == "t" and len(shape) < 2:
-        return _T_ENGINE
     return ()
 
 
@@ -302,7 +290,6 @@ def test_transpose_helpers(attr, shape):
     assert_close(g.numpy(), tg.numpy(), what=f"grad of x.{attr}")
 
 
-@_MT_ENGINE
 def test_mT_error_like_torch():
     with pytest.raises(RuntimeError, match="tensor.mT is only supported on matrices or batches of matrices. Got 1-D"):
         _ = gs.tensor(arr(3)).mT

@@ -58,12 +58,18 @@ def unary(
     """Declare a unary elementwise op. ``params``: {name: default} (keyword args of the public function)."""
     defaults = dict(params or {})
 
-    def call_(input, **kw):
+    def call_(input, *args, **kw):
+        # torch allows these params positionally too: F.leaky_relu(x, 0.1), x.clamp(0, 1).
+        if len(args) > len(defaults):
+            raise TypeError(f"{name}() takes at most {1 + len(defaults)} positional arguments ({1 + len(args)} given)")
+        p = dict(zip(defaults, args))
+        dup = set(p) & set(kw)
+        if dup:
+            raise TypeError(f"{name}() got multiple values for argument(s) {sorted(dup)}")
         unknown = set(kw) - set(defaults)
         if unknown:
             raise TypeError(f"{name}() got unexpected keyword argument(s) {sorted(unknown)}")
-        p = {**defaults, **kw}
-        return (input,), p
+        return (input,), {**defaults, **p, **kw}
 
     # Give the public function torch's real signature (input, *, param=default, ...).
     import inspect
@@ -195,8 +201,9 @@ def _sigmoid(x):
 
 unary("sigmoid", _sigmoid, lambda g, x, out: g * (out * (1 - out)), lambda x, out: out * (1 - out),
       lambda x: torch().sigmoid(x), notes="saturates to an exact 0 gradient (reference 9.18)")
+# torch's threshold_backward zeroes the gradient where x <= 0, so relu'(nan) is 1, not 0.
 unary("relu", lambda x: np.maximum(x, 0).astype(x.dtype, copy=False),
-      lambda g, x, out: where(x.data > 0, g, 0), lambda x, out: (x > 0).astype(x.dtype),
+      lambda g, x, out: where(~(x.data <= 0), g, 0), lambda x, out: (~(x <= 0)).astype(x.dtype),
       lambda x: torch().relu(x), domain=D.away_from(0.0),
       notes="relu'(0) = 0; backward is a select, so a NaN seed gives exactly 0 where x <= 0 (reference 2.10b, 9.6)")
 
@@ -273,7 +280,12 @@ unary("gelu", _gelu, _gelu_vjp, _gelu_deriv, lambda x, approximate: F().gelu(x, 
       params={"approximate": "none"},
       param_strategy=lambda s: _st().fixed_dictionaries({"approximate": _st().sampled_from(["none", "tanh"])}),
       method=False, torch_name="torch.nn.functional.gelu")
-unary("abs", np.abs, lambda g, x, out: g * const(np.sign(x.data), x), lambda x, out: np.sign(x),
+def _sgn(x):
+    # torch's sgn is (0 < x) - (x < 0): 0 at NaN, where np.sign gives NaN.
+    return (x > 0).astype(x.dtype) - (x < 0).astype(x.dtype)
+
+
+unary("abs", np.abs, lambda g, x, out: g * const(_sgn(x.data), x), lambda x, out: _sgn(x),
       lambda x: torch().abs(x), domain=D.away_from(0.0), notes="abs'(0) = sgn(0) = 0 (reference 9.5)")
 unary("sqrt", np.sqrt, lambda g, x, out: g / (out * 2), lambda x, out: 0.5 / out, lambda x: torch().sqrt(x),
       domain=D.positive(), notes="sqrt'(0) = inf; 0 * inf = nan with a zero seed (reference 9.7)")
