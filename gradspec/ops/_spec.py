@@ -184,11 +184,11 @@ def _linear_jvp(spec: OpSpec):
     def jvp(tangents, *inputs, out, **params):
         # A jointly linear op maps tangents exactly as it maps values; a constant input
         # (tangent None) contributes nothing, i.e. a zero tangent of its shape.
+        n = next(t.shape[0] for t in tangents if t is not None)
         ts = [
-            t if t is not None else np.zeros((1,) + np.shape(x), dtype=np.result_type(x, float))
+            t if t is not None else np.zeros((n,) + np.shape(x), dtype=np.result_type(x, float))
             for t, x in zip(tangents, inputs)
         ]
-        n = max(t.shape[0] for t in ts)
         ts = [np.broadcast_to(t, (n,) + t.shape[1:]) for t in ts]
         return spec.forward_batched(ts, params, 1)
 
