@@ -18,6 +18,7 @@ from . import functional as _functional
 from . import engines, oracles
 from .case import Case, CaseError
 from .check import Discrepancy, Verdict, check
+from .ops import Op, UserOpError
 from .engine import (
     Tensor,
     backward,
@@ -45,6 +46,8 @@ __all__ = [
     "domains",
     "oracles",
     "engines",
+    "Op",
+    "UserOpError",
     "Case",
     "CaseError",
     "check",

@@ -23,7 +23,9 @@ except ImportError as _e:  # pragma: no cover - only while a family module is mi
     if "linalg" not in str(_e):
         raise
 
-__all__ = ["OpSpec", "Unsupported", "names", "get", "register", "specs"]
+from .user import Op, UserOpError  # noqa: E402
+
+__all__ = ["OpSpec", "Unsupported", "Op", "UserOpError", "names", "get", "register", "specs"]
 
 
 def names() -> list[str]:

@@ -147,11 +147,22 @@ class OpSpec:
 
     def forward_batched(self, arrays: Sequence[np.ndarray], params: dict, nbatch: int) -> np.ndarray:
         """Forward over arrays that all carry ``nbatch`` leading batch axes (same sizes)."""
+        if self.user and not self.broadcasting:
+            # A user's forward need not accept extra leading axes: evaluate point by point.
+            bshape = np.shape(arrays[0])[:nbatch]
+            outs = [self.forward(*[a[idx] for a in arrays], **params) for idx in np.ndindex(*bshape)]
+            return np.stack(outs).reshape(bshape + np.shape(outs[0])) if outs else np.zeros(bshape)
         if self.broadcasting:
             arrays = align_ranks(arrays, nbatch)
         if self.batch_params is not None:
             params = self.batch_params(params, arrays[0].shape[:nbatch] if arrays else ())
         return self.forward(*arrays, **params)
+
+    def __call__(self, *inputs, **params):
+        """Apply the op to engine tensors (``double(x)`` for a user op ``double``)."""
+        from .. import engine as E
+
+        return E.apply(self, inputs, params)
 
     def __repr__(self) -> str:
         return f"OpSpec({self.name!r}, arity={self.arity}, family={self.family!r})"
