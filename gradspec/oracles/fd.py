@@ -36,7 +36,10 @@ __all__ = ["FiniteDifferences", "FDResult", "fd_gradient", "fd_directional"]
 
 EPS = np.finfo(np.float64).eps
 STEP = EPS ** (1 / 3)
-ROUNDING_DEPTH = 64.0  # error of one evaluation of s, in units of eps * S (graphs of <= ~10 ops)
+# Error of one evaluation of s, in units of eps * S. Ops with inner sums (matmul, conv1d, reductions
+# over up to ~100 terms) round with up to n * eps * sum|terms|, which can exceed eps * |f| when the
+# terms cancel; 256 covers graphs of <= ~10 such ops (64 was seen to be too tight on conv1d).
+ROUNDING_DEPTH = 256.0
 MAX_BATCH_ELEMENTS = 4_000_000  # cap on (batch size) x (elements of the largest tensor) per pass
 FACTORS = (1.0, -1.0, 2.0)  # the stencil, in units of h
 
