@@ -267,6 +267,10 @@ class Case:
     def __repr__(self) -> str:
         return f"Case(ops={self.ops}, roots={self.roots})"
 
+    def _repr_pretty_(self, p, cycle) -> None:
+        # Hypothesis prints falsifying examples with this: the readable listing, not the fields.
+        p.text("Case:\n" + self.to_text())
+
 
 # ---------------------------------------------------------------------------------------------
 # array encoding

@@ -12,8 +12,10 @@ evaluated at ``x + h``, ``x - h`` and ``x + 2h`` (3n points, plus the centre onc
   per element, so the estimate is the corrected ``R = D - h^2 T / 6``, and ``|h^2 T / 6|`` (the
   size of the correction, far larger than R's remaining error) is its truncation-error estimate;
 * rounding: each ``s`` value carries about ``ROUNDING_DEPTH * eps * S`` absolute error, with
-  ``S = sum_r <|seed_r|, |f_r(x)|>``; D and the correction amplify it by about 2.4/h
-  (1/h from D, 8/6 h from the third difference).
+  ``S = sum_r <|seed_r|, |f_r(x)|>``, and at least ``VALUE_DEPTH * eps * max|value| * sum|seed|``
+  where an op cancels internally; D and the correction amplify it by about 2.4/h (1/h from D,
+  8/6 h from the third difference).  A near-cancelling third difference can make the truncation
+  term look tiny by luck, so the rounding term must stand on its own.
 
 3n points rather than the 4n of a two-step Richardson scheme: a per-element error estimate
 for n evaluations more than plain central differences, not 2n.  The comparison tolerance is
@@ -74,9 +76,24 @@ def _s_batched(case, leaf_batches: dict, nb: int, seeds64, roots):
     return s, S, env
 
 
-def _center(case, x64, seeds64):
+# Absolute rounding floor: an op can lose eps * (the magnitude of its intermediates) even when
+# its output is tiny (log_softmax([1, 17])[1] = -log(1 + 1.1e-7) carries the 1.1e-16 rounding
+# error of 1 + 1.1e-7, a 1e-9 relative error).  So every s carries at least
+# VALUE_DEPTH * eps * max|value in the graph| * sum|seed| of absolute error.
+VALUE_DEPTH = 16.0
+
+
+def _center(case, x64, seeds64, env):
     s0, S0, _ = _s_batched(case, {k: np.asarray(v)[None] for k, v in x64.items()}, 1, seeds64, case.roots)
-    return float(s0[0]), float(S0[0])
+    vmax = 0.0
+    for v in env.values():
+        v = np.asarray(v)
+        if np.issubdtype(v.dtype, np.floating) and v.size:
+            fin = np.abs(v[np.isfinite(v)])
+            if fin.size:
+                vmax = max(vmax, float(fin.max()))
+    seed_l1 = float(sum(np.sum(np.abs(s)) for s in seeds64))
+    return float(s0[0]), float(S0[0]), VALUE_DEPTH * EPS * vmax * seed_l1
 
 
 def _points(x64, leaves, idx_chunk, h):
@@ -111,11 +128,11 @@ def _kink_inputs(case) -> set:
     return names
 
 
-def _combine(sp, sm, s2, s0, Smax, S0, h):
+def _combine(sp, sm, s2, s0, Smax, S0, h, floor=0.0):
     d = (sp - sm) / (2 * h)
     correction = h**2 * ((s2 - 3 * sp + 3 * s0 - sm) / h**3) / 6
     top = np.maximum(np.maximum(np.abs(sp), np.abs(sm)), np.maximum(np.abs(s2), abs(s0)))
-    delta = ROUNDING_DEPTH * EPS * (np.maximum(Smax, S0) + top)
+    delta = np.maximum(ROUNDING_DEPTH * EPS * (np.maximum(Smax, S0) + top), floor)
     return d - correction, np.abs(correction) + 2.4 * delta / h
 
 
@@ -134,7 +151,7 @@ def fd_gradient(case, *, check_reach: bool = True) -> FDResult:
     S_max = np.zeros(n)
     watch = _kink_inputs(case) if check_reach else set()
     reach: dict[str, np.ndarray] = {}
-    s0, S0 = _center(case, x64, seeds64)
+    s0, S0, floor = _center(case, x64, seeds64, center)
     evaluations = 1
     for start in range(0, n, chunk):
         idx = list(range(start, min(n, start + chunk)))
@@ -151,7 +168,7 @@ def fd_gradient(case, *, check_reach: bool = True) -> FDResult:
             with np.errstate(all="ignore"):
                 dev = np.max(np.abs(np.asarray(env[name], dtype=np.float64) - c), axis=0)
             reach[name] = np.maximum(reach.get(name, 0.0), dev)
-    r, err = _combine(s_vals[0], s_vals[1], s_vals[2], s0, S_max, S0, h)
+    r, err = _combine(s_vals[0], s_vals[1], s_vals[2], s0, S_max, S0, h, floor)
     if check_reach:
         _check_reach(case, center, reach)
     grads, errors, steps = {}, {}, {}
@@ -198,9 +215,9 @@ def fd_directional(case, directions: dict[str, np.ndarray]) -> tuple[np.ndarray,
         u = directions[l.name]
         batches[l.name] = np.concatenate([x64[l.name][None] + f * h * u for f in FACTORS], axis=0)
     s, S, _ = _s_batched(case, batches, nb, seeds64, case.roots)
-    s0, S0 = _center(case, x64, seeds64)
+    s0, S0, floor = _center(case, x64, seeds64, center)
     s = s.reshape(len(FACTORS), k)
-    return _combine(s[0], s[1], s[2], s0, S.reshape(len(FACTORS), k).max(axis=0), S0, h)
+    return _combine(s[0], s[1], s[2], s0, S.reshape(len(FACTORS), k).max(axis=0), S0, h, floor)
 
 
 class FiniteDifferences(Oracle):
