@@ -243,19 +243,33 @@ def _compare_directional(case, fd, results, kinds, dtype, comparisons, discrepan
 
 
 def rounding_noise(case, runs: int = 2, ulps: float = _tol.NOISE_ULPS) -> dict | None:
-    """How much the gradient moves when every saved intermediate value is off by a few ulps.
+    """How much the gradient moves when every value the backward pass touches is off by a few ulps.
 
     Two correct libraries compute exp, tanh, sums... to within an ulp or two of each other, and
-    derivative formulas can amplify that enormously (``1 - tanh(x)**2`` near saturation loses
-    every digit but a few).  Re-running the reference backward with each node's saved output
-    perturbed by up to ``ulps`` ulps measures that amplification for this very case: the spread
-    is the noise floor below which exact oracles cannot be told apart.
+    derivative formulas can amplify that enormously: ``1 - tanh(x)**2`` near saturation, or
+    log_softmax's ``g - p * sum(g)`` when p is almost one-hot (the result is 1e-13 while its
+    terms are 2).  Re-running the reference backward with each node's saved output, each
+    incoming gradient and each VJP result perturbed by up to ``ulps`` ulps measures that
+    amplification for this very case: the spread is the noise floor below which exact oracles
+    cannot be told apart.
     """
     from . import engine as E
     from .oracles.reference import build_engine_graph
 
     leaves = case.grad_leaves()
     rng = np.random.default_rng(0)
+
+    def jitter(t):
+        if not isinstance(t, E.Tensor) or not np.issubdtype(t.data.dtype, np.floating) or not t.data.size:
+            return t
+        eps = np.finfo(t.data.dtype).eps
+        return E.Tensor((t.data * (1 + ulps * eps * rng.uniform(-1, 1, t.data.shape))).astype(t.data.dtype))
+
+    original = E._call_vjp
+
+    def noisy_vjp(node, g, create_graph):
+        return [jitter(x) for x in original(node, jitter(g), create_graph)]
+
     grads = []
     try:
         for k in range(runs + 1):
@@ -263,14 +277,15 @@ def rounding_noise(case, runs: int = 2, ulps: float = _tol.NOISE_ULPS) -> dict |
             if k:
                 for n in case.nodes:
                     t = env[n.name]
-                    if np.issubdtype(t.data.dtype, np.floating) and t.data.size:
-                        eps = np.finfo(t.data.dtype).eps
-                        t.data = (t.data * (1 + ulps * eps * rng.uniform(-1, 1, t.data.shape))).astype(t.data.dtype)
-                        if t.grad_fn is not None:
-                            t.grad_fn.out = t
+                    j = jitter(t)
+                    t.data = j.data
             seeds = [None if s is None else E.Tensor(np.array(s, copy=True)) for s in case.seeds]
-            with np.errstate(all="ignore"):
-                E.backward(roots, seeds)
+            E._call_vjp = noisy_vjp if k else original
+            try:
+                with np.errstate(all="ignore"):
+                    E.backward(roots, seeds)
+            finally:
+                E._call_vjp = original
             grads.append({l.name: env[l.name]._grad for l in leaves})
     except Exception:
         return None  # the reference engine fails on this case; that is reported elsewhere
