@@ -44,6 +44,8 @@ STEP = EPS ** (1 / 3)
 ROUNDING_DEPTH = 256.0
 MAX_BATCH_ELEMENTS = 4_000_000  # cap on (batch size) x (elements of the largest tensor) per pass
 FACTORS = (1.0, -1.0, 2.0)  # the stencil, in units of h
+COARSE = 1e-6  # error estimate above this fraction of the gradient's scale: refine the step
+REFINEMENTS = 2  # h -> h/16 at most twice; still coarse after that: the oracle refuses the case
 
 
 @dataclasses.dataclass
@@ -133,7 +135,7 @@ def _combine(sp, sm, s2, s0, Smax, S0, h, floor=0.0):
     correction = h**2 * ((s2 - 3 * sp + 3 * s0 - sm) / h**3) / 6
     top = np.maximum(np.maximum(np.abs(sp), np.abs(sm)), np.maximum(np.abs(s2), abs(s0)))
     delta = np.maximum(ROUNDING_DEPTH * EPS * (np.maximum(Smax, S0) + top), floor)
-    return d - correction, np.abs(correction) + 2.4 * delta / h
+    return d - correction, np.abs(correction) + 2.4 * delta / h, np.abs(correction)
 
 
 def fd_gradient(case, *, check_reach: bool = True) -> FDResult:
@@ -168,9 +170,38 @@ def fd_gradient(case, *, check_reach: bool = True) -> FDResult:
             with np.errstate(all="ignore"):
                 dev = np.max(np.abs(np.asarray(env[name], dtype=np.float64) - c), axis=0)
             reach[name] = np.maximum(reach.get(name, 0.0), dev)
-    r, err = _combine(s_vals[0], s_vals[1], s_vals[2], s0, S_max, S0, h, floor)
-    if check_reach:
+    if check_reach:  # a kink within reach explains a coarse estimate better than "varies too fast"
         _check_reach(case, center, reach)
+    r, err, trunc = _combine(s_vals[0], s_vals[1], s_vals[2], s0, S_max, S0, h, floor)
+    # Where the function varies too fast for the step (cos of a large intermediate) the
+    # truncation term dominates and the third-difference estimate itself becomes unreliable:
+    # refine those elements with h / 16 while that lowers the error estimate.
+    scale = max(float(np.max(np.abs(r), initial=0.0)), 1e-300)
+
+    def too_coarse(idx):
+        return idx[(trunc[idx] > COARSE * np.maximum(np.abs(r[idx]), scale)) & (trunc[idx] > 0.5 * err[idx])]
+
+    coarse = too_coarse(np.arange(n))
+    for _ in range(REFINEMENTS):
+        if coarse.size == 0:
+            break
+        h2 = h.copy()
+        h2[coarse] /= 16
+        batches, nb = _points(x64, leaves, list(coarse), h2)
+        s, S, _ = _s_batched(case, batches, nb, seeds64, case.roots)
+        evaluations += nb
+        s = s.reshape(len(FACTORS), coarse.size)
+        r2, e2, t2 = _combine(s[0], s[1], s[2], s0, S.reshape(len(FACTORS), -1).max(axis=0), S0, h2[coarse], floor)
+        better = e2 < err[coarse]
+        sel = coarse[better]
+        r[sel], err[sel], trunc[sel], h[sel] = r2[better], e2[better], t2[better], h2[sel]
+        coarse = too_coarse(sel)
+    if too_coarse(np.arange(n)).size:
+        j = int(too_coarse(np.arange(n))[0])
+        raise OracleError(
+            f"finite differences: the function varies too fast for a usable step at input element {j} "
+            f"(truncation estimate {trunc[j]:.3g} for a derivative of {r[j]:.3g} with h = {h[j]:.3g})"
+        )
     grads, errors, steps = {}, {}, {}
     off = 0
     for l in leaves:
@@ -217,7 +248,7 @@ def fd_directional(case, directions: dict[str, np.ndarray]) -> tuple[np.ndarray,
     s, S, _ = _s_batched(case, batches, nb, seeds64, case.roots)
     s0, S0, floor = _center(case, x64, seeds64, center)
     s = s.reshape(len(FACTORS), k)
-    return _combine(s[0], s[1], s[2], s0, S.reshape(len(FACTORS), k).max(axis=0), S0, h, floor)
+    return _combine(s[0], s[1], s[2], s0, S.reshape(len(FACTORS), k).max(axis=0), S0, h, floor)[:2]
 
 
 class FiniteDifferences(Oracle):
