@@ -33,6 +33,16 @@ from .functional import *  # noqa: F401,F403  (gs.<op> for every table op)
 
 __version__ = "0.1.0"
 
+
+def __getattr__(name):
+    # gs.strategies imports Hypothesis's strategy machinery: load it on first use only.
+    if name == "strategies":
+        import importlib
+
+        return importlib.import_module(".strategies", __name__)
+    raise AttributeError(f"module 'gradspec' has no attribute {name!r}")
+
+
 __all__ = [
     "Tensor",
     "tensor",
@@ -44,6 +54,7 @@ __all__ = [
     "is_grad_enabled",
     "ops",
     "domains",
+    "strategies",
     "oracles",
     "engines",
     "Op",
@@ -55,3 +66,8 @@ __all__ = [
     "Discrepancy",
     *_functional.__all__,
 ]
+
+# -- verifying users' code (gradspec.verify) --------------------------------------------------
+from .verify import Result, verify_engine, verify_op, verify_torch_function  # noqa: E402
+
+__all__ += ["Result", "verify_op", "verify_torch_function", "verify_engine"]

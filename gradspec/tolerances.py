@@ -39,6 +39,7 @@ EPS32 = float(np.finfo(np.float32).eps)
 # and the resulting spread of the gradient, times NOISE_FACTOR, is added to every tolerance.
 # This is what keeps ill-conditioned derivative formulas (1 - tanh(x)^2 near saturation) from
 # raising false alarms without loosening the tolerance for well-conditioned cases.
+SUBNORMAL_FLOOR = 1e-300  # absolute; see check._compare
 NOISE_ULPS = 4.0
 NOISE_FACTOR = 4.0
 EXACT_RTOL = {"float64": 2**12 * EPS64, "float32": 2**9 * EPS32}

@@ -1079,6 +1079,13 @@ def _conv_norm(shapes, stride=1, padding=0, dilation=1, groups=1):
             f"Calculated padded input size per channel: ({sx[-1] + sum(pads)}). Kernel size: "
             f"({dilation * (sw[2] - 1) + 1}). Kernel size can't be greater than actual input size"
         )
+    batch = sx[0] if len(sx) == 3 else 1
+    if sx[-1] == 0 and batch and sx[-2]:
+        # torch: padding can make an empty signal long enough for the kernel, but it still
+        # refuses to convolve it (found by a 20k-case soak where torch raised and gradspec did not).
+        raise RuntimeError(
+            f"Only zero batch or zero channel inputs are supported, but got input shape: [{batch}, {sx[-2]}, 1, 0]"
+        )
     if len(shapes) == 3 and tuple(shapes[2]) != (sw[0],):
         raise RuntimeError(
             f"Given weight of size {list(sw)}, expected bias to be 1-dimensional with {sw[0]} elements, but got bias "

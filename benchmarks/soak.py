@@ -1,0 +1,75 @@
+"""A long false-alarm soak: N random cases from gradspec.strategies.cases() through gs.check.
+
+    python benchmarks/soak.py --cases 20000 --seed 0 [--json FILE] [--save-dir DIR]
+
+Every case must agree (every applicable oracle pair within tolerance); any disagreement is
+saved as case JSON for `gradspec replay`.  Prints cases/s, oracle pairs compared, skips by
+reason, and op coverage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import sys
+import time
+
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import seed as hyp_seed
+
+import gradspec as gs
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--cases", type=int, default=2000)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", default=None)
+    p.add_argument("--save-dir", default="soak-failures")
+    a = p.parse_args(argv)
+    stats = collections.Counter()
+    ops = collections.Counter()
+    skips = collections.Counter()
+    bad = []
+    t0 = time.time()
+
+    @hyp_seed(a.seed)
+    @settings(max_examples=a.cases, database=None, deadline=None, phases=[Phase.generate],
+              suppress_health_check=list(HealthCheck))
+    @given(gs.strategies.cases())
+    def run(case):
+        v = gs.check(case)
+        stats["cases"] += 1
+        stats["comparisons"] += len(v.comparisons)
+        for n in {n.op for n in case.nodes}:
+            ops[n] += 1
+        for name, why in v.skipped.items():
+            skips[f"{name}: {why.split('(')[0][:70]}"] += 1
+        if not v.ok:
+            os.makedirs(a.save_dir, exist_ok=True)
+            path = os.path.join(a.save_dir, f"case-{len(bad)}.json")
+            with open(path, "w") as f:
+                f.write(case.to_json())
+            bad.append({"path": path, "summary": v.summary()})
+            print(f"DISAGREEMENT saved to {path}:\n{v.summary()}", file=sys.stderr)
+        if stats["cases"] % 500 == 0:
+            el = time.time() - t0
+            print(f"{stats['cases']} cases, {stats['cases'] / el:.1f}/s, {len(bad)} disagreements", file=sys.stderr)
+
+    run()
+    el = time.time() - t0
+    res = {"cases": stats["cases"], "disagreements": len(bad), "seconds": round(el, 1),
+           "cases_per_second": round(stats["cases"] / el, 2), "comparisons": stats["comparisons"],
+           "ops_covered": len(ops), "ops_in_table": len(gs.ops.names()), "ops": dict(ops.most_common()),
+           "skipped": dict(skips.most_common()), "failures": bad}
+    print(json.dumps({k: v for k, v in res.items() if k not in ("ops", "failures")}, indent=1))
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(res, f, indent=1)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
