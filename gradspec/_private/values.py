@@ -1,0 +1,206 @@
+"""Float values that respect one or several :class:`~gradspec.domains.Domain` s.
+
+A domain is an open interval minus neighbourhoods of singular points.  Intersected with the
+magnitude window ``{0} U [min_magnitude, max_magnitude]`` (in absolute value) and shrunk away
+from every edge and singular point by a *relative* margin, it becomes a finite union of closed
+intervals (:class:`Allowed`).  Values are drawn from that set and nowhere else, which is what
+lets a finite-difference oracle perturb them without crossing a kink, a pole or a domain edge.
+
+Two margins are used on purpose: values are *drawn* ``DRAW_MARGIN`` (relative) away from
+singular points and *checked* against the smaller ``CHECK_MARGIN``, so rounding (a float32
+cast, a reused leaf) never turns a drawn value into a rejected one.
+
+Example::
+
+    >>> from gradspec import domains as D
+    >>> from gradspec._private.values import Allowed
+    >>> Allowed.of([D.positive()], 1e-3, 1e3).intervals
+    [(0.0015, 1000.0)]
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Sequence
+
+import numpy as np
+
+__all__ = [
+    "Allowed",
+    "domain_floats",
+    "tame_array",
+    "element_margin_ok",
+    "DRAW_MARGIN",
+    "CHECK_MARGIN",
+    "NICE",
+]
+
+DRAW_MARGIN = 1.5e-3  # relative distance kept from edges/singular points when drawing
+CHECK_MARGIN = 1e-3  # relative distance required by the checks (>> finite-difference reach)
+
+# "Interesting" values, simplest first: the first one inside the allowed set is what an
+# element shrinks to.  Exact 0 and exact repeats come from here (and ties from repeats).
+NICE = (1.0, 0.0, -1.0, 2.0, 0.5, -0.5, -2.0, 3.0, -3.0, 0.25, 10.0, -10.0, 1e-3, -1e-3, 1e3, -1e3)
+
+
+def _m(p: float, margin: float = 0.0) -> float:
+    # A hair above the domain's own margin: p + margin - p can round below margin.
+    return max(margin * (1 + 1e-6), DRAW_MARGIN * max(1.0, abs(p)))
+
+
+@dataclasses.dataclass(frozen=True)
+class Allowed:
+    """A finite union of disjoint closed intervals, sorted; ``(0.0, 0.0)`` stands for exact zero."""
+
+    intervals: list
+
+    @classmethod
+    def of(cls, domains: Sequence, min_magnitude: float, max_magnitude: float) -> "Allowed":
+        ivs = [(-max_magnitude, -min_magnitude), (0.0, 0.0), (min_magnitude, max_magnitude)]
+        for d in domains:
+            if d is None:
+                continue
+            if math.isfinite(d.lo):
+                a = d.lo + _m(d.lo)
+                ivs = [(max(x, a), y) for x, y in ivs if y >= a]
+            if math.isfinite(d.hi):
+                b = d.hi - _m(d.hi)
+                ivs = [(x, min(y, b)) for x, y in ivs if x <= b]
+            for p in d.points:
+                m = _m(p, d.margin)
+                out = []
+                for x, y in ivs:
+                    if y < p - m or x > p + m:  # untouched (the removed neighbourhood is open)
+                        out.append((x, y))
+                        continue
+                    if x <= p - m:
+                        out.append((x, p - m))
+                    if y >= p + m:
+                        out.append((p + m, y))
+                ivs = out
+        ivs = sorted((float(x), float(y)) for x, y in ivs if x <= y)
+        return cls(ivs)
+
+    @property
+    def empty(self) -> bool:
+        return not self.intervals
+
+    def contains(self, v: float) -> bool:
+        return any(x <= v <= y for x, y in self.intervals)
+
+    def project(self, v: float) -> float:
+        """``v`` itself if allowed, else the nearest allowed value (an interval end)."""
+        if not math.isfinite(v):
+            v = math.copysign(1e300, v) if not math.isnan(v) else 0.0
+        best, dist = None, math.inf
+        for x, y in self.intervals:
+            if x <= v <= y:
+                return v + 0.0  # + 0.0 turns -0.0 into 0.0
+            for e in (x, y):
+                if abs(e - v) < dist:
+                    best, dist = e, abs(e - v)
+        return best + 0.0
+
+    def nice(self) -> list[float]:
+        vals = [v for v in NICE if self.contains(v)]
+        if not vals:  # e.g. interval(5, 6): fall back to the middle of the widest piece
+            x, y = max(self.intervals, key=lambda iv: iv[1] - iv[0])
+            vals = [(x + y) / 2]
+        return vals
+
+    def tame(self) -> "Allowed":
+        """The well-behaved part: magnitudes in [0.25, 2] (or failing that, [-10, 10])."""
+        for lo, hi in ((0.25, 2.0), (1e-2, 10.0)):
+            ivs = []
+            for x, y in self.intervals:
+                for a, b in ((-hi, -lo), (lo, hi)):
+                    u, w = max(x, a), min(y, b)
+                    if u < w:
+                        ivs.append((u, w))
+            if ivs:
+                return Allowed(sorted(ivs))
+        return self
+
+    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        """``n`` values uniform over the allowed set (by length; isolated points only if nothing else)."""
+        ivs = [iv for iv in self.intervals if iv[1] > iv[0]] or self.intervals
+        lengths = np.array([y - x for x, y in ivs], dtype=float)
+        p = lengths / lengths.sum() if lengths.sum() > 0 else np.full(len(ivs), 1 / len(ivs))
+        which = rng.choice(len(ivs), size=n, p=p)
+        lo = np.array([ivs[i][0] for i in which])
+        hi = np.array([ivs[i][1] for i in which])
+        return lo + (hi - lo) * rng.random(n)
+
+
+def _as_list(domain) -> list:
+    if domain is None:
+        return []
+    if isinstance(domain, (list, tuple)):
+        return list(domain)
+    return [domain]
+
+
+def domain_floats(domain, *, min_magnitude: float = 1e-3, max_magnitude: float = 1e3):
+    """Strategy for Python floats inside ``domain`` (a Domain or a list of them, intersected).
+
+    Magnitudes are 0 or within ``[min_magnitude, max_magnitude]``; edges and singular points
+    are avoided by ``max(domain.margin, DRAW_MARGIN * max(1, |point|))``.  Mixes simple values
+    (1, 0, -1, 0.5, ...), moderate floats, log-uniform magnitudes (tiny and large) and wide
+    floats; shrinks towards the first simple value in the domain (1.0 for most domains).
+    Raises ``ValueError`` if the set is empty.
+    """
+    from hypothesis import strategies as st
+
+    allowed = Allowed.of(_as_list(domain), min_magnitude, max_magnitude)
+    if allowed.empty:
+        raise ValueError(
+            f"no float in {[d.describe() for d in _as_list(domain)]} with magnitude 0 or in "
+            f"[{min_magnitude:g}, {max_magnitude:g}] (after the {DRAW_MARGIN:g} relative margin)"
+        )
+    lo_e, hi_e = math.log10(min_magnitude), math.log10(max_magnitude)
+    nice = st.sampled_from(allowed.nice())
+    moderate = st.floats(-10.0, 10.0, allow_nan=False, allow_infinity=False)
+    logmag = st.tuples(st.booleans(), st.floats(lo_e, hi_e)).map(lambda t: (-1.0 if t[0] else 1.0) * 10.0 ** t[1])
+    wide = st.floats(-max_magnitude, max_magnitude, allow_nan=False, allow_infinity=False)
+    # Weights by repetition: simple values ~30%, moderate ~40%, tiny/large ~20%, anything ~10%.
+    return st.one_of(
+        nice,
+        moderate.map(allowed.project),
+        nice,
+        moderate.map(allowed.project),
+        logmag.map(allowed.project),
+        moderate.map(allowed.project),
+        logmag.map(allowed.project),
+        nice,
+        moderate.map(allowed.project),
+        wide.map(allowed.project),
+    )
+
+
+def tame_array(rng: np.random.Generator, shape: tuple, domains, *, min_magnitude: float = 1e-3,
+               max_magnitude: float = 1e3, dtype="float64") -> np.ndarray:
+    """Distinct moderate values (|v| in [0.25, 2] where the domain allows) for repairing a case."""
+    allowed = Allowed.of(_as_list(domains), min_magnitude, max_magnitude)
+    if allowed.empty:
+        allowed = Allowed.of(_as_list(domains), 1e-6, 1e6)
+    n = int(np.prod(shape, dtype=np.int64))
+    return allowed.tame().sample(rng, n).reshape(shape).astype(dtype)
+
+
+def element_margin_ok(domain, a: np.ndarray) -> bool:
+    """Every element of ``a`` is inside ``domain`` and ``CHECK_MARGIN`` (relative) from its singular points."""
+    a = np.asarray(a, dtype=np.float64)
+    if a.size == 0 or domain is None:
+        return True
+    if not np.all(np.isfinite(a)):
+        return False
+    scale = CHECK_MARGIN * np.maximum(1.0, np.abs(a))
+    if math.isfinite(domain.lo) and not np.all(a - domain.lo >= scale):
+        return False
+    if math.isfinite(domain.hi) and not np.all(domain.hi - a >= scale):
+        return False
+    for p in domain.points:
+        if not np.all(np.abs(a - p) >= np.maximum(scale, domain.margin)):
+            return False
+    return True
