@@ -273,12 +273,7 @@ def rounding_noise(case, runs: int = 2, ulps: float = _tol.NOISE_ULPS) -> dict |
     grads = []
     try:
         for k in range(runs + 1):
-            env, roots = build_engine_graph(case)
-            if k:
-                for n in case.nodes:
-                    t = env[n.name]
-                    j = jitter(t)
-                    t.data = j.data
+            env, roots = build_engine_graph(case, jitter=jitter if k else None)
             seeds = [None if s is None else E.Tensor(np.array(s, copy=True)) for s in case.seeds]
             E._call_vjp = noisy_vjp if k else original
             try:

@@ -170,6 +170,12 @@ def fd_gradient(case, *, check_reach: bool = True) -> FDResult:
             with np.errstate(all="ignore"):
                 dev = np.max(np.abs(np.asarray(env[name], dtype=np.float64) - c), axis=0)
             reach[name] = np.maximum(reach.get(name, 0.0), dev)
+    if not np.all(np.isfinite(s_vals)):
+        j = int(np.argwhere(~np.isfinite(s_vals))[0][1])
+        raise OracleError(
+            f"finite differences: the function is not finite at a perturbed point (input element {j} moved by "
+            f"{h[j]:.3g}): the case sits at the edge of float64's range"
+        )
     if check_reach:  # a kink within reach explains a coarse estimate better than "varies too fast"
         _check_reach(case, center, reach)
     r, err, trunc = _combine(s_vals[0], s_vals[1], s_vals[2], s0, S_max, S0, h, floor)
@@ -214,19 +220,42 @@ def fd_gradient(case, *, check_reach: bool = True) -> FDResult:
 
 
 def _check_reach(case, center, reach) -> None:
-    """Refuse if any op input is within (4x) its perturbation reach of a non-differentiable point."""
+    """Refuse if any op input is within (4x) its perturbation reach of a non-differentiable point.
+
+    Domain points and edges are checked element by element (each element's distance against its
+    own reach); relations between elements (ties of a max, clamp bounds...) through the op's
+    ``kink_distance``, a scalar, against the largest reach among its inputs.
+    """
     for node in case.nodes:
         spec = case.spec(node.op)
-        args = [center[i] for i in node.inputs]
-        d = spec.singular_distance(args, node.params)
-        if not np.isfinite(d):
-            continue
-        r = max((float(np.max(reach[i], initial=0.0)) for i in node.inputs if i in reach), default=0.0)
-        if d <= 4 * r:
-            raise OracleError(
-                f"finite differences: an input of node {node.name!r} ({node.op}) is {d:.3g} from a point where "
-                f"{node.op} is not differentiable (kink, tie or domain edge), within 4x the perturbation reach {r:.3g}"
-            )
+        args = [np.asarray(center[i]) for i in node.inputs]
+        for name, a, dom in zip(node.inputs, args, spec.domains_for(len(args))):
+            if name not in reach or not np.issubdtype(a.dtype, np.floating) or not a.size:
+                continue
+            dist = np.full(a.shape, np.inf)
+            for p in dom.points:
+                dist = np.minimum(dist, np.abs(a - p))
+            if np.isfinite(dom.lo):
+                dist = np.minimum(dist, a - dom.lo)
+            if np.isfinite(dom.hi):
+                dist = np.minimum(dist, dom.hi - a)
+            close = dist <= 4 * reach[name]
+            if close.any():
+                j = tuple(int(i) for i in np.argwhere(close)[0])
+                _refuse(node, float(dist[j]), float(reach[name][j]))
+        if spec.kink_distance is not None:
+            with np.errstate(all="ignore"):
+                d = float(spec.kink_distance(*args, **node.params))
+            r = max((float(np.max(reach[i], initial=0.0)) for i in node.inputs if i in reach), default=0.0)
+            if np.isfinite(d) and d <= 4 * r:
+                _refuse(node, d, r)
+
+
+def _refuse(node, d, r):
+    raise OracleError(
+        f"finite differences: an input of node {node.name!r} ({node.op}) is {d:.3g} from a point where "
+        f"{node.op} is not differentiable (kink, tie or domain edge), within 4x the perturbation reach {r:.3g}"
+    )
 
 
 def fd_directional(case, directions: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:

@@ -10,14 +10,23 @@ from ._base import Oracle
 __all__ = ["ReferenceOracle", "build_engine_graph"]
 
 
-def build_engine_graph(case) -> tuple[dict[str, E.Tensor], list[E.Tensor]]:
-    """Leaves and nodes of ``case`` as engine tensors; returns (env, roots)."""
+def build_engine_graph(case, jitter=None) -> tuple[dict[str, E.Tensor], list[E.Tensor]]:
+    """Leaves and nodes of ``case`` as engine tensors; returns (env, roots).
+
+    ``jitter`` (used by ``check.rounding_noise``) perturbs each op's output as it is computed,
+    so later ops see consistent values; outputs of selecting ops (those with ties or kinks,
+    e.g. amax, maximum, clamp) are exact copies of an input and are left alone, as their VJPs
+    compare them with their inputs.
+    """
     env: dict[str, E.Tensor] = {}
     for leaf in case.leaves:
         env[leaf.name] = E.Tensor(np.array(leaf.value, copy=True), requires_grad=leaf.differentiable)
     for n in case.nodes:
         spec = case.spec(n.op)
-        env[n.name] = E.apply(spec, [env[i] for i in n.inputs], n.params)
+        out = E.apply(spec, [env[i] for i in n.inputs], n.params)
+        if jitter is not None and spec.kink_distance is None:
+            out.data = jitter(out).data
+        env[n.name] = out
     return env, [env[r] for r in case.roots]
 
 
