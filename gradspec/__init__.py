@@ -71,3 +71,8 @@ __all__ = [
 from .verify import Result, verify_engine, verify_op, verify_torch_function  # noqa: E402
 
 __all__ += ["Result", "verify_op", "verify_torch_function", "verify_engine"]
+
+# -- assertions for users' own tests (gradspec.testing) ---------------------------------------
+from .testing import assert_gradients  # noqa: E402
+
+__all__ += ["assert_gradients"]

@@ -227,8 +227,8 @@ def _compare_directional(case, fd, results, kinds, dtype, comparisons, discrepan
                 Discrepancy(
                     "value",
                     pair,
-                    f"{fd.name} (directional) vs {name}: direction {j} of {k}: <u, grad> = {dot[j]!r} vs finite "
-                    f"differences {est[j]!r} (abs err {abs(dot[j] - est[j]):.3g}, tolerance {allowed[j]:.3g}) "
+                    f"{fd.name} (directional) vs {name}: direction {j} of {k}: <u, grad> = {float(dot[j])!r} vs finite "
+                    f"differences {float(est[j])!r} (abs err {abs(dot[j] - est[j]):.3g}, tolerance {allowed[j]:.3g}) "
                     f"— tolerance: {tol.describe()}",
                     case,
                     None,
@@ -266,9 +266,17 @@ def rounding_noise(case, runs: int = 2, ulps: float = _tol.NOISE_ULPS) -> dict |
         return E.Tensor((t.data * (1 + ulps * eps * rng.uniform(-1, 1, t.data.shape))).astype(t.data.dtype))
 
     original = E._call_vjp
+    original_apply = E.apply
 
     def noisy_vjp(node, g, create_graph):
         return [jitter(x) for x in original(node, jitter(g), create_graph)]
+
+    def noisy_apply(spec, inputs, params):
+        # Every op evaluated inside a VJP rule too (gelu's inner tanh, softmax's sum...).
+        out = original_apply(spec, inputs, params)
+        if spec.kink_distance is None:
+            out.data = jitter(out).data
+        return out
 
     grads = []
     try:
@@ -276,11 +284,13 @@ def rounding_noise(case, runs: int = 2, ulps: float = _tol.NOISE_ULPS) -> dict |
             env, roots = build_engine_graph(case, jitter=jitter if k else None)
             seeds = [None if s is None else E.Tensor(np.array(s, copy=True)) for s in case.seeds]
             E._call_vjp = noisy_vjp if k else original
+            E.apply = noisy_apply if k else original_apply
             try:
                 with np.errstate(all="ignore"):
                     E.backward(roots, seeds)
             finally:
                 E._call_vjp = original
+                E.apply = original_apply
             grads.append({l.name: env[l.name]._grad for l in leaves})
     except Exception:
         return None  # the reference engine fails on this case; that is reported elsewhere
@@ -339,7 +349,7 @@ def _compare(case, a, b, ra, rb, kinds, tol, M, fd_err, noise=None):
             idx = tuple(int(i) for i in np.argwhere(pat_a != pat_b)[0])
             found.append(
                 Discrepancy("nan-inf-pattern", (a, b), f"{a} vs {b}: leaf {leaf.name!r}[{_ix(idx)}]: "
-                            f"{fa[idx]!r} vs {fb[idx]!r} (NaN/Inf pattern differs)", case, leaf.name, idx,
+                            f"{float(fa[idx])!r} vs {float(fb[idx])!r} (NaN/Inf pattern differs)", case, leaf.name, idx,
                             (fa[idx], fb[idx]))
             )
             continue
@@ -374,7 +384,7 @@ def _compare(case, a, b, ra, rb, kinds, tol, M, fd_err, noise=None):
                 Discrepancy(
                     "value",
                     (a, b),
-                    f"{a} vs {b}: leaf {leaf.name!r}[{_ix(idx)}]: {fa[idx]!r} vs {fb[idx]!r} "
+                    f"{a} vs {b}: leaf {leaf.name!r}[{_ix(idx)}]: {float(fa[idx])!r} vs {float(fb[idx])!r} "
                     f"(abs err {e:.3g}, rel err {rel:.3g}, tolerance {float(allowed[idx]):.3g}; "
                     f"{nbad} of {fa.size} elements outside) — tolerance: {tol.describe()}",
                     case,

@@ -1,16 +1,29 @@
-"""The gradspec pytest plugin: Hypothesis profiles and report options.
+"""The gradspec pytest plugin: Hypothesis profiles, HTML reports of failing gradient checks, campaigns.
 
-Installed through the ``pytest11`` entry point, so any project that has gradspec installed gets
-``--gradspec-profile {ci,dev,fuzz}`` and ``--gradspec-report-dir DIR``.
+Installed through the ``pytest11`` entry point, so any project that has gradspec installed gets:
+
+* ``--gradspec-profile {ci,dev,fuzz}``: the Hypothesis profile (see :mod:`gradspec.profiles`).
+  Without the option the profile is ``ci`` when the ``CI`` environment variable is set, else
+  ``dev``; ``GRADSPEC_PROFILE`` in the environment works like the option.
+* ``--gradspec-report-dir DIR``: every failing ``gs.assert_gradients(case)`` (or the
+  ``gradspec_check`` fixture) writes the same HTML report as ``gradspec fuzz`` into DIR; the
+  session ends with ``DIR/index.html`` listing them.  Works under ``pytest -n auto`` (the workers
+  write their folders atomically; the controller writes the index at the end).
+* the fixture ``gradspec_check(case, **kw)``: ``gs.assert_gradients`` with the test's node id in
+  the report.
+* collection of ``*.gradspec-campaign.json`` files: what ``gradspec fuzz --workers K`` runs
+  under pytest-xdist (one item per shard).
 """
 
 from __future__ import annotations
 
 import os
 
-from .profiles import register_profiles
+import pytest
 
-__all__ = ["pytest_addoption", "pytest_configure"]
+from .profiles import PROFILES, register_profiles
+
+__all__ = ["pytest_addoption", "pytest_configure", "pytest_unconfigure", "gradspec_check"]
 
 
 def pytest_addoption(parser):
@@ -18,27 +31,107 @@ def pytest_addoption(parser):
     group.addoption(
         "--gradspec-profile",
         default=None,
-        choices=["ci", "dev", "fuzz"],
-        help="Hypothesis profile for gradspec properties (default: 'ci' when CI is set, else 'dev').",
+        choices=list(PROFILES),
+        help="Hypothesis profile: ci (derandomized), dev (quick), fuzz (long). "
+        "Default: $GRADSPEC_PROFILE, else 'ci' when $CI is set, else 'dev'.",
     )
     group.addoption(
         "--gradspec-report-dir",
         default=None,
-        help="Write an HTML report for every failing gradient check into this directory.",
+        metavar="DIR",
+        help="Write an HTML report for every failing gradient check (gs.assert_gradients / gradspec_check) into DIR.",
     )
 
 
 def pytest_configure(config):
     from hypothesis import settings
 
+    from . import testing
+
     register_profiles()
-    name = config.getoption("--gradspec-profile") or ("ci" if os.environ.get("CI") else "dev")
+    name = (config.getoption("--gradspec-profile") or os.environ.get("GRADSPEC_PROFILE")
+            or ("ci" if os.environ.get("CI") else "dev"))
+    if name not in PROFILES:
+        raise pytest.UsageError(f"GRADSPEC_PROFILE={name!r}: choose one of {', '.join(PROFILES)}")
     settings.load_profile(name)
     config._gradspec_profile = name
     report_dir = config.getoption("--gradspec-report-dir")
+    config._gradspec_report_dir = None
+    config._gradspec_env = {k: os.environ.get(k) for k in (testing.ENV_REPORT_DIR, testing.ENV_SESSION)}
     if report_dir:
-        os.environ["GRADSPEC_REPORT_DIR"] = os.path.abspath(report_dir)
+        report_dir = os.path.abspath(report_dir)
+        if os.path.exists(report_dir) and not os.path.isdir(report_dir):
+            raise pytest.UsageError(f"--gradspec-report-dir {report_dir!r} exists and is not a directory")
+        config._gradspec_report_dir = report_dir
+        # The environment carries it to xdist workers and to gs.assert_gradients calls without the fixture.
+        os.environ[testing.ENV_REPORT_DIR] = report_dir
+        if not os.environ.get("PYTEST_XDIST_WORKER"):
+            testing._session_id()  # one session id, set before xdist starts the workers (they inherit it)
+
+
+def pytest_unconfigure(config):
+    # Leave the environment as it was (a pytest session run inside another, e.g. with pytester).
+    for k, v in (getattr(config, "_gradspec_env", None) or {}).items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
 
 
 def pytest_report_header(config):
-    return f"gradspec: hypothesis profile {getattr(config, '_gradspec_profile', '?')!r}"
+    lines = [f"gradspec: hypothesis profile {getattr(config, '_gradspec_profile', '?')!r}"]
+    if getattr(config, "_gradspec_report_dir", None):
+        lines.append(f"gradspec: reports of failing gradient checks go to {config._gradspec_report_dir}")
+    return lines
+
+
+@pytest.fixture
+def gradspec_check(request):
+    """``gradspec_check(case, oracles=None, engine=None, timeout=None)``: assert that every oracle agrees.
+
+    Same as ``gs.assert_gradients``, with the test's node id recorded in the HTML report.
+    """
+    from .testing import assert_gradients
+
+    def check(case, **kw):
+        __tracebackhide__ = True
+        kw.setdefault("test", request.node.nodeid)
+        return assert_gradients(case, **kw)
+
+    return check
+
+
+def pytest_collect_file(file_path, parent):
+    from .fuzz import CAMPAIGN_SUFFIX, campaign_items
+
+    if file_path.name.endswith(CAMPAIGN_SUFFIX):
+        return campaign_items(parent, file_path)
+    return None
+
+
+def pytest_sessionfinish(session, exitstatus):
+    where = getattr(session.config, "_gradspec_report_dir", None)
+    if not where or os.environ.get("PYTEST_XDIST_WORKER") or not os.path.isdir(where):
+        return
+    from . import report, testing
+
+    sid = os.environ.get(testing.ENV_SESSION)
+    mine = [r for r in report.read_records(where) if sid and r.get("run_id") == sid]
+    session.config._gradspec_written = mine
+    if mine:
+        try:
+            testing.refresh_index(where)
+        except OSError:
+            pass
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    mine = getattr(config, "_gradspec_written", None)
+    if not mine:
+        return
+    where = config._gradspec_report_dir
+    terminalreporter.write_sep("-", f"gradspec: {len(mine)} gradient discrepancy report(s)")
+    for r in mine:
+        terminalreporter.write_line(f"{os.path.join(where, r['id'], 'index.html')}  {r.get('kind')} "
+                                    f"({' vs '.join(r.get('oracles') or [])}) {r.get('test') or ''}")
+    terminalreporter.write_line(f"index: {os.path.join(where, 'index.html')}")

@@ -1,30 +1,83 @@
-"""HTML discrepancy reports (Jinja2 with autoescaping: nothing from a case can inject markup).
+"""HTML reports of fuzz campaigns and failing gradient checks (Jinja2 with autoescaping).
 
-Self-contained pages: inline CSS and SVG, no network.  Files are written atomically (temp file
-+ rename), so concurrent workers never leave a half-written report.
+Pages are self-contained: inline CSS and inline SVG, no script, no network.  Nothing that comes
+from a case (op names, values, exception text) can inject markup: every template variable is
+escaped, and the SVG is built with escaped text.
+
+Layout of a report dir::
+
+    DIR/index.html            the run: configuration, cases, coverage per op, agreement per oracle pair,
+                              every discrepancy (this run's and earlier runs')
+    DIR/summary.json          the same numbers for machines (written by gradspec.fuzz)
+    DIR/<id>/index.html       one discrepancy: graph, inputs, seeds, gradients side by side with an error
+                              heatmap, the worst elements, the tolerance and its derivation, J and J^T.seed
+    DIR/<id>/case.json        the exact case (``gradspec replay DIR/<id>/case.json``)
+    DIR/<id>/repro.py         a standalone torch script that shows the disagreement
+    DIR/<id>/discrepancy.json the discrepancy record (what the run index is built from)
+
+Concurrency: every file is written atomically (temp file + rename), and a discrepancy folder is
+written whole in a staging folder and renamed into place, so concurrent workers never leave a
+half-written or mixed folder.  Within one run the first writer of a signature wins; a folder left
+by an earlier run is replaced by the newer one (keeping when it was first found).
 """
 
+# ruff: noqa: E501  (the HTML templates below are data: their lines stay whole)
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
+import shutil
+import sys
 import tempfile
+import time
+import uuid
 
 import numpy as np
 
-__all__ = ["write_run_report", "write_discrepancy_report", "discrepancy_id", "atomic_write", "repro_script"]
+__all__ = [
+    "write_run_report",
+    "write_discrepancy_report",
+    "discrepancy_id",
+    "atomic_write",
+    "repro_script",
+    "graph_svg",
+    "read_records",
+    "update_record",
+    "RECORD",
+]
+
+RECORD = "discrepancy.json"
+_STATE = ".gradspec"
 
 _CSS = """
-body{font-family:system-ui,sans-serif;margin:2em;max-width:1200px;color:#222}
-h1{font-size:1.5em}h2{font-size:1.2em;margin-top:1.6em}
-table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right;font-variant-numeric:tabular-nums}
-th{background:#f3f3f3}td.l,th.l{text-align:left}.bad{background:#fdd}.ok{background:#dfd}
-pre{background:#f6f6f6;padding:.8em;overflow:auto}code{background:#f3f3f3;padding:0 3px}
-.grid{display:flex;flex-wrap:wrap;gap:1.5em}.small{color:#666;font-size:.9em}
+:root{--bad:#fbd5d5;--ok:#d8f3dc;--mut:#666}
+body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:1.5em auto;max-width:1250px;padding:0 1em;color:#222;line-height:1.4}
+h1{font-size:1.45em;margin-bottom:.3em}h2{font-size:1.15em;margin-top:1.8em;border-bottom:1px solid #ddd;padding-bottom:.2em}
+h3{font-size:1em;margin:1.2em 0 .3em}
+table{border-collapse:collapse;margin:.4em 0}td,th{border:1px solid #d0d0d0;padding:2px 7px;text-align:right;font-variant-numeric:tabular-nums;vertical-align:top}
+th{background:#f3f3f3}td.l,th.l{text-align:left}td.id{white-space:nowrap}tr.bad td{background:var(--bad)}td.bad,b.bad{background:var(--bad)}td.ok,b.ok{background:var(--ok)}
+pre.wrap{white-space:pre-wrap;word-break:break-word}details{margin:.5em 0}summary{cursor:pointer;color:#357}
+pre{background:#f6f6f6;padding:.7em;overflow:auto;max-height:34em;font-size:.88em}code{background:#f0f0f0;padding:0 3px}
+.small{color:var(--mut);font-size:.88em}.grid{display:flex;flex-wrap:wrap;gap:1.2em;align-items:flex-start}
+.card{border:1px solid #ddd;border-radius:6px;padding:.5em .9em;background:#fcfcfc}
+.bar{display:inline-block;height:.8em;background:#7aa6e0;vertical-align:middle}.bar.z{background:#e05050;width:3px}
+.kind{display:inline-block;padding:0 .4em;border-radius:4px;background:#eee;font-size:.9em}
+.status-fixed{color:#1b7f3b}.status-present{color:#b00020}
 """
 
 _env = None
+
+
+def _fmt(v) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, (bool, np.bool_)):
+        return str(bool(v))
+    if isinstance(v, (float, np.floating)):
+        return f"{float(v):.8g}"
+    return str(v)
 
 
 def _jinja():
@@ -32,256 +85,949 @@ def _jinja():
     if _env is None:
         import jinja2
 
-        _env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
-        _env.filters["num"] = lambda v: "" if v is None else (f"{v:.6g}" if isinstance(v, (float, np.floating)) else str(v))
+        _env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True,
+                                  lstrip_blocks=True)
+        _env.filters["num"] = _fmt
     return _env
 
 
-_INDEX = """<!doctype html><html><head><meta charset="utf-8"><title>gradspec report</title><style>{{ css }}</style></head><body>
-<h1>gradspec fuzz report</h1>
-<p>{{ s.cases }} cases in {{ '%.1f' % s.seconds }} s against engine <code>{{ s.engine }}</code>{% if s.seed is not none %}, seed {{ s.seed }}{% endif %}.
-<b class="{{ 'ok' if s.discrepancies == 0 else 'bad' }}">{{ s.discrepancies }} discrepanc{{ 'y' if s.discrepancies == 1 else 'ies' }}</b>{% if s.interrupted %} (interrupted){% endif %}.</p>
-<h2>Discrepancies</h2>
-{% if items %}<table><tr><th class="l">id</th><th class="l">kind</th><th class="l">oracles</th><th class="l">ops</th><th class="l">message</th></tr>
-{% for it in items %}<tr class="bad"><td class="l"><a href="{{ it.id }}/index.html">{{ it.id }}</a></td><td class="l">{{ it.kind }}</td><td class="l">{{ it.oracles }}</td><td class="l">{{ it.ops }}</td><td class="l">{{ it.message[:200] }}</td></tr>
-{% endfor %}</table>{% else %}<p>None.</p>{% endif %}
-<h2>Agreement per oracle pair</h2>
-<table><tr><th class="l">pair</th><th>comparisons</th><th>agreed</th></tr>
-{% for pair, n in s.oracles.items() %}<tr><td class="l">{{ pair }}</td><td>{{ n }}</td><td class="{{ 'ok' if s.agreement[pair] == n else 'bad' }}">{{ s.agreement[pair] }}</td></tr>{% endfor %}</table>
-<h2>Coverage per op</h2>
-<table><tr><th class="l">op</th><th>cases</th></tr>
-{% for op, n in s.ops.items() %}<tr><td class="l">{{ op }}</td><td>{{ n }}</td></tr>{% endfor %}</table>
-{% if s.skipped %}<h2>Oracles skipped</h2><table><tr><th class="l">reason</th><th>cases</th></tr>
-{% for why, n in s.skipped.items() %}<tr><td class="l">{{ why }}</td><td>{{ n }}</td></tr>{% endfor %}</table>{% endif %}
-</body></html>"""
-
-_DISC = """<!doctype html><html><head><meta charset="utf-8"><title>gradspec discrepancy {{ id }}</title><style>{{ css }}</style></head><body>
-<p><a href="../index.html">&larr; run summary</a></p>
-<h1>Discrepancy {{ id }}: {{ d.kind }} ({{ d.oracles|join(' vs ') }})</h1>
-<pre>{{ d.message }}</pre>
-{% if d.tolerance_why %}<p class="small">Tolerance: {{ d.tolerance_why }}</p>{% endif %}
-<p>Replay: <code>gradspec replay {{ id }}/case.json</code> &middot; standalone torch script: <a href="repro.py">repro.py</a> &middot; <a href="case.json">case.json</a></p>
-<h2>The graph</h2>
-{{ svg|safe }}
-<pre>{{ case_text }}</pre>
-<h2>Gradients per oracle</h2>
-{% for leaf in leaves %}<h3>leaf <code>{{ leaf.name }}</code> {{ leaf.shape }}</h3>
-<table><tr><th class="l">element</th><th>input</th>{% for o in leaf.oracles %}<th>{{ o }}</th>{% endfor %}<th>|difference|</th></tr>
-{% for row in leaf.rows %}<tr class="{{ 'bad' if row.bad else '' }}"><td class="l">{{ row.index }}</td><td>{{ row.x|num }}</td>{% for v in row.vals %}<td>{{ v|num }}</td>{% endfor %}<td style="background:{{ row.heat }}">{{ row.diff|num }}</td></tr>{% endfor %}
-</table>{% endfor %}
-{% if jac %}<h2>The explicit Jacobian J and J<sup>T</sup>&middot;seed</h2>
-<p class="small">Rows: root elements; columns: input elements. <code>backward(seed)</code> computes J<sup>T</sup>&middot;seed: each input element's gradient is the dot product of its column with the seed.</p>
-<table><tr><th class="l">row \\ col</th>{% for c in jac.cols %}<th>{{ c }}</th>{% endfor %}<th>seed</th></tr>
-{% for r in jac.rows %}<tr><td class="l">{{ r.label }}</td>{% for v in r.vals %}<td>{{ v|num }}</td>{% endfor %}<td>{{ r.seed|num }}</td></tr>{% endfor %}
-<tr><th class="l">J<sup>T</sup>&middot;seed</th>{% for v in jac.result %}<th>{{ v|num }}</th>{% endfor %}<th></th></tr></table>{% endif %}
-{% if skipped %}<h2>Oracles not used</h2><ul>{% for n, why in skipped.items() %}<li><b>{{ n }}</b>: {{ why }}</li>{% endfor %}</ul>{% endif %}
-{% if d.traceback %}<h2>Traceback</h2><pre>{{ d.traceback }}</pre>{% endif %}
-</body></html>"""
+# ---------------------------------------------------------------------------------------------
+# files
+# ---------------------------------------------------------------------------------------------
 
 
 def discrepancy_id(signature) -> str:
-    return "d-" + hashlib.sha1(repr(signature).encode()).hexdigest()[:10]
+    """A stable folder name for a discrepancy signature (kind, oracle pair, ops)."""
+    kind, pair, ops = signature
+    canon = repr((kind, tuple(sorted(pair)), tuple(sorted(ops))))
+    return "d-" + hashlib.sha1(canon.encode()).hexdigest()[:10]
 
 
 def atomic_write(path: str, text: str) -> None:
+    """Write ``text`` to ``path`` through a temp file in the same folder and a rename."""
     d = os.path.dirname(os.path.abspath(path))
     os.makedirs(d, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-", suffix=os.path.basename(path))
+    fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-", suffix="-" + os.path.basename(path))
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     except BaseException:
-        if os.path.exists(tmp):
+        try:
             os.unlink(tmp)
+        except OSError:
+            pass
         raise
 
 
-def write_run_report(directory: str, summary: dict, discrepancies: list[dict]) -> str:
-    """Write ``directory/index.html`` for a run; returns its path."""
-    html = _jinja().from_string(_INDEX).render(css=_CSS, s=summary, items=discrepancies)
+def _umask() -> int:
+    # mkstemp creates files 0600; reports are meant to be shared like any file the user writes.
+    global _UMASK
+    if _UMASK is None:
+        _UMASK = os.umask(0o022)
+        os.umask(_UMASK)
+    return _UMASK
+
+
+_UMASK = None
+
+
+def read_records(directory: str) -> list[dict]:
+    """Every discrepancy record under ``directory`` (one per ``<id>/discrepancy.json``), oldest first."""
+    out = []
+    try:
+        names = sorted(os.listdir(directory))
+    except OSError:
+        return out
+    for name in names:
+        if not name.startswith("d-"):
+            continue
+        try:
+            with open(os.path.join(directory, name, RECORD), encoding="utf-8") as f:
+                rec = json.load(f)
+        except (OSError, ValueError):
+            continue
+        if isinstance(rec, dict):
+            rec.setdefault("id", name)
+            out.append(rec)
+    out.sort(key=lambda r: (r.get("first_found") or r.get("found_at") or 0, r["id"]))
+    return out
+
+
+def update_record(directory: str, rid: str, updates: dict) -> None:
+    path = os.path.join(directory, rid, RECORD)
+    with open(path, encoding="utf-8") as f:
+        rec = json.load(f)
+    rec.update(updates)
+    atomic_write(path, json.dumps(rec, indent=1, default=_jdefault))
+
+
+def _jdefault(o):
+    if isinstance(o, np.generic):
+        return o.item()
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if isinstance(o, (set, tuple)):
+        return list(o)
+    return str(o)
+
+
+def _swap_in(staging: str, folder: str, rec: dict, trash_root: str) -> bool:
+    """Move the staged folder into place; returns False if a writer of the same run got there first."""
+    for _ in range(50):
+        try:
+            os.rename(staging, folder)
+            return True
+        except OSError as e:
+            if e.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+                raise
+        try:
+            with open(os.path.join(folder, RECORD), encoding="utf-8") as f:
+                old = json.load(f)
+        except (OSError, ValueError):
+            old = {}
+        if old.get("run_id") and old.get("run_id") == rec.get("run_id"):
+            shutil.rmtree(staging, ignore_errors=True)
+            return False
+        if old.get("first_found"):
+            # Keep when the discrepancy was first seen across runs.
+            rec["first_found"] = min(old["first_found"], rec.get("first_found") or old["first_found"])
+            atomic_write(os.path.join(staging, RECORD), json.dumps(rec, indent=1, default=_jdefault))
+        os.makedirs(trash_root, exist_ok=True)
+        trash = os.path.join(trash_root, os.path.basename(folder) + "-" + uuid.uuid4().hex[:8])
+        try:
+            os.rename(folder, trash)
+        except FileNotFoundError:
+            continue
+        shutil.rmtree(trash, ignore_errors=True)
+    raise OSError(errno.EBUSY, f"could not move the report into {folder} (too many concurrent writers)")
+
+
+# ---------------------------------------------------------------------------------------------
+# the run index
+# ---------------------------------------------------------------------------------------------
+
+_INDEX = """<!doctype html><html lang="en"><head><meta charset="utf-8"><title>gradspec report: {{ headline }}</title>
+<style>{{ css }}</style></head><body>
+<h1>gradspec {{ title }}</h1>
+{% if s.source == "tests" %}<p>{{ this_run|length }} failing gradient check{{ '' if this_run|length == 1 else 's' }} in this test session (session {{ s.run_id }}).</p>{% else %}
+<p>{{ s.cases }} cases{% if s.seconds %} in {{ '%.1f'|format(s.seconds) }} s ({{ s.cases_per_second }} cases/s){% endif %} against engine <code>{{ s.engine }}</code>.
+<b class="{{ 'ok' if not this_run else 'bad' }}">{{ this_run|length }} discrepanc{{ 'y' if this_run|length == 1 else 'ies' }}</b>
+{% if s.interrupted %}<b class="bad">interrupted</b> (results of what ran){% endif %}
+{% if s.stop_reason %}<span class="small">stopped: {{ s.stop_reason }}</span>{% endif %}</p>{% endif %}
+{% if s.errors %}<div class="card"><b>Problems during the run</b><ul>{% for e in s.errors %}<li>{{ e }}</li>{% endfor %}</ul></div>{% endif %}
+
+<h2>Discrepancies</h2>
+{% if this_run %}<table><tr><th class="l">report</th><th class="l">kind</th><th class="l">oracles</th><th class="l">ops</th><th class="l">message</th></tr>
+{% for r in this_run %}<tr class="bad"><td class="l id"><a href="{{ r.id }}/index.html">{{ r.id }}</a></td><td class="l">{{ r.kind }}</td><td class="l">{{ r.oracles|join(' vs ') }}</td><td class="l">{{ r.ops|join(', ') }}</td><td class="l">{{ r.message|truncate(220) }}{% if r.note %} <span class="small">({{ r.note }})</span>{% endif %}</td></tr>
+{% endfor %}</table>{% else %}<p>None in this run.</p>{% endif %}
+{% if superseded %}<h3>Superseded</h3><p class="small">The same disagreement (kind and oracle pair) on a case with more ops than the one listed above; kept for reference.</p>
+<table><tr><th class="l">report</th><th class="l">kind</th><th class="l">oracles</th><th class="l">ops</th><th class="l">superseded by</th></tr>
+{% for r in superseded %}<tr><td class="l id"><a href="{{ r.id }}/index.html">{{ r.id }}</a></td><td class="l">{{ r.kind }}</td><td class="l">{{ r.oracles|join(' vs ') }}</td><td class="l">{{ r.ops|join(', ') }}</td><td class="l"><a href="{{ r.superseded_by }}/index.html">{{ r.superseded_by }}</a></td></tr>
+{% endfor %}</table>{% endif %}
+{% if earlier %}<h3>From earlier runs in this folder</h3>
+<table><tr><th class="l">report</th><th class="l">status</th><th class="l">kind</th><th class="l">oracles</th><th class="l">ops</th><th class="l">engine</th><th class="l">first found</th></tr>
+{% for r in earlier %}<tr><td class="l id"><a href="{{ r.id }}/index.html">{{ r.id }}</a></td><td class="l {{ 'status-fixed' if r.status == 'no longer reproduces' else 'status-present' if r.status == 'still present' else '' }}">{{ r.status }}</td><td class="l">{{ r.kind }}</td><td class="l">{{ r.oracles|join(' vs ') }}</td><td class="l">{{ r.ops|join(', ') }}</td><td class="l">{{ r.engine }}</td><td class="l">{{ r.when }}</td></tr>
+{% endfor %}</table>{% endif %}
+
+<h2>Run configuration</h2>
+<table>{% for k, v in config %}<tr><th class="l">{{ k }}</th><td class="l">{{ v }}</td></tr>{% endfor %}</table>
+
+<div class="grid"><div>
+<h2>Agreement per oracle pair</h2>
+{% if pairs %}<table><tr><th class="l">pair</th><th>comparisons</th><th>agreed</th><th>disagreed</th><th class="l"></th></tr>
+{% for p in pairs %}<tr><td class="l">{{ p.name }}</td><td>{{ p.n }}</td><td class="{{ 'ok' if p.bad == 0 else '' }}">{{ p.ok }}</td><td class="{{ 'bad' if p.bad else '' }}">{{ p.bad }}</td><td class="l" title="{{ p.ok }} agreed, {{ p.bad }} disagreed"><span class="bar" style="width:{{ p.wok }}px;background:#5cb85c"></span><span class="bar" style="width:{{ p.wbad }}px;background:#d9534f"></span></td></tr>
+{% endfor %}</table>{% else %}<p>No comparisons.</p>{% endif %}
+{% if skipped %}<h3>Oracles not used, and why</h3><table><tr><th class="l">reason</th><th>cases</th></tr>
+{% for why, n in skipped %}<tr><td class="l">{{ why }}</td><td>{{ n }}</td></tr>{% endfor %}</table>{% endif %}
+</div><div>
+<h2>Coverage per op</h2>
+<p class="small">{{ covered }} of {{ ops|length }} ops appeared in at least one case; red: never generated.</p>
+<table><tr><th class="l">op</th><th>cases</th><th class="l"></th></tr>
+{% for o in ops %}<tr><td class="l">{{ o.name }}</td><td class="{{ 'bad' if o.n == 0 else '' }}">{{ o.n }}</td><td class="l">{% if o.n %}<span class="bar" style="width:{{ o.w }}px"></span>{% else %}<span class="bar z"></span>{% endif %}</td></tr>
+{% endfor %}</table>
+</div></div>
+<p class="small">Generated by gradspec {{ version }} at {{ now }}. Machine-readable: <a href="summary.json">summary.json</a>.</p>
+</body></html>"""
+
+
+def write_run_report(directory: str, summary: dict, discrepancies=None, title: str = "fuzz report") -> str:
+    """Write ``directory/index.html`` from a run summary and every discrepancy folder in ``directory``.
+
+    Folders written by earlier runs (or other sessions) are listed too, with their status.
+    ``discrepancies``: extra items of this run (dicts with ``id``, ``kind``, ``oracles``, ``ops``,
+    ``message``), for pages written without a discrepancy record.
+    """
+    import gradspec
+
+    s = dict(summary)
+    s.setdefault("cases", 0)
+    s.setdefault("seconds", 0.0)
+    s.setdefault("cases_per_second", round(s["cases"] / max(s["seconds"] or 0, 1e-9), 2) if s["seconds"] else 0)
+    s.setdefault("engine", "reference")
+    s.setdefault("interrupted", False)
+    s.setdefault("stop_reason", "")
+    s.setdefault("errors", [])
+    s.setdefault("source", "fuzz")
+    s.setdefault("run_id", None)
+    run_id = s.get("run_id")
+    status = {p["id"]: p["status"] for p in s.get("previous", []) or []}
+    reported = list(s.get("reports", []) or [])
+    # Older callers pass this run's items as ``discrepancies`` (dicts with at least an "id").
+    reported += [dict(it) for it in discrepancies or [] if isinstance(it, dict) and it.get("id")]
+    this_ids = {r["id"] for r in reported}
+    gone = {r["id"]: r for r in s.get("superseded", []) or []}
+    records = read_records(directory)
+    by_id = {r["id"]: r for r in records}
+    this_run, earlier = [], []
+    superseded = [_norm_record({**(by_id.get(rid) or {}), **r}) for rid, r in sorted(gone.items())]
+    for rid in sorted(this_ids):
+        r = dict(by_id.get(rid) or next(x for x in reported if x["id"] == rid))
+        r.setdefault("note", "")
+        this_run.append(_norm_record(r))
+    for r in records:
+        if r["id"] in gone:
+            continue
+        if r["id"] in this_ids or (run_id and r.get("run_id") == run_id):
+            if r["id"] not in this_ids:
+                this_run.append(_norm_record(r))
+            continue
+        r = _norm_record(dict(r))
+        r["status"] = status.get(r["id"]) or r.get("status") or "from an earlier run"
+        earlier.append(r)
+    pairs = []
+    oracles = s.get("oracles", {}) or {}
+    agreement = s.get("agreement", {}) or {}
+    top = max(oracles.values(), default=1) or 1
+    for name, n in oracles.items():
+        ok = int(agreement.get(name, n))
+        w = 160 * n / top
+        pairs.append({"name": name, "n": n, "ok": ok, "bad": n - ok, "wok": int(w * ok / max(n, 1)),
+                      "wbad": int(round(w * (n - ok) / max(n, 1)))})
+    opc = s.get("ops", {}) or {}
+    otop = max(opc.values(), default=1) or 1
+    ops = [{"name": k, "n": v, "w": max(2, int(160 * v / otop))} for k, v in sorted(opc.items())]
+    cfg = s.get("config") or {"engine": s["engine"], "seed": s.get("seed")}
+    html = _jinja().from_string(_INDEX).render(
+        css=_CSS,
+        title=title,
+        headline=f"{len(this_run)} discrepancies" if this_run else "no discrepancy",
+        s=s,
+        this_run=this_run,
+        superseded=superseded,
+        earlier=earlier,
+        config=list(cfg.items()),
+        pairs=pairs,
+        skipped=list((s.get("skipped") or {}).items())[:30],
+        ops=ops,
+        covered=sum(1 for o in ops if o["n"]),
+        version=getattr(gradspec, "__version__", "?"),
+        now=time.strftime("%Y-%m-%d %H:%M:%S"),
+    )
     path = os.path.join(directory, "index.html")
     atomic_write(path, html)
     return path
 
 
-def _heat(ratio: float) -> str:
-    if not np.isfinite(ratio):
-        return "#f88"
-    t = max(0.0, min(1.0, ratio))
-    return f"rgb(255,{int(255 - 120 * t)},{int(255 - 120 * t)})"
+def _norm_record(r: dict) -> dict:
+    r.setdefault("kind", "?")
+    oracles, ops = r.get("oracles") or [], r.get("ops") or []
+    r["oracles"] = oracles.split(" vs ") if isinstance(oracles, str) else list(oracles)
+    r["ops"] = [o.strip() for o in ops.split(",") if o.strip()] if isinstance(ops, str) else list(ops)
+    r.setdefault("message", "")
+    r.setdefault("note", "")
+    r.setdefault("engine", "reference")
+    t = r.get("first_found") or r.get("found_at")
+    r["when"] = time.strftime("%Y-%m-%d %H:%M", time.localtime(t)) if t else ""
+    return r
+
+
+# ---------------------------------------------------------------------------------------------
+# one discrepancy
+# ---------------------------------------------------------------------------------------------
+
+_DISC = """<!doctype html><html lang="en"><head><meta charset="utf-8"><title>gradspec {{ id }}: {{ d.kind }} ({{ d.oracles|join(' vs ') }})</title>
+<style>{{ css }}</style></head><body>
+<p class="small"><a href="../index.html">&larr; run summary</a></p>
+<h1>{{ id }}: <span class="kind">{{ d.kind }}</span> {{ d.oracles|join(' vs ') }} <span class="small">ops {{ ops|join(', ') }}</span></h1>
+<pre id="message" class="wrap">{{ d.message }}</pre>
+{% if info.note %}<p class="small">{{ info.note }}</p>{% endif %}
+<div class="card"><b>Reproduce</b>
+<ul><li>replay with every oracle: <code>gradspec replay {{ case_path }}</code></li>
+<li>standalone torch script: <code>python {{ repro_path }}</code> (<a href="repro.py">repro.py</a>) &middot; exact case: <a href="case.json">case.json</a></li>
+<li>engine <code>{{ engine }}</code>{% if info.seed is not none %}; campaign seed {{ info.seed }}{% endif %}{% if info.shard is not none %}, shard {{ info.shard }}{% endif %}{% if info.run_id %}, run {{ info.run_id }}{% endif %}{% if info.test %}; test <code>{{ info.test }}</code>{% endif %}</li></ul></div>
+
+<h2>The graph</h2>
+<div id="graph">{{ svg|safe }}</div>
+<h3>The shrunk case</h3>
+<pre id="case-text">{{ case_text }}</pre>
+
+<h2>Inputs and seeds</h2>
+<div class="grid">
+{% for l in leaves_in %}<div class="card"><b>leaf <code>{{ l.name }}</code></b> <span class="small">{{ l.shape }} {{ l.dtype }} {{ 'requires_grad' if l.rg else 'constant' }}</span><pre>{{ l.text }}</pre></div>
+{% endfor %}
+{% for r in roots %}<div class="card"><b>seed of root <code>{{ r.name }}</code></b> <span class="small">{{ r.shape }}</span><pre>{{ r.text }}</pre></div>
+{% endfor %}</div>
+
+{% if grads %}<h2>Gradients per oracle</h2>
+<p class="small">Columns in order: the two oracles that disagree ({{ pair|join(' and ') }}), then the others. |difference| is between the first two; the heatmap colours each element by |difference| relative to the largest one.</p>
+<table id="gradients"><tr><th class="l">leaf[element]</th><th>input</th>{% for o in order %}<th>{{ o }}</th>{% endfor %}<th>|difference|</th></tr>
+{% for g in grads %}{% for row in g.rows %}<tr class="{{ 'bad' if row.bad else '' }}"><td class="l">{{ g.name }}[{{ row.index }}]</td><td>{{ row.x|num }}</td>{% for v in row.vals %}<td>{{ v|num }}</td>{% endfor %}<td style="background:{{ row.heat }}">{{ row.diff|num }}</td></tr>
+{% endfor %}{% if g.more %}<tr><td class="l small" colspan="{{ order|length + 3 }}">&hellip; {{ g.more }} more elements of {{ g.name }}</td></tr>{% endif %}{% endfor %}
+</table>
+<h3>Error heatmaps</h3>
+<div class="grid">{% for g in grads %}<div class="card"><b>{{ g.name }}</b> <span class="small">{{ g.shape }}: |{{ pair|join(' &minus; ')|safe }}|, max {{ g.maxdiff|num }}</span><br>{{ g.svg|safe }}</div>{% endfor %}</div>
+{% endif %}
+{% if worst %}<h2>The worst elements</h2>
+<table id="worst"><tr><th class="l">leaf[element]</th><th>{{ pair[0] }}</th><th>{{ pair[1] }}</th><th>|difference|</th><th>relative</th></tr>
+{% for w in worst %}<tr><td class="l">{{ w.label }}</td><td>{{ w.a|num }}</td><td>{{ w.b|num }}</td><td>{{ w.diff|num }}</td><td>{{ w.rel|num }}</td></tr>{% endfor %}</table>{% endif %}
+
+{% if d.kind in ("value", "nan-inf-pattern", "none-vs-zeros", "shape") %}<h2>Tolerance</h2>
+{% if tol %}<p>At {{ tol.label }}: |a &minus; b| = {{ tol.err|num }} against an allowance of <b>{{ tol.allowed|num }}</b>{% if d.tolerance is not none %} (gs.check: {{ d.tolerance|num }}){% endif %}.</p>
+<table id="tolerance"><tr><th class="l">term</th><th>value</th><th class="l">why</th></tr>
+{% for t in tol.terms %}<tr><td class="l">{{ t.name }}</td><td>{{ t.value|num }}</td><td class="l">{{ t.why }}</td></tr>{% endfor %}</table>{% endif %}
+<p class="small">{{ d.tolerance_why or tol_formula }}</p>
+<details><summary>How gradspec derives its tolerances</summary><pre class="small">{{ tol_doc }}</pre></details>{% endif %}
+
+{% if jac %}<h2>The explicit Jacobian J and J<sup>T</sup>&middot;seed</h2>
+<p class="small">J from the ops' forward-mode rules (the jacobian oracle); rows: root elements, columns: input elements. <code>backward(seed)</code> computes J<sup>T</sup>&middot;seed: each input element's gradient is its column dotted with the seed.</p>
+<table id="jacobian"><tr><th class="l">row \\ column</th>{% for c in jac.cols %}<th class="{{ 'bad' if loop.index0 == jac.bad else '' }}">{{ c }}</th>{% endfor %}<th>seed</th></tr>
+{% for r in jac.rows %}<tr><td class="l">{{ r.label }}</td>{% for v in r.vals %}<td>{{ v|num }}</td>{% endfor %}<td>{{ r.seed|num }}</td></tr>{% endfor %}
+<tr><th class="l">J<sup>T</sup>&middot;seed</th>{% for v in jac.result %}<th>{{ v|num }}</th>{% endfor %}<th></th></tr></table>
+{% if jac.worked %}<p>Worked out for {{ jac.worked.label }}: {{ jac.worked.expr }} = <b>{{ jac.worked.value|num }}</b>{% for o, v in jac.worked.claims %}; {{ o }} says {{ v|num }}{% endfor %}.</p>{% endif %}
+{% endif %}
+
+{% if all_d|length > 1 %}<h2>Every discrepancy of this case</h2><ul>{% for x in all_d %}<li><span class="kind">{{ x.kind }}</span> {{ x.oracles|join(' vs ') }}: <span class="small">{{ x.message|truncate(400) }}</span></li>{% endfor %}</ul>{% endif %}
+{% if skipped %}<h2>Oracles not used</h2><ul>{% for n, why in skipped %}<li><b>{{ n }}</b>: {{ why }}</li>{% endfor %}</ul>{% endif %}
+{% for name, tb in tracebacks %}<h2>Traceback: {{ name }}</h2><pre>{{ tb }}</pre>{% endfor %}
+<p class="small">gradspec {{ version }}, numpy {{ np_version }}, Python {{ py_version }}; written {{ now }}.</p>
+</body></html>"""
+
+_GRAPH_W, _GRAPH_H, _COL, _ROW = 150, 34, 200, 56
 
 
 def graph_svg(case) -> str:
-    """The case's DAG as inline SVG: leaves on the left, one column per depth."""
+    """The case's DAG as inline SVG: leaves on the left, one column per depth, roots highlighted."""
+    from markupsafe import escape
+
+    try:
+        shapes = case.shapes()
+    except Exception:  # a case whose shapes cannot be computed still gets its graph drawn
+        shapes = {}
     depth = {l.name: 0 for l in case.leaves}
     for n in case.nodes:
-        depth[n.name] = 1 + max(depth[i] for i in n.inputs)
+        depth[n.name] = 1 + max((depth.get(i, 0) for i in n.inputs), default=0)
     cols: dict[int, list[str]] = {}
     for name, d in depth.items():
         cols.setdefault(d, []).append(name)
     pos = {}
     for d, names in cols.items():
         for k, name in enumerate(names):
-            pos[name] = (30 + d * 170, 30 + k * 60)
-    width = 60 + 170 * (max(cols) + 1)
-    height = 60 + 60 * max(len(v) for v in cols.values())
-    ops = {n.name: n for n in case.nodes}
-    from markupsafe import escape
-
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-size="12" font-family="monospace">']
-    parts.append('<defs><marker id="a" markerWidth="8" markerHeight="8" refX="8" refY="4" orient="auto"><path d="M0,0 L8,4 L0,8 z"/></marker></defs>')
+            pos[name] = (20 + d * _COL, 20 + k * _ROW)
+    width = 40 + _COL * max(cols, default=0) + _GRAPH_W
+    height = 40 + _ROW * max((len(v) for v in cols.values()), default=1)
+    nodes = {n.name: n for n in case.nodes}
+    roots = set(case.roots)
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" class="graph" width="{width}" height="{height}" '
+             f'viewBox="0 0 {width} {height}" font-size="12" font-family="monospace" role="img">',
+             '<title>computation graph</title>',
+             '<defs><marker id="arrow" markerWidth="8" markerHeight="8" refX="8" refY="4" orient="auto">'
+             '<path d="M0,0 L8,4 L0,8 z" fill="#777"/></marker></defs>']
     for n in case.nodes:
         x2, y2 = pos[n.name]
         for i in n.inputs:
+            if i not in pos:
+                continue
             x1, y1 = pos[i]
-            parts.append(f'<line x1="{x1 + 120}" y1="{y1 + 15}" x2="{x2}" y2="{y2 + 15}" stroke="#888" marker-end="url(#a)"/>')
-    roots = set(case.roots)
+            parts.append(f'<line x1="{x1 + _GRAPH_W}" y1="{y1 + _GRAPH_H / 2}" x2="{x2}" y2="{y2 + _GRAPH_H / 2}" '
+                         'stroke="#888" marker-end="url(#arrow)"/>')
     for name, (x, y) in pos.items():
-        fill = "#e8f0ff" if name not in ops else ("#ffe8c8" if name in roots else "#f4f4f4")
-        label = name if name not in ops else f"{name} = {ops[name].op}"
-        parts.append(f'<rect x="{x}" y="{y}" width="120" height="30" rx="5" fill="{fill}" stroke="#555"/>')
-        parts.append(f'<text x="{x + 6}" y="{y + 19}">{escape(label[:17])}</text>')
+        if name in nodes:
+            fill = "#ffe2b8" if name in roots else "#f1f1f1"
+            label = f"{name} = {nodes[name].op}"
+        else:
+            leaf = next(l for l in case.leaves if l.name == name)
+            fill = "#dbe8ff" if leaf.differentiable else "#eeeeee"
+            label = f"{name} (leaf)"
+        shape = shapes.get(name)
+        sub = "" if shape is None else str(tuple(shape))
+        stroke = "#c05000" if name in roots else "#555"
+        parts.append(f'<g class="node"><title>{escape(label)} {escape(sub)}</title>'
+                     f'<rect x="{x}" y="{y}" width="{_GRAPH_W}" height="{_GRAPH_H}" rx="5" fill="{fill}" '
+                     f'stroke="{stroke}"/>')
+        parts.append(f'<text x="{x + 6}" y="{y + 14}">{escape(_clip(label, 20))}</text>')
+        parts.append(f'<text x="{x + 6}" y="{y + 28}" fill="#666" font-size="10">{escape(_clip(sub, 24))}</text></g>')
     parts.append("</svg>")
     return "".join(parts)
 
 
-def write_discrepancy_report(directory: str, d, verdict=None) -> str:
-    """Write ``directory/<id>/{index.html, case.json, repro.py}``; returns the folder."""
+def _clip(s: str, n: int) -> str:
+    return s if len(s) <= n else s[: n - 1] + "…"
+
+
+def _heat(ratio: float) -> str:
+    if not np.isfinite(ratio):
+        return "#d04040"
+    t = max(0.0, min(1.0, ratio))
+    return f"rgb(255,{int(255 - 150 * t)},{int(255 - 150 * t)})"
+
+
+def _heatmap_svg(diff: np.ndarray, labels_shape: tuple, cell: int = 14, cap: int = 1024) -> str:
+    a = np.asarray(diff, dtype=np.float64)
+    flat = a.reshape(1, -1) if a.ndim <= 1 else a.reshape(-1, a.shape[-1])
+    rows, cols = flat.shape
+    if rows * cols > cap:
+        rows = max(1, cap // max(cols, 1))
+        flat = flat[:rows, :cap] if cols > cap else flat[:rows]
+        cols = flat.shape[1]
+    finite = flat[np.isfinite(flat)]
+    top = float(finite.max()) if finite.size else 0.0
+    w, h = cols * cell + 2, rows * cell + 2
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" class="heatmap" width="{w}" height="{h}" viewBox="0 0 {w} {h}">']
+    idx = list(np.ndindex(*labels_shape)) if labels_shape else [()]
+    for r in range(rows):
+        for c in range(cols):
+            v = float(flat[r, c])
+            k = r * cols + c
+            label = ", ".join(str(i) for i in idx[k]) if k < len(idx) else ""
+            color = _heat(v / top if top > 0 else 0.0) if np.isfinite(v) else _heat(float("nan"))
+            parts.append(f'<rect x="{1 + c * cell}" y="{1 + r * cell}" width="{cell - 1}" height="{cell - 1}" '
+                         f'fill="{color}"><title>[{label}] {v:.4g}</title></rect>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _text_array(a) -> str:
+    a = np.asarray(a)
+    with np.printoptions(precision=8, threshold=400, edgeitems=6, linewidth=100):
+        return np.array2string(a) if a.ndim else repr(a.item())
+
+
+def _tol_parts(case, verdict, d) -> dict | None:
+    """The tolerance of ``d`` at its element, term by term (as gradspec.check computes it)."""
+    from . import oracles as _oracles
+    from . import tolerances as _tol
+    from .check import rounding_noise
+
+    if d.kind != "value" or d.leaf is None or d.index is None or verdict is None:
+        return None
+    a, b = d.oracles
+    ra, rb = verdict.results.get(a), verdict.results.get(b)
+    if ra is None or rb is None:
+        return None
+    leaf = next((l for l in case.grad_leaves() if l.name == d.leaf), None)
+    if leaf is None:
+        return None
+
+    def kind(n):
+        try:
+            return _oracles.get(n).kind
+        except KeyError:
+            return "exact"
+
+    dts = {l.value.dtype for l in case.leaves if np.issubdtype(l.value.dtype, np.floating)}
+    dtype = "float32" if np.dtype(np.float32) in dts else "float64"
+    tol = _tol.lookup(dtype, kind(a), kind(b))
+    ga = np.zeros(leaf.shape) if ra.get(leaf.name) is None else np.asarray(ra[leaf.name], dtype=np.float64)
+    gb = np.zeros(leaf.shape) if rb.get(leaf.name) is None else np.asarray(rb[leaf.name], dtype=np.float64)
+    if ga.shape != leaf.shape or gb.shape != leaf.shape:
+        return None
+    idx = tuple(d.index)
+    with np.errstate(all="ignore"):
+        fin = np.isfinite(ga) & np.isfinite(gb)
+        leaf_scale = float(np.max(np.maximum(np.abs(ga), np.abs(gb)), where=fin, initial=0.0))
+    Mj = None
+    if verdict.jacobian is not None:
+        J = verdict.jacobian
+        try:
+            col = J.col_labels.index((leaf.name, idx))
+            Mj = float(np.abs(J.matrix[:, col]) @ np.abs(J.seed_vector))
+        except ValueError:
+            Mj = None
+    scale = max(abs(ga[idx]), abs(gb[idx]), leaf_scale, Mj or 0.0)
+    terms = [
+        {"name": "|a|", "value": abs(ga[idx]), "why": f"{a}'s value"},
+        {"name": "|b|", "value": abs(gb[idx]), "why": f"{b}'s value"},
+        {"name": "leaf max", "value": leaf_scale, "why": "largest |gradient| of the leaf (norm-wise scale)"},
+    ]
+    if Mj is not None:
+        terms.append({"name": "sum of |path terms| M", "value": Mj, "why": "(|J|^T |seed|) at this element: "
+                      "bounds the rounding error of any evaluation order"})
+    terms.append({"name": "scale", "value": scale, "why": "the largest of the above"})
+    terms.append({"name": "rtol", "value": tol.rtol, "why": tol.why})
+    allowed = tol.rtol * scale
+    terms.append({"name": "rtol x scale", "value": allowed, "why": "rounding allowance"})
+    try:
+        noise = rounding_noise(case)
+    except Exception:
+        noise = None
+    if noise is not None and leaf.name in noise:
+        nj = float(noise[leaf.name][idx])
+        allowed += _tol.NOISE_FACTOR * nj
+        terms.append({"name": f"{_tol.NOISE_FACTOR:g} x rounding noise", "value": _tol.NOISE_FACTOR * nj,
+                      "why": f"spread of the gradient when saved values move by {_tol.NOISE_ULPS:g} ulps"})
+    if tol.fd_factor and verdict.fd_error is not None and leaf.name in verdict.fd_error:
+        fe = float(np.asarray(verdict.fd_error[leaf.name])[idx])
+        allowed += tol.fd_factor * fe
+        terms.append({"name": f"{tol.fd_factor:g} x FD error estimate", "value": tol.fd_factor * fe,
+                      "why": "finite differences' own error bound (truncation + rounding)"})
+    terms.append({"name": "allowance", "value": allowed, "why": "sum of the allowances"})
+    return {"label": f"{leaf.name}[{', '.join(map(str, idx))}]", "err": abs(ga[idx] - gb[idx]), "allowed": allowed,
+            "terms": terms}
+
+
+def _grads_view(case, verdict, d, limit: int = 120):
+    if verdict is None or not verdict.results:
+        return [], [], list(d.oracles), []
+    pair = [o for o in d.oracles if o in verdict.results]
+    order = pair + [o for o in verdict.results if o not in pair]
+    grads, worst = [], []
+    for leaf in case.grad_leaves():
+        vals = []
+        for o in order:
+            v = verdict.results[o].get(leaf.name)
+            try:
+                arr = np.zeros(leaf.shape) if v is None else np.asarray(v, dtype=np.float64)
+            except (TypeError, ValueError):
+                arr = np.full(leaf.shape, np.nan)
+            if arr.shape != leaf.shape:
+                arr = np.full(leaf.shape, np.nan)  # shown as NaN; the message states the shape
+            vals.append(arr)
+        if len(vals) >= 2:
+            with np.errstate(all="ignore"):
+                diff = np.abs(vals[0] - vals[1])
+            diff = np.where(np.isnan(vals[0]) != np.isnan(vals[1]), np.inf, diff)
+            diff = np.where(np.isnan(vals[0]) & np.isnan(vals[1]), 0.0, diff)
+        else:
+            diff = np.zeros(leaf.shape)
+        finite = diff[np.isfinite(diff)]
+        top = float(finite.max()) if finite.size else 0.0
+        x = np.asarray(leaf.value, dtype=np.float64)
+        rows = []
+        idxs = list(np.ndindex(*leaf.shape)) if leaf.shape else [()]
+        for k, idx in enumerate(idxs):
+            if k >= limit:
+                break
+            dv = float(diff[idx])
+            rows.append({
+                "index": ", ".join(map(str, idx)),
+                "x": float(x[idx]),
+                "vals": [float(v[idx]) for v in vals],
+                "diff": dv,
+                "heat": _heat(dv / top if top > 0 else 0.0) if np.isfinite(dv) else _heat(float("nan")),
+                "bad": d.leaf == leaf.name and d.index is not None and tuple(d.index) == tuple(idx),
+            })
+            if len(vals) >= 2 and (dv > 0 or not np.isfinite(dv)):
+                a, b = float(vals[0][idx]), float(vals[1][idx])
+                denom = max(abs(a), abs(b))
+                worst.append({"label": f"{leaf.name}[{', '.join(map(str, idx))}]", "a": a, "b": b, "diff": dv,
+                              "rel": dv / denom if denom else float("inf")})
+        grads.append({"name": leaf.name, "shape": leaf.shape, "rows": rows, "more": max(0, len(idxs) - limit),
+                      "svg": _heatmap_svg(diff, leaf.shape), "maxdiff": top})
+    worst.sort(key=lambda w: (-(w["diff"] if np.isfinite(w["diff"]) else np.inf)))
+    return grads, worst[:10], order, pair
+
+
+def _jacobian_view(verdict, d, max_size: int = 600):
+    if verdict is None or verdict.jacobian is None:
+        return None
+    J = verdict.jacobian
+    if J.matrix.size == 0 or J.matrix.size > max_size:
+        return None
+    g = J.matrix.T @ J.seed_vector
+    cols = [f"{n}[{', '.join(map(str, i))}]" for n, i in J.col_labels]
+    view = {
+        "cols": cols,
+        "rows": [{"label": f"{r}[{', '.join(map(str, i))}]", "vals": list(J.matrix[k]), "seed": float(J.seed_vector[k])}
+                 for k, (r, i) in enumerate(J.row_labels)],
+        "result": list(g),
+        "bad": -1,
+        "worked": None,
+    }
+    if d.leaf is not None and d.index is not None:
+        try:
+            c = J.col_labels.index((d.leaf, tuple(d.index)))
+        except ValueError:
+            c = -1
+        if c >= 0:
+            view["bad"] = c
+            terms = [f"({J.matrix[k, c]:.6g})·({J.seed_vector[k]:.6g})" for k in range(J.matrix.shape[0])
+                     if J.matrix[k, c] != 0 and J.seed_vector[k] != 0]
+            claims = []
+            for o in d.oracles:
+                res = verdict.results.get(o, {}) if verdict.results else {}
+                v = res.get(d.leaf)
+                try:
+                    claims.append((o, float(np.asarray(v, dtype=np.float64)[tuple(d.index)])))
+                except Exception:
+                    pass
+            view["worked"] = {"label": f"{d.leaf}[{', '.join(map(str, d.index))}] = Σ_rows J[row, col]·seed[row]",
+                              "expr": " + ".join(terms) if terms else "0 (no path from this input to a seeded output)",
+                              "value": float(g[c]), "claims": claims}
+    return view
+
+
+def _case_for_file(case, engine: str | None):
+    """A copy of ``case`` whose user ops are recorded by import path (inline ones listed as such)."""
+    from .case import Case
+    from .ops import _registry
+
+    c = Case(leaves=list(case.leaves), nodes=list(case.nodes), roots=list(case.roots), seeds=list(case.seeds),
+             engine=case.engine, user_ops=dict(case.user_ops), meta=dict(case.meta))
+    if engine:
+        c.engine = engine
+    inline = []
+    for op in sorted({n.op for n in c.nodes}):
+        try:
+            spec = _registry.lookup(op)
+        except KeyError:
+            continue
+        if not getattr(spec, "user", False) or op in c.user_ops:
+            continue
+        path = getattr(spec, "import_path", None)
+        if not path:
+            from .ops.user import import_path_of
+
+            path = import_path_of(spec)
+        if path:
+            c.user_ops[op] = path
+        else:
+            inline.append(op)
+    if inline:
+        c.meta = dict(c.meta)
+        c.meta["inline_ops"] = inline
+    return c
+
+
+def write_discrepancy_report(directory: str, d, verdict=None, info: dict | None = None) -> str:
+    """Write ``directory/<id>/{index.html, case.json, repro.py, discrepancy.json}``; returns the folder.
+
+    ``verdict`` is the :class:`gradspec.Verdict` of the case (recomputed when missing); ``info``
+    carries the campaign's context (``run_id``, ``seed``, ``shard``, ``engine``, ``note``, ``covers``,
+    ``test``) that goes into the page and the record.
+    """
+    import gradspec
+
     from .check import check
 
+    info = dict(info or {})
     case = d.case
-    did = discrepancy_id(d.signature)
-    folder = os.path.join(directory, did)
-    os.makedirs(folder, exist_ok=True)
-    atomic_write(os.path.join(folder, "case.json"), case.to_json())
-    atomic_write(os.path.join(folder, "repro.py"), repro_script(case, d.oracles))
+    engine = info.get("engine") or getattr(case, "engine", None) or "reference"
+    rid = discrepancy_id(d.signature)
+    directory = os.path.abspath(directory)
+    folder = os.path.join(directory, rid)
     if verdict is None:
         try:
             verdict = check(case)
         except Exception:  # the report must still be written; the page says what is missing
             verdict = None
-    leaves = []
-    if verdict is not None:
-        names = [o for o in d.oracles if o in verdict.results] or list(verdict.results)
-        others = [o for o in verdict.results if o not in names]
-        order = names + others
-        for leaf in case.grad_leaves():
-            rows = []
-            vals = [verdict.results[o].get(leaf.name) for o in order]
-            vals = [np.zeros(leaf.shape) if v is None else np.asarray(v, dtype=np.float64) for v in vals]
-            diff = np.abs(vals[0] - vals[1]) if len(vals) > 1 else np.zeros(leaf.shape)
-            scale = float(np.max(diff, initial=0.0)) or 1.0
-            for k, idx in enumerate(np.ndindex(*leaf.shape) if leaf.shape else [()]):
-                if k >= 200:
-                    break
-                dv = float(diff[idx])
-                rows.append(
-                    {
-                        "index": str(idx),
-                        "x": float(np.asarray(leaf.value, dtype=np.float64)[idx]),
-                        "vals": [float(v[idx]) for v in vals],
-                        "diff": dv,
-                        "heat": _heat(dv / scale),
-                        "bad": d.leaf == leaf.name and d.index == tuple(idx),
-                    }
-                )
-            leaves.append({"name": leaf.name, "shape": leaf.shape, "oracles": order, "rows": rows})
-    jac = None
-    if verdict is not None and verdict.jacobian is not None and verdict.jacobian.matrix.size <= 400:
-        J = verdict.jacobian
-        g = J.matrix.T @ J.seed_vector
-        jac = {
-            "cols": [f"{n}{list(i)}" for n, i in J.col_labels],
-            "rows": [
-                {"label": f"{r}{list(i)}", "vals": list(J.matrix[k]), "seed": float(J.seed_vector[k])}
-                for k, (r, i) in enumerate(J.row_labels)
-            ],
-            "result": list(g),
+    saved = _case_for_file(case, engine)
+    staging = os.path.join(directory, _STATE, "staging", f"{rid}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    os.makedirs(staging, exist_ok=True)
+    try:
+        atomic_write(os.path.join(staging, "case.json"), saved.to_json())
+        atomic_write(os.path.join(staging, "repro.py"), repro_script(saved, d.oracles, verdict, d, rid))
+        ops = sorted({n.op for n in case.nodes})
+        now = time.time()
+        rec = {
+            "id": rid,
+            "kind": d.kind,
+            "oracles": list(d.oracles),
+            "ops": ops,
+            "signature": [d.signature[0], list(d.signature[1]), list(d.signature[2])],
+            "message": d.message,
+            "engine": engine,
+            "run_id": info.get("run_id"),
+            "shard": info.get("shard"),
+            "seed": info.get("seed"),
+            "note": info.get("note", ""),
+            "test": info.get("test"),
+            "covers": list(info.get("covers") or []),
+            "found_at": info.get("found_at", now),
+            "first_found": info.get("found_at", now),
+            "status": "found",
+            "discrepancy": d.to_json(),
         }
-    html = _jinja().from_string(_DISC).render(
-        css=_CSS,
-        id=did,
-        d=d,
-        svg=graph_svg(case),
-        case_text=case.to_text(),
-        leaves=leaves,
-        jac=jac,
-        skipped=(verdict.skipped if verdict is not None else {}),
-    )
-    atomic_write(os.path.join(folder, "index.html"), html)
+        atomic_write(os.path.join(staging, RECORD), json.dumps(rec, indent=1, default=_jdefault))
+        grads, worst, order, pair = _grads_view(case, verdict, d)
+        try:
+            case_text = case.to_text()
+        except Exception as e:  # a case that cannot be evaluated (the very thing that failed)
+            case_text = f"(cannot evaluate the case: {type(e).__name__}: {e})"
+        leaves_in = [{"name": l.name, "shape": l.shape, "dtype": l.dtype, "rg": l.requires_grad,
+                      "text": _text_array(l.value)} for l in case.leaves]
+        try:
+            root_shapes = case.shapes()
+        except Exception:
+            root_shapes = {}
+        roots = [{"name": r, "shape": root_shapes.get(r, ""),
+                  "text": "implicit: ones (numel 1), as backward() with no gradient" if s is None else _text_array(s)}
+                 for r, s in zip(case.roots, case.seeds, strict=True)]
+        tracebacks = []
+        if d.traceback:
+            tracebacks.append((" vs ".join(d.oracles), d.traceback))
+        if verdict is not None:
+            for name, (t, _m, tb) in (verdict.errors or {}).items():
+                if tb and tb != d.traceback:
+                    tracebacks.append((f"{name} ({t})", tb))
+        from . import tolerances as _tol
+
+        html = _jinja().from_string(_DISC).render(
+            css=_CSS,
+            id=rid,
+            d=d,
+            ops=ops,
+            info={"note": info.get("note", ""), "seed": info.get("seed"), "shard": info.get("shard"),
+                  "run_id": info.get("run_id"), "test": info.get("test")},
+            engine=engine,
+            case_path=os.path.join(folder, "case.json"),
+            repro_path=os.path.join(folder, "repro.py"),
+            svg=graph_svg(case),
+            case_text=case_text,
+            leaves_in=leaves_in,
+            roots=roots,
+            grads=grads,
+            worst=worst,
+            order=order,
+            pair=pair if len(pair) == 2 else list(d.oracles),
+            tol=_safe(_tol_parts, case, verdict, d),
+            tol_formula="|a - b| <= rtol x scale + rounding noise allowance (+ FD error estimate for finite differences)",
+            tol_doc=(_tol.__doc__ or "").strip(),
+            jac=_safe(_jacobian_view, verdict, d),
+            all_d=(verdict.discrepancies if verdict is not None else [d]),
+            skipped=list((verdict.skipped if verdict is not None else {}).items()),
+            tracebacks=tracebacks,
+            version=getattr(gradspec, "__version__", "?"),
+            np_version=np.__version__,
+            py_version=sys.version.split()[0],
+            now=time.strftime("%Y-%m-%d %H:%M:%S"),
+        )
+        atomic_write(os.path.join(staging, "index.html"), html)
+        _swap_in(staging, folder, rec, os.path.join(directory, _STATE, "trash"))
+    finally:
+        if os.path.isdir(staging):
+            shutil.rmtree(staging, ignore_errors=True)
     return folder
 
 
-def repro_script(case, oracles=("reference", "torch-cpu")) -> str:
-    """A script that rebuilds the case in torch (float64), runs ``torch.autograd.backward(roots, seeds)``
-    and prints torch's gradient beside a central finite-difference estimate computed with torch
-    itself, plus the reference engine's gradient recorded at report time.  It uses gradspec only
-    to map op names to their torch calls (``gs.ops.get(op).torch``)."""
-    payload = case.to_json(indent=None)
-    return f'''"""Reproduce a gradspec discrepancy ({" vs ".join(oracles)}): python repro.py"""
+def _safe(fn, *args):
+    try:
+        return fn(*args)
+    except Exception:  # a view that cannot be computed is left out, never the whole report
+        return None
+
+
+# ---------------------------------------------------------------------------------------------
+# repro.py
+# ---------------------------------------------------------------------------------------------
+
+
+def _recorded(verdict, names) -> dict:
+    out = {}
+    if verdict is None:
+        return out
+    for n in names:
+        res = (verdict.results or {}).get(n)
+        if res is None:
+            err = (verdict.errors or {}).get(n)
+            if err:
+                out[n] = {"error": f"{err[0]}: {err[1]}"}
+            continue
+        grads = {}
+        for leaf, g in res.items():
+            try:
+                grads[leaf] = None if g is None else _hexlist(np.asarray(g, dtype=np.float64))
+            except (TypeError, ValueError):
+                grads[leaf] = None
+        out[n] = grads
+    return out
+
+
+def _hexlist(a: np.ndarray) -> dict:
+    return {"shape": list(a.shape), "hex": [float(v).hex() for v in a.ravel()]}
+
+
+def repro_script(case, oracles=("reference", "torch-cpu"), verdict=None, d=None, rid: str = "") -> str:
+    """A script that rebuilds ``case`` in torch (in its own dtype), runs
+    ``torch.autograd.backward(roots, seeds)`` and prints torch's gradient beside a central
+    finite-difference estimate (computed with torch in float64) and the gradients the disagreeing
+    oracles returned when the report was written; it ends with the disagreement and exits 1 while
+    one is shown.  gradspec is used only to map op names to their torch calls."""
+    names = list(oracles)
+    recorded = _recorded(verdict, names)
+    lines = []
+    for leaf in case.leaves:
+        v = np.asarray(leaf.value)
+        if np.issubdtype(v.dtype, np.floating):
+            data = repr([float(x).hex() for x in v.astype(np.float64).ravel()])
+            expr = f"_arr({data}, {tuple(v.shape)!r}, {v.dtype.name!r})"
+        else:
+            expr = f"np.array({v.ravel().tolist()!r}, dtype={v.dtype.name!r}).reshape({tuple(v.shape)!r})"
+        lines.append(f"VALUES[{leaf.name!r}] = {expr}")
+    values_block = "\n".join(lines)
+    graph_lines = []
+    for n in case.nodes:
+        args = ", ".join(f"env[{i!r}]" for i in n.inputs)
+        params = "".join(f", {k}={v!r}" for k, v in n.params.items())
+        graph_lines.append(f"    env[{n.name!r}] = T({n.op!r})({args}{params})")
+    graph_block = "\n".join(graph_lines) or "    pass"
+    seeds = []
+    for s in case.seeds:
+        if s is None:
+            seeds.append("None")
+        else:
+            a = np.asarray(s)
+            seeds.append(f"_arr({[float(x).hex() for x in a.astype(np.float64).ravel()]!r}, {tuple(a.shape)!r}, {a.dtype.name!r})")
+    grad_leaves = [l.name for l in case.grad_leaves()]
+    user_imports = "\n".join(f"_import({p!r})  # user op {op!r}" for op, p in sorted(case.user_ops.items()))
+    inline = case.meta.get("inline_ops") if isinstance(case.meta, dict) else None
+    title = f"{d.kind} ({' vs '.join(d.oracles)})" if d is not None else " vs ".join(names)
+    message = (d.message.splitlines()[0] if d is not None and d.message else "")
+    message = message[:300].replace("\\", "/").replace('"' * 3, "'" * 3)  # it goes into a docstring
+    worst = None
+    if d is not None and d.leaf is not None and d.index is not None:
+        worst = (d.leaf, list(d.index))
+    return f'''"""Reproduce gradspec discrepancy {rid}: {title}.
+
+    {message}
+
+Run:  python repro.py     (needs numpy, torch and gradspec; gradspec only maps op names to torch calls)
+It prints torch's gradient (computed now), a finite-difference estimate (computed now, with torch)
+and what the two disagreeing oracles returned when the report was written (torch-cpu's side is
+recomputed now), then the disagreement; exit status 1 while there is one.
+"""
+import importlib
 import json
+import sys
 
 import numpy as np
 import torch
 
-import gradspec as gs  # only for the op name -> torch call mapping
-
-CASE = gs.Case.from_json({payload!r})
-RECORDED_REFERENCE = json.loads({json.dumps(json.dumps(_recorded(case)))})
+import gradspec as gs
 
 
-def run(values):
+def _import(path):
+    mod, _, attr = path.partition(":")
+    obj = importlib.import_module(mod)
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+{user_imports}
+INLINE_OPS = {inline!r}
+if INLINE_OPS:
+    sys.exit(f"this case uses op(s) {{INLINE_OPS}} defined inline (no import path): define them in an importable module")
+
+
+def _arr(hexes, shape, dtype):
+    return np.array([float.fromhex(h) for h in hexes], dtype=np.float64).astype(dtype).reshape(shape)
+
+
+def T(op):
+    return gs.ops.get(op).torch
+
+
+VALUES = {{}}
+{values_block}
+ROOTS = {list(case.roots)!r}
+SEEDS = [{", ".join(seeds)}]
+GRAD_LEAVES = {grad_leaves!r}
+RECORDED = json.loads({json.dumps(json.dumps(recorded))})  # gradients the oracles returned when the report was written
+PAIR = {names!r}
+WORST = {worst!r}
+
+
+def build(values, dtype=None):
     env = {{}}
-    for leaf in CASE.leaves:
-        t = torch.from_numpy(np.array(values[leaf.name]))
-        env[leaf.name] = t.requires_grad_(True) if leaf.differentiable else t
-    for n in CASE.nodes:
-        env[n.name] = gs.ops.get(n.op).torch(*[env[i] for i in n.inputs], **n.params)
+    for name, v in values.items():
+        t = torch.from_numpy(np.array(v, copy=True))
+        if dtype is not None and t.is_floating_point():
+            t = t.to(dtype)
+        env[name] = t.requires_grad_(True) if name in GRAD_LEAVES else t
+{graph_block}
     return env
 
 
-values = {{l.name: l.value.astype(np.float64) if l.value.dtype.kind == "f" else l.value for l in CASE.leaves}}
-env = run(values)
-roots = [env[r] for r in CASE.roots]
-seeds = [None if s is None else torch.from_numpy(np.array(s)) for s in CASE.seeds]
-torch.autograd.backward(roots, seeds)
-seed_arrays = [torch.ones_like(r) if s is None else s.to(r.dtype) for r, s in zip(roots, seeds)]
+def _decode(rec):
+    if rec is None:
+        return None
+    return np.array([float.fromhex(h) for h in rec["hex"]]).reshape(rec["shape"])
 
 
-def s_of(vals):
-    with torch.no_grad():
-        e = run(vals)
-        return sum(float((e[r].double() * g.double()).sum()) for r, g in zip(CASE.roots, seed_arrays))
-
-
-worst = 0.0
-for leaf in CASE.grad_leaves():
-    x = values[leaf.name]
-    fd = np.zeros(x.shape)
-    for idx in np.ndindex(*x.shape):
-        h = 1e-6 * max(1.0, abs(x[idx]))
-        plus = {{**values, leaf.name: x.copy()}}; plus[leaf.name][idx] += h
-        minus = {{**values, leaf.name: x.copy()}}; minus[leaf.name][idx] -= h
-        fd[idx] = (s_of(plus) - s_of(minus)) / (2 * h)
-    g = env[leaf.name].grad
-    tg = np.zeros(x.shape) if g is None else g.numpy()
-    ref = RECORDED_REFERENCE.get(leaf.name)
-    print(f"leaf {{leaf.name}} {{x.shape}}")
-    print("  torch backward     :", np.array2string(tg.ravel(), precision=8))
-    print("  finite differences :", np.array2string(fd.ravel(), precision=8))
-    if ref is not None:
-        print("  gradspec reference :", np.array2string(np.asarray(ref).ravel(), precision=8))
-        worst = max(worst, float(np.max(np.abs(np.asarray(ref) - tg), initial=0.0)))
-print(f"max |reference - torch| = {{worst:.3g}}")
-'''
-
-
-def _recorded(case):
+def main():
+    env = build(VALUES)
+    roots = [env[r] for r in ROOTS]
+    seeds = [None if s is None else torch.from_numpy(s) for s in SEEDS]
     try:
-        from .oracles import get
+        torch.autograd.backward(roots, seeds)
+        torch_grads = {{n: (None if env[n].grad is None else env[n].grad.double().numpy()) for n in GRAD_LEAVES}}
+        torch_error = None
+    except Exception as e:  # torch itself refuses the case: that is part of the story
+        torch_grads, torch_error = {{}}, f"{{type(e).__name__}}: {{e}}"
+    seed64 = [np.ones(tuple(r.shape)) if s is None else np.asarray(s, dtype=np.float64) for r, s in zip(roots, SEEDS)]
 
-        out = get("reference").vjp(case)
-        return {k: (None if v is None else np.asarray(v, dtype=np.float64).tolist()) for k, v in out.items()}
-    except Exception as e:  # pragma: no cover
-        return {"error": f"{type(e).__name__}: {e}"}
+    def s_of(values):
+        with torch.no_grad():
+            e = build(values, torch.float64)
+            return sum(float((e[r] * torch.from_numpy(g)).sum()) for r, g in zip(ROOTS, seed64))
+
+    values64 = {{k: (v.astype(np.float64) if v.dtype.kind == "f" else v) for k, v in VALUES.items()}}
+    worst_gap, shown = 0.0, None
+    for name in GRAD_LEAVES:
+        x = values64[name]
+        fd = np.zeros(x.shape)
+        for idx in np.ndindex(*x.shape):
+            h = 1e-6 * max(1.0, abs(float(x[idx])))
+            plus = dict(values64, **{{name: x.copy()}})
+            minus = dict(values64, **{{name: x.copy()}})
+            plus[name][idx] += h
+            minus[name][idx] -= h
+            fd[idx] = (s_of(plus) - s_of(minus)) / (2 * h)
+        print(f"leaf {{name}} {{x.shape}}")
+        rows = [("torch backward (now)", torch_grads.get(name)), ("finite differences (now, torch float64)", fd)]
+        for oracle in PAIR:
+            rec = RECORDED.get(oracle, {{}})
+            if "error" in rec:
+                print(f"  {{oracle + ' (recorded)':<42}}: raised {{rec['error']}}")
+                continue
+            rows.append((oracle + " (recorded)", _decode(rec.get(name))))
+        for label, g in rows:
+            text = "None (no gradient)" if g is None else np.array2string(np.asarray(g).ravel(), precision=10, threshold=50)
+            print(f"  {{label:<42}}: {{text}}")
+        got = []
+        for o in PAIR:
+            if o == "torch-cpu" and torch_error is None:
+                got.append(torch_grads.get(name))
+            else:
+                rec = RECORDED.get(o, {{}})
+                got.append(None if "error" in rec else _decode(rec.get(name)))
+        if len(got) == 2 and got[0] is not None and got[1] is not None and np.shape(got[0]) == np.shape(got[1]):
+            with np.errstate(all="ignore"):
+                gap = np.abs(got[0] - got[1])
+            gap = np.where(np.isnan(got[0]) != np.isnan(got[1]), np.inf, np.nan_to_num(gap, nan=0.0))
+            if gap.size and float(gap.max()) > worst_gap:
+                worst_gap = float(gap.max())
+                k = np.unravel_index(int(np.argmax(gap)), gap.shape)
+                shown = (name, tuple(int(i) for i in k), float(got[0][k]), float(got[1][k]))
+    if torch_error:
+        print(f"torch raised {{torch_error}}")
+    errors = {{o: r["error"] for o, r in RECORDED.items() if "error" in r}}
+    if shown is not None and worst_gap > 0:
+        name, k, a, b = shown
+        print(f"DISAGREEMENT: {{PAIR[0]}} vs {{PAIR[1]}} at {{name}}{{list(k)}}: {{a!r}} vs {{b!r}} "
+              f"(|difference| {{worst_gap:.6g}}); torch now says "
+              f"{{'None' if torch_grads.get(name) is None else repr(float(np.asarray(torch_grads[name])[k]))}}")
+        return 1
+    if errors:
+        for o, e in errors.items():
+            print(f"DISAGREEMENT: {{o}} raised {{e}}")
+        return 1
+    print("no disagreement between the recorded gradients (see the report for shape / None differences)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+'''

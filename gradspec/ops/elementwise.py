@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy import special as _special  # erf: vectorised and accurate to a few ulp
 
 from .. import domains as D
 from .. import engine as E
@@ -29,7 +28,11 @@ GELU_K = math.sqrt(2 / math.pi)
 
 
 def _erf(x):
-    return _special.erf(x)
+    # scipy.special: a vectorised erf accurate to a few ulp; imported on first use because it
+    # costs ~0.4 s, which every `gradspec` command and test process would otherwise pay.
+    from scipy import special
+
+    return special.erf(x)
 
 
 def _no_params(shapes):

@@ -1,0 +1,526 @@
+"""The ``gradspec`` command line: ``fuzz``, ``replay``, ``ops``.
+
+Exit codes: 0 no discrepancy, 1 discrepancies found (each written as a report), 2 usage error
+(bad arguments, an engine or case that cannot be loaded, a report dir that cannot be written),
+130 interrupted (Ctrl-C) before any discrepancy was found.
+
+Examples::
+
+    gradspec fuzz                                   # 200 cases against the reference engine, reports/
+    gradspec fuzz --seconds 600 --workers 4         # 4 processes (pytest-xdist), one summary
+    gradspec fuzz --engine mypkg.autodiff:engine --ops add,mul,exp,sum --max-examples 500
+    gradspec fuzz --workers 8 --tx 4*ssh=host1//python=python3 --tx 4*ssh=host2//python=python3 \\
+                  --report-dir /shared/reports      # shards on two machines (shared storage), one summary
+    gradspec replay reports/d-1234abcd56/case.json
+    gradspec ops --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import sys
+
+__all__ = ["main"]
+
+EXIT_OK, EXIT_FOUND, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+class _UsageError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # argparse exits 2 on usage errors, as the contract wants
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"gradspec: error: {message}\n")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be >= 1")
+    return v
+
+
+def _positive_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not v > 0 or v != v or v == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a positive number of seconds")
+    return v
+
+
+def _seed(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be >= 0")
+    return v
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="gradspec", description="Property-based verification of gradients (backward(seed) = J^T . seed).",
+                epilog="exit codes: 0 no discrepancy, 1 discrepancies (each written as a report), 2 usage error, "
+                       "130 interrupted")
+    sub = p.add_subparsers(dest="cmd", required=True, metavar="{fuzz,replay,ops}")
+    f = sub.add_parser("fuzz", help="random graphs, shapes, values and seeds through every oracle; HTML reports",
+                       description="A fuzzing campaign: random cases through every applicable oracle; every "
+                                   "discrepancy is shrunk, deduplicated and written as an HTML report at once.")
+    f.add_argument("--engine", default="reference", metavar="NAME|module:attr",
+                   help="engine under test: reference (default), torch-cpu, torch-cuda, or your Engine "
+                        "as 'package.module:attr' (an Engine instance or a factory)")
+    f.add_argument("--ops", default=None, metavar="a,b,...",
+                   help="comma-separated op names (see `gradspec ops`), or user ops as 'module:attr'; "
+                        "default: every op "
+                        "the engine supports")
+    f.add_argument("--oracles", default=None, metavar="a,b,...",
+                   help="oracles to compare (default: every available one; the engine under test is always added)")
+    g = f.add_mutually_exclusive_group()
+    g.add_argument("--max-examples", type=_positive_int, default=None, metavar="N",
+                   help="number of generated cases, all workers together (default 200)")
+    g.add_argument("--seconds", type=_positive_float, default=None, metavar="S", help="time budget in seconds")
+    f.add_argument("--workers", type=_positive_int, default=1, metavar="K",
+                   help="worker processes (pytest-xdist); each runs Hypothesis with its own seed "
+                        "(default 1: this process)")
+    f.add_argument("--tx", action="append", default=None, metavar="SPEC",
+                   help="pytest-xdist execution spec (repeatable), e.g. '4*ssh=host//python=python3', to spread the "
+                        "shards over machines; each needs gradspec (and your engine) installed and the report dir "
+                        "at the same path on shared storage (the shards read the campaign and write reports there)")
+    f.add_argument("--seed", type=_seed, default=None,
+                   help="seed of the campaign (default: random, printed and recorded)")
+    f.add_argument("--report-dir", default="reports", metavar="DIR", help="where reports go (default: reports/)")
+    f.add_argument("--database", default=None, metavar="DIR",
+                   help="Hypothesis example database (default DIR/.hypothesis); share one between runs or machines")
+    f.add_argument("--case-timeout", type=_positive_float, default=60.0, metavar="S",
+                   help="an oracle or engine taking longer than this on one case is a 'timeout' discrepancy "
+                        "(default 60)")
+    f.add_argument("--shrink-seconds", type=_positive_float, default=60.0, metavar="S",
+                   help="time spent shrinking one discrepancy before it is reported as is (default 60)")
+    f.add_argument("-q", "--quiet", action="store_true", help="no progress line")
+    r = sub.add_parser("replay", help="re-run a saved case.json with every oracle; exit 1 while it still disagrees")
+    r.add_argument("case", help="path to a case.json written by gradspec (a report folder's case.json)")
+    r.add_argument("--engine", default=None, metavar="NAME|module:attr",
+                   help="engine to check (default: the one recorded in the case)")
+    r.add_argument("--oracles", default=None, metavar="a,b,...",
+                   help="oracles to compare (default: every available one)")
+    r.add_argument("--case-timeout", type=_positive_float, default=60.0, metavar="S",
+                   help="per-case timeout (default 60)")
+    r.add_argument("--json", action="store_true", help="machine-readable verdict")
+    o = sub.add_parser("ops", help="list the op table: name, signature, domain, oracles that apply")
+    o.add_argument("--json", action="store_true", help="machine-readable output")
+    return p
+
+
+def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
+    # Like `python -m`, make modules in the current directory importable (--engine mymod:engine).
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        if args.cmd == "ops":
+            return _ops(args)
+        if args.cmd == "replay":
+            return _replay(args)
+        return _fuzz(args)
+    except _UsageError as e:
+        return _err(str(e))
+    except KeyboardInterrupt:
+        print("\ngradspec: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:  # `gradspec ops | head`
+        try:
+            sys.stdout = open(os.devnull, "w")
+        except OSError:
+            pass
+        return EXIT_OK
+    except Exception as e:  # never a bare traceback; GRADSPEC_DEBUG=1 shows it
+        if os.environ.get("GRADSPEC_DEBUG"):
+            raise
+        return _err(f"internal error: {type(e).__name__}: {e} (set GRADSPEC_DEBUG=1 for the traceback)")
+
+
+def _err(msg: str) -> int:
+    print(f"gradspec: error: {msg}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def _split(text: str | None) -> list[str] | None:
+    if text is None:
+        return None
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    return items or None
+
+
+# ---------------------------------------------------------------------------------------------
+# gradspec ops
+# ---------------------------------------------------------------------------------------------
+
+
+def _ops(args) -> int:
+    import gradspec as gs
+
+    rows = []
+    for spec in gs.ops.specs():
+        oracles = ["reference", "finite-differences"]
+        if spec.jvp is not None:
+            oracles.append("jacobian")
+        if spec.torch is not None:
+            oracles += ["torch-cpu", "torch-cuda"]
+        doms = spec.domains_for(spec.arity or 1)
+        rows.append({
+            "name": spec.name,
+            "family": spec.family,
+            "signature": spec.public_signature,
+            "shapes": spec.signature or ("shape rule" if spec.shape_fn is not None else "elementwise"),
+            "torch": spec.torch_name,
+            "domain": "; ".join(d.describe() for d in doms),
+            "saves": spec.saves if isinstance(spec.saves, bool) else "depends on params",
+            "oracles": oracles,
+            "notes": spec.notes,
+        })
+    if args.json:
+        print(json.dumps(rows, indent=1))
+        return EXIT_OK
+    w_sig = min(44, max((len(r["signature"]) for r in rows), default=10))
+    print(f"{'op':<16} {'signature':<{w_sig}} {'domain':<28} oracles")
+    for r in rows:
+        sig = r["signature"] if len(r["signature"]) <= w_sig else r["signature"][: w_sig - 1] + "…"
+        dom = r["domain"] if len(r["domain"]) <= 28 else r["domain"][:27] + "…"
+        print(f"{r['name']:<16} {sig:<{w_sig}} {dom:<28} {', '.join(r['oracles'])}")
+    print(f"\n{len(rows)} ops (torch-cuda needs a CUDA device). `gradspec ops --json` adds shapes, torch names, "
+          "saved tensors and tie/kink notes.")
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------------------------------------
+# gradspec replay
+# ---------------------------------------------------------------------------------------------
+
+
+def _load_case(path: str):
+    import gradspec as gs
+
+    from .ops import _registry
+
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except IsADirectoryError:
+        raise _UsageError(f"{path} is a directory; give the case.json inside a report folder") from None
+    except OSError as e:
+        raise _UsageError(f"cannot read case file {path!r}: {e.strerror or e}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise _UsageError(f"{path}: not a gradspec case file (not UTF-8 text)") from None
+    try:
+        d = json.loads(text)
+    except ValueError as e:
+        raise _UsageError(f"{path}: not a gradspec case file: invalid JSON ({e})") from None
+    if isinstance(d, dict) and d.get("format") == "gradspec-case/1":
+        inline = set((d.get("meta") or {}).get("inline_ops") or []) if isinstance(d.get("meta"), dict) else set()
+        user_ops = d.get("user_ops") or {}
+        for n in d.get("nodes") or []:
+            op = n.get("op") if isinstance(n, dict) else None
+            if not isinstance(op, str) or op in user_ops:
+                continue
+            try:
+                _registry.lookup(op)
+            except KeyError:
+                if op in inline:
+                    raise _UsageError(
+                        f"{path}: op {op!r} was defined inline (in __main__ or inside a function) when this case was "
+                        "saved, so it has no import path and replay cannot rebuild it; define it at module level in "
+                        "an importable module and save the case again") from None
+                raise _UsageError(f"{path}: unknown op {op!r}: not in the op table and no import path recorded "
+                                  "(a user op must be importable; see `gradspec ops`)") from None
+    try:
+        return gs.Case.from_json(d)
+    except gs.CaseError as e:
+        raise _UsageError(f"{path}: {e}") from None
+    except Exception as e:  # e.g. a user op whose import path no longer imports
+        raise _UsageError(f"{path}: cannot load the case: {type(e).__name__}: {e}") from None
+
+
+def _replay(args) -> int:
+    from . import fuzz
+
+    case = _load_case(args.case)
+    engine = args.engine or case.engine or "reference"
+    cfg = fuzz.Config(engine=engine, oracles=_split(args.oracles),
+                      report_dir=os.path.dirname(os.path.abspath(args.case)),
+                      case_timeout=args.case_timeout, seed=0)
+    try:
+        oracles, _ops, _eng = fuzz.resolve(cfg)
+    except ValueError as e:
+        raise _UsageError(f"cannot replay with engine {engine!r}: {e}") from None
+    missing = [o for o in case.ops if not _supports(_eng, o)]
+    if missing:
+        raise _UsageError(f"engine {engine!r} does not support op(s) {', '.join(sorted(set(missing)))} of this case")
+    case.engine = engine
+    if hasattr(os, "fork") and not os.environ.get("GRADSPEC_REPLAY_IN_PROCESS"):
+        # The check runs in a child process: a case that crashed an engine (a "crash" report)
+        # must be able to crash it again without taking replay's answer with it.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child
+            rc = EXIT_USAGE
+            try:
+                rc = _replay_check(args, case, engine, oracles)
+            except BaseException as e:  # noqa: BLE001 - the child must always exit here
+                print(f"gradspec: error: internal error: {type(e).__name__}: {e}", file=sys.stderr)
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(rc)
+        while True:
+            try:
+                _, status = os.waitpid(pid, 0)
+                break
+            except KeyboardInterrupt:
+                continue  # the child got the Ctrl-C too; wait for it to finish
+        if os.WIFSIGNALED(status):
+            sig = os.WTERMSIG(status)
+            try:
+                name = signal.Signals(sig).name
+            except ValueError:
+                name = f"signal {sig}"
+            print(f"the process checking this case died ({name}): engine {engine!r} still crashes on it (exit 1)")
+            return EXIT_FOUND
+        return os.WEXITSTATUS(status)
+    return _replay_check(args, case, engine, oracles)
+
+
+def _replay_check(args, case, engine, oracles) -> int:
+    from . import fuzz
+
+    verdict = fuzz.guarded_check(case, oracles, args.case_timeout)
+    if args.json:
+        print(json.dumps({
+            "ok": verdict.ok,
+            "engine": engine,
+            "pairs": [{"oracles": list(c.oracles), "agreed": c.agreed, "max_ratio": c.max_ratio}
+                      for c in verdict.comparisons],
+            "discrepancies": [d.to_json() for d in verdict.discrepancies],
+            "skipped": verdict.skipped,
+        }, indent=1, default=str))
+    else:
+        print(f"case {args.case} (engine {engine}):")
+        try:
+            print(case.to_text())
+        except Exception as e:
+            print(f"  (cannot evaluate the case: {type(e).__name__}: {e})")
+        print(verdict.summary())
+        if not verdict.ok:
+            print("still disagrees (exit 1)")
+    return EXIT_OK if verdict.ok else EXIT_FOUND
+
+
+def _supports(engine, op: str) -> bool:
+    try:
+        return bool(engine.supports(op))
+    except Exception:
+        return False
+
+
+# ---------------------------------------------------------------------------------------------
+# gradspec fuzz
+# ---------------------------------------------------------------------------------------------
+
+
+def _check_report_dir(path: str) -> None:
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise _UsageError(f"--report-dir {path!r} exists and is not a directory")
+    try:
+        os.makedirs(path, exist_ok=True)
+        probe = os.path.join(path, f".write-test-{os.getpid()}")
+        with open(probe, "w") as fh:
+            fh.write("gradspec")
+        os.unlink(probe)
+    except OSError as e:
+        raise _UsageError(f"report dir {path!r} is not writable: {e.strerror or e}") from None
+
+
+def _fuzz(args) -> int:
+    from . import fuzz, report
+
+    if args.tx and args.workers == 1:  # one shard per xdist node: "3*ssh=host" is three
+        args.workers = sum(int(t.split("*", 1)[0]) if "*" in t and t.split("*", 1)[0].isdigit() else 1
+                           for t in args.tx)
+    if args.workers > 1:
+        try:
+            import xdist  # noqa: F401
+        except ImportError:
+            raise _UsageError("--workers > 1 needs pytest-xdist (pip install pytest-xdist)") from None
+    cfg = fuzz.Config(engine=args.engine, ops=_split(args.ops), oracles=_split(args.oracles),
+                      max_examples=args.max_examples, seconds=args.seconds, seed=args.seed, report_dir=args.report_dir,
+                      database=args.database, case_timeout=args.case_timeout, shrink_seconds=args.shrink_seconds,
+                      workers=args.workers, tx=args.tx, argv=["gradspec"] + args.argv)
+    try:
+        oracles, ops, _engine = fuzz.resolve(cfg)
+    except ValueError as e:
+        raise _UsageError(str(e)) from None
+    cfg.ops = cfg.ops and ops  # user ops given by import path are recorded by name
+    _check_report_dir(cfg.report_dir)
+    if cfg.database:
+        try:
+            os.makedirs(cfg.database, exist_ok=True)
+        except OSError as e:
+            raise _UsageError(f"--database {args.database!r}: {e.strerror or e}") from None
+    err = sys.stderr
+    budget = cfg.describe()["budget"]
+    print(f"gradspec fuzz: engine {cfg.engine}, {len(ops)} ops, oracles {', '.join(o.name for o in oracles)}; "
+          f"{budget}, {cfg.workers} worker{'s' if cfg.workers > 1 else ''}, seed {cfg.seed}; "
+          f"reports in {cfg.report_dir}",
+          file=err)
+
+    stats = fuzz.Stats(shards=cfg.workers)
+    try:
+        os.makedirs(cfg.state_dir, exist_ok=True)
+        # A process of an earlier run that died mid-case left its case behind: report it now.
+        crashes = fuzz.report_crashes(cfg, stats, state_root=os.path.join(cfg.report_dir, fuzz.STATE))
+        fuzz.cleanup_stale_runs(cfg.report_dir, keep=cfg.run_id)
+        previous = fuzz.replay_previous(cfg, oracles, stats)
+    except (fuzz.ReportDirError, OSError) as e:
+        raise _UsageError(f"report dir {cfg.report_dir!r}: {e}") from None
+    for cr in crashes:
+        for p in previous:
+            if p["id"] == cr["id"]:
+                p["status"] = "a process died on this case (no summary was written)"
+        print(f"gradspec fuzz: a process of an earlier run (pid {cr['pid']}) died while checking a case: "
+              f"{os.path.join(cfg.report_dir, cr['id'], 'index.html')}", file=err)
+    if previous:
+        still = sum(p["status"] == "still present" for p in previous)
+        print(f"gradspec fuzz: {len(previous)} report(s) from earlier runs in {cfg.report_dir}: {still} still present",
+              file=err)
+    printer = None if args.quiet else fuzz.progress_printer(err, total_ops=len(ops))
+    progress_state = {"stats": stats}
+
+    def rewrite_index(current):
+        try:
+            merged = fuzz.Stats.from_json(current.to_json())
+            merged.merge(fuzz.Stats.from_json({"found": stats.found}))
+            s = fuzz.summary_json(cfg, merged, previous, ops)
+            fuzz.write_summary(cfg, s)
+            report.write_run_report(cfg.report_dir, s)
+        except OSError:
+            pass  # the final write reports the problem
+
+    def on_found(d, verdict, info):
+        fuzz._report_writer(cfg)(d, verdict, info)
+        rid = report.discrepancy_id(d.signature)
+        if printer is not None and getattr(printer, "tty", False):
+            err.write("\n")
+        print(f"gradspec fuzz: discrepancy {rid}: {d.kind} ({' vs '.join(d.oracles)}), ops "
+              f"{', '.join(sorted({n.op for n in d.case.nodes}))}: {d.message.splitlines()[0][:160]}", file=err)
+        print(f"  report: {os.path.join(cfg.report_dir, rid, 'index.html')}", file=err)
+        camp = progress_state.get("campaign")
+        if camp is not None:
+            rewrite_index(camp.stats)
+
+    def progress(obj):
+        progress_state["campaign"] = obj
+        if printer is not None:
+            printer(obj)
+
+    if cfg.workers > 1 or cfg.tx:
+        run = fuzz.run_distributed(cfg, progress=printer)
+        try:
+            fuzz.report_crashes(cfg, run)
+        except fuzz.ReportDirError as e:
+            run.errors.append(str(e))
+    else:
+        run = fuzz._Campaign(cfg, 0, progress=progress, on_found=on_found, oracles=oracles, found=stats.found).run()
+    if printer is not None and getattr(printer, "tty", False):
+        printer(run, final=True)
+    run.found = {**stats.found, **run.found}
+    run.crashed = stats.crashed + run.crashed
+    run.errors = stats.errors + run.errors
+    run.seconds = max(run.seconds, 1e-9)
+    summary = fuzz.summary_json(cfg, run, previous, ops)
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not lose the summary
+    try:
+        try:
+            fuzz.write_summary(cfg, summary)
+            index = report.write_run_report(cfg.report_dir, summary)
+            write_error = None
+        except OSError as e:
+            index, write_error = None, f"cannot write the summary into {cfg.report_dir}: {e.strerror or e}"
+        _print_summary(cfg, summary, index, ops)
+    finally:
+        signal.signal(signal.SIGINT, old)
+    if not os.environ.get("GRADSPEC_KEEP_STATE"):
+        # The run's bookkeeping (campaign file, shard snapshots) has served its purpose.
+        shutil.rmtree(cfg.state_dir, ignore_errors=True)
+    report_failed = write_error or any(r.get("report_error") for r in run.found.values()) or \
+        run.stop_reason == "report-dir"
+    if report_failed:
+        for r in run.found.values():
+            if r.get("case"):
+                print(f"\nunwritten discrepancy {r['id']} ({r['kind']}, {' vs '.join(r['oracles'])}); its case:\n"
+                      f"{r['case']}", file=sys.stdout)
+        return _err(write_error or next((e for e in run.errors if "report" in e),
+                                        "the report dir could not be written"))
+    if summary["discrepancies"]:
+        return EXIT_FOUND
+    if run.interrupted:
+        return EXIT_INTERRUPTED
+    return EXIT_OK
+
+
+def _print_summary(cfg, s: dict, index: str | None, ops: list[str]) -> None:
+    out = sys.stdout
+    n = s["discrepancies"]
+    head = (f"gradspec fuzz: {s['cases']} cases in {s['seconds']:.1f} s ({s['cases_per_second']:.1f} cases/s), "
+            f"engine {s['engine']}, seed {s['seed']}, {s['workers']} worker{'s' if s['workers'] > 1 else ''}")
+    if s["interrupted"]:
+        head += " - INTERRUPTED (results of what ran)"
+    print(head, file=out)
+    covered = [o for o, k in s["ops"].items() if k]
+    never = [o for o, k in s["ops"].items() if not k]
+    line = f"  ops: {len(covered)} of {len(s['ops'])} covered"
+    if never:
+        line += f"; never generated: {', '.join(never[:8])}{' ...' if len(never) > 8 else ''}"
+    print(line, file=out)
+    if s["oracles"]:
+        pairs = [f"{p} {s['agreement'].get(p, 0)}/{k}" for p, k in s["oracles"].items()]
+        print("  agreement: " + "; ".join(pairs), file=out)
+    if s["replayed"] or s["shrink_runs"]:
+        print(f"  replayed {s['replayed']} saved case(s); {s['shrink_runs']} shrink runs", file=out)
+    for e in s["errors"][:5]:
+        print(f"  problem: {e}", file=out)
+    if n:
+        print(f"  {n} discrepanc{'y' if n == 1 else 'ies'}:", file=out)
+        for r in s["reports"][:10]:
+            print(f"    {r['id']}  {r['kind']:<16} {' vs '.join(r['oracles']):<36} ops {', '.join(r['ops'])}", file=out)
+            print(f"      gradspec replay {os.path.join(cfg.report_dir, r['id'], 'case.json')}", file=out)
+        if n > 10:
+            print(f"    ... and {n - 10} more in the report", file=out)
+    else:
+        print("  no discrepancy", file=out)
+    if s.get("superseded"):
+        print(f"  ({len(s['superseded'])} more report(s) superseded by a smaller case with the same disagreement: "
+              f"{', '.join(r['id'] for r in s['superseded'][:5])})", file=out)
+    fixed = [p for p in s["previous"] if p["status"] == "no longer reproduces"]
+    if fixed:
+        print(f"  {len(fixed)} report(s) of earlier runs no longer reproduce: {', '.join(p['id'] for p in fixed[:5])}",
+              file=out)
+    if index:
+        print(f"  report: {index}   summary: {os.path.join(cfg.report_dir, 'summary.json')}", file=out)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
