@@ -86,16 +86,22 @@ VALUE_DEPTH = 16.0
 
 
 def _center(case, x64, seeds64, env):
-    s0, S0, _ = _s_batched(case, {k: np.asarray(v)[None] for k, v in x64.items()}, 1, seeds64, case.roots)
+    """s and S at the centre (from the already evaluated ``env``), and the absolute rounding floor."""
+    s0 = S0 = 0.0
     vmax = 0.0
-    for v in env.values():
-        v = np.asarray(v)
-        if np.issubdtype(v.dtype, np.floating) and v.size:
-            fin = np.abs(v[np.isfinite(v)])
-            if fin.size:
-                vmax = max(vmax, float(fin.max()))
+    with np.errstate(all="ignore"):
+        for r, seed in zip(case.roots, seeds64):
+            v = np.asarray(env[r], dtype=np.float64)
+            s0 += float(np.sum(v * seed))
+            S0 += float(np.sum(np.abs(v) * np.abs(seed)))
+        for v in env.values():
+            v = np.asarray(v)
+            if np.issubdtype(v.dtype, np.floating) and v.size:
+                fin = np.abs(v[np.isfinite(v)])
+                if fin.size:
+                    vmax = max(vmax, float(fin.max()))
     seed_l1 = float(sum(np.sum(np.abs(s)) for s in seeds64))
-    return float(s0[0]), float(S0[0]), VALUE_DEPTH * EPS * vmax * seed_l1
+    return s0, S0, VALUE_DEPTH * EPS * vmax * seed_l1
 
 
 def _points(x64, leaves, idx_chunk, h):
@@ -143,6 +149,9 @@ def fd_gradient(case, *, check_reach: bool = True) -> FDResult:
     leaves = case.grad_leaves()
     x64 = _as64(case)
     center = case.evaluate(x64)
+    for name, v in center.items():
+        if np.issubdtype(np.asarray(v).dtype, np.floating) and not np.all(np.isfinite(v)):
+            raise OracleError(f"finite differences: {name} is not finite at the case's inputs")
     seeds64 = [np.asarray(s, dtype=np.float64) for s in case.seed_arrays(center)]
     n = int(sum(l.value.size for l in leaves))
     flat = np.concatenate([x64[l.name].ravel() for l in leaves]) if leaves else np.zeros(0)
@@ -291,10 +300,6 @@ class FiniteDifferences(Oracle):
         ]
         if nonfinite:
             return False, f"finite differences: leaf values of {', '.join(nonfinite)} are not finite"
-        center = case.evaluate()
-        for name, v in center.items():
-            if np.issubdtype(np.asarray(v).dtype, np.floating) and not np.all(np.isfinite(v)):
-                return False, f"finite differences: {name} is not finite at the case's inputs"
         return True, ""
 
     def result(self, case, check_reach: bool = True) -> FDResult:

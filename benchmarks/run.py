@@ -1,0 +1,188 @@
+"""Cost of gradspec's oracles, side by side with torch.autograd.gradcheck, in one run.
+
+    python benchmarks/run.py [--quick] [--json FILE] [--cases N] [--seed S]
+
+The graphs are the random cases of ``gradspec.strategies.cases()`` (a fixed, seeded sample:
+the same corpus the false-alarm tests use), not a hand-picked set.  For every case:
+
+* each oracle's time (reference, finite-differences, jacobian, torch-cpu) and all CPU oracles
+  together (``gs.check`` with those four, comparisons included);
+* ``torch.autograd.gradcheck`` (default, slow mode: full numerical and analytical Jacobians)
+  on the same graph written as a torch function of the differentiable leaves, in float64;
+* one batched forward of the graph at 2n points (what plain central differences must evaluate)
+  vs the FD oracle (3n + 1 points, error estimate and kink-reach check included).
+
+Reported: medians of per-case ratios, overall and per input-size bucket (n <= 10, <= 100,
+<= 1000), the fixed cost of building the torch graph, and a scaling table in n for full vs
+directional finite differences.  Times are wall-clock medians of repeated runs (each timed
+run repeated until it has taken at least 20 ms in total).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import time
+
+import numpy as np
+
+import gradspec as gs
+from gradspec._private.sampling import sample
+from gradspec.oracles.fd import fd_directional, fd_gradient
+from gradspec.oracles.torch_oracle import build_torch_graph
+
+CPU_ORACLES = ["reference", "finite-differences", "jacobian", "torch-cpu"]
+
+
+def timeit(fn, min_total=0.02, max_reps=200):
+    reps, total, times = 0, 0.0, []
+    while total < min_total and reps < max_reps:
+        t = time.perf_counter()
+        fn()
+        dt = time.perf_counter() - t
+        times.append(dt)
+        total += dt
+        reps += 1
+    return statistics.median(times)
+
+
+def torch_function(case):
+    import torch
+
+    leaves = case.grad_leaves()
+
+    def f(*xs):
+        env = {}
+        for l in case.leaves:
+            env[l.name] = torch.from_numpy(np.array(l.value, dtype=np.float64 if l.value.dtype.kind == "f" else l.value.dtype))
+        for l, x in zip(leaves, xs):
+            env[l.name] = x
+        for n in case.nodes:
+            env[n.name] = gs.ops.get(n.op).torch(*[env[i] for i in n.inputs], **n.params)
+        return tuple(env[r] for r in case.roots)
+
+    inputs = tuple(torch.from_numpy(np.array(l.value, dtype=np.float64)).requires_grad_(True) for l in leaves)
+    return f, inputs
+
+
+def batched_forward_2n(case):
+    leaves = case.grad_leaves()
+    n = case.n_inputs
+    vals = {l.name: np.asarray(l.value, dtype=np.float64) if l.value.dtype.kind == "f" else l.value for l in case.leaves}
+    batches = {k: np.broadcast_to(v, (2 * n,) + np.shape(v)) for k, v in vals.items()}
+    for l in leaves:
+        batches[l.name] = np.array(batches[l.name])  # perturbed copies are materialized, as FD must
+    return lambda: case.evaluate(batches, nbatch=1)
+
+
+def bucket(n):
+    return "n<=10" if n <= 10 else "n<=100" if n <= 100 else "n<=1000" if n <= 1000 else "n>1000"
+
+
+def run(n_cases, seed, quick):
+    import torch
+
+    corpus = [c for c in sample(gs.strategies.cases(), n_cases, seed) if c.n_inputs > 0]
+    rows = []
+    for case in corpus:
+        row = {"n": case.n_inputs, "nodes": len(case.nodes), "ops": [n.op for n in case.nodes]}
+        v = gs.check(case, oracles=CPU_ORACLES)
+        row["ok"] = v.ok
+        usable = [o for o in CPU_ORACLES if o in v.results]
+        for o in usable:
+            orc = gs.oracles.get(o)
+            row[o] = timeit(lambda orc=orc: orc.vjp(case))
+        row["all_cpu_oracles"] = timeit(lambda: gs.check(case, oracles=CPU_ORACLES))
+        f, inputs = torch_function(case)
+        try:
+            row["gradcheck"] = timeit(lambda: torch.autograd.gradcheck(f, inputs, raise_exception=False))
+        except Exception as e:  # gradcheck cannot run on every graph (e.g. outputs without grad)
+            row["gradcheck_error"] = f"{type(e).__name__}: {e}"[:200]
+        row["batched_forward_2n"] = timeit(batched_forward_2n(case))
+        if "finite-differences" in v.results:
+            row["fd"] = timeit(lambda: fd_gradient(case))
+        row["torch_graph_build"] = timeit(lambda: build_torch_graph(case))
+        rows.append(row)
+    return rows
+
+
+def ratios(rows, num, den):
+    out = {}
+    groups = {"all": rows}
+    for r in rows:
+        groups.setdefault(bucket(r["n"]), []).append(r)
+    for name, rs in groups.items():
+        vals = [r[num] / r[den] for r in rs if num in r and den in r and r[den] > 0]
+        out[name] = {"median": statistics.median(vals) if vals else None, "cases": len(vals)}
+    return out
+
+
+def scaling(quick):
+    sizes = [10, 100, 1000] if quick else [10, 100, 1000, 4000]
+    out = []
+    rng = np.random.default_rng(0)
+    for n in sizes:
+        x = rng.uniform(0.5, 1.5, n)
+        case = gs.Case.build({"x": x, "w": rng.standard_normal(n)},
+                             [("a", "mul", ["x", "w"], {}), ("b", "tanh", ["a"], {}), ("y", "sum", ["b"], {})], ["y"])
+        k = 16
+        dirs = {l.name: rng.standard_normal((k,) + l.shape) / np.sqrt(2 * n) for l in case.grad_leaves()}
+        out.append({"n": case.n_inputs, "fd_full": timeit(lambda: fd_gradient(case)),
+                    "fd_directional_16": timeit(lambda: fd_directional(case, dirs))})
+    return out
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="30 cases and a short scaling table")
+    p.add_argument("--cases", type=int, default=None)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", default=None, help="write the numbers here")
+    a = p.parse_args(argv)
+    n = a.cases or (30 if a.quick else 150)
+    t0 = time.time()
+    rows = run(n, a.seed, a.quick)
+    res = {
+        "machine": {"python": sys.version.split()[0], "platform": platform.platform(), "processor": platform.processor(),
+                    "numpy": np.__version__, "torch": __import__("torch").__version__},
+        "cases": len(rows),
+        "false_alarms": sum(not r["ok"] for r in rows),
+        "ratio_all_cpu_oracles_vs_gradcheck": ratios(rows, "all_cpu_oracles", "gradcheck")["all"]["median"],
+        "ratio_fd_vs_batched_forward": ratios(rows, "fd", "batched_forward_2n")["all"]["median"],
+        "per_bucket": {
+            "all_cpu_oracles_vs_gradcheck": ratios(rows, "all_cpu_oracles", "gradcheck"),
+            "fd_vs_batched_forward": ratios(rows, "fd", "batched_forward_2n"),
+            **{f"{o}_vs_gradcheck": ratios(rows, o, "gradcheck") for o in CPU_ORACLES},
+        },
+        "median_seconds": {k: statistics.median([r[k] for r in rows if k in r]) for k in
+                           CPU_ORACLES + ["all_cpu_oracles", "gradcheck", "fd", "batched_forward_2n", "torch_graph_build"]
+                           if any(k in r for r in rows)},
+        "scaling": scaling(a.quick),
+        "wall_seconds": round(time.time() - t0, 1),
+        "rows": rows,
+    }
+    print(f"{res['cases']} cases (false alarms: {res['false_alarms']}), {res['wall_seconds']} s")
+    print(f"ratio all CPU oracles / gradcheck (median of per-case ratios): {res['ratio_all_cpu_oracles_vs_gradcheck']:.3f}")
+    print(f"ratio FD / one batched forward of 2n points: {res['ratio_fd_vs_batched_forward']:.3f}")
+    print("\n| ratio (median per case) | all | n<=10 | n<=100 | n<=1000 |\n|---|---|---|---|---|")
+    for name, d in res["per_bucket"].items():
+        cells = [f"{d[b]['median']:.3f} ({d[b]['cases']})" if b in d and d[b]["median"] is not None else "-"
+                 for b in ("all", "n<=10", "n<=100", "n<=1000")]
+        print(f"| {name} | " + " | ".join(cells) + " |")
+    print("\n| median seconds per case | |\n|---|---|")
+    for k, v in res["median_seconds"].items():
+        print(f"| {k} | {v * 1e3:.2f} ms |")
+    print("\n| n | FD full | FD directional (16 dirs) |\n|---|---|---|")
+    for s in res["scaling"]:
+        print(f"| {s['n']} | {s['fd_full'] * 1e3:.2f} ms | {s['fd_directional_16'] * 1e3:.2f} ms |")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(res, f, indent=1, default=str)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
