@@ -51,9 +51,9 @@ class ReferenceEngine:
     name = "reference"
 
     def supports(self, op: str) -> bool:
-        from . import ops
+        from .ops import _registry
 
-        return op in ops.names()
+        return op in _registry.all_specs() and not op.startswith("_")
 
     def leaf(self, value, requires_grad=True):
         from . import engine as E
@@ -94,9 +94,10 @@ class TorchEngine:
         return torch
 
     def supports(self, op: str) -> bool:
-        from . import ops
+        from .ops import _registry
 
-        return op in ops.names() and ops.get(op).torch is not None
+        spec = _registry.all_specs().get(op)
+        return spec is not None and not op.startswith("_") and spec.torch is not None
 
     def leaf(self, value, requires_grad=True):
         torch = self._torch()

@@ -1,0 +1,210 @@
+"""``gs.verify_torch_function`` and ``gs.verify_engine`` on planted bugs (each found, with the
+right kind; each correct twin silent), the built-in engines passing, ``strict=False``, and the
+``Result`` API: fields, replay instructions, determinism with a seed, budgets, ``write_html``.
+
+The planted bugs live in ``tests/_planted.py``; every run uses a fixed seed and a small budget.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+
+import numpy as np
+import pytest
+
+import gradspec as gs
+from gradspec import verify
+from tests import _planted as P
+
+FN_BUGS = {k: p for k, p in P.BUGS.items() if p.how == "torch"}
+ENGINE_BUGS = {k: p for k, p in P.BUGS.items() if p.how == "engine"}
+FN_TWINS: dict = {}
+for _k, _p in FN_BUGS.items():
+    FN_TWINS.setdefault((_p.twin, tuple(sorted(_p.kwargs))), (_k, _p))
+TIMES: dict[str, float] = {}
+
+
+@pytest.fixture(autouse=True)
+def _short_shrinking(monkeypatch):
+    # CI speed: a shorter (still deterministic) shrinking budget than a user's default.
+    monkeypatch.setattr(verify, "SHRINK_CALLS", 25)
+
+
+# ---------------------------------------------------------------------------------------------
+# torch functions
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bug", list(FN_BUGS), ids=list(FN_BUGS))
+def test_verify_torch_function_finds_planted_bug(bug):
+    p = FN_BUGS[bug]
+    r = gs.verify_torch_function(p.target, **p.kwargs, max_examples=30, seed=0)
+    assert not r.ok, f"{bug}: not found\n{r}"
+    assert set(r.kinds) & set(p.kinds), f"{bug}: found {r.kinds}, expected one of {p.kinds}\n{r}"
+    assert r.what == "torch function" and p.target.__self__.__name__ in r.target
+    TIMES[bug] = r.time_to_first
+
+
+@pytest.mark.parametrize("key", list(FN_TWINS), ids=[v[0] for v in FN_TWINS.values()])
+def test_verify_torch_function_is_silent_on_correct_twin(key):
+    _, p = FN_TWINS[key]
+    r = gs.verify_torch_function(p.twin, **p.kwargs, max_examples=30, seed=0)
+    assert r.ok, str(r)
+    assert r.cases_run == 30
+
+
+def test_verify_torch_function_plain_callable_and_arity():
+    import torch
+
+    r = gs.verify_torch_function(lambda x, y: torch.sin(x) * y, max_examples=10, seed=3)
+    assert r.ok and r.cases_run == 10
+    with pytest.raises(gs.UserOpError, match="pass arity=N"):
+        gs.verify_torch_function(lambda *xs: xs[0], max_examples=2, seed=0)
+
+
+# ---------------------------------------------------------------------------------------------
+# engines
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bug", list(ENGINE_BUGS), ids=list(ENGINE_BUGS))
+def test_verify_engine_finds_planted_bug(bug):
+    p = ENGINE_BUGS[bug]
+    r = gs.verify_engine(p.target(), max_examples=30, seed=0)
+    assert not r.ok, f"{bug}: not found\n{r}"
+    assert set(r.kinds) & set(p.kinds), f"{bug}: found {r.kinds}, expected one of {p.kinds}\n{r}"
+    assert "failed" in r.checks.values()
+    d = next(d for d in r.discrepancies if d.kind in p.kinds)
+    assert d.replay.startswith("gs.verify_engine(") and f"seed={r.seed}" in d.replay
+    TIMES[bug] = r.time_to_first
+
+
+@pytest.mark.parametrize("bug", list(ENGINE_BUGS), ids=list(ENGINE_BUGS))
+def test_verify_engine_strict_false(bug):
+    """strict=False: correctness bugs still fail; torch-specific details become notes."""
+    p = ENGINE_BUGS[bug]
+    r = gs.verify_engine(p.target(), max_examples=15, seed=0, strict=False)
+    if p.strict_only:
+        assert r.ok, str(r)
+        assert r.notes and "note" in r.checks.values()
+    else:
+        assert not r.ok and set(r.kinds) & set(p.kinds), str(r)
+
+
+def test_small_engine_twin_passes():
+    r = gs.verify_engine(P.Small(), max_examples=30, seed=0)
+    assert r.ok, str(r)
+    assert all(v == "passed" for v in r.checks.values()), r.checks
+
+
+@pytest.mark.parametrize("name", ["reference", "torch-cpu"])
+def test_builtin_engines_pass(name):
+    r = gs.verify_engine(name, max_examples=40, seed=1)
+    assert r.ok, str(r)
+    assert r.cases_run == 40 and len(r.op_counts) > 10
+
+
+def test_engine_by_import_path():
+    r = gs.verify_engine("tests._planted:NoReset", max_examples=5, seed=0)
+    assert "reset" in r.kinds
+    assert "tests._planted:NoReset" in r.replay
+
+
+def test_engine_errors_are_clear():
+    with pytest.raises(gs.engines.EngineError, match="does not implement the gradspec Engine protocol"):
+        gs.verify_engine(object())
+    with pytest.raises(gs.engines.EngineError, match="unknown engine"):
+        gs.verify_engine("no-such-engine")
+
+
+def test_median_time_to_find_functions_and_engines():
+    if len(TIMES) < (len(FN_BUGS) + len(ENGINE_BUGS)) // 2:
+        pytest.skip("run together with the planted-bug tests (same process)")
+    med = statistics.median(TIMES.values())
+    print(f"\nmedian time to find {len(TIMES)} planted Function/engine bugs: {med:.3f} s "
+          f"(max {max(TIMES.values()):.3f} s: {max(TIMES, key=TIMES.get)})")
+    assert med < 2.0
+
+
+# ---------------------------------------------------------------------------------------------
+# Result
+# ---------------------------------------------------------------------------------------------
+
+
+def test_result_fields_and_summary():
+    r = gs.verify_op(P.pl_sq_noseed, max_examples=15, seed=5)
+    assert isinstance(r, gs.Result) and not r.ok and r.cases_run == 15
+    d = r.discrepancies[0]
+    assert d.kind == "value" and "reference" in d.oracles and isinstance(d.case, gs.Case)
+    assert d.message.startswith("op 'pl_sq_noseed'")
+    text = str(r)
+    assert "FAILED" in text and "replay" in text and "seed=5" in text
+    assert "from tests._planted import pl_sq_noseed" in r.replay  # importable op: an exact replay line
+    assert gs.check(d.case, oracles=["reference", "finite-differences"]).ok is False  # the case replays
+    assert gs.Case.from_json(d.case.to_json()) == d.case
+
+
+def test_same_seed_same_run():
+    a = gs.verify_op(P.pl_mean_norm, max_examples=15, seed=11)
+    b = gs.verify_op(P.pl_mean_norm, max_examples=15, seed=11)
+    assert (a.cases_run, a.kinds) == (b.cases_run, b.kinds)
+    assert [d.case.to_json() for d in a.discrepancies] == [d.case.to_json() for d in b.discrepancies]
+    c = gs.verify_engine(P.NoReset(), max_examples=10, seed=4)
+    e = gs.verify_engine(P.NoReset(), max_examples=10, seed=4)
+    assert [d.message for d in c.discrepancies] == [d.message for d in e.discrepancies]
+
+
+def test_default_seed_is_recorded():
+    r = gs.verify_op(P.pl_sq_ok, max_examples=3)
+    assert isinstance(r.seed, int) and f"seed={r.seed}" in r.replay
+
+
+def test_seconds_budget():
+    r = gs.verify_op(P.pl_sq_ok, seconds=1.0, seed=0)
+    assert r.ok and r.cases_run > 0 and r.seconds < 5.0
+
+
+@pytest.mark.parametrize("kw, exc", [
+    (dict(max_examples=0), ValueError), (dict(max_examples=2.5), ValueError), (dict(seconds=-1), ValueError),
+    (dict(oracles=["no-such-oracle"]), ValueError), (dict(seed="x"), TypeError),
+], ids=["zero-examples", "float-examples", "negative-seconds", "unknown-oracle", "bad-seed"])
+def test_argument_errors(kw, exc):
+    with pytest.raises(exc):
+        gs.verify_op(P.pl_sq_ok, **kw)
+
+
+def test_verify_op_rejects_non_ops():
+    with pytest.raises(TypeError, match="gs.Op"):
+        gs.verify_op(lambda x: x)
+    with pytest.raises(ValueError, match="no op named"):
+        gs.verify_op("no_such_op")
+
+
+def test_write_html(tmp_path):
+    r = gs.verify_engine(P.ImplicitAnyShape(), max_examples=5, seed=0)
+    r2 = gs.verify_op(P.pl_xabsx_sign, max_examples=10, seed=0)
+    for res, sub in ((r, "engine"), (r2, "op")):
+        out = tmp_path / sub
+        index = res.write_html(str(out))
+        assert index == os.path.join(str(out), "index.html") and os.path.exists(index)
+        html = open(index, encoding="utf-8").read()
+        assert "FAILED" in html and "Replay" in html
+        summary = json.load(open(out / "summary.json"))
+        assert summary["discrepancies"] == len(res.discrepancies) and summary["seed"] == res.seed
+        folders = [f for f in os.listdir(out) if f.startswith("d-")]
+        assert len(folders) == len(res.discrepancies)
+        for f in folders:
+            assert os.path.exists(out / f / "index.html")
+    case_dirs = [f for f in os.listdir(tmp_path / "op") if f.startswith("d-")]
+    assert gs.Case.from_json(open(tmp_path / "op" / case_dirs[0] / "case.json").read()).ops
+
+
+def test_fd_jacobian_oracle_is_an_fd_kind_oracle():
+    case = gs.Case.build({"x": np.array([0.5, -1.5])}, [("y", "pl_xabsx_ok", ["x"], {})], ["y"], [np.array([1.0, 2.0])])
+    o = verify.FDJacobianOracle()
+    res = o.result(case)
+    np.testing.assert_allclose(res.grads["x"], [1.0, 6.0], rtol=1e-10)
+    assert np.all(res.error["x"] < 1e-8)
+    assert gs.check(case, oracles=["reference", o]).ok
