@@ -45,6 +45,11 @@ def register_profiles() -> None:
         verbosity=Verbosity.normal,
         suppress_health_check=slow,
     )
-    settings.register_profile("dev", deadline=None, max_examples=30, print_blob=True, suppress_health_check=slow)
-    settings.register_profile("fuzz", deadline=None, max_examples=5000, print_blob=True, suppress_health_check=slow)
+    # Parent "default", not the active profile: under CI=true Hypothesis activates its own
+    # derandomized "ci" profile, and dev/fuzz must stay random (and keep an example database).
+    default = settings.get_profile("default")
+    settings.register_profile("dev", parent=default, deadline=None, max_examples=30, print_blob=True,
+                              suppress_health_check=slow)
+    settings.register_profile("fuzz", parent=default, deadline=None, max_examples=5000, print_blob=True,
+                              suppress_health_check=slow)
     _done = True
