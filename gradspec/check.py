@@ -119,9 +119,17 @@ def check(case: Case, oracles=None) -> Verdict:
     skipped: dict = {}
     errors: dict = {}
     jac = None
-    fd_err = None
+    fd_errs: dict = {}  # oracle name -> per-leaf error estimates (fd-kind oracles only)
     directional = None
+    used = {}
     for o in chosen:
+        if o.name == "jacobian" and o.kind == "exact" and _has_fd_jvp(case):
+            # A user op without a declared jvp gets a finite-difference JVP: the jacobian is then
+            # an estimate and is compared with its own error estimate, like finite differences.
+            from .verify import FDJacobianOracle
+
+            o = FDJacobianOracle()
+        used[o.name] = o
         ok, why = o.available()
         if not ok:
             skipped[o.name] = why
@@ -139,7 +147,7 @@ def check(case: Case, oracles=None) -> Verdict:
                 continue
             if o.kind == "fd":
                 res = o.result(case)
-                fd_err = res.error
+                fd_errs[o.name] = res.error
                 results[o.name] = res.grads
             elif o.name == "jacobian":
                 jac = o.jacobian(case)
@@ -154,7 +162,7 @@ def check(case: Case, oracles=None) -> Verdict:
     discrepancies: list[Discrepancy] = []
     comparisons: list[Comparison] = []
     dtype = _case_dtype(case)
-    kinds = {o.name: o for o in chosen}
+    kinds = {**{o.name: o for o in chosen}, **used}
     # Oracles that raised: agreement if every raising oracle raised the same message and the
     # others are not exact engines (fd/jacobian cannot raise torch's errors); otherwise report.
     if errors:
@@ -189,11 +197,11 @@ def check(case: Case, oracles=None) -> Verdict:
         comps, founds = [], []
         for a, b in pairs:
             tol = _tol.lookup(dtype, kinds[a].kind, kinds[b].kind)
-            fast = _fast_agree(case, a, b, results[a], results[b], kinds, tol, M, fd_err, noise)
+            fast = _fast_agree(case, a, b, results[a], results[b], kinds, tol, M, fd_errs, noise)
             if fast is not None:
                 comps.append(Comparison((a, b), True, fast))
                 continue
-            comp, found = _compare(case, a, b, results[a], results[b], kinds, tol, M, fd_err, noise)
+            comp, found = _compare(case, a, b, results[a], results[b], kinds, tol, M, fd_errs, noise)
             comps.append(comp)
             founds.extend(found)
         if not any(d.kind == "value" for d in founds) or attempt:
@@ -205,7 +213,7 @@ def check(case: Case, oracles=None) -> Verdict:
     discrepancies.extend(founds)
     if directional is not None and results:
         _compare_directional(case, directional, results, kinds, dtype, comparisons, discrepancies, skipped)
-    return Verdict(case, results, comparisons, discrepancies, skipped, errors, jac, fd_err)
+    return Verdict(case, results, comparisons, discrepancies, skipped, errors, jac, fd_errs.get("finite-differences"))
 
 
 def _compare_directional(case, fd, results, kinds, dtype, comparisons, discrepancies, skipped, k: int = 16):
@@ -326,7 +334,20 @@ def rounding_noise(case, runs: int = 2, ulps: float = _tol.NOISE_ULPS) -> dict |
     return out
 
 
-def _fast_agree(case, a, b, ra, rb, kinds, tol, M, fd_err, noise):
+def _fd_allowance(fd_errs, a, b, leaf, tol):
+    """fd_factor x the error estimates of whichever side(s) of the pair are estimates."""
+    total = 0.0
+    for name in (a, b):
+        if fd_errs and name in fd_errs and leaf in fd_errs[name]:
+            total = total + tol.fd_factor * np.asarray(fd_errs[name][leaf], dtype=np.float64)
+    return total
+
+
+def _has_fd_jvp(case) -> bool:
+    return any(getattr(case.spec(n.op), "jvp_source", "declared") != "declared" for n in case.nodes)
+
+
+def _fast_agree(case, a, b, ra, rb, kinds, tol, M, fd_errs, noise):
     """The common case in one vectorised pass: every leaf agrees, all finite, same None-ness.
 
     Returns the worst ratio (<= 1) when it applies and everything agrees; None otherwise, in
@@ -354,8 +375,7 @@ def _fast_agree(case, a, b, ra, rb, kinds, tol, M, fd_err, noise):
         e = np.zeros(ga.size)
         if noise is not None and leaf.name in noise:
             e = e + _tol.NOISE_FACTOR * noise[leaf.name].ravel()
-        if (kinds[a].kind == "fd" or kinds[b].kind == "fd") and fd_err is not None:
-            e = e + tol.fd_factor * fd_err[leaf.name].ravel()
+        e = e + np.ravel(np.broadcast_to(_fd_allowance(fd_errs, a, b, leaf.name, tol), leaf.shape))
         extra.append(e)
     if not fa:
         return 0.0
@@ -370,10 +390,9 @@ def _fast_agree(case, a, b, ra, rb, kinds, tol, M, fd_err, noise):
         return float(np.max(err / allowed))
 
 
-def _compare(case, a, b, ra, rb, kinds, tol, M, fd_err, noise=None):
+def _compare(case, a, b, ra, rb, kinds, tol, M, fd_errs, noise=None):
     found = []
     worst_ratio = 0.0
-    fd_name = a if kinds[a].kind == "fd" else b if kinds[b].kind == "fd" else None
     both_none_aware = kinds[a].reports_none and kinds[b].reports_none
     for leaf in case.grad_leaves():
         ga, gb = ra.get(leaf.name), rb.get(leaf.name)
@@ -427,8 +446,7 @@ def _compare(case, a, b, ra, rb, kinds, tol, M, fd_err, noise=None):
             allowed = tol.rtol * scale + _tol.SUBNORMAL_FLOOR
             if noise is not None and leaf.name in noise:
                 allowed = allowed + _tol.NOISE_FACTOR * noise[leaf.name]
-            if fd_name is not None and fd_err is not None:
-                allowed = allowed + tol.fd_factor * fd_err[leaf.name]
+            allowed = allowed + _fd_allowance(fd_errs, a, b, leaf.name, tol)
             # An exactly-zero allowance only happens when both sides are exactly 0 everywhere.
             ratio = np.where(fin, err / np.where(allowed > 0, allowed, np.inf), 0.0)
             ratio = np.where(fin & (allowed == 0) & (err > 0), np.inf, ratio)
