@@ -228,7 +228,9 @@ def _elu(x, alpha=1.0):
         return np.where(x > 0, x, alpha * np.expm1(np.minimum(x, 0))).astype(x.dtype, copy=False)
 
 
-unary("elu", _elu, lambda g, x, out, alpha: where(x.data > 0, g, g * (out + alpha)),
+# The negative branch's factor (out + alpha) depends on x only where x < 0: torch's
+# elu_double_backward masks with self < 0, so the second derivative at exactly 0 is 0.
+unary("elu", _elu, lambda g, x, out, alpha: where(x.data > 0, g, g * (where(x.data < 0, out, 0) + alpha)),
       lambda x, out, alpha: np.where(x > 0, 1.0, out + alpha).astype(x.dtype),
       lambda x, alpha: F().elu(x, alpha), params={"alpha": 1.0},
       param_strategy=lambda s: _st().fixed_dictionaries({"alpha": _st().sampled_from([1.0, 0.5, 2.0])}),
