@@ -13,12 +13,10 @@ Example::
 
 from __future__ import annotations
 
-from . import domains, ops
+from . import domains, engines, ops, oracles
 from . import functional as _functional
-from . import engines, oracles
 from .case import Case, CaseError
 from .check import Discrepancy, Verdict, check
-from .ops import Op, UserOpError
 from .engine import (
     Tensor,
     backward,
@@ -30,6 +28,7 @@ from .engine import (
     tensor,
 )
 from .functional import *  # noqa: F401,F403  (gs.<op> for every table op)
+from .ops import Op, UserOpError
 
 __version__ = "0.1.0"
 
@@ -54,7 +53,7 @@ __all__ = [
     "is_grad_enabled",
     "ops",
     "domains",
-    "strategies",
+    "strategies",  # noqa: F405  (resolved lazily by __getattr__)
     "oracles",
     "engines",
     "Op",

@@ -94,7 +94,9 @@ def test_backward_semantics(prop, backend):
         try:
             fn(backend, case, data)
         except AssertionError as e:
-            raise AssertionError(f"{e}\n\ncase:\n{case.to_text()}\nreplay: gradspec replay {save_for_replay(case)}")
+            raise AssertionError(
+                f"{e}\n\ncase:\n{case.to_text()}\nreplay: gradspec replay {save_for_replay(case)}"
+            ) from None
 
     run()
 

@@ -11,7 +11,7 @@ Example::
 
 from __future__ import annotations
 
-from ._registry import all_specs, lookup, public_names, register
+from ._registry import lookup, public_names, register
 from ._spec import OpSpec, Unsupported
 
 # Importing the family modules fills the table (each declaration registers itself).

@@ -66,7 +66,7 @@ class TorchOracle(Oracle):
         torch = _torch()
         env, roots = build_torch_graph(case, self.device)
         seeds = []
-        for r, s in zip(roots, case.seeds):
+        for s in case.seeds:
             seeds.append(None if s is None else torch.from_numpy(np.array(s, copy=True)).to(self.device))
         torch.autograd.backward(roots, seeds)
         out = {}
