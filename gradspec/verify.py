@@ -51,7 +51,7 @@ import numpy as np
 from . import engines as _engines
 from . import oracles as _oracles
 from .case import Case, Leaf, NodeDef
-from .check import Discrepancy, check
+from .check import Discrepancy, _has_fd_jvp, check
 from .ops import _registry
 from .ops._spec import OpSpec
 from .ops.user import ERROR_KINDS, FD_JVP_SOURCE, Op, UserOpError, fd_rounding_noise, fd_step_scale, import_path_of
@@ -630,10 +630,6 @@ class FDJacobianOracle(_oracles.Oracle):
 
     def vjp(self, case):
         return self.result(case).grads
-
-
-def _has_fd_jvp(case) -> bool:
-    return any(getattr(case.spec(n.op), "jvp_source", "declared") == FD_JVP_SOURCE for n in case.nodes)
 
 
 # =============================================================================================
