@@ -126,9 +126,10 @@ def _reduced_last(x, dim):
     """x with the reduced dims moved to the end and flattened into one axis (..., m)."""
     x = np.asarray(x)
     nd = x.ndim
-    axes = [d + nd for d in dim]
-    moved = np.moveaxis(x, axes, list(range(nd - len(axes), nd)))
-    keep = moved.shape[: nd - len(axes)]
+    red = [d % nd for d in dim]
+    # transpose, not np.moveaxis: this runs in every finite-difference reach check (hot path)
+    moved = x.transpose([d for d in range(nd) if d not in red] + red)
+    keep = moved.shape[: nd - len(red)]
     return moved.reshape(keep + (_count(x.shape, dim),))  # explicit size: -1 is ambiguous when empty
 
 

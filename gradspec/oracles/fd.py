@@ -44,6 +44,7 @@ STEP = EPS ** (1 / 3)
 ROUNDING_DEPTH = 256.0
 MAX_BATCH_ELEMENTS = 4_000_000  # cap on (batch size) x (elements of the largest tensor) per pass
 FACTORS = (1.0, -1.0, 2.0)  # the stencil, in units of h
+_FACTORS = np.array(FACTORS)
 COARSE = 1e-6  # error estimate above this fraction of the gradient's scale: refine the step
 REFINEMENTS = 2  # h -> h/16 at most twice; still coarse after that: the oracle refuses the case
 
@@ -57,25 +58,24 @@ class FDResult:
 
 
 def _as64(case):
-    return {
-        l.name: (l.value.astype(np.float64) if np.issubdtype(l.value.dtype, np.floating) else l.value)
-        for l in case.leaves
-    }
+    return {l.name: (l.value.astype(np.float64) if l.value.dtype.kind == "f" else l.value) for l in case.leaves}
 
 
-def _s_batched(case, leaf_batches: dict, nb: int, seeds64, roots):
-    """s and S = <|seed|, |f|> at each of nb points; also all node values (for the reach check)."""
-    env = case.evaluate(leaf_batches, nbatch=1)
-    s = np.zeros(nb)
-    S = np.zeros(nb)
-    for r, seed in zip(roots, seeds64):
-        v = np.asarray(env[r], dtype=np.float64)
-        v = np.broadcast_to(v, (nb,) + seed.shape).reshape(nb, -1)
-        sv = seed.ravel()
-        with np.errstate(all="ignore"):
-            s += v @ sv
-            S += np.abs(v) @ np.abs(sv)
-    return s, S, env
+def _s_values(env, roots, seeds64, nb: int):
+    """s = sum_r <seed_r, f_r> and S = sum_r <|seed_r|, |f_r|> at each of the nb batched points."""
+    s = S = 0.0
+    with np.errstate(all="ignore"):
+        for r, seed in zip(roots, seeds64):
+            v = env[r]
+            if v.dtype != np.float64:
+                v = v.astype(np.float64)
+            if v.shape != (nb,) + seed.shape:  # a root that is an unperturbed leaf
+                v = np.broadcast_to(v, (nb,) + seed.shape)
+            v = v.reshape(nb, -1)
+            sv = seed.ravel()
+            s = s + v @ sv
+            S = S + np.abs(v) @ np.abs(sv)
+    return s, S
 
 
 # Absolute rounding floor: an op can lose eps * (the magnitude of its intermediates) even when
@@ -85,8 +85,8 @@ def _s_batched(case, leaf_batches: dict, nb: int, seeds64, roots):
 VALUE_DEPTH = 16.0
 
 
-def _center(case, x64, seeds64, env):
-    """s and S at the centre (from the already evaluated ``env``), and the absolute rounding floor."""
+def _center(case, seeds64, env):
+    """s and S at the centre (from the already evaluated ``env``), and max |value| over the graph."""
     s0 = S0 = 0.0
     vmax = 0.0
     with np.errstate(all="ignore"):
@@ -96,12 +96,11 @@ def _center(case, x64, seeds64, env):
             S0 += float(np.sum(np.abs(v) * np.abs(seed)))
         for v in env.values():
             v = np.asarray(v)
-            if np.issubdtype(v.dtype, np.floating) and v.size:
+            if v.dtype.kind == "f" and v.size:
                 fin = np.abs(v[np.isfinite(v)])
                 if fin.size:
                     vmax = max(vmax, float(fin.max()))
-    seed_l1 = float(sum(np.sum(np.abs(s)) for s in seeds64))
-    return s0, S0, VALUE_DEPTH * EPS * vmax * seed_l1
+    return s0, S0, vmax
 
 
 def _points(x64, leaves, idx_chunk, h):
@@ -125,98 +124,179 @@ def _points(x64, leaves, idx_chunk, h):
     return batches, nb
 
 
-def _kink_inputs(case) -> set:
-    """Names of the tensors that feed ops with kinks, ties or domain edges (the ones to watch)."""
-    names = set()
+def _watch_plan(case) -> list:
+    """The ops with kinks, ties or domain edges, and which of their inputs to watch.
+
+    Returns ``[(node, spec, [(input name, domain with singular points or edges)], has kink_distance)]``.
+    """
+    plan = []
     for node in case.nodes:
         spec = case.spec(node.op)
-        doms = spec.domains_for(len(node.inputs))
-        if spec.kink_distance is not None or any(d.points or np.isfinite(d.lo) or np.isfinite(d.hi) for d in doms):
-            names.update(node.inputs)
+        doms = [
+            (name, d) for name, d in zip(node.inputs, spec.domains_for(len(node.inputs)))
+            if d.points or d.lo > -np.inf or d.hi < np.inf
+        ]
+        if doms or spec.kink_distance is not None:
+            plan.append((node, spec, doms, spec.kink_distance is not None))
+    return plan
+
+
+def _watched(plan) -> set:
+    names = set()
+    for node, _, doms, kink in plan:
+        names.update(node.inputs if kink else (name for name, _ in doms))
     return names
 
 
-def _combine(sp, sm, s2, s0, Smax, S0, h, floor=0.0):
+def _combine(s, s0, Smax, S0, h, floor=0.0):
+    """Corrected derivative, its error estimate and the truncation part, from the (3, k) values s."""
+    sp, sm, s2 = s
     d = (sp - sm) / (2 * h)
-    correction = h**2 * ((s2 - 3 * sp + 3 * s0 - sm) / h**3) / 6
-    top = np.maximum(np.maximum(np.abs(sp), np.abs(sm)), np.maximum(np.abs(s2), abs(s0)))
+    correction = (s2 - 3 * sp + 3 * s0 - sm) / (6 * h)
+    top = np.maximum(np.abs(s).max(axis=0), abs(s0))
     delta = np.maximum(ROUNDING_DEPTH * EPS * (np.maximum(Smax, S0) + top), floor)
-    return d - correction, np.abs(correction) + 2.4 * delta / h, np.abs(correction)
+    trunc = np.abs(correction)
+    return d - correction, trunc + 2.4 * delta / h, trunc
+
+
+INLINE_ROWS = 64  # up to this many stencil rows, the centre is evaluated in the same batched pass
+
+
+def _stencil(flat, h, n):
+    """(3n + 1, n) matrix of points: row 0 the centre, then x + f h e_j for f in FACTORS."""
+    X = np.empty((len(FACTORS) * n + 1, n))
+    X[0] = flat
+    X[1:] = (_FACTORS[:, None, None] * np.diag(h)).reshape(len(FACTORS) * n, n)  # -1 is ambiguous for n = 0
+    X[1:] += flat
+    return X
+
+
+def _leaf_batches(case, x64, leaves, X):
+    nb = X.shape[0]
+    batches = {}
+    off = 0
+    grad = {l.name for l in leaves}
+    for l in case.leaves:
+        if l.name in grad:
+            size = l.value.size
+            batches[l.name] = X[:, off : off + size].reshape((nb,) + l.shape)
+            off += size
+        else:
+            batches[l.name] = np.broadcast_to(x64[l.name], (nb,) + l.value.shape)
+    return batches
+
+
+def _inline_center(env):
+    """Centre values (row 0 of every batched value), checked finite; their max |value|."""
+    center = {name: v[0] for name, v in env.items()}
+    floats = [c.ravel() for c in center.values() if c.dtype.kind == "f" and c.size]
+    if not floats:
+        return center, 0.0
+    with np.errstate(all="ignore"):
+        vmax = float(np.abs(np.concatenate(floats)).max())
+    if not vmax < np.inf:  # NaN fails this too
+        bad = next(name for name, c in center.items() if c.dtype.kind == "f" and not np.isfinite(c).all())
+        raise OracleError(f"finite differences: {bad} is not finite at the case's inputs")
+    return center, vmax
 
 
 def fd_gradient(case, *, check_reach: bool = True) -> FDResult:
     """Full finite-difference gradient of every differentiable leaf (3n + 1 points, one batched pass per chunk)."""
     leaves = case.grad_leaves()
     x64 = _as64(case)
-    center = case.evaluate(x64)
-    for name, v in center.items():
-        if np.issubdtype(np.asarray(v).dtype, np.floating) and not np.all(np.isfinite(v)):
-            raise OracleError(f"finite differences: {name} is not finite at the case's inputs")
-    seeds64 = [np.asarray(s, dtype=np.float64) for s in case.seed_arrays(center)]
     n = int(sum(l.value.size for l in leaves))
     flat = np.concatenate([x64[l.name].ravel() for l in leaves]) if leaves else np.zeros(0)
     h = STEP * np.maximum(1.0, np.abs(flat))
-    biggest = max([np.size(v) for v in center.values()] + [1])
-    chunk = max(1, int(MAX_BATCH_ELEMENTS // (len(FACTORS) * biggest)))
-    s_vals = np.zeros((len(FACTORS), n))
-    S_max = np.zeros(n)
-    watch = _kink_inputs(case) if check_reach else set()
+    nf = len(FACTORS)
+    plan = _watch_plan(case) if check_reach else []
+    watch = _watched(plan)
     reach: dict[str, np.ndarray] = {}
-    s0, S0, floor = _center(case, x64, seeds64, center)
-    evaluations = 1
-    for start in range(0, n, chunk):
-        idx = list(range(start, min(n, start + chunk)))
-        batches, nb = _points(x64, leaves, idx, h)
-        s, S, env = _s_batched(case, batches, nb, seeds64, case.roots)
-        evaluations += nb
-        k = len(idx)
-        s_vals[:, start : start + k] = s.reshape(len(FACTORS), k)
-        S_max[start : start + k] = S.reshape(len(FACTORS), k).max(axis=0)
+    biggest_leaf = max([l.value.size for l in case.leaves] + [1])
+    if nf * n + 1 <= INLINE_ROWS and (nf * n + 1) * biggest_leaf <= MAX_BATCH_ELEMENTS:
+        # Small n: the centre is row 0 of the one batched pass (the fixed cost of a second
+        # evaluation would dominate a graph of a few elements).
+        env = case.evaluate(_leaf_batches(case, x64, leaves, _stencil(flat, h, n)), nbatch=1)
+        center, vmax = _inline_center(env)
+        seeds64 = [np.asarray(s, dtype=np.float64) for s in case.seed_arrays(center)]
+        s, S = _s_values(env, case.roots, seeds64, nf * n + 1)
+        s0, S0 = float(s[0]), float(S[0])
+        s_vals = s[1:].reshape(nf, n)
+        S_max = S[1:].reshape(nf, n).max(axis=0)
         for name in watch:
-            c = np.asarray(center[name], dtype=np.float64)
-            if not c.size:
-                continue
-            with np.errstate(all="ignore"):
-                dev = np.max(np.abs(np.asarray(env[name], dtype=np.float64) - c), axis=0)
-            reach[name] = np.maximum(reach.get(name, 0.0), dev)
-    if not np.all(np.isfinite(s_vals)):
+            v = env[name]
+            if v.dtype.kind == "f" and v[0].size:
+                with np.errstate(all="ignore"):
+                    reach[name] = np.abs(v[1:] - v[0]).max(axis=0)
+        evaluations = nf * n + 1
+    else:
+        center = case.evaluate(x64)
+        for name, v in center.items():
+            if np.asarray(v).dtype.kind == "f" and not np.all(np.isfinite(v)):
+                raise OracleError(f"finite differences: {name} is not finite at the case's inputs")
+        seeds64 = [np.asarray(s, dtype=np.float64) for s in case.seed_arrays(center)]
+        s0, S0, vmax = _center(case, seeds64, center)
+        biggest = max([np.size(v) for v in center.values()] + [1])
+        chunk = max(1, int(MAX_BATCH_ELEMENTS // (nf * biggest)))
+        s_vals = np.zeros((nf, n))
+        S_max = np.zeros(n)
+        evaluations = 1
+        for start in range(0, n, chunk):
+            idx = list(range(start, min(n, start + chunk)))
+            batches, nb = _points(x64, leaves, idx, h)
+            env = case.evaluate(batches, nbatch=1)
+            s, S = _s_values(env, case.roots, seeds64, nb)
+            evaluations += nb
+            k = len(idx)
+            s_vals[:, start : start + k] = s.reshape(nf, k)
+            S_max[start : start + k] = S.reshape(nf, k).max(axis=0)
+            for name in watch:
+                c = np.asarray(center[name])
+                if not c.size or c.dtype.kind != "f":
+                    continue
+                with np.errstate(all="ignore"):
+                    dev = np.max(np.abs(np.asarray(env[name], dtype=np.float64) - c), axis=0)
+                reach[name] = np.maximum(reach.get(name, 0.0), dev)
+    floor = VALUE_DEPTH * EPS * vmax * float(sum(np.abs(s).sum() for s in seeds64))
+    if not np.isfinite(s_vals).all():
         j = int(np.argwhere(~np.isfinite(s_vals))[0][1])
         raise OracleError(
             f"finite differences: the function is not finite at a perturbed point (input element {j} moved by "
             f"{h[j]:.3g}): the case sits at the edge of float64's range"
         )
-    if check_reach:  # a kink within reach explains a coarse estimate better than "varies too fast"
-        _check_reach(case, center, reach)
-    r, err, trunc = _combine(s_vals[0], s_vals[1], s_vals[2], s0, S_max, S0, h, floor)
+    if check_reach and reach:  # a kink within reach explains a coarse estimate better than "varies too fast"
+        _check_reach(plan, center, reach)
+    r, err, trunc = _combine(s_vals, s0, S_max, S0, h, floor)
     # Where the function varies too fast for the step (cos of a large intermediate) the
     # truncation term dominates and the third-difference estimate itself becomes unreliable:
     # refine those elements with h / 16 while that lowers the error estimate.
-    scale = max(float(np.max(np.abs(r), initial=0.0)), 1e-300)
+    scale = max(float(np.abs(r).max(initial=0.0)), 1e-300)
 
     def too_coarse(idx):
         return idx[(trunc[idx] > COARSE * np.maximum(np.abs(r[idx]), scale)) & (trunc[idx] > 0.5 * err[idx])]
 
     coarse = too_coarse(np.arange(n))
-    for _ in range(REFINEMENTS):
-        if coarse.size == 0:
-            break
-        h2 = h.copy()
-        h2[coarse] /= 16
-        batches, nb = _points(x64, leaves, list(coarse), h2)
-        s, S, _ = _s_batched(case, batches, nb, seeds64, case.roots)
-        evaluations += nb
-        s = s.reshape(len(FACTORS), coarse.size)
-        r2, e2, t2 = _combine(s[0], s[1], s[2], s0, S.reshape(len(FACTORS), -1).max(axis=0), S0, h2[coarse], floor)
-        better = e2 < err[coarse]
-        sel = coarse[better]
-        r[sel], err[sel], trunc[sel], h[sel] = r2[better], e2[better], t2[better], h2[sel]
-        coarse = too_coarse(sel)
-    if too_coarse(np.arange(n)).size:
-        j = int(too_coarse(np.arange(n))[0])
-        raise OracleError(
-            f"finite differences: the function varies too fast for a usable step at input element {j} "
-            f"(truncation estimate {trunc[j]:.3g} for a derivative of {r[j]:.3g} with h = {h[j]:.3g})"
-        )
+    if coarse.size:
+        for _ in range(REFINEMENTS):
+            if coarse.size == 0:
+                break
+            h2 = h.copy()
+            h2[coarse] /= 16
+            batches, nb = _points(x64, leaves, list(coarse), h2)
+            s, S = _s_values(case.evaluate(batches, nbatch=1), case.roots, seeds64, nb)
+            evaluations += nb
+            s = s.reshape(nf, coarse.size)
+            r2, e2, t2 = _combine(s, s0, S.reshape(nf, -1).max(axis=0), S0, h2[coarse], floor)
+            better = e2 < err[coarse]
+            sel = coarse[better]
+            r[sel], err[sel], trunc[sel], h[sel] = r2[better], e2[better], t2[better], h2[sel]
+            coarse = too_coarse(sel)
+        still = too_coarse(np.arange(n))
+        if still.size:
+            j = int(still[0])
+            raise OracleError(
+                f"finite differences: the function varies too fast for a usable step at input element {j} "
+                f"(truncation estimate {trunc[j]:.3g} for a derivative of {r[j]:.3g} with h = {h[j]:.3g})"
+            )
     grads, errors, steps = {}, {}, {}
     off = 0
     for l in leaves:
@@ -228,34 +308,34 @@ def fd_gradient(case, *, check_reach: bool = True) -> FDResult:
     return FDResult(grads, errors, steps, evaluations)
 
 
-def _check_reach(case, center, reach) -> None:
+def _check_reach(plan, center, reach) -> None:
     """Refuse if any op input is within (4x) its perturbation reach of a non-differentiable point.
 
     Domain points and edges are checked element by element (each element's distance against its
     own reach); relations between elements (ties of a max, clamp bounds...) through the op's
     ``kink_distance``, a scalar, against the largest reach among its inputs.
     """
-    for node in case.nodes:
-        spec = case.spec(node.op)
-        args = [np.asarray(center[i]) for i in node.inputs]
-        for name, a, dom in zip(node.inputs, args, spec.domains_for(len(args))):
-            if name not in reach or not np.issubdtype(a.dtype, np.floating) or not a.size:
+    for node, spec, doms, kink in plan:
+        for name, dom in doms:
+            if name not in reach:
                 continue
+            a = np.asarray(center[name])
             dist = np.full(a.shape, np.inf)
             for p in dom.points:
                 dist = np.minimum(dist, np.abs(a - p))
-            if np.isfinite(dom.lo):
+            if dom.lo > -np.inf:
                 dist = np.minimum(dist, a - dom.lo)
-            if np.isfinite(dom.hi):
+            if dom.hi < np.inf:
                 dist = np.minimum(dist, dom.hi - a)
             close = dist <= 4 * reach[name]
             if close.any():
                 j = tuple(int(i) for i in np.argwhere(close)[0])
                 _refuse(node, float(dist[j]), float(reach[name][j]))
-        if spec.kink_distance is not None:
+        if kink:
+            args = [np.asarray(center[i]) for i in node.inputs]
             with np.errstate(all="ignore"):
                 d = float(spec.kink_distance(*args, **node.params))
-            r = max((float(np.max(reach[i], initial=0.0)) for i in node.inputs if i in reach), default=0.0)
+            r = max((float(reach[i].max(initial=0.0)) for i in node.inputs if i in reach), default=0.0)
             if np.isfinite(d) and d <= 4 * r:
                 _refuse(node, d, r)
 
@@ -283,10 +363,11 @@ def fd_directional(case, directions: dict[str, np.ndarray]) -> tuple[np.ndarray,
     for l in leaves:
         u = directions[l.name]
         batches[l.name] = np.concatenate([x64[l.name][None] + f * h * u for f in FACTORS], axis=0)
-    s, S, _ = _s_batched(case, batches, nb, seeds64, case.roots)
-    s0, S0, floor = _center(case, x64, seeds64, center)
+    s, S = _s_values(case.evaluate(batches, nbatch=1), case.roots, seeds64, nb)
+    s0, S0, vmax = _center(case, seeds64, center)
+    floor = VALUE_DEPTH * EPS * vmax * float(sum(np.sum(np.abs(s)) for s in seeds64))
     s = s.reshape(len(FACTORS), k)
-    return _combine(s[0], s[1], s[2], s0, S.reshape(len(FACTORS), k).max(axis=0), S0, h, floor)[:2]
+    return _combine(s, s0, S.reshape(len(FACTORS), k).max(axis=0), S0, h, floor)[:2]
 
 
 class FiniteDifferences(Oracle):
