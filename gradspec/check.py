@@ -12,6 +12,7 @@ Example::
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import itertools
 import traceback
@@ -105,8 +106,7 @@ class Verdict:
 
 
 def _case_dtype(case: Case) -> str:
-    dts = {l.value.dtype for l in case.leaves if np.issubdtype(l.value.dtype, np.floating)}
-    return "float32" if np.dtype(np.float32) in dts else "float64"
+    return "float32" if any(l.value.dtype == np.float32 for l in case.leaves) else "float64"
 
 
 def check(case: Case, oracles=None) -> Verdict:
@@ -196,7 +196,7 @@ def check(case: Case, oracles=None) -> Verdict:
         # The rounding-noise floor only ever loosens a tolerance, and measuring it costs three
         # more backward passes: measure it only when a comparison fails without it.
         comps, founds = [], []
-        fast = _fast_pairs(case, leaves, pairs, results, kinds, dtype, M, fd_errs, noise)
+        fast = _fast_pairs(case, leaves, names, results, kinds, dtype, M, fd_errs, noise)
         for a, b in pairs:
             if (a, b) in fast:
                 comps.append(Comparison((a, b), True, fast[(a, b)]))
@@ -348,67 +348,83 @@ def _has_fd_jvp(case) -> bool:
     return any(getattr(case.spec(n.op), "jvp_source", "declared") != "declared" for n in case.nodes)
 
 
-def _fast_pairs(case, leaves, pairs, results, kinds, dtype, M, fd_errs, noise) -> dict:
+@functools.lru_cache(maxsize=None)
+def _pair_index(k: int) -> tuple[np.ndarray, np.ndarray]:
+    I, J = zip(*itertools.combinations(range(k), 2))
+    return np.array(I), np.array(J)
+
+
+@functools.lru_cache(maxsize=None)
+def _pair_tolerances(dtype: str, kinds: tuple) -> tuple[list, np.ndarray, np.ndarray]:
+    tols = [_tol.lookup(dtype, a, b) for a, b in itertools.combinations(kinds, 2)]
+    return tols, np.array([[t.rtol] for t in tols]), np.array([[t.fd_factor] for t in tols])
+
+
+def _fast_pairs(case, leaves, names, results, kinds, dtype, M, fd_errs, noise) -> dict:
     """The common case for every pair at once: same None-ness, right shapes, all finite, agreeing.
 
     Each oracle's gradients are flattened once into one row of a (k, N) matrix, and all pairs
-    are compared in a handful of vectorised operations (the per-pair, per-leaf Python loop of
-    ``_compare`` cost more than the oracles themselves on small graphs).  Returns
-    ``{pair: worst ratio}`` for the pairs that agree; every other pair goes through
-    ``_compare``, which works leaf by leaf and explains what differs.
+    (``itertools.combinations(names, 2)``) are compared in a handful of vectorised operations:
+    the per-pair, per-leaf loop of ``_compare`` cost more than the oracles themselves on small
+    graphs.  Returns ``{pair: worst ratio}`` for the pairs that agree; every other pair goes
+    through ``_compare``, which works leaf by leaf and explains what differs.
     """
-    if not pairs:
+    k = len(names)
+    if k < 2:
         return {}
-    names = sorted({n for p in pairs for n in p}, key=list(results).index)
-    row = {n: i for i, n in enumerate(names)}
     sizes = [l.value.size for l in leaves]
-    N = int(sum(sizes))
-    R = np.zeros((len(names), N))
-    E = np.zeros((len(names), N))
-    none = np.zeros((len(names), len(leaves)), dtype=bool)
-    usable = np.ones(len(names), dtype=bool)
+    N = sum(sizes)
+    parts = []
+    ok = [True] * k
+    none = [[False] * len(leaves) for _ in range(k)]
     for i, name in enumerate(names):
-        res, errs = results[name], (fd_errs or {}).get(name)
-        off = 0
-        for j, (leaf, size) in enumerate(zip(leaves, sizes)):
+        res = results[name]
+        for j, leaf in enumerate(leaves):
             g = res.get(leaf.name)
             if g is None:
-                none[i, j] = True
+                none[i][j] = True
+                parts.append(np.zeros(sizes[j]))
             elif np.shape(g) != leaf.shape:
-                usable[i] = False
-                break
-            elif size:
-                R[i, off : off + size] = np.ravel(g)
-                if errs is not None and leaf.name in errs:
-                    E[i, off : off + size] = np.ravel(np.broadcast_to(errs[leaf.name], leaf.shape))
-            off += size
-    I = np.array([row[a] for a, _ in pairs])
-    J = np.array([row[b] for _, b in pairs])
-    tols = [_tol.lookup(dtype, kinds[a].kind, kinds[b].kind) for a, b in pairs]
+                ok[i] = False
+                parts.append(np.zeros(sizes[j]))
+            else:
+                parts.append(np.ravel(g))
+    I, J = _pair_index(k)
+    pairs = list(itertools.combinations(names, 2))
+    tols, rtol, fdf = _pair_tolerances(dtype, tuple(kinds[n].kind for n in names))
     with np.errstate(all="ignore"):
-        finite = np.isfinite(R).all(axis=1) & np.isfinite(E).all(axis=1)
-        eligible = usable[I] & usable[J] & finite[I] & finite[J]
-        # None vs a gradient is a discrepancy for oracles that report None, zeros otherwise.
-        aware = np.array([kinds[a].reports_none and kinds[b].reports_none for a, b in pairs])
-        eligible &= ~(aware & (none[I] != none[J]).any(axis=1))
+        R = np.concatenate(parts).astype(np.float64, copy=False).reshape(k, N) if N else np.zeros((k, 0))
+        ok = np.array(ok) & np.isfinite(R).all(axis=1)
+        eligible = ok[I] & ok[J]
+        if any(any(row) for row in none):
+            # None vs a gradient is a discrepancy for oracles that report None, zeros otherwise.
+            none = np.array(none)
+            aware = np.array([kinds[a].reports_none and kinds[b].reports_none for a, b in pairs])
+            eligible &= ~(aware & (none[I] != none[J]).any(axis=1))
         if not eligible.any():
             return {}
         if N == 0:
             return {p: 0.0 for p, e in zip(pairs, eligible) if e}
         A = np.abs(R)
-        nonempty = [k for k, s in enumerate(sizes) if s]
-        starts = np.cumsum([0] + sizes)[nonempty]
-        leafmax = np.repeat(np.maximum.reduceat(A, starts, axis=1), [sizes[k] for k in nonempty], axis=1)
+        if len(leaves) == 1:
+            leafmax = A.max(axis=1, keepdims=True)
+        else:
+            nonempty = [j for j, s in enumerate(sizes) if s]
+            starts = np.cumsum([0] + sizes)[nonempty]
+            leafmax = np.repeat(np.maximum.reduceat(A, starts, axis=1), [sizes[j] for j in nonempty], axis=1)
         scale = np.maximum(np.maximum(A[I], A[J]), np.maximum(leafmax[I], leafmax[J]))
         if M is not None:
             scale = np.maximum(scale, np.concatenate([M[l.name].ravel() for l in leaves]))
-        extra = _tol.SUBNORMAL_FLOOR
+        allowed = rtol * scale + _tol.SUBNORMAL_FLOOR
         if noise is not None:
-            extra = extra + _tol.NOISE_FACTOR * np.concatenate(
+            allowed = allowed + _tol.NOISE_FACTOR * np.concatenate(
                 [noise[l.name].ravel() if l.name in noise else np.zeros(l.value.size) for l in leaves])
-        rtol = np.array([t.rtol for t in tols])[:, None]
-        fdf = np.array([t.fd_factor for t in tols])[:, None]
-        allowed = rtol * scale + extra + fdf * (E[I] + E[J])
+        for i, name in enumerate(names):
+            errs = (fd_errs or {}).get(name)
+            if errs is not None:  # an estimate (finite differences): its own error bound is part of every pair's allowance
+                e = np.concatenate([np.broadcast_to(errs[l.name], l.shape).ravel() if l.name in errs else np.zeros(l.value.size)
+                                    for l in leaves])
+                allowed = allowed + fdf * e * ((I == i) | (J == i))[:, None]
         err = np.abs(R[I] - R[J])
         good = eligible & np.isfinite(allowed).all(axis=1) & (err <= allowed).all(axis=1)
         worst = (err / allowed).max(axis=1)

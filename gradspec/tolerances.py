@@ -27,6 +27,7 @@ Why these numbers:
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import numpy as np
 
@@ -66,6 +67,7 @@ TOLERANCES: dict[tuple[str, str, str], Tolerance] = {
 }
 
 
+@functools.lru_cache(maxsize=None)  # called for every oracle pair of every case
 def lookup(dtype: str, kind_a: str, kind_b: str) -> Tolerance:
     kinds = tuple(sorted((kind_a, kind_b), key=lambda k: k != "fd"))  # fd first
     if kinds == ("fd", "fd"):

@@ -3,6 +3,8 @@ refusal near kinks, planted bugs caught by every independent oracle, CUDA availa
 
 from __future__ import annotations
 
+import importlib
+import itertools
 import json
 
 import numpy as np
@@ -232,3 +234,71 @@ def test_large_cases_use_directional_finite_differences_and_still_catch_bugs(mon
         bad = gs.check(case, oracles=["reference", "finite-differences", "torch-cpu"])
     assert ("finite-differences", "reference") in [d.oracles for d in bad.discrepancies], bad.summary()
     assert "(directional)" in bad.discrepancies[0].message or any("(directional)" in d.message for d in bad.discrepancies)
+
+
+# --- the vectorised comparison is the leaf-by-leaf comparison, faster ----------------------------
+
+CPU_ORACLES = ["reference", "finite-differences", "jacobian", "torch-cpu"]
+
+
+def _tampered(results, how, rng):
+    """A copy of ``results`` with torch-cpu's gradients changed as ``how`` says."""
+    out = {k: dict(v) for k, v in results.items()}
+    t = out["torch-cpu"]
+    name = next((n for n, g in t.items() if g is not None and np.size(g)), None)
+    if name is None:
+        return out
+    g = np.array(t[name], dtype=np.float64)
+    flat = g.reshape(-1)
+    j = int(rng.integers(flat.size))
+    if how.startswith("relative"):  # relative to the leaf's scale, the unit of the tolerance
+        flat[j] += float(how.split()[1]) * np.abs(flat).max()
+    elif how == "nan":
+        flat[j] = np.nan
+    elif how == "none":
+        g = None
+    elif how == "shape":
+        g = g.reshape(-1)[None]
+    t[name] = g
+    return out
+
+
+@pytest.mark.parametrize("how", ["untouched", "relative 1e-14", "relative 1e-9", "relative 1e-6", "nan", "none", "shape"])
+def test_vectorised_pair_comparison_agrees_with_the_leaf_by_leaf_one(how):
+    from gradspec import tolerances as tol
+    from gradspec._private.sampling import sample
+
+    C = importlib.import_module("gradspec.check")  # the module: gs.check is the function
+    rng = np.random.default_rng(5)
+    outcomes = set()
+    for case in sample(gs.strategies.cases(), 40, seed=3):
+        v = gs.check(case, oracles=CPU_ORACLES)
+        if set(v.results) != set(CPU_ORACLES):
+            continue
+        results = _tampered(v.results, how, rng)
+        kinds = {n: gs.oracles.get(n) for n in results}
+        M = None
+        if v.jacobian is not None:
+            m = np.abs(v.jacobian.matrix).T @ np.abs(v.jacobian.seed_vector)
+            M, off = {}, 0
+            for l in case.grad_leaves():
+                M[l.name] = m[off : off + l.value.size].reshape(l.shape)
+                off += l.value.size
+        fd_errs = {"finite-differences": v.fd_error}
+        names = list(results)
+        dtype = C._case_dtype(case)
+        fast = C._fast_pairs(case, case.grad_leaves(), names, results, kinds, dtype, M, fd_errs, None)
+        for a, b in itertools.combinations(names, 2):
+            t = tol.lookup(dtype, kinds[a].kind, kinds[b].kind)
+            comp, _found = C._compare(case, a, b, results[a], results[b], kinds, t, M, fd_errs)
+            outcomes.add(comp.agreed)
+            if (a, b) in fast:
+                assert comp.agreed, (how, a, b, case.to_text())
+                assert fast[(a, b)] == pytest.approx(comp.max_ratio, rel=1e-9, abs=1e-300)
+            else:
+                assert not comp.agreed or how in ("nan", "none"), (how, a, b, case.to_text())
+    # the table of tamperings must exercise both outcomes where they are possible
+    if how in ("untouched", "relative 1e-14"):
+        assert outcomes == {True}
+    elif how in ("relative 1e-6", "shape"):
+        assert False in outcomes

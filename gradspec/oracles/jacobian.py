@@ -24,10 +24,25 @@ class Jacobian:
     """J (rows: root elements in order, columns: differentiable leaf elements in order)."""
 
     matrix: np.ndarray
-    row_labels: list[tuple[str, tuple]]  # (root, index)
-    col_labels: list[tuple[str, tuple]]  # (leaf, index)
+    row_blocks: list[tuple[str, tuple]]  # (root, shape), in row order
+    col_blocks: list[tuple[str, tuple]]  # (leaf, shape), in column order
     seed_vector: np.ndarray
     vjp: dict
+
+    # Labels are for reports only: built on demand (per element, they cost more than J on small graphs).
+    @property
+    def row_labels(self) -> list[tuple[str, tuple]]:
+        """(root, index) of every row."""
+        return _labels(self.row_blocks)
+
+    @property
+    def col_labels(self) -> list[tuple[str, tuple]]:
+        """(leaf, index) of every column."""
+        return _labels(self.col_blocks)
+
+
+def _labels(blocks):
+    return [(name, tuple(int(i) for i in idx)) for name, shape in blocks for idx in np.ndindex(*shape)]
 
 
 def jacobian(case, max_inputs: int = 4096) -> Jacobian:
@@ -38,7 +53,7 @@ def jacobian(case, max_inputs: int = 4096) -> Jacobian:
     values = case.evaluate()
     tangents: dict[str, np.ndarray | None] = {}
     off = 0
-    col_labels = []
+    col_blocks = []
     for l in case.leaves:
         if not l.differentiable:
             tangents[l.name] = None
@@ -47,7 +62,7 @@ def jacobian(case, max_inputs: int = 4096) -> Jacobian:
         t = np.zeros((n, size), dtype=np.float64)
         t[off : off + size, :] = np.eye(size)
         tangents[l.name] = t.reshape((n,) + l.shape)
-        col_labels += [(l.name, tuple(int(i) for i in idx)) for idx in np.ndindex(*l.shape)] if l.shape else [(l.name, ())]
+        col_blocks.append((l.name, l.shape))
         off += size
     with np.errstate(all="ignore"):
         for node in case.nodes:
@@ -60,7 +75,7 @@ def jacobian(case, max_inputs: int = 4096) -> Jacobian:
             if spec.jvp is None:
                 raise OracleError(f"jacobian: op {node.op!r} declares no JVP rule")
             # Tangents are carried in float64 whatever the case dtype: J is a reference value.
-            prim = [np.asarray(values[i], dtype=np.float64) if np.issubdtype(values[i].dtype, np.floating)
+            prim = [np.asarray(values[i], dtype=np.float64) if values[i].dtype.kind == "f"
                     else values[i] for i in node.inputs]
             out = np.asarray(values[node.name], dtype=np.float64)
             t = spec.jvp(ins, *prim, out=out, **node.params)
@@ -71,15 +86,14 @@ def jacobian(case, max_inputs: int = 4096) -> Jacobian:
             tangents[node.name] = t
     seeds = case.seed_arrays(values)
     rows = []
-    row_labels = []
+    row_blocks = []
     seed_parts = []
     for r, s in zip(case.roots, seeds):
         t = tangents.get(r)
         size = int(np.size(values[r]))
         block = np.zeros((size, n)) if t is None else t.reshape(n, size).T
         rows.append(block)
-        shape = np.shape(values[r])
-        row_labels += [(r, tuple(int(i) for i in idx)) for idx in np.ndindex(*shape)] if shape else [(r, ())]
+        row_blocks.append((r, np.shape(values[r])))
         seed_parts.append(np.asarray(s, dtype=np.float64).ravel())
     J = np.concatenate(rows, axis=0) if rows else np.zeros((0, n))
     v = np.concatenate(seed_parts) if seed_parts else np.zeros(0)
@@ -90,7 +104,7 @@ def jacobian(case, max_inputs: int = 4096) -> Jacobian:
     for l in leaves:
         out[l.name] = g[off : off + l.value.size].reshape(l.shape).astype(l.value.dtype)
         off += l.value.size
-    return Jacobian(J, row_labels, col_labels, v, out)
+    return Jacobian(J, row_blocks, col_blocks, v, out)
 
 
 class JacobianOracle(Oracle):
