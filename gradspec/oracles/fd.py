@@ -105,22 +105,18 @@ def _center(case, seeds64, env):
 
 def _points(x64, leaves, idx_chunk, h):
     """Leaf batches perturbing the elements ``idx_chunk`` (global indices) by FACTORS * h."""
-    k = len(idx_chunk)
+    idx = np.asarray(idx_chunk, dtype=np.intp)
+    k = idx.size
     nb = k * len(FACTORS)
+    flat = np.concatenate([x64[l.name].ravel() for l in leaves]) if leaves else np.zeros(0)
+    X = np.empty((nb, flat.size))
+    X[:] = flat
+    X[np.arange(nb), np.tile(idx, len(FACTORS))] += (_FACTORS[:, None] * h[idx]).ravel()
     batches = {name: np.broadcast_to(v, (nb,) + np.shape(v)) for name, v in x64.items()}
-    g = np.asarray(idx_chunk)
     off = 0
     for l in leaves:
-        lo, size = off, l.value.size
-        off += size
-        js = np.nonzero((g >= lo) & (g < lo + size))[0]
-        if js.size == 0:
-            continue
-        arr = np.array(np.broadcast_to(x64[l.name], (nb,) + l.shape)).reshape(nb, size)
-        es = g[js] - lo
-        for fi, f in enumerate(FACTORS):
-            arr[fi * k + js, es] += f * h[g[js]]
-        batches[l.name] = arr.reshape((nb,) + l.shape)
+        batches[l.name] = X[:, off : off + l.value.size].reshape((nb,) + l.shape)
+        off += l.value.size
     return batches, nb
 
 
