@@ -6,7 +6,8 @@ The graphs are the random cases of ``gradspec.strategies.cases()`` (a fixed, see
 the same corpus the false-alarm tests use), not a hand-picked set.  For every case:
 
 * each oracle's time (reference, finite-differences, jacobian, torch-cpu) and all CPU oracles
-  together (``gs.check`` with those four, comparisons included);
+  together (``gs.check`` with those four, comparisons included: the number the goal is about),
+  and the four run back to back without ``check`` (what the comparisons add);
 * ``torch.autograd.gradcheck`` (default, slow mode: full numerical and analytical Jacobians)
   on the same graph written as a torch function of the differentiable leaves, in float64;
 * one batched forward of the graph at 2n points (what plain central differences must evaluate)
@@ -96,6 +97,10 @@ def run(n_cases, seed, quick):
             orc = gs.oracles.get(o)
             row[o] = timeit(lambda orc=orc: orc.vjp(case))
         row["all_cpu_oracles"] = timeit(lambda: gs.check(case, oracles=CPU_ORACLES))
+        # The same oracles back to back without check()'s applicability tests and comparisons:
+        # what the comparisons cost, and how much slower code runs interleaved than alone.
+        orcs = [gs.oracles.get(o) for o in usable]
+        row["oracles_back_to_back"] = timeit(lambda: [o.vjp(case) for o in orcs])
         f, inputs = torch_function(case)
         try:
             row["gradcheck"] = timeit(lambda: torch.autograd.gradcheck(f, inputs, raise_exception=False))
@@ -154,11 +159,12 @@ def main(argv=None):
         "ratio_fd_vs_batched_forward": ratios(rows, "fd", "batched_forward_2n")["all"]["median"],
         "per_bucket": {
             "all_cpu_oracles_vs_gradcheck": ratios(rows, "all_cpu_oracles", "gradcheck"),
+            "oracles_back_to_back_vs_gradcheck": ratios(rows, "oracles_back_to_back", "gradcheck"),
             "fd_vs_batched_forward": ratios(rows, "fd", "batched_forward_2n"),
             **{f"{o}_vs_gradcheck": ratios(rows, o, "gradcheck") for o in CPU_ORACLES},
         },
         "median_seconds": {k: statistics.median([r[k] for r in rows if k in r]) for k in
-                           CPU_ORACLES + ["all_cpu_oracles", "gradcheck", "fd", "batched_forward_2n", "torch_graph_build"]
+                           CPU_ORACLES + ["all_cpu_oracles", "oracles_back_to_back", "gradcheck", "fd", "batched_forward_2n", "torch_graph_build"]
                            if any(k in r for r in rows)},
         "scaling": scaling(a.quick),
         "wall_seconds": round(time.time() - t0, 1),

@@ -355,9 +355,14 @@ def _pair_index(k: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 @functools.lru_cache(maxsize=None)
-def _pair_tolerances(dtype: str, kinds: tuple) -> tuple[list, np.ndarray, np.ndarray]:
-    tols = [_tol.lookup(dtype, a, b) for a, b in itertools.combinations(kinds, 2)]
-    return tols, np.array([[t.rtol] for t in tols]), np.array([[t.fd_factor] for t in tols])
+def _pair_tolerances(dtype: str, kinds: tuple, estimates: tuple) -> tuple[np.ndarray, np.ndarray]:
+    """Per pair (rows, in ``itertools.combinations`` order): rtol, and per oracle that is an
+    estimate (index in ``estimates``) its fd_factor in the pairs it takes part in, 0 elsewhere."""
+    I, J = _pair_index(len(kinds))
+    tols = [_tol.lookup(dtype, kinds[i], kinds[j]) for i, j in zip(I, J)]
+    rtol = np.array([[t.rtol] for t in tols])
+    fdf = np.array([[t.fd_factor * ((I[p] == e) or (J[p] == e)) for p, t in enumerate(tols)] for e in estimates])
+    return rtol, fdf[..., None]
 
 
 def _fast_pairs(case, leaves, names, results, kinds, dtype, M, fd_errs, noise) -> dict:
@@ -376,35 +381,34 @@ def _fast_pairs(case, leaves, names, results, kinds, dtype, M, fd_errs, noise) -
     N = sum(sizes)
     parts = []
     ok = [True] * k
-    none = [[False] * len(leaves) for _ in range(k)]
+    none = None
     for i, name in enumerate(names):
         res = results[name]
         for j, leaf in enumerate(leaves):
             g = res.get(leaf.name)
             if g is None:
-                none[i][j] = True
+                none = none if none is not None else np.zeros((k, len(leaves)), dtype=bool)
+                none[i, j] = True
                 parts.append(np.zeros(sizes[j]))
             elif np.shape(g) != leaf.shape:
                 ok[i] = False
                 parts.append(np.zeros(sizes[j]))
             else:
                 parts.append(np.ravel(g))
-    I, J = _pair_index(k)
     pairs = list(itertools.combinations(names, 2))
-    tols, rtol, fdf = _pair_tolerances(dtype, tuple(kinds[n].kind for n in names))
+    I, J = _pair_index(k)
+    est = [(i, n) for i, n in enumerate(names) if fd_errs and n in fd_errs]
+    rtol, fdf = _pair_tolerances(dtype, tuple(kinds[n].kind for n in names), tuple(i for i, _ in est))
     with np.errstate(all="ignore"):
         R = np.concatenate(parts).astype(np.float64, copy=False).reshape(k, N) if N else np.zeros((k, 0))
         ok = np.array(ok) & np.isfinite(R).all(axis=1)
         eligible = ok[I] & ok[J]
-        if any(any(row) for row in none):
+        if none is not None:
             # None vs a gradient is a discrepancy for oracles that report None, zeros otherwise.
-            none = np.array(none)
             aware = np.array([kinds[a].reports_none and kinds[b].reports_none for a, b in pairs])
             eligible &= ~(aware & (none[I] != none[J]).any(axis=1))
-        if not eligible.any():
-            return {}
-        if N == 0:
-            return {p: 0.0 for p, e in zip(pairs, eligible) if e}
+        if N == 0 or not eligible.any():
+            return {p: 0.0 for p, e in zip(pairs, eligible) if e} if N == 0 else {}
         A = np.abs(R)
         if len(leaves) == 1:
             leafmax = A.max(axis=1, keepdims=True)
@@ -412,22 +416,29 @@ def _fast_pairs(case, leaves, names, results, kinds, dtype, M, fd_errs, noise) -
             nonempty = [j for j, s in enumerate(sizes) if s]
             starts = np.cumsum([0] + sizes)[nonempty]
             leafmax = np.repeat(np.maximum.reduceat(A, starts, axis=1), [sizes[j] for j in nonempty], axis=1)
-        scale = np.maximum(np.maximum(A[I], A[J]), np.maximum(leafmax[I], leafmax[J]))
+        B = np.maximum(A, leafmax)  # max(|g_j|, max over g's leaf): each oracle's side of the scale
+        scale = np.maximum(B[I], B[J])
+        extra = []  # per-element allowances shared by the pairs (all must be finite for this path)
         if M is not None:
-            scale = np.maximum(scale, np.concatenate([M[l.name].ravel() for l in leaves]))
+            m = M[leaves[0].name].ravel() if len(leaves) == 1 else np.concatenate([M[l.name].ravel() for l in leaves])
+            scale = np.maximum(scale, m)
+            extra.append(m)
         allowed = rtol * scale + _tol.SUBNORMAL_FLOOR
         if noise is not None:
-            allowed = allowed + _tol.NOISE_FACTOR * np.concatenate(
+            nz = _tol.NOISE_FACTOR * np.concatenate(
                 [noise[l.name].ravel() if l.name in noise else np.zeros(l.value.size) for l in leaves])
-        for i, name in enumerate(names):
-            errs = (fd_errs or {}).get(name)
-            if errs is not None:  # an estimate (finite differences): its own error bound is part of every pair's allowance
-                e = np.concatenate([np.broadcast_to(errs[l.name], l.shape).ravel() if l.name in errs else np.zeros(l.value.size)
-                                    for l in leaves])
-                allowed = allowed + fdf * e * ((I == i) | (J == i))[:, None]
-        err = np.abs(R[I] - R[J])
-        good = eligible & np.isfinite(allowed).all(axis=1) & (err <= allowed).all(axis=1)
-        worst = (err / allowed).max(axis=1)
+            allowed = allowed + nz
+            extra.append(nz)
+        for (_, name), f in zip(est, fdf):  # an estimate's own error bound is part of each of its pairs' allowance
+            errs = fd_errs[name]
+            e = np.concatenate([np.broadcast_to(errs[l.name], l.shape).ravel() if l.name in errs else np.zeros(l.value.size)
+                                for l in leaves])
+            allowed = allowed + f * e
+            extra.append(e)
+        if extra and not all(np.isfinite(x).all() for x in extra):
+            return {}
+        worst = (np.abs(R[I] - R[J]) / allowed).max(axis=1)  # allowed >= SUBNORMAL_FLOOR > 0
+        good = eligible & (worst <= 1.0)
     return {p: float(w) for p, g, w in zip(pairs, good, worst) if g}
 
 

@@ -509,8 +509,11 @@ def call(name: str, *inputs, **params) -> Tensor:
 
 
 def apply(spec, inputs: Sequence[Any], params: dict) -> Tensor:
-    like = next((x for x in inputs if isinstance(x, Tensor)), None)
-    tensors = tuple(_as_tensor(x, like) for x in inputs)
+    if all(type(x) is Tensor for x in inputs):  # the common case, without the per-input conversion
+        tensors = tuple(inputs)
+    else:
+        like = next((x for x in inputs if isinstance(x, Tensor)), None)
+        tensors = tuple(_as_tensor(x, like) for x in inputs)
     if spec.arity is not None and len(tensors) != spec.arity:
         raise TypeError(f"{spec.name}() takes {spec.arity} tensor input(s) but {len(tensors)} were given")
     shapes = [t.shape for t in tensors]

@@ -58,7 +58,8 @@ class FDResult:
 
 
 def _as64(case):
-    return {l.name: (l.value.astype(np.float64) if l.value.dtype.kind == "f" else l.value) for l in case.leaves}
+    # read-only use: asarray does not copy float64 leaves
+    return {l.name: (np.asarray(l.value, dtype=np.float64) if l.value.dtype.kind == "f" else l.value) for l in case.leaves}
 
 
 def _s_values(env, roots, seeds64, nb: int):
@@ -182,6 +183,21 @@ def _leaf_batches(case, x64, leaves, X):
     return batches
 
 
+def _seeds64(case, center):
+    """The case's seeds in float64, after rounding to each root's dtype (as seed_arrays does)."""
+    out = []
+    for r, seed in zip(case.roots, case.seeds):
+        c = center[r]
+        if seed is None:
+            out.append(np.ones(c.shape))
+        else:
+            a = np.asarray(seed)
+            if a.dtype != c.dtype:
+                a = a.astype(c.dtype)
+            out.append(np.asarray(a, dtype=np.float64))
+    return out
+
+
 def _inline_center(env):
     """Centre values (row 0 of every batched value), checked finite; their max |value|."""
     center = {name: v[0] for name, v in env.items()}
@@ -213,7 +229,7 @@ def fd_gradient(case, *, check_reach: bool = True) -> FDResult:
         # evaluation would dominate a graph of a few elements).
         env = case.evaluate(_leaf_batches(case, x64, leaves, _stencil(flat, h, n)), nbatch=1)
         center, vmax = _inline_center(env)
-        seeds64 = [np.asarray(s, dtype=np.float64) for s in case.seed_arrays(center)]
+        seeds64 = _seeds64(case, center)
         s, S = _s_values(env, case.roots, seeds64, nf * n + 1)
         s0, S0 = float(s[0]), float(S[0])
         s_vals = s[1:].reshape(nf, n)
@@ -270,8 +286,8 @@ def fd_gradient(case, *, check_reach: bool = True) -> FDResult:
     def too_coarse(idx):
         return idx[(trunc[idx] > COARSE * np.maximum(np.abs(r[idx]), scale)) & (trunc[idx] > 0.5 * err[idx])]
 
-    coarse = too_coarse(np.arange(n))
-    if coarse.size:
+    if ((trunc > COARSE * np.maximum(np.abs(r), scale)) & (trunc > 0.5 * err)).any():
+        coarse = too_coarse(np.arange(n))
         for _ in range(REFINEMENTS):
             if coarse.size == 0:
                 break
