@@ -15,8 +15,8 @@ the same corpus the false-alarm tests use), not a hand-picked set.  For every ca
 
 Reported: medians of per-case ratios, overall and per input-size bucket (n <= 10, <= 100,
 <= 1000), the fixed cost of building the torch graph, and a scaling table in n for full vs
-directional finite differences.  Times are wall-clock medians of repeated runs (each timed
-run repeated until it has taken at least 20 ms in total).
+directional finite differences.  Times are wall-clock medians of repeated runs after one
+untimed warm-up call (each timed run repeated until it has taken at least 20 ms in total).
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ CPU_ORACLES = ["reference", "finite-differences", "jacobian", "torch-cpu"]
 
 
 def timeit(fn, min_total=0.02, max_reps=200):
+    fn()  # warm-up, not timed: first calls pay for imports, lazy initialisation and fresh memory pages
     reps, total, times = 0, 0.0, []
     while total < min_total and reps < max_reps:
         t = time.perf_counter()

@@ -302,3 +302,28 @@ def test_vectorised_pair_comparison_agrees_with_the_leaf_by_leaf_one(how):
         assert outcomes == {True}
     elif how in ("relative 1e-6", "shape"):
         assert False in outcomes
+
+
+# --- finite differences: the three evaluation layouts give the same estimate -------------------
+
+
+@pytest.mark.parametrize("n", [3, 40, 400], ids=["inline", "inline-shape-checked", "chunked"])
+def test_fd_layouts_agree_with_the_closed_form_and_each_other(n, monkeypatch):
+    """Centre inside the batch (small n), inside after a shape check (mid n), separate with
+    chunks (large n, or forced by a tiny batch cap): one estimate, within its own error bound."""
+    from gradspec.oracles import fd
+
+    rng = np.random.default_rng(n)
+    x, w = rng.uniform(0.5, 1.5, n), rng.standard_normal(n)
+    seed = rng.standard_normal(n)
+    case = _case({"x": x, "w": w}, [("a", "mul", ["x", "w"], {}), ("y", "tanh", ["a"], {})], ["y"], [seed])
+    exact = {"x": seed * w / np.cosh(x * w) ** 2, "w": seed * x / np.cosh(x * w) ** 2}
+    results = [fd.fd_gradient(case)]
+    monkeypatch.setattr(fd, "MAX_BATCH_ELEMENTS", 7 * n)  # forces the separate centre and several chunks
+    results.append(fd.fd_gradient(case))
+    assert results[1].evaluations == results[0].evaluations == 3 * 2 * n + 1
+    for res in results:
+        for k in exact:
+            assert np.all(np.abs(res.grads[k] - exact[k]) <= res.error[k] + 1e-15), k
+    for k in exact:
+        assert np.all(np.abs(results[0].grads[k] - results[1].grads[k]) <= results[0].error[k] + results[1].error[k])

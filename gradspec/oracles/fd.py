@@ -29,6 +29,7 @@ on the actual perturbed intermediate values, so it accounts for amplification th
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 
@@ -105,19 +106,27 @@ def _center(case, seeds64, env):
 
 
 def _points(x64, leaves, idx_chunk, h):
-    """Leaf batches perturbing the elements ``idx_chunk`` (global indices) by FACTORS * h."""
+    """Leaf batches perturbing the elements ``idx_chunk`` (global indices) by FACTORS * h.
+
+    Only the leaves that hold a perturbed element are materialised (nb copies); the others are
+    broadcast views, which matters at the chunk sizes of large cases.
+    """
     idx = np.asarray(idx_chunk, dtype=np.intp)
-    k = idx.size
-    nb = k * len(FACTORS)
-    flat = np.concatenate([x64[l.name].ravel() for l in leaves]) if leaves else np.zeros(0)
-    X = np.empty((nb, flat.size))
-    X[:] = flat
-    X[np.arange(nb), np.tile(idx, len(FACTORS))] += (_FACTORS[:, None] * h[idx]).ravel()
+    nf = len(FACTORS)
+    nb = idx.size * nf
     batches = {name: np.broadcast_to(v, (nb,) + np.shape(v)) for name, v in x64.items()}
+    delta = _FACTORS[:, None] * h[idx]  # (nf, k)
     off = 0
     for l in leaves:
-        batches[l.name] = X[:, off : off + l.value.size].reshape((nb,) + l.shape)
-        off += l.value.size
+        size = l.value.size
+        mine = (idx >= off) & (idx < off + size)
+        if mine.any():
+            arr = np.empty((nb, size))
+            arr[:] = x64[l.name].ravel()
+            rows = np.flatnonzero(np.tile(mine, nf))
+            arr[rows, np.tile(idx[mine] - off, nf)] += delta[:, mine].ravel()
+            batches[l.name] = arr.reshape((nb,) + l.shape)
+        off += size
     return batches, nb
 
 
@@ -156,7 +165,11 @@ def _combine(s, s0, Smax, S0, h, floor=0.0):
     return d - correction, trunc + 2.4 * delta / h, trunc
 
 
-INLINE_ROWS = 64  # up to this many stencil rows, the centre is evaluated in the same batched pass
+# Up to this many stencil rows the centre is evaluated in the same batched pass: below 64 rows no
+# tensor of the graph can be large enough for the batch to matter; up to 1024 rows only when the
+# shape rules say the largest tensor times the rows stays under MAX_BATCH_ELEMENTS.
+INLINE_ROWS = 64
+INLINE_ROWS_CHECKED = 1024
 
 
 def _stencil(flat, h, n):
@@ -223,8 +236,12 @@ def fd_gradient(case, *, check_reach: bool = True) -> FDResult:
     plan = _watch_plan(case) if check_reach else []
     watch = _watched(plan)
     reach: dict[str, np.ndarray] = {}
-    biggest_leaf = max([l.value.size for l in case.leaves] + [1])
-    if nf * n + 1 <= INLINE_ROWS and (nf * n + 1) * biggest_leaf <= MAX_BATCH_ELEMENTS:
+    rows = nf * n + 1
+    inline = rows * max([l.value.size for l in case.leaves] + [1]) <= MAX_BATCH_ELEMENTS and (
+        rows <= INLINE_ROWS
+        or rows <= INLINE_ROWS_CHECKED and rows * max(math.prod(s) for s in case.shapes().values()) <= MAX_BATCH_ELEMENTS
+    )
+    if inline:
         # Small n: the centre is row 0 of the one batched pass (the fixed cost of a second
         # evaluation would dominate a graph of a few elements).
         env = case.evaluate(_leaf_batches(case, x64, leaves, _stencil(flat, h, n)), nbatch=1)
