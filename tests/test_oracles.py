@@ -327,3 +327,13 @@ def test_fd_layouts_agree_with_the_closed_form_and_each_other(n, monkeypatch):
             assert np.all(np.abs(res.grads[k] - exact[k]) <= res.error[k] + 1e-15), k
     for k in exact:
         assert np.all(np.abs(results[0].grads[k] - results[1].grads[k]) <= results[0].error[k] + results[1].error[k])
+
+
+def test_fd_with_only_empty_leaves_to_differentiate():
+    """Found by a soak: an empty leaf next to an op with a domain edge (n = 0, only the centre)."""
+    case = _case({"x0": np.array([[-0.19], [-0.99]]), "x1": np.zeros((0, 1))},
+                 [("v0", "log1p", ["x0"], {}), ("v1", "gelu", ["x1"], {"approximate": "none"})], ["v1"], [np.zeros((0, 1))],
+                 requires_grad={"x0": False, "x1": True})
+    v = gs.check(case, oracles=CPU_ORACLES)
+    assert v.ok, v.summary()
+    assert v.results["finite-differences"]["x1"].shape == (0, 1)
