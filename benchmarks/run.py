@@ -97,6 +97,7 @@ def run(n_cases, seed, quick):
         for o in usable:
             orc = gs.oracles.get(o)
             row[o] = timeit(lambda orc=orc: orc.vjp(case))
+        row["oracles_alone_sum"] = sum(row[o] for o in usable)
         row["all_cpu_oracles"] = timeit(lambda: gs.check(case, oracles=CPU_ORACLES))
         # The same oracles back to back without check()'s applicability tests and comparisons:
         # what the comparisons cost, and how much slower code runs interleaved than alone.
@@ -161,6 +162,7 @@ def main(argv=None):
         "per_bucket": {
             "all_cpu_oracles_vs_gradcheck": ratios(rows, "all_cpu_oracles", "gradcheck"),
             "oracles_back_to_back_vs_gradcheck": ratios(rows, "oracles_back_to_back", "gradcheck"),
+            "oracles_alone_sum_vs_gradcheck": ratios(rows, "oracles_alone_sum", "gradcheck"),
             "fd_vs_batched_forward": ratios(rows, "fd", "batched_forward_2n"),
             **{f"{o}_vs_gradcheck": ratios(rows, o, "gradcheck") for o in CPU_ORACLES},
         },
