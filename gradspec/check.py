@@ -180,7 +180,7 @@ def check(case: Case, oracles=None) -> Verdict:
                         traceback=tb,
                     )
                 )
-    M = None
+    M = m = None
     if jac is not None:
         with np.errstate(all="ignore"):
             m = np.abs(jac.matrix).T @ np.abs(jac.seed_vector) if jac.matrix.size else np.zeros(jac.matrix.shape[1])
@@ -196,7 +196,7 @@ def check(case: Case, oracles=None) -> Verdict:
         # The rounding-noise floor only ever loosens a tolerance, and measuring it costs three
         # more backward passes: measure it only when a comparison fails without it.
         comps, founds = [], []
-        fast = _fast_pairs(case, leaves, names, results, kinds, dtype, M, fd_errs, noise)
+        fast = _fast_pairs(case, leaves, names, results, kinds, dtype, m, fd_errs, noise)
         for a, b in pairs:
             if (a, b) in fast:
                 comps.append(Comparison((a, b), True, fast[(a, b)]))
@@ -365,6 +365,18 @@ def _pair_tolerances(dtype: str, kinds: tuple, estimates: tuple) -> tuple[np.nda
     return rtol, fdf[..., None]
 
 
+def _flat(per_leaf: dict, leaves) -> np.ndarray:
+    """Per-leaf arrays (missing leaves: zeros) as one float64 vector in leaf order."""
+    parts = []
+    for l in leaves:
+        a = per_leaf.get(l.name)
+        if a is None:
+            parts.append(np.zeros(l.value.size))
+        else:
+            parts.append(a.ravel() if getattr(a, "shape", None) == l.shape else np.broadcast_to(a, l.shape).ravel())
+    return parts[0].astype(np.float64, copy=False) if len(parts) == 1 else np.concatenate(parts).astype(np.float64, copy=False)
+
+
 def _fast_pairs(case, leaves, names, results, kinds, dtype, M, fd_errs, noise) -> dict:
     """The common case for every pair at once: same None-ness, right shapes, all finite, agreeing.
 
@@ -390,11 +402,11 @@ def _fast_pairs(case, leaves, names, results, kinds, dtype, M, fd_errs, noise) -
                 none = none if none is not None else np.zeros((k, len(leaves)), dtype=bool)
                 none[i, j] = True
                 parts.append(np.zeros(sizes[j]))
-            elif np.shape(g) != leaf.shape:
+            elif getattr(g, "shape", None) != leaf.shape:  # (results are arrays: no np.shape/np.ravel call overhead)
                 ok[i] = False
                 parts.append(np.zeros(sizes[j]))
             else:
-                parts.append(np.ravel(g))
+                parts.append(g.ravel())
     pairs = list(itertools.combinations(names, 2))
     I, J = _pair_index(k)
     est = [(i, n) for i, n in enumerate(names) if fd_errs and n in fd_errs]
@@ -413,29 +425,23 @@ def _fast_pairs(case, leaves, names, results, kinds, dtype, M, fd_errs, noise) -
         if len(leaves) == 1:
             leafmax = A.max(axis=1, keepdims=True)
         else:
-            nonempty = [j for j, s in enumerate(sizes) if s]
-            starts = np.cumsum([0] + sizes)[nonempty]
-            leafmax = np.repeat(np.maximum.reduceat(A, starts, axis=1), [sizes[j] for j in nonempty], axis=1)
+            starts, lengths, at = [], [], 0
+            for size in sizes:
+                if size:
+                    starts.append(at)
+                    lengths.append(size)
+                at += size
+            leafmax = np.repeat(np.maximum.reduceat(A, starts, axis=1), lengths, axis=1)
         B = np.maximum(A, leafmax)  # max(|g_j|, max over g's leaf): each oracle's side of the scale
         scale = np.maximum(B[I], B[J])
-        extra = []  # per-element allowances shared by the pairs (all must be finite for this path)
-        if M is not None:
-            m = M[leaves[0].name].ravel() if len(leaves) == 1 else np.concatenate([M[l.name].ravel() for l in leaves])
-            scale = np.maximum(scale, m)
-            extra.append(m)
+        if M is not None:  # |J|^T |seed|: flat (from check) or per leaf
+            scale = np.maximum(scale, M if isinstance(M, np.ndarray) else _flat(M, leaves))
         allowed = rtol * scale + _tol.SUBNORMAL_FLOOR
         if noise is not None:
-            nz = _tol.NOISE_FACTOR * np.concatenate(
-                [noise[l.name].ravel() if l.name in noise else np.zeros(l.value.size) for l in leaves])
-            allowed = allowed + nz
-            extra.append(nz)
+            allowed = allowed + _tol.NOISE_FACTOR * _flat(noise, leaves)
         for (_, name), f in zip(est, fdf):  # an estimate's own error bound is part of each of its pairs' allowance
-            errs = fd_errs[name]
-            e = np.concatenate([np.broadcast_to(errs[l.name], l.shape).ravel() if l.name in errs else np.zeros(l.value.size)
-                                for l in leaves])
-            allowed = allowed + f * e
-            extra.append(e)
-        if extra and not all(np.isfinite(x).all() for x in extra):
+            allowed = allowed + f * _flat(fd_errs[name], leaves)
+        if not np.isfinite(allowed).all():  # an infinite scale or error bound: let _compare sort it out
             return {}
         worst = (np.abs(R[I] - R[J]) / allowed).max(axis=1)  # allowed >= SUBNORMAL_FLOOR > 0
         good = eligible & (worst <= 1.0)
