@@ -14,8 +14,9 @@ the same corpus the false-alarm tests use), not a hand-picked set.  For every ca
   vs the FD oracle (3n + 1 points, error estimate and kink-reach check included).
 
 Reported: medians of per-case ratios, overall and per input-size bucket (n <= 10, <= 100,
-<= 1000), the fixed cost of building the torch graph, and a scaling table in n for full vs
-directional finite differences.  Times are wall-clock medians of repeated runs after one
+<= 1000), the fixed cost of building the torch graph, a scaling table in n for full vs
+directional finite differences, and (not with --quick) how much slower the oracles run back
+to back than alone.  Times are wall-clock medians of repeated runs after one
 untimed warm-up call (each timed run repeated until it has taken at least 20 ms in total).
 """
 
@@ -146,6 +147,23 @@ def scaling(quick):
     return out
 
 
+def interleaving(n_cases, seed):
+    """Why the oracles cost more back to back than alone: per case, (calls back to back) / (sum of solo timings)."""
+    corpus = [c for c in sample(gs.strategies.cases(), n_cases, seed) if 0 < c.n_inputs <= 10][:60]
+    R, F, J, T = [gs.oracles.get(o) for o in CPU_ORACLES]
+    groups = {"same oracle twice (reference, reference)": [R, R], "the three numpy oracles": [R, F, J],
+              "all four": [R, F, J, T]}
+    out = {k: [] for k in groups}
+    for case in corpus:
+        try:
+            solo = {o.name: timeit(lambda o=o: o.vjp(case)) for o in (R, F, J, T)}
+        except Exception:  # an oracle that refuses this case
+            continue
+        for k, seq in groups.items():
+            out[k].append(timeit(lambda seq=seq: [o.vjp(case) for o in seq]) / sum(solo[o.name] for o in seq))
+    return {k: statistics.median(v) for k, v in out.items() if v}
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="30 cases and a short scaling table")
@@ -174,6 +192,7 @@ def main(argv=None):
                            CPU_ORACLES + ["all_cpu_oracles", "oracles_back_to_back", "gradcheck", "fd", "batched_forward_2n", "torch_graph_build"]
                            if any(k in r for r in rows)},
         "scaling": scaling(a.quick),
+        "interleaving_back_to_back_vs_solo_sum": {} if a.quick else interleaving(n, a.seed),
         "wall_seconds": round(time.time() - t0, 1),
         "rows": rows,
     }
@@ -191,6 +210,10 @@ def main(argv=None):
     print("\n| n | FD full | FD directional (16 dirs) |\n|---|---|---|")
     for s in res["scaling"]:
         print(f"| {s['n']} | {s['fd_full'] * 1e3:.2f} ms | {s['fd_directional_16'] * 1e3:.2f} ms |")
+    if res["interleaving_back_to_back_vs_solo_sum"]:
+        print("\n| oracles called back to back, n <= 10 | time / sum of solo timings (median per case) |\n|---|---|")
+        for k, v in res["interleaving_back_to_back_vs_solo_sum"].items():
+            print(f"| {k} | {v:.2f} |")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(res, f, indent=1, default=str)
