@@ -554,6 +554,9 @@ def _promote(spec, arrays: list) -> list:
     silently compute in float64.  The VJP rules then see the original operands and the engine
     casts each gradient back to its operand's dtype (reference 8.8).
     """
+    dt = arrays[0].dtype
+    if all(a.dtype == dt for a in arrays):
+        return arrays  # one dtype: nothing to promote (the common case, kept cheap)
     idx = [i for i, a in enumerate(arrays) if spec.input_differentiable(i) and a.dtype.kind in "biufc"]
     if len(idx) < 2:
         return arrays
