@@ -177,9 +177,10 @@ INLINE_ROWS_CHECKED = 1024
 def _stencil(flat, h, n):
     """(3n + 1, n) matrix of points: row 0 the centre, then x + f h e_j for f in FACTORS."""
     X = np.empty((len(FACTORS) * n + 1, n))
-    X[0] = flat
-    X[1:] = (_FACTORS[:, None, None] * np.diag(h)).reshape(len(FACTORS) * n, n)  # -1 is ambiguous for n = 0
-    X[1:] += flat
+    X[:] = flat
+    rows = np.arange(1, len(FACTORS) * n + 1)
+    # O(n) updates of the flat buffer (row r perturbs element (r - 1) mod n), not an O(n^2) diagonal
+    X.reshape(-1)[rows * n + (rows - 1) % max(n, 1)] += (_FACTORS[:, None] * h).reshape(-1)
     return X
 
 
