@@ -89,22 +89,47 @@ def _s_values(env, roots, seeds64, nb: int):
 VALUE_DEPTH = 16.0
 
 
-def _center(case, seeds64, env):
-    """s and S at the centre (from the already evaluated ``env``), and max |value| over the graph."""
-    s0 = S0 = 0.0
-    vmax = 0.0
+def _center_scale(center) -> tuple[float, str | None]:
+    """max |value| over the finite float values at the centre, and the name of a non-finite one (or None)."""
+    floats = [(name, c) for name, c in center.items() if np.asarray(c).dtype.kind == "f" and np.size(c)]
+    if not floats:
+        return 0.0, None
     with np.errstate(all="ignore"):
-        for r, seed in zip(case.roots, seeds64):
-            v = np.asarray(env[r], dtype=np.float64)
-            s0 += float(np.sum(v * seed))
-            S0 += float(np.sum(np.abs(v) * np.abs(seed)))
-        for v in env.values():
-            v = np.asarray(v)
-            if v.dtype.kind == "f" and v.size:
-                fin = np.abs(v[np.isfinite(v)])
-                if fin.size:
-                    vmax = max(vmax, float(fin.max()))
-    return s0, S0, vmax
+        a = np.abs(np.concatenate([np.ravel(c) for _, c in floats]))
+    vmax = float(a.max())
+    if vmax < np.inf:  # NaN fails this too
+        return vmax, None
+    bad = next(name for name, c in floats if not np.isfinite(c).all())
+    return float(a[np.isfinite(a)].max(initial=0.0)), bad
+
+
+def _finite_center_scale(center) -> float:
+    """``_center_scale`` for the full gradient, which refuses a centre that is not finite."""
+    vmax, bad = _center_scale(center)
+    if bad is not None:
+        raise OracleError(f"finite differences: {bad} is not finite at the case's inputs")
+    return vmax
+
+
+def _floor(vmax: float, seeds64) -> float:
+    return VALUE_DEPTH * EPS * vmax * float(sum(np.abs(seed).sum() for seed in seeds64))
+
+
+def _seeds64(case, center):
+    """The case's seeds (implicit ones made explicit, rounded to each root's dtype) in float64."""
+    return [np.asarray(seed, dtype=np.float64) for seed in case.seed_arrays(center)]
+
+
+def _at_center(case, center, seeds64):
+    """s and S at the centre alone (a batch of one)."""
+    s, S = _s_values({r: np.asarray(center[r])[None] for r in case.roots}, case.roots, seeds64, 1)
+    return float(s[0]), float(S[0])
+
+
+def _reach(batch, center):
+    """How far each element of a tensor moves over the perturbed points (max over the batch axis)."""
+    with np.errstate(all="ignore"):
+        return np.abs(np.asarray(batch, dtype=np.float64) - center).max(axis=0)
 
 
 def _points(x64, leaves, idx_chunk, h):
@@ -199,35 +224,6 @@ def _leaf_batches(case, x64, leaves, X):
     return batches
 
 
-def _seeds64(case, center):
-    """The case's seeds in float64, after rounding to each root's dtype (as seed_arrays does)."""
-    out = []
-    for r, seed in zip(case.roots, case.seeds):
-        c = center[r]
-        if seed is None:
-            out.append(np.ones(c.shape))
-        else:
-            a = np.asarray(seed)
-            if a.dtype != c.dtype:
-                a = a.astype(c.dtype)
-            out.append(np.asarray(a, dtype=np.float64))
-    return out
-
-
-def _inline_center(env):
-    """Centre values (row 0 of every batched value), checked finite; their max |value|."""
-    center = {name: v[0] for name, v in env.items()}
-    floats = [c.ravel() for c in center.values() if c.dtype.kind == "f" and c.size]
-    if not floats:
-        return center, 0.0
-    with np.errstate(all="ignore"):
-        vmax = float(np.abs(np.concatenate(floats)).max())
-    if not vmax < np.inf:  # NaN fails this too
-        bad = next(name for name, c in center.items() if c.dtype.kind == "f" and not np.isfinite(c).all())
-        raise OracleError(f"finite differences: {bad} is not finite at the case's inputs")
-    return center, vmax
-
-
 def fd_gradient(case, *, check_reach: bool = True) -> FDResult:
     """Full finite-difference gradient of every differentiable leaf (3n + 1 points, one batched pass per chunk)."""
     leaves = case.grad_leaves()
@@ -248,7 +244,8 @@ def fd_gradient(case, *, check_reach: bool = True) -> FDResult:
         # Small n: the centre is row 0 of the one batched pass (the fixed cost of a second
         # evaluation would dominate a graph of a few elements).
         env = case.evaluate(_leaf_batches(case, x64, leaves, _stencil(flat, h, n)), nbatch=1)
-        center, vmax = _inline_center(env)
+        center = {name: v[0] for name, v in env.items()}
+        vmax = _finite_center_scale(center)
         seeds64 = _seeds64(case, center)
         s, S = _s_values(env, case.roots, seeds64, nf * n + 1)
         s0, S0 = float(s[0]), float(S[0])
@@ -257,16 +254,13 @@ def fd_gradient(case, *, check_reach: bool = True) -> FDResult:
         for name in watch if n else ():  # n = 0: the centre alone, nothing moves
             v = env[name]
             if v.dtype.kind == "f" and v[0].size:
-                with np.errstate(all="ignore"):
-                    reach[name] = np.abs(v[1:] - v[0]).max(axis=0)
+                reach[name] = _reach(v[1:], v[0])
         evaluations = nf * n + 1
     else:
         center = case.evaluate(x64)
-        for name, v in center.items():
-            if np.asarray(v).dtype.kind == "f" and not np.all(np.isfinite(v)):
-                raise OracleError(f"finite differences: {name} is not finite at the case's inputs")
-        seeds64 = [np.asarray(s, dtype=np.float64) for s in case.seed_arrays(center)]
-        s0, S0, vmax = _center(case, seeds64, center)
+        vmax = _finite_center_scale(center)
+        seeds64 = _seeds64(case, center)
+        s0, S0 = _at_center(case, center, seeds64)
         biggest = max([np.size(v) for v in center.values()] + [1])
         chunk = max(1, int(MAX_BATCH_ELEMENTS // (nf * biggest)))
         s_vals = np.zeros((nf, n))
@@ -283,12 +277,9 @@ def fd_gradient(case, *, check_reach: bool = True) -> FDResult:
             S_max[start : start + k] = S.reshape(nf, k).max(axis=0)
             for name in watch:
                 c = np.asarray(center[name])
-                if not c.size or c.dtype.kind != "f":
-                    continue
-                with np.errstate(all="ignore"):
-                    dev = np.max(np.abs(np.asarray(env[name], dtype=np.float64) - c), axis=0)
-                reach[name] = np.maximum(reach.get(name, 0.0), dev)
-    floor = VALUE_DEPTH * EPS * vmax * float(sum(np.abs(s).sum() for s in seeds64))
+                if c.size and c.dtype.kind == "f":
+                    reach[name] = np.maximum(reach.get(name, 0.0), _reach(env[name], c))
+    floor = _floor(vmax, seeds64)
     if not np.isfinite(s_vals).all():
         j = int(np.argwhere(~np.isfinite(s_vals))[0][1])
         raise OracleError(
@@ -387,7 +378,7 @@ def fd_directional(case, directions: dict[str, np.ndarray]) -> tuple[np.ndarray,
     leaves = case.grad_leaves()
     x64 = _as64(case)
     center = case.evaluate(x64)
-    seeds64 = [np.asarray(s, dtype=np.float64) for s in case.seed_arrays(center)]
+    seeds64 = _seeds64(case, center)
     k = next(iter(directions.values())).shape[0]
     h = STEP * max([1.0] + [float(np.max(np.abs(x64[l.name]), initial=0.0)) for l in leaves])
     nb = k * len(FACTORS)
@@ -396,8 +387,8 @@ def fd_directional(case, directions: dict[str, np.ndarray]) -> tuple[np.ndarray,
         u = directions[l.name]
         batches[l.name] = np.concatenate([x64[l.name][None] + f * h * u for f in FACTORS], axis=0)
     s, S = _s_values(case.evaluate(batches, nbatch=1), case.roots, seeds64, nb)
-    s0, S0, vmax = _center(case, seeds64, center)
-    floor = VALUE_DEPTH * EPS * vmax * float(sum(np.sum(np.abs(s)) for s in seeds64))
+    s0, S0 = _at_center(case, center, seeds64)
+    floor = _floor(_center_scale(center)[0], seeds64)  # a non-finite centre shows up in the estimate
     s = s.reshape(len(FACTORS), k)
     return _combine(s, s0, S.reshape(len(FACTORS), k).max(axis=0), S0, h, floor)[:2]
 
