@@ -39,14 +39,23 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"gradspec: error: {message}\n")
 
 
-def _positive_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be >= 1")
-    return v
+def _int_at_least(lo: int):
+    """An argparse type: an integer >= lo, with a message naming the text and the bound."""
+
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if v < lo:
+            raise argparse.ArgumentTypeError(f"{text!r} must be >= {lo}")
+        return v
+
+    return parse
+
+
+_positive_int = _int_at_least(1)
+_seed = _int_at_least(0)
 
 
 def _positive_float(text: str) -> float:
@@ -56,16 +65,6 @@ def _positive_float(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
     if not v > 0 or v != v or v == float("inf"):
         raise argparse.ArgumentTypeError(f"{text!r} must be a positive number of seconds")
-    return v
-
-
-def _seed(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be >= 0")
     return v
 
 
