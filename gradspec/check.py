@@ -180,16 +180,10 @@ def check(case: Case, oracles=None) -> Verdict:
                         traceback=tb,
                     )
                 )
-    M = m = None
-    if jac is not None:
-        with np.errstate(all="ignore"):
-            m = np.abs(jac.matrix).T @ np.abs(jac.seed_vector) if jac.matrix.size else np.zeros(jac.matrix.shape[1])
-        M, off = {}, 0
-        for l in case.grad_leaves():
-            M[l.name] = m[off : off + l.value.size].reshape(l.shape)
-            off += l.value.size
-    names = list(results)
     leaves = case.grad_leaves()
+    m = None if jac is None else _path_scale(jac)
+    M = None if m is None else _per_leaf(m, leaves)
+    names = list(results)
     noise = None
     pairs = list(itertools.combinations(names, 2))
     for attempt in range(2):
@@ -363,6 +357,22 @@ def _pair_tolerances(dtype: str, kinds: tuple, estimates: tuple) -> tuple[np.nda
     rtol = np.array([[t.rtol] for t in tols])
     fdf = np.array([[t.fd_factor * ((I[p] == e) or (J[p] == e)) for p, t in enumerate(tols)] for e in estimates])
     return rtol, fdf[..., None]
+
+
+def _path_scale(jac) -> np.ndarray:
+    """``|J|^T |seed|`` (flat, in leaf order): per input element, the sum of the absolute values of
+    every path's contribution -- the scale that bounds the rounding error of any evaluation order."""
+    with np.errstate(all="ignore"):
+        return np.abs(jac.matrix).T @ np.abs(jac.seed_vector) if jac.matrix.size else np.zeros(jac.matrix.shape[1])
+
+
+def _per_leaf(flat: np.ndarray, leaves) -> dict:
+    """A flat vector in leaf order as {leaf name: array of the leaf's shape} (views)."""
+    out, off = {}, 0
+    for l in leaves:
+        out[l.name] = flat[off : off + l.value.size].reshape(l.shape)
+        off += l.value.size
+    return out
 
 
 def _flat(per_leaf: dict, leaves) -> np.ndarray:

@@ -277,13 +277,7 @@ def test_vectorised_pair_comparison_agrees_with_the_leaf_by_leaf_one(how):
             continue
         results = _tampered(v.results, how, rng)
         kinds = {n: gs.oracles.get(n) for n in results}
-        M = None
-        if v.jacobian is not None:
-            m = np.abs(v.jacobian.matrix).T @ np.abs(v.jacobian.seed_vector)
-            M, off = {}, 0
-            for l in case.grad_leaves():
-                M[l.name] = m[off : off + l.value.size].reshape(l.shape)
-                off += l.value.size
+        M = None if v.jacobian is None else C._per_leaf(C._path_scale(v.jacobian), case.grad_leaves())
         fd_errs = {"finite-differences": v.fd_error}
         names = list(results)
         dtype = C._case_dtype(case)
