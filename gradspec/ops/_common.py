@@ -45,3 +45,9 @@ def bcast_tangent(t: np.ndarray, out_ndim: int) -> np.ndarray:
     if missing > 0:
         t = t.reshape((t.shape[0],) + (1,) * missing + t.shape[1:])
     return t
+
+
+def with_lead(params: dict, batch_shape: tuple) -> dict:
+    """``batch_params`` for ops whose forward must know how many leading batch axes it is given
+    (passed as the private param ``_lead``; ops that index axes from the front need it)."""
+    return {**params, "_lead": len(batch_shape)}

@@ -32,7 +32,7 @@ import numpy as np
 
 from .. import engine as E
 from .._private.dims import norm_dim
-from ._common import F, torch
+from ._common import F, torch, with_lead
 from ._registry import register
 from ._spec import OpSpec
 
@@ -50,10 +50,6 @@ def _st():
 
 def _no_params(shapes):
     return _st().just({})
-
-
-def _with_lead(params, batch_shape):
-    return {**params, "_lead": len(batch_shape)}
 
 
 def _insert_ones(a, lead, k):
@@ -221,7 +217,7 @@ register(
         torch_name="torch.einsum",
         shape_fn=_einsum_shape,
         normalize=_einsum_norm,
-        batch_params=_with_lead,
+        batch_params=with_lead,
         param_strategy=None,
         saves=True,
         notes="einsum without repeated letters in a term; '...' only at the start of a term; an output "
@@ -333,7 +329,7 @@ register(
         torch_name="torch.matmul",
         shape_fn=_matmul_shape,
         normalize=_matmul_norm,
-        batch_params=_with_lead,
+        batch_params=with_lead,
         param_strategy=_matmul_params,
         saves=True,
         call=lambda input, other: ((input, other), {}),
@@ -369,7 +365,7 @@ register(
         # no gufunc signature: that would promise broadcast loop dims, which torch.mm rejects
         shape_fn=lambda sa, sb: (sa[0], sb[1]) if len(sa) == 2 and len(sb) == 2 and sa[1] == sb[0] else None,
         normalize=_mm_norm,
-        batch_params=_with_lead,
+        batch_params=with_lead,
         param_strategy=_matmul_params,
         saves=True,
         call=lambda input, mat2: ((input, mat2), {}),
@@ -497,7 +493,7 @@ register(
         torch_name="torch.nn.functional.linear",
         shape_fn=_linear_shape,
         normalize=_linear_norm,
-        batch_params=_with_lead,
+        batch_params=with_lead,
         param_strategy=_no_params,
         saves=True,
         call=lambda input, weight, bias: ((input, weight, bias), {}),
@@ -517,7 +513,7 @@ register(
         torch_name="torch.nn.functional.linear (bias=None)",
         shape_fn=_linear_out_shape,
         normalize=_linear_norm,
-        batch_params=_with_lead,
+        batch_params=with_lead,
         param_strategy=_no_params,
         saves=True,
         call=lambda input, weight: ((input, weight), {}),
@@ -710,7 +706,7 @@ register(
             (tuple(sx) if reduction == "none" else ()) if tuple(sx) == tuple(st_) else None
         ),
         normalize=_mse_norm,
-        batch_params=_with_lead,
+        batch_params=with_lead,
         broadcasting=True,
         param_strategy=lambda shapes: _st().fixed_dictionaries({"reduction": _st().sampled_from(REDUCTIONS)}),
         saves=True,
@@ -1197,7 +1193,7 @@ register(
         torch_name="torch.nn.functional.conv1d",
         shape_fn=_conv_shape,
         normalize=_conv_norm,
-        batch_params=_with_lead,
+        batch_params=with_lead,
         param_strategy=_conv_params,
         saves=True,
         call=lambda input, weight, bias, stride=1, padding=0, dilation=1, groups=1: (
@@ -1219,7 +1215,7 @@ register(
         torch_name="torch.nn.functional.conv1d (bias=None)",
         shape_fn=_conv_shape,
         normalize=_conv_norm,
-        batch_params=_with_lead,
+        batch_params=with_lead,
         param_strategy=_conv_params,
         saves=True,
         call=lambda input, weight, stride=1, padding=0, dilation=1, groups=1: (

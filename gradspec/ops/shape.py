@@ -26,7 +26,7 @@ import numpy as np
 
 from .. import engine as E
 from .._private.dims import norm_dim
-from ._common import torch
+from ._common import torch, with_lead
 from ._registry import register
 from ._spec import OpSpec
 
@@ -43,10 +43,6 @@ def _st():
 
 def _prod(shape) -> int:
     return int(math.prod(int(v) for v in shape))
-
-
-def _lead_params(p, b):
-    return {**p, "_lead": len(b)}
 
 
 def _any_dim(nd):
@@ -454,7 +450,7 @@ register(
         family="shape",
         arity=1,
         forward=_flatten_fwd,
-        batch_params=_lead_params,
+        batch_params=with_lead,
         vjp=lambda g, x, *, out, start_dim, end_dim: (call("reshape", g, shape=x.shape),),
         linear=True,
         torch=lambda x, start_dim, end_dim: torch().flatten(x, start_dim, end_dim),
@@ -687,7 +683,7 @@ def _declare_take(name, positions, *, saves, **spec_fields):
             family="shape",
             arity=1,
             forward=forward,
-            batch_params=_lead_params,
+            batch_params=with_lead,
             vjp=lambda g, x, *, out, **p: (call(back, g, shape=x.shape, **p),),
             linear=True,
             shape_fn=shape_fn,
@@ -701,7 +697,7 @@ def _declare_take(name, positions, *, saves, **spec_fields):
             family="internal",
             arity=1,
             forward=back_forward,
-            batch_params=_lead_params,
+            batch_params=with_lead,
             # The adjoint of a scatter-add is the take again: double backward stays a graph.
             vjp=lambda g, x, *, out, shape, **p: (call(name, g, **p),),
             linear=True,
