@@ -359,6 +359,23 @@ def _pair_tolerances(dtype: str, kinds: tuple, estimates: tuple) -> tuple[np.nda
     return rtol, fdf[..., None]
 
 
+def _allowed(rtol, scale_a, scale_b, m, noise, fd):
+    """The tolerance model of ``gradspec.tolerances``, element-wise (shared by both comparison paths):
+    ``rtol * max(scale_a, scale_b, m) + floor + NOISE_FACTOR * noise + fd``.
+
+    ``scale_*`` are each side's max(|g_j|, its leaf's max), ``m`` is ``|J|^T |seed|`` (or None), ``fd``
+    the finite-difference allowance.  The absolute floor sits far below any meaningful gradient:
+    subnormal results (< 2.2e-308) have no relative precision and some libraries flush them to zero.
+    """
+    scale = np.maximum(scale_a, scale_b)
+    if m is not None:
+        scale = np.maximum(scale, m)
+    allowed = rtol * scale + _tol.SUBNORMAL_FLOOR
+    if noise is not None:
+        allowed = allowed + _tol.NOISE_FACTOR * noise
+    return allowed + fd
+
+
 def _path_scale(jac) -> np.ndarray:
     """``|J|^T |seed|`` (flat, in leaf order): per input element, the sum of the absolute values of
     every path's contribution -- the scale that bounds the rounding error of any evaluation order."""
@@ -443,14 +460,11 @@ def _fast_pairs(case, leaves, names, results, kinds, dtype, M, fd_errs, noise) -
                 at += size
             leafmax = np.repeat(np.maximum.reduceat(A, starts, axis=1), lengths, axis=1)
         B = np.maximum(A, leafmax)  # max(|g_j|, max over g's leaf): each oracle's side of the scale
-        scale = np.maximum(B[I], B[J])
-        if M is not None:  # |J|^T |seed|: flat (from check) or per leaf
-            scale = np.maximum(scale, M if isinstance(M, np.ndarray) else _flat(M, leaves))
-        allowed = rtol * scale + _tol.SUBNORMAL_FLOOR
-        if noise is not None:
-            allowed = allowed + _tol.NOISE_FACTOR * _flat(noise, leaves)
+        fd = 0.0
         for (_, name), f in zip(est, fdf):  # an estimate's own error bound is part of each of its pairs' allowance
-            allowed = allowed + f * _flat(fd_errs[name], leaves)
+            fd = fd + f * _flat(fd_errs[name], leaves)
+        allowed = _allowed(rtol, B[I], B[J], None if M is None else M if isinstance(M, np.ndarray) else _flat(M, leaves),
+                           None if noise is None else _flat(noise, leaves), fd)
         if not np.isfinite(allowed).all():  # an infinite scale or error bound: let _compare sort it out
             return {}
         worst = (np.abs(R[I] - R[J]) / allowed).max(axis=1)  # allowed >= SUBNORMAL_FLOOR > 0
@@ -506,15 +520,11 @@ def _compare(case, a, b, ra, rb, kinds, tol, M, fd_errs, noise=None):
         with np.errstate(all="ignore"):
             err = np.where(fin, np.abs(fa - fb), 0.0)
             leaf_scale = float(np.max(np.maximum(np.abs(fa), np.abs(fb)), where=fin, initial=0.0))
-            scale = np.maximum(np.maximum(np.abs(fa), np.abs(fb)), leaf_scale)
-            if M is not None:
-                scale = np.maximum(scale, np.where(np.isfinite(M[leaf.name]), M[leaf.name], 0.0))
-            # + an absolute floor far below any meaningful gradient: subnormal results (< 2.2e-308)
-            # have no relative precision and some libraries flush them to zero.
-            allowed = tol.rtol * scale + _tol.SUBNORMAL_FLOOR
-            if noise is not None and leaf.name in noise:
-                allowed = allowed + _tol.NOISE_FACTOR * noise[leaf.name]
-            allowed = allowed + _fd_allowance(fd_errs, a, b, leaf.name, tol)
+            allowed = _allowed(
+                tol.rtol, np.maximum(np.abs(fa), leaf_scale), np.abs(fb),
+                None if M is None else np.where(np.isfinite(M[leaf.name]), M[leaf.name], 0.0),
+                None if noise is None else noise.get(leaf.name), _fd_allowance(fd_errs, a, b, leaf.name, tol),
+            )
             # An exactly-zero allowance only happens when both sides are exactly 0 everywhere.
             ratio = np.where(fin, err / np.where(allowed > 0, allowed, np.inf), 0.0)
             ratio = np.where(fin & (allowed == 0) & (err > 0), np.inf, ratio)
