@@ -288,6 +288,7 @@ def test_vectorised_pair_comparison_agrees_with_the_leaf_by_leaf_one(how):
             outcomes.add(comp.agreed)
             if (a, b) in fast:
                 assert comp.agreed, (how, a, b, case.to_text())
+                # same formula, different order of float operations: a few ulps apart, far inside 1e-9
                 assert fast[(a, b)] == pytest.approx(comp.max_ratio, rel=1e-9, abs=1e-300)
             else:
                 assert not comp.agreed or how in ("nan", "none"), (how, a, b, case.to_text())
@@ -318,6 +319,7 @@ def test_fd_layouts_agree_with_the_closed_form_and_each_other(n, monkeypatch):
     assert results[1].evaluations == results[0].evaluations == 3 * 2 * n + 1
     for res in results:
         for k in exact:
+            # FD's own error bound, plus the closed form's rounding (O(1) values, a few ops: ~1e-16 each)
             assert np.all(np.abs(res.grads[k] - exact[k]) <= res.error[k] + 1e-15), k
     for k in exact:
         assert np.all(np.abs(results[0].grads[k] - results[1].grads[k]) <= results[0].error[k] + results[1].error[k])
