@@ -31,10 +31,12 @@ on the actual perturbed intermediate values, so it accounts for amplification th
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 
 import numpy as np
 
+from .._private.fp import quiet
 from ._base import Oracle, OracleError
 
 __all__ = ["FiniteDifferences", "FDResult", "fd_gradient", "fd_directional"]
@@ -45,7 +47,13 @@ STEP = EPS ** (1 / 3)
 # over up to ~100 terms) round with up to n * eps * sum|terms|, which can exceed eps * |f| when the
 # terms cancel; 256 covers graphs of <= ~10 such ops (64 was seen to be too tight on conv1d).
 ROUNDING_DEPTH = 256.0
-MAX_BATCH_ELEMENTS = 4_000_000  # cap on (batch size) x (elements of the largest tensor) per pass
+# Cap on (batch size) x (elements of the largest tensor) per batched pass: 2**17 float64 = 1 MiB per
+# array.  Larger passes are slower, not faster: their arrays miss the caches, and glibc serves them
+# with fresh pages (mmap, or heap memory it trimmed after the previous call), so every call
+# page-faults its whole working set.  Measured on sum(tanh(x * w)) (benchmarks/README.md): with a
+# cap of 4e6, FD at n = 340 took 3.1 ms, at n = 1000 15 ms; with 2**17, 0.46 ms and 3.1 ms.  Below
+# 2**16 the per-chunk Python cost takes over again.
+MAX_BATCH_ELEMENTS = 2**17
 FACTORS = (1.0, -1.0, 2.0)  # the stencil, in units of h
 _FACTORS = np.array(FACTORS)
 COARSE = 1e-6  # error estimate above this fraction of the gradient's scale: refine the step
@@ -60,6 +68,20 @@ class FDResult:
     evaluations: int
 
 
+def _repeat(v, nb: int) -> np.ndarray:
+    """``v`` seen ``nb`` times along a new leading axis (a read-only stride-0 view, no copy).
+
+    ``np.broadcast_to`` does the same through several Python-level checks; FD makes this view for
+    every constant leaf of every case, so the direct constructor is used when ``v`` allows it.
+    """
+    v = np.asarray(v)
+    if not v.flags.c_contiguous:
+        return np.broadcast_to(v, (nb,) + v.shape)
+    out = np.ndarray((nb,) + v.shape, v.dtype, v, 0, (0,) + v.strides)
+    out.flags.writeable = False
+    return out
+
+
 def _as64(case):
     # read-only use: asarray does not copy float64 leaves
     return {l.name: (np.asarray(l.value, dtype=np.float64) if l.value.dtype.kind == "f" else l.value) for l in case.leaves}
@@ -68,17 +90,16 @@ def _as64(case):
 def _s_values(env, roots, seeds64, nb: int):
     """s = sum_r <seed_r, f_r> and S = sum_r <|seed_r|, |f_r|> at each of the nb batched points."""
     s = S = 0.0
-    with np.errstate(all="ignore"):
-        for r, seed in zip(roots, seeds64):
-            v = env[r]
-            if v.dtype != np.float64:
-                v = v.astype(np.float64)
-            if v.shape != (nb,) + seed.shape:  # a root that is an unperturbed leaf
-                v = np.broadcast_to(v, (nb,) + seed.shape)
-            v = v.reshape(nb, -1)
-            sv = seed.ravel()
-            s = s + v @ sv
-            S = S + np.abs(v) @ np.abs(sv)
+    for r, seed in zip(roots, seeds64):
+        v = env[r]
+        if v.dtype != np.float64:
+            v = v.astype(np.float64)
+        if v.shape != (nb,) + seed.shape:  # a root that is an unperturbed leaf
+            v = _repeat(v, nb)
+        v = v.reshape(nb, -1)
+        sv = seed.ravel()
+        s = s + v @ sv
+        S = S + np.abs(v) @ np.abs(sv)
     return s, S
 
 
@@ -91,11 +112,10 @@ VALUE_DEPTH = 16.0
 
 def _center_scale(center) -> tuple[float, str | None]:
     """max |value| over the finite float values at the centre, and the name of a non-finite one (or None)."""
-    floats = [(name, c) for name, c in center.items() if np.asarray(c).dtype.kind == "f" and np.size(c)]
+    floats = [(name, c) for name, c in center.items() if c.dtype.kind == "f" and c.size]  # (values are arrays)
     if not floats:
         return 0.0, None
-    with np.errstate(all="ignore"):
-        a = np.abs(np.concatenate([np.ravel(c) for _, c in floats]))
+    a = np.abs(np.concatenate([c.ravel() for _, c in floats]))
     vmax = float(a.max())
     if vmax < np.inf:  # NaN fails this too
         return vmax, None
@@ -128,8 +148,7 @@ def _at_center(case, center, seeds64):
 
 def _reach(batch, center):
     """How far each element of a tensor moves over the perturbed points (max over the batch axis)."""
-    with np.errstate(all="ignore"):
-        return np.abs(np.asarray(batch, dtype=np.float64) - center).max(axis=0)
+    return np.abs(np.asarray(batch, dtype=np.float64) - center).max(axis=0)
 
 
 def _points(x64, leaves, idx_chunk, h):
@@ -141,7 +160,7 @@ def _points(x64, leaves, idx_chunk, h):
     idx = np.asarray(idx_chunk, dtype=np.intp)
     nf = len(FACTORS)
     nb = idx.size * nf
-    batches = {name: np.broadcast_to(v, (nb,) + np.shape(v)) for name, v in x64.items()}
+    batches = {name: _repeat(v, nb) for name, v in x64.items()}
     delta = _FACTORS[:, None] * h[idx]  # (nf, k)
     off = 0
     for l in leaves:
@@ -209,10 +228,18 @@ def _stencil(flat, h, n):
     """
     X = np.empty((len(FACTORS) * n + 1, n))
     X[:] = flat
-    rows = np.arange(1, len(FACTORS) * n + 1)
-    # O(n) updates of the flat buffer (row r perturbs element (r - 1) mod n), not an O(n^2) diagonal
-    X.reshape(-1)[rows * n + (rows - 1) % max(n, 1)] += (_FACTORS[:, None] * h).reshape(-1)
+    X.reshape(-1)[_stencil_index(n)] += np.multiply.outer(_FACTORS, h).reshape(-1)
     return X
+
+
+@functools.lru_cache(maxsize=256)
+def _stencil_index(n: int) -> np.ndarray:
+    # O(n) updates of the flat buffer (row r perturbs element (r - 1) mod n), not an O(n^2) diagonal;
+    # the positions depend on n alone, and the small n that use the stencil repeat all the time.
+    rows = np.arange(1, len(FACTORS) * n + 1)
+    idx = rows * n + (rows - 1) % max(n, 1)
+    idx.flags.writeable = False  # shared by every call with this n
+    return idx
 
 
 def _leaf_batches(case, x64, leaves, X):
@@ -226,16 +253,17 @@ def _leaf_batches(case, x64, leaves, X):
             batches[l.name] = X[:, off : off + size].reshape((nb,) + l.shape)
             off += size
         else:
-            batches[l.name] = np.broadcast_to(x64[l.name], (nb,) + l.value.shape)
+            batches[l.name] = _repeat(x64[l.name], nb)
     return batches
 
 
+@quiet
 def fd_gradient(case, *, check_reach: bool = True) -> FDResult:
     """Full finite-difference gradient of every differentiable leaf (3n + 1 points, one batched pass per chunk)."""
     leaves = case.grad_leaves()
     x64 = _as64(case)
     n = int(sum(l.value.size for l in leaves))
-    flat = np.concatenate([x64[l.name].ravel() for l in leaves]) if leaves else np.zeros(0)
+    flat = np.concatenate([x64[l.name].ravel() for l in leaves]) if len(leaves) > 1 else x64[leaves[0].name].ravel() if leaves else np.zeros(0)
     h = STEP * np.maximum(1.0, np.abs(flat))
     nf = len(FACTORS)
     plan = _watch_plan(case) if check_reach else []
@@ -249,7 +277,7 @@ def fd_gradient(case, *, check_reach: bool = True) -> FDResult:
     if inline:
         # Small n: the centre is row 0 of the one batched pass (the fixed cost of a second
         # evaluation would dominate a graph of a few elements).
-        env = case.evaluate(_leaf_batches(case, x64, leaves, _stencil(flat, h, n)), nbatch=1)
+        env = case._evaluate(_leaf_batches(case, x64, leaves, _stencil(flat, h, n)), 1)
         center = {name: v[0] for name, v in env.items()}
         vmax = _finite_center_scale(center)
         seeds64 = _seeds64(case, center)
@@ -263,7 +291,7 @@ def fd_gradient(case, *, check_reach: bool = True) -> FDResult:
                 reach[name] = _reach(v[1:], v[0])
         evaluations = nf * n + 1
     else:
-        center = case.evaluate(x64)
+        center = case._evaluate(x64, 0)
         vmax = _finite_center_scale(center)
         seeds64 = _seeds64(case, center)
         s0, S0 = _at_center(case, center, seeds64)
@@ -275,7 +303,7 @@ def fd_gradient(case, *, check_reach: bool = True) -> FDResult:
         for start in range(0, n, chunk):
             idx = list(range(start, min(n, start + chunk)))
             batches, nb = _points(x64, leaves, idx, h)
-            env = case.evaluate(batches, nbatch=1)
+            env = case._evaluate(batches, 1)
             s, S = _s_values(env, case.roots, seeds64, nb)
             evaluations += nb
             k = len(idx)
@@ -303,7 +331,9 @@ def fd_gradient(case, *, check_reach: bool = True) -> FDResult:
     def too_coarse(idx):
         return idx[(trunc[idx] > COARSE * np.maximum(np.abs(r[idx]), scale)) & (trunc[idx] > 0.5 * err[idx])]
 
-    if ((trunc > COARSE * np.maximum(np.abs(r), scale)) & (trunc > 0.5 * err)).any():
+    # trunc > COARSE * max(|r|, scale) needs trunc > COARSE * scale somewhere: one reduction settles
+    # the common case (no element too coarse) before the element-wise test.
+    if trunc.max(initial=0.0) > COARSE * scale and ((trunc > COARSE * np.maximum(np.abs(r), scale)) & (trunc > 0.5 * err)).any():
         coarse = too_coarse(np.arange(n))
         for _ in range(REFINEMENTS):
             if coarse.size == 0:
@@ -311,7 +341,7 @@ def fd_gradient(case, *, check_reach: bool = True) -> FDResult:
             h2 = h.copy()
             h2[coarse] /= 16
             batches, nb = _points(x64, leaves, list(coarse), h2)
-            s, S = _s_values(case.evaluate(batches, nbatch=1), case.roots, seeds64, nb)
+            s, S = _s_values(case._evaluate(batches, 1), case.roots, seeds64, nb)
             evaluations += nb
             s = s.reshape(nf, coarse.size)
             r2, e2, t2 = _combine(s, s0, S.reshape(nf, -1).max(axis=0), S0, h2[coarse], floor)
@@ -362,8 +392,7 @@ def _check_reach(plan, center, reach) -> None:
                 _refuse(node, float(dist[j]), float(reach[name][j]))
         if kink:
             args = [np.asarray(center[i]) for i in node.inputs]
-            with np.errstate(all="ignore"):
-                d = float(spec.kink_distance(*args, **node.params))
+            d = float(spec.kink_distance(*args, **node.params))
             r = max((float(reach[i].max(initial=0.0)) for i in node.inputs if i in reach), default=0.0)
             if np.isfinite(d) and d <= 4 * r:
                 _refuse(node, d, r)
@@ -376,6 +405,7 @@ def _refuse(node, d, r):
     )
 
 
+@quiet
 def fd_directional(case, directions: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """Directional derivatives ``<u, grad s>`` for k directions, with error estimates (3k + 1 points).
 
@@ -383,16 +413,16 @@ def fd_directional(case, directions: dict[str, np.ndarray]) -> tuple[np.ndarray,
     """
     leaves = case.grad_leaves()
     x64 = _as64(case)
-    center = case.evaluate(x64)
+    center = case._evaluate(x64, 0)
     seeds64 = _seeds64(case, center)
     k = next(iter(directions.values())).shape[0]
     h = STEP * max([1.0] + [float(np.max(np.abs(x64[l.name]), initial=0.0)) for l in leaves])
     nb = k * len(FACTORS)
-    batches = {name: np.broadcast_to(v, (nb,) + np.shape(v)) for name, v in x64.items()}
+    batches = {name: _repeat(v, nb) for name, v in x64.items()}
     for l in leaves:
         u = directions[l.name]
         batches[l.name] = np.concatenate([x64[l.name][None] + f * h * u for f in FACTORS], axis=0)
-    s, S = _s_values(case.evaluate(batches, nbatch=1), case.roots, seeds64, nb)
+    s, S = _s_values(case._evaluate(batches, 1), case.roots, seeds64, nb)
     s0, S0 = _at_center(case, center, seeds64)
     floor = _floor(_center_scale(center)[0], seeds64)  # a non-finite centre shows up in the estimate
     s = s.reshape(len(FACTORS), k)
