@@ -74,6 +74,27 @@ MSG_CREATE_GRAPH = (
 
 _GRAD_ENABLED = True
 _SEQ = itertools.count()
+_FP_QUIET = False  # set by _quiet_fp(): numpy FP errors are already ignored, apply() need not say so again
+
+
+@contextlib.contextmanager
+def _quiet_fp():
+    """Ignore numpy floating-point errors for a whole run of engine calls (one ``np.errstate``).
+
+    ``apply`` otherwise enters ``np.errstate(all="ignore")`` around every op's forward (torch does
+    not warn on inf/nan either); that context costs about a microsecond, a sizeable part of a small
+    op.  The oracles run whole under one context.
+    """
+    global _FP_QUIET
+    if _FP_QUIET:
+        yield
+        return
+    with np.errstate(all="ignore"):
+        _FP_QUIET = True
+        try:
+            yield
+        finally:
+            _FP_QUIET = False
 
 
 def is_grad_enabled() -> bool:
@@ -509,21 +530,26 @@ def call(name: str, *inputs, **params) -> Tensor:
 
 
 def apply(spec, inputs: Sequence[Any], params: dict) -> Tensor:
-    if all(type(x) is Tensor for x in inputs):  # the common case, without the per-input conversion
+    for x in inputs:
+        if type(x) is not Tensor:
+            like = next((x for x in inputs if isinstance(x, Tensor)), None)
+            tensors = tuple(_as_tensor(x, like) for x in inputs)
+            break
+    else:  # the common case (all tensors), without the per-input conversion
         tensors = tuple(inputs)
-    else:
-        like = next((x for x in inputs if isinstance(x, Tensor)), None)
-        tensors = tuple(_as_tensor(x, like) for x in inputs)
     if spec.arity is not None and len(tensors) != spec.arity:
         raise TypeError(f"{spec.name}() takes {spec.arity} tensor input(s) but {len(tensors)} were given")
-    shapes = [t.shape for t in tensors]
-    params = spec.canonical(shapes, params)
     arrays = [t.data for t in tensors]
+    shapes = [a.shape for a in arrays]
+    params = spec.canonical(shapes, params)
     if spec.family == "elementwise" and len(tensors) > 1:
         arrays = _promote(spec, arrays)
     try:
-        with np.errstate(all="ignore"):
+        if _FP_QUIET:
             data = spec.forward(*arrays, **params)
+        else:
+            with np.errstate(all="ignore"):
+                data = spec.forward(*arrays, **params)
     except Exception as e:
         if spec.user:
             raise RuntimeError(
@@ -532,7 +558,7 @@ def apply(spec, inputs: Sequence[Any], params: dict) -> Tensor:
             ) from e
         raise
     data = np.asarray(data)
-    if isinstance(data, np.ndarray) and (data.base is not None or not data.flags.writeable):
+    if data.base is not None or not data.flags.writeable:
         # Views of inputs would let later in-place accumulation or user edits alias an input.
         data = data.copy()
     need = _GRAD_ENABLED and any(t._requires_grad and spec.input_differentiable(i) for i, t in enumerate(tensors))
@@ -810,6 +836,9 @@ def _run(roots, seeds, retain_graph: bool, create_graph: bool, targets, capture:
     root_nodes = [r.grad_fn for r in roots if r.grad_fn is not None]
     order: list[Node] = []
     seen: set[int] = set()
+    # Each node's edges, listed once: the loops below walk them four times (flags cannot change
+    # during the run, so the list stays what Node.edges() would yield).
+    edges: dict[int, list] = {}
     stack = list(root_nodes)
     while stack:
         n = stack.pop()
@@ -817,7 +846,8 @@ def _run(roots, seeds, retain_graph: bool, create_graph: bool, targets, capture:
             continue
         seen.add(id(n))
         order.append(n)
-        for _, t in n.edges():
+        edges[id(n)] = ne = list(n.edges())
+        for _, t in ne:
             if t.grad_fn is not None and id(t.grad_fn) not in seen:
                 stack.append(t.grad_fn)
 
@@ -834,7 +864,7 @@ def _run(roots, seeds, retain_graph: bool, create_graph: bool, targets, capture:
         for n in sorted(order, key=lambda n: n.seq):
             needed[id(n)] = (not capture and id(n) in target_fns) or any(
                 id(t) in target_ids or (t.grad_fn is not None and needed.get(id(t.grad_fn), False))
-                for _, t in n.edges()
+                for _, t in edges[id(n)]
             )
         executes = {id(n) for n in order if needed[id(n)]}
         evaluates = executes | {id(n) for n in order if id(n) in target_fns}
@@ -846,7 +876,7 @@ def _run(roots, seeds, retain_graph: bool, create_graph: bool, targets, capture:
     deps: dict[int, int] = {id(n): 0 for n in order}
     leaf_deps: dict[int, int] = {}
     for n in order:
-        for _, t in n.edges():
+        for _, t in edges[id(n)]:
             if t.grad_fn is not None:
                 deps[id(t.grad_fn)] += 1
             else:
@@ -899,7 +929,7 @@ def _run(roots, seeds, retain_graph: bool, create_graph: bool, targets, capture:
                 if node.freed and node.saves:
                     raise RuntimeError(MSG_FREED)
                 grads = _call_vjp(node, g, create_graph)
-                for i, t in node.edges():
+                for i, t in edges[id(node)]:
                     gi = grads[i]
                     if gi is None:
                         continue
@@ -910,7 +940,7 @@ def _run(roots, seeds, retain_graph: bool, create_graph: bool, targets, capture:
                         pending[id(t.grad_fn)] = _add(pending.get(id(t.grad_fn)), gi)
                 if not retain_graph:
                     node.freed = True
-            for _, t in node.edges():
+            for _, t in edges[id(node)]:
                 c = t.grad_fn
                 if c is None:
                     leaf_deps[id(t)] -= 1

@@ -14,6 +14,7 @@ import dataclasses
 
 import numpy as np
 
+from .._private.fp import quiet
 from ._base import Oracle, OracleError
 
 __all__ = ["JacobianOracle", "jacobian"]
@@ -45,12 +46,13 @@ def _labels(blocks):
     return [(name, tuple(int(i) for i in idx)) for name, shape in blocks for idx in np.ndindex(*shape)]
 
 
+@quiet
 def jacobian(case, max_inputs: int = 4096) -> Jacobian:
     leaves = case.grad_leaves()
     n = int(sum(l.value.size for l in leaves))
     if n > max_inputs:
         raise OracleError(f"jacobian: {n} input elements exceed the dense limit of {max_inputs}")
-    values = case.evaluate()
+    values = case._evaluate(None, 0)
     tangents: dict[str, np.ndarray | None] = {}
     off = 0
     col_blocks = []
@@ -64,26 +66,25 @@ def jacobian(case, max_inputs: int = 4096) -> Jacobian:
         tangents[l.name] = t.reshape((n,) + l.shape)
         col_blocks.append((l.name, l.shape))
         off += size
-    with np.errstate(all="ignore"):
-        for node in case.nodes:
-            spec = case.spec(node.op)
-            ins = [tangents[i] for i in node.inputs]
-            if all(t is None for t in ins):
-                tangents[node.name] = None
-                continue
-            ins = [None if not spec.input_differentiable(k) else t for k, t in enumerate(ins)]
-            if spec.jvp is None:
-                raise OracleError(f"jacobian: op {node.op!r} declares no JVP rule")
-            # Tangents are carried in float64 whatever the case dtype: J is a reference value.
-            prim = [np.asarray(values[i], dtype=np.float64) if values[i].dtype.kind == "f"
-                    else values[i] for i in node.inputs]
-            out = np.asarray(values[node.name], dtype=np.float64)
-            t = spec.jvp(ins, *prim, out=out, **node.params)
-            t = np.asarray(t, dtype=np.float64)
-            want = (n,) + tuple(np.shape(values[node.name]))
-            if t.shape != want:
-                raise OracleError(f"jacobian: JVP of {node.op!r} (node {node.name}) returned shape {t.shape}, expected {want}")
-            tangents[node.name] = t
+    for node in case.nodes:
+        spec = case.spec(node.op)
+        ins = [tangents[i] for i in node.inputs]
+        if all(t is None for t in ins):
+            tangents[node.name] = None
+            continue
+        ins = [None if not spec.input_differentiable(k) else t for k, t in enumerate(ins)]
+        if spec.jvp is None:
+            raise OracleError(f"jacobian: op {node.op!r} declares no JVP rule")
+        # Tangents are carried in float64 whatever the case dtype: J is a reference value.
+        prim = [np.asarray(values[i], dtype=np.float64) if values[i].dtype.kind == "f"
+                else values[i] for i in node.inputs]
+        out = np.asarray(values[node.name], dtype=np.float64)
+        t = spec.jvp(ins, *prim, out=out, **node.params)
+        t = np.asarray(t, dtype=np.float64)
+        want = (n,) + tuple(np.shape(values[node.name]))
+        if t.shape != want:
+            raise OracleError(f"jacobian: JVP of {node.op!r} (node {node.name}) returned shape {t.shape}, expected {want}")
+        tangents[node.name] = t
     seeds = case.seed_arrays(values)
     rows = []
     row_blocks = []
@@ -97,8 +98,7 @@ def jacobian(case, max_inputs: int = 4096) -> Jacobian:
         seed_parts.append(np.asarray(s, dtype=np.float64).ravel())
     J = np.concatenate(rows, axis=0) if rows else np.zeros((0, n))
     v = np.concatenate(seed_parts) if seed_parts else np.zeros(0)
-    with np.errstate(all="ignore"):
-        g = J.T @ v if J.size else np.zeros(n)
+    g = J.T @ v if J.size else np.zeros(n)
     out = {}
     off = 0
     for l in leaves:
