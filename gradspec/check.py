@@ -182,7 +182,7 @@ def check(case: Case, oracles=None) -> Verdict:
                 )
     leaves = case.grad_leaves()
     m = None if jac is None else _path_scale(jac)
-    M = None if m is None else _per_leaf(m, leaves)
+    M = None  # m per leaf, for the leaf-by-leaf comparison of pairs the fast path did not settle
     names = list(results)
     noise = None
     pairs = list(itertools.combinations(names, 2))
@@ -196,6 +196,8 @@ def check(case: Case, oracles=None) -> Verdict:
                 comps.append(Comparison((a, b), True, fast[(a, b)]))
                 continue
             tol = _tol.lookup(dtype, kinds[a].kind, kinds[b].kind)
+            if M is None and m is not None:
+                M = _per_leaf(m, leaves)
             comp, found = _compare(case, a, b, results[a], results[b], kinds, tol, M, fd_errs, noise)
             comps.append(comp)
             founds.extend(found)
