@@ -333,3 +333,49 @@ def test_fd_with_only_empty_leaves_to_differentiate():
     v = gs.check(case, oracles=CPU_ORACLES)
     assert v.ok, v.summary()
     assert v.results["finite-differences"]["x1"].shape == (0, 1)
+
+
+# --- the allocator settings the array-heavy oracles apply (gradspec._private.memory) -------------
+
+
+MMAP, TRIM = "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_"
+
+
+@pytest.mark.parametrize(
+    "environ, libc, ok, asked, applied",
+    [
+        ({}, "glibc", 1, {MMAP, TRIM}, {MMAP, TRIM}),
+        ({TRIM: "0"}, "glibc", 1, {MMAP}, {MMAP}),
+        ({MMAP: "1", TRIM: "1"}, "glibc", 1, set(), set()),
+        ({"GRADSPEC_MALLOC": "default"}, "glibc", 1, set(), set()),
+        ({}, "", 1, set(), set()),
+        ({}, "glibc", 0, {MMAP, TRIM}, set()),
+    ],
+    ids=["defaults", "user-trim-kept", "user-both-kept", "opted-out", "not-glibc", "mallopt-refuses"],
+)
+def test_malloc_tuning_respects_the_user_and_the_platform(environ, libc, ok, asked, applied):
+    from gradspec._private import memory
+
+    calls = []
+    done = memory.tune_malloc(environ, lambda param, value: calls.append((param, value)) or ok, libc)
+    assert set(done) == applied
+    params = {MMAP: (memory.M_MMAP_THRESHOLD, memory.MMAP), TRIM: (memory.M_TRIM_THRESHOLD, memory.TRIM)}
+    assert sorted(calls) == sorted(params[k] for k in asked)  # glibc's parameter numbers, our values
+
+
+def test_malloc_tuning_is_applied_by_the_first_oracle_call_and_can_be_opted_out():
+    import platform
+    import subprocess
+    import sys
+
+    script = ("import numpy as np, gradspec as gs\nfrom gradspec._private import memory\nassert memory._applied is None\n"
+              "gs.check(gs.Case.build({'x': np.ones(3)}, [('y', 'sum', ['x'], {})], ['y']))\nprint(sorted(memory._applied))")
+    env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("MALLOC_") and k != "GRADSPEC_MALLOC"}
+    got = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True).stdout.strip()
+    opted = subprocess.run([sys.executable, "-c", script], env={**env, "GRADSPEC_MALLOC": "default"},
+                           capture_output=True, text=True, check=True).stdout.strip()
+    assert opted == "[]"
+    if platform.libc_ver()[0] == "glibc":
+        assert got == "['MALLOC_MMAP_THRESHOLD_', 'MALLOC_TRIM_THRESHOLD_']"
+    else:
+        assert got == "[]"

@@ -36,7 +36,7 @@ import math
 
 import numpy as np
 
-from .._private.fp import quiet
+from .._private.prologue import oracle_call
 from ._base import Oracle, OracleError
 
 __all__ = ["FiniteDifferences", "FDResult", "fd_gradient", "fd_directional"]
@@ -257,7 +257,7 @@ def _leaf_batches(case, x64, leaves, X):
     return batches
 
 
-@quiet
+@oracle_call
 def fd_gradient(case, *, check_reach: bool = True) -> FDResult:
     """Full finite-difference gradient of every differentiable leaf (3n + 1 points, one batched pass per chunk)."""
     leaves = case.grad_leaves()
@@ -405,7 +405,7 @@ def _refuse(node, d, r):
     )
 
 
-@quiet
+@oracle_call
 def fd_directional(case, directions: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """Directional derivatives ``<u, grad s>`` for k directions, with error estimates (3k + 1 points).
 

@@ -14,7 +14,7 @@ import dataclasses
 
 import numpy as np
 
-from .._private.fp import quiet
+from .._private.prologue import oracle_call
 from ._base import Oracle, OracleError
 
 __all__ = ["JacobianOracle", "jacobian"]
@@ -46,7 +46,7 @@ def _labels(blocks):
     return [(name, tuple(int(i) for i in idx)) for name, shape in blocks for idx in np.ndindex(*shape)]
 
 
-@quiet
+@oracle_call
 def jacobian(case, max_inputs: int = 4096) -> Jacobian:
     leaves = case.grad_leaves()
     n = int(sum(l.value.size for l in leaves))
