@@ -325,6 +325,34 @@ def test_fd_layouts_agree_with_the_closed_form_and_each_other(n, monkeypatch):
         assert np.all(np.abs(results[0].grads[k] - results[1].grads[k]) <= results[0].error[k] + results[1].error[k])
 
 
+@pytest.mark.parametrize("cap", [None, 1, 7], ids=["one-pass", "one-direction-per-pass", "uneven-blocks"])
+def test_jacobian_in_direction_blocks_is_the_same_matrix(cap, monkeypatch):
+    """Blocks of directions (large n) fill the same J, column for column, as one pass: blocks that
+    straddle two leaves, a constant leaf, a root that is a leaf, two roots."""
+    from gradspec.oracles import jacobian as jac_mod
+
+    rng = np.random.default_rng(7)
+    x, w, c = rng.uniform(0.5, 1.5, (2, 3)), rng.standard_normal(3), rng.standard_normal(3)
+    case = _case({"x": x, "w": w, "c": c},
+                 [("a", "mul", ["x", "w"], {}), ("b", "add", ["a", "c"], {}), ("y", "tanh", ["b"], {})],
+                 ["y", "w"], [rng.standard_normal((2, 3)), rng.standard_normal(3)], requires_grad={"c": False})
+    if cap is not None:
+        # 6-element tensors: cap // 6 directions per pass, at least one
+        monkeypatch.setattr(jac_mod, "MAX_TANGENT_ELEMENTS", cap * 6)
+    J = jac_mod.jacobian(case).matrix
+    # closed form: dy/dx = sech^2(b) * w (elementwise, x's 6 columns first), dy/dw = sech^2(b) * x summed
+    # over broadcast (w's 3 columns); dw/dw = identity, dw/dx = 0
+    sech2 = 1 / np.cosh(x * w + c) ** 2
+    expect = np.zeros((9, 9))
+    expect[:6, :6] = np.diag((sech2 * w).ravel())
+    for i in range(2):
+        for j in range(3):
+            expect[i * 3 + j, 6 + j] = sech2[i, j] * x[i, j]
+    expect[6:, 6:] = np.eye(3)
+    # one multiply and tanh's derivative per entry: a few eps of rounding
+    np.testing.assert_allclose(J, expect, rtol=1e-15, atol=1e-15)
+
+
 def test_fd_with_only_empty_leaves_to_differentiate():
     """Found by a soak: an empty leaf next to an op with a domain edge (n = 0, only the centre)."""
     case = _case({"x0": np.array([[-0.19], [-0.99]]), "x1": np.zeros((0, 1))},
