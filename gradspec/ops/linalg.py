@@ -26,6 +26,7 @@ Example::
 
 from __future__ import annotations
 
+import functools
 import warnings
 
 import numpy as np
@@ -92,9 +93,16 @@ def _letters(term: str) -> str:
     return term.replace("...", "")
 
 
-def _parse(subscripts: str, nops: int | None = None) -> tuple[list[str], str]:
+def _parse(subscripts: str, nops: int | None = None) -> tuple[tuple[str, ...], str]:
     """Split and validate einsum subscripts; implicit output as numpy/torch define it."""
-    s = str(subscripts).replace(" ", "")
+    return _parse_str(str(subscripts), nops)
+
+
+# Cached: every matmul, conv and contraction (and each of their VJP terms) parses its subscripts
+# on every call, from a small set of strings.
+@functools.lru_cache(maxsize=4096)
+def _parse_str(subscripts: str, nops: int | None) -> tuple[tuple[str, ...], str]:
+    s = subscripts.replace(" ", "")
     lhs, arrow, rhs = s.partition("->")
     ins = lhs.split(",")
     for term in ins + ([rhs] if arrow else []):
@@ -121,7 +129,7 @@ def _parse(subscripts: str, nops: int | None = None) -> tuple[list[str], str]:
         rhs = _letters(rhs)  # an ellipsis that no operand supplies is empty
     if nops is not None and nops != len(ins):
         raise ValueError(f"einsum(): the subscripts name {len(ins)} operand(s) but {nops} were given")
-    return ins, rhs
+    return tuple(ins), rhs
 
 
 def _einsum_fwd(*arrays, subscripts, _lead=0):
