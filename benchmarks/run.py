@@ -3,7 +3,9 @@
     python benchmarks/run.py [--quick] [--json FILE] [--cases N] [--seed S]
 
 The graphs are the random cases of ``gradspec.strategies.cases()`` (a fixed, seeded sample:
-the same corpus the false-alarm tests use), not a hand-picked set.  For every case:
+the same corpus the false-alarm tests use), not a hand-picked set; that generator almost never
+draws more than 100 inputs, so the n <= 1000 bucket comes from a second seeded sample of it with
+larger leaves (``MID_STRATEGY``), which fills only that bucket.  For every case:
 
 * each oracle's time (reference, finite-differences, jacobian, torch-cpu) and all CPU oracles
   together (``gs.check`` with those four, comparisons included: the number the goal is about),
@@ -89,13 +91,24 @@ def bucket(n):
     return "n<=10" if n <= 10 else "n<=100" if n <= 100 else "n<=1000" if n <= 1000 else "n>1000"
 
 
-def run(n_cases, seed, quick):
+# The default strategy draws almost no graph above 100 inputs, so the n <= 1000 bucket comes from a
+# second sample of the same generator with larger leaves (still random cases, not hand-picked); it
+# only fills that bucket: the overall ratios are those of the default corpus alone.
+MID_STRATEGY = dict(min_dims=2, min_side=4, max_side=12, max_elements=1000)
+
+
+def corpora(n_cases, n_mid, seed):
+    default = [c for c in sample(gs.strategies.cases(), n_cases, seed) if c.n_inputs > 0]
+    mid = [c for c in sample(gs.strategies.cases(**MID_STRATEGY), n_mid, seed) if 100 < c.n_inputs <= 1000] if n_mid else []
+    return [("default", c) for c in default] + [("mid", c) for c in mid]
+
+
+def run(n_cases, n_mid, seed, quick):
     import torch
 
-    corpus = [c for c in sample(gs.strategies.cases(), n_cases, seed) if c.n_inputs > 0]
     rows = []
-    for case in corpus:
-        row = {"n": case.n_inputs, "nodes": len(case.nodes), "ops": [n.op for n in case.nodes]}
+    for source, case in corpora(n_cases, n_mid, seed):
+        row = {"corpus": source, "n": case.n_inputs, "nodes": len(case.nodes), "ops": [n.op for n in case.nodes]}
         v = gs.check(case, oracles=CPU_ORACLES)
         row["ok"] = v.ok
         usable = [o for o in CPU_ORACLES if o in v.results]
@@ -123,7 +136,7 @@ def run(n_cases, seed, quick):
 
 def ratios(rows, num, den):
     out = {}
-    groups = {"all": rows}
+    groups = {"all": [r for r in rows if r.get("corpus", "default") == "default"]}
     for r in rows:
         groups.setdefault(bucket(r["n"]), []).append(r)
     for name, rs in groups.items():
@@ -133,7 +146,7 @@ def ratios(rows, num, den):
 
 
 def scaling(quick):
-    sizes = [10, 100, 1000] if quick else [10, 100, 1000, 4000]
+    sizes = [10, 100, 500] if quick else [10, 100, 170, 500, 1000, 2000, 4000]  # per leaf: n = 2 x size
     out = []
     rng = np.random.default_rng(0)
     for n in sizes:
@@ -142,8 +155,13 @@ def scaling(quick):
                              [("a", "mul", ["x", "w"], {}), ("b", "tanh", ["a"], {}), ("y", "sum", ["b"], {})], ["y"])
         k = 16
         dirs = {l.name: rng.standard_normal((k,) + l.shape) / np.sqrt(2 * n) for l in case.grad_leaves()}
+        # gs.check on the same function with a vector root (its seed drawn once): n columns and n / 2
+        # rows of J for the jacobian oracle, full FD up to 1000 inputs, directional above.
+        vec = gs.Case.build({"x": x, "w": case.leaves[1].value}, [("a", "mul", ["x", "w"], {}), ("b", "tanh", ["a"], {})],
+                            ["b"], [rng.standard_normal(n)])
         out.append({"n": case.n_inputs, "fd_full": timeit(lambda: fd_gradient(case)),
-                    "fd_directional_16": timeit(lambda: fd_directional(case, dirs))})
+                    "fd_directional_16": timeit(lambda: fd_directional(case, dirs)),
+                    "check_vector_root": timeit(lambda: gs.check(vec, oracles=CPU_ORACLES))})
     return out
 
 
@@ -168,16 +186,20 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="30 cases and a short scaling table")
     p.add_argument("--cases", type=int, default=None)
+    p.add_argument("--mid-cases", type=int, default=None,
+                   help="draws from the larger-leaf strategy for the n <= 1000 bucket (default 80, --quick 20)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", default=None, help="write the numbers here")
     a = p.parse_args(argv)
     n = a.cases or (30 if a.quick else 150)
     t0 = time.time()
-    rows = run(n, a.seed, a.quick)
+    rows = run(n, a.mid_cases if a.mid_cases is not None else (20 if a.quick else 80), a.seed, a.quick)
     res = {
         "machine": {"python": sys.version.split()[0], "platform": platform.platform(), "processor": platform.processor(),
                     "numpy": np.__version__, "torch": __import__("torch").__version__},
-        "cases": len(rows),
+        "cases": sum(r["corpus"] == "default" for r in rows),
+        "mid_cases": sum(r["corpus"] == "mid" for r in rows),
+        "mid_strategy": MID_STRATEGY,
         "false_alarms": sum(not r["ok"] for r in rows),
         "ratio_all_cpu_oracles_vs_gradcheck": ratios(rows, "all_cpu_oracles", "gradcheck")["all"]["median"],
         "ratio_fd_vs_batched_forward": ratios(rows, "fd", "batched_forward_2n")["all"]["median"],
@@ -188,18 +210,19 @@ def main(argv=None):
             "fd_vs_batched_forward": ratios(rows, "fd", "batched_forward_2n"),
             **{f"{o}_vs_gradcheck": ratios(rows, o, "gradcheck") for o in CPU_ORACLES},
         },
-        "median_seconds": {k: statistics.median([r[k] for r in rows if k in r]) for k in
+        "median_seconds": {k: statistics.median([r[k] for r in rows if k in r and r["corpus"] == "default"]) for k in
                            CPU_ORACLES + ["all_cpu_oracles", "oracles_back_to_back", "gradcheck", "fd", "batched_forward_2n", "torch_graph_build"]
-                           if any(k in r for r in rows)},
+                           if any(k in r and r["corpus"] == "default" for r in rows)},
         "scaling": scaling(a.quick),
         "interleaving_back_to_back_vs_solo_sum": {} if a.quick else interleaving(n, a.seed),
         "wall_seconds": round(time.time() - t0, 1),
         "rows": rows,
     }
-    print(f"{res['cases']} cases (false alarms: {res['false_alarms']}), {res['wall_seconds']} s")
+    print(f"{res['cases']} cases + {res['mid_cases']} with 100 < n <= 1000 from cases(**{MID_STRATEGY}) "
+          f"(false alarms: {res['false_alarms']}), {res['wall_seconds']} s")
     print(f"ratio all CPU oracles / gradcheck (median of per-case ratios): {res['ratio_all_cpu_oracles_vs_gradcheck']:.3f}")
     print(f"ratio FD / one batched forward of 2n points: {res['ratio_fd_vs_batched_forward']:.3f}")
-    print("\n| ratio (median per case) | all | n<=10 | n<=100 | n<=1000 |\n|---|---|---|---|---|")
+    print("\n| ratio (median per case) | all (default corpus) | n<=10 | n<=100 | n<=1000 |\n|---|---|---|---|---|")
     for name, d in res["per_bucket"].items():
         cells = [f"{d[b]['median']:.3f} ({d[b]['cases']})" if b in d and d[b]["median"] is not None else "-"
                  for b in ("all", "n<=10", "n<=100", "n<=1000")]
@@ -207,9 +230,9 @@ def main(argv=None):
     print("\n| median seconds per case | |\n|---|---|")
     for k, v in res["median_seconds"].items():
         print(f"| {k} | {v * 1e3:.2f} ms |")
-    print("\n| n | FD full | FD directional (16 dirs) |\n|---|---|---|")
+    print("\n| n | FD full | FD directional (16 dirs) | gs.check, 4 CPU oracles, vector root |\n|---|---|---|---|")
     for s in res["scaling"]:
-        print(f"| {s['n']} | {s['fd_full'] * 1e3:.2f} ms | {s['fd_directional_16'] * 1e3:.2f} ms |")
+        print(f"| {s['n']} | {s['fd_full'] * 1e3:.2f} ms | {s['fd_directional_16'] * 1e3:.2f} ms | {s['check_vector_root'] * 1e3:.2f} ms |")
     if res["interleaving_back_to_back_vs_solo_sum"]:
         print("\n| oracles called back to back, n <= 10 | time / sum of solo timings (median per case) |\n|---|---|")
         for k, v in res["interleaving_back_to_back_vs_solo_sum"].items():
