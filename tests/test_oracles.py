@@ -222,6 +222,9 @@ def test_an_oracle_that_raises_is_a_discrepancy_not_a_crash():
     (d,) = v.discrepancies
     assert d.kind == "raised" and "reference raised ZeroDivisionError: boom" in d.message and "Traceback" in d.traceback
     assert "torch-cpu" in v.results and "jacobian" in v.results  # nothing already computed is lost
+    # the reference oracle ran its ops under one errstate (engine._quiet_fp); the raise must end that
+    # too, or every later engine op would skip its own errstate
+    assert importlib.import_module("gradspec.engine")._FP_QUIET is False
 
 
 def test_large_cases_use_directional_finite_differences_and_still_catch_bugs(monkeypatch):
