@@ -87,6 +87,31 @@ def batched_forward_2n(case):
     return lambda: case.evaluate(batches, nbatch=1)
 
 
+def plain_central_differences(case):
+    """The least any batched numpy FD must do: build the 2n points x +- h e_j, one batched forward,
+    contract with the seeds, (s+ - s-) / 2h.  No error estimate, no kink check, no centre: the
+    floor of the FD-vs-forward ratio, measured on the same graphs."""
+    from gradspec.oracles import fd
+
+    leaves, x64, n = case.grad_leaves(), fd._as64(case), case.n_inputs
+    flat = np.concatenate([x64[l.name].ravel() for l in leaves])
+
+    def run():
+        with np.errstate(all="ignore"):
+            h = fd.STEP * np.maximum(1.0, np.abs(flat))
+            X = np.empty((2 * n, n))
+            X[:] = flat
+            rows = np.arange(2 * n)
+            X[rows, rows % n] += np.concatenate([h, -h])
+            env = case.evaluate(fd._leaf_batches(case, x64, leaves, X), nbatch=1)
+            seeds = case.seed_arrays({r: env[r][0] for r in case.roots})
+            s = sum(env[r].reshape(2 * n, -1).astype(np.float64) @ np.ravel(sd).astype(np.float64)
+                    for r, sd in zip(case.roots, seeds))
+            return (s[:n] - s[n:]) / (2 * h)
+
+    return run
+
+
 def bucket(n):
     return "n<=10" if n <= 10 else "n<=100" if n <= 100 else "n<=1000" if n <= 1000 else "n>1000"
 
@@ -129,6 +154,7 @@ def run(n_cases, n_mid, seed, quick):
         row["batched_forward_2n"] = timeit(batched_forward_2n(case))
         if "finite-differences" in v.results:
             row["fd"] = timeit(lambda: fd_gradient(case))
+            row["fd_plain"] = timeit(plain_central_differences(case))
         row["torch_graph_build"] = timeit(lambda: build_torch_graph(case))
         rows.append(row)
     return rows
@@ -208,6 +234,7 @@ def main(argv=None):
             "oracles_back_to_back_vs_gradcheck": ratios(rows, "oracles_back_to_back", "gradcheck"),
             "oracles_alone_sum_vs_gradcheck": ratios(rows, "oracles_alone_sum", "gradcheck"),
             "fd_vs_batched_forward": ratios(rows, "fd", "batched_forward_2n"),
+            "plain_central_differences_vs_batched_forward": ratios(rows, "fd_plain", "batched_forward_2n"),
             **{f"{o}_vs_gradcheck": ratios(rows, o, "gradcheck") for o in CPU_ORACLES},
         },
         "median_seconds": {k: statistics.median([r[k] for r in rows if k in r and r["corpus"] == "default"]) for k in
