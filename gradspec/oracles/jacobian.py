@@ -1,10 +1,11 @@
 """The jacobian oracle: the dense Jacobian by forward mode, then ``J^T . seed``.
 
 It never calls a VJP rule.  Each leaf that requires grad gets an identity block of tangent
-directions (one direction per input element, ``n`` in all); the ops' JVP rules carry all
-``n`` directions through the graph in one batched pass (the chain rule over the DAG: a node
-used twice receives both contributions because its tangent is the sum of its inputs'
-contributions as the JVP rules combine them).  The tangent of root ``r`` is the block of
+directions (one direction per input element, ``n`` in all); the ops' JVP rules carry the
+directions through the graph in batched passes (the chain rule over the DAG: a node used twice
+receives both contributions because its tangent is the sum of its inputs' contributions as the
+JVP rules combine them) -- one pass for small graphs, blocks of directions of at most
+``MAX_TANGENT_ELEMENTS`` per tensor for large ones.  The tangent of root ``r`` is the block of
 columns ``d r / d x`` of J; ``J^T . seed`` is the contraction with the seeds.
 """
 
