@@ -417,16 +417,23 @@ def fd_directional(case, directions: dict[str, np.ndarray]) -> tuple[np.ndarray,
     seeds64 = _seeds64(case, center)
     k = next(iter(directions.values())).shape[0]
     h = STEP * max([1.0] + [float(np.max(np.abs(x64[l.name]), initial=0.0)) for l in leaves])
-    nb = k * len(FACTORS)
-    batches = {name: _repeat(v, nb) for name, v in x64.items()}
-    for l in leaves:
-        u = directions[l.name]
-        batches[l.name] = np.concatenate([x64[l.name][None] + f * h * u for f in FACTORS], axis=0)
-    s, S = _s_values(case._evaluate(batches, 1), case.roots, seeds64, nb)
+    nf = len(FACTORS)
+    s, S = np.empty((nf, k)), np.empty((nf, k))
+    # Directions in chunks, like the full gradient's stencil: the graph's largest tensor times the
+    # rows of one pass stays under MAX_BATCH_ELEMENTS (one chunk unless tensors exceed ~2700 elements).
+    per_pass = max(1, MAX_BATCH_ELEMENTS // (nf * max([v.size for v in center.values()] + [1])))
+    for a in range(0, k, per_pass):
+        b = min(k, a + per_pass)
+        nb = nf * (b - a)
+        batches = {name: _repeat(v, nb) for name, v in x64.items()}
+        for l in leaves:
+            u = directions[l.name][a:b]
+            batches[l.name] = np.concatenate([x64[l.name][None] + f * h * u for f in FACTORS], axis=0)
+        sc, Sc = _s_values(case._evaluate(batches, 1), case.roots, seeds64, nb)
+        s[:, a:b], S[:, a:b] = sc.reshape(nf, b - a), Sc.reshape(nf, b - a)
     s0, S0 = _at_center(case, center, seeds64)
     floor = _floor(_center_scale(center)[0], seeds64)  # a non-finite centre shows up in the estimate
-    s = s.reshape(len(FACTORS), k)
-    return _combine(s, s0, S.reshape(len(FACTORS), k).max(axis=0), S0, h, floor)[:2]
+    return _combine(s, s0, S.max(axis=0), S0, h, floor)[:2]
 
 
 class FiniteDifferences(Oracle):
