@@ -51,6 +51,10 @@ def _labels(blocks):
 # tensor, as for finite differences' batches (fd.MAX_BATCH_ELEMENTS): one pass over all n directions
 # at n = 2000 held 16 MB per node and cost 20-28 ms; in blocks, a few ms.  Small graphs: one pass.
 MAX_TANGENT_ELEMENTS = 2**17
+# J itself is dense (kept for reports and for |J|^T|seed|, which needs |J| as well): at most 2**25
+# elements (256 MiB of float64, twice that with |J|).  Above, the oracle refuses with the sizes rather
+# than let an outer-product root of a few thousand inputs allocate tens of GB.
+MAX_DENSE_ELEMENTS = 2**25
 
 
 @oracle_call
@@ -64,6 +68,11 @@ def jacobian(case, max_inputs: int = 4096) -> Jacobian:
     row_blocks = [(r, values[r].shape) for r in case.roots]  # (evaluate gives arrays)
     col_blocks = [(l.name, l.shape) for l in leaves]
     sizes = [values[r].size for r in case.roots]
+    if sum(sizes) * n > MAX_DENSE_ELEMENTS:
+        raise OracleError(
+            f"jacobian: J would be {sum(sizes)} x {n} = {sum(sizes) * n:,} elements "
+            f"({sum(sizes) * n * 8 / 2**30:.1f} GiB), above the dense limit of {MAX_DENSE_ELEMENTS:,}"
+        )
     J = np.zeros((sum(sizes), n))
     biggest = max([v.size for v in values.values()] + [1])
     chunk = max(1, MAX_TANGENT_ELEMENTS // biggest)
