@@ -328,6 +328,28 @@ def test_fd_layouts_agree_with_the_closed_form_and_each_other(n, monkeypatch):
         assert np.all(np.abs(results[0].grads[k] - results[1].grads[k]) <= results[0].error[k] + results[1].error[k])
 
 
+def test_fd_directional_in_chunks_gives_the_same_estimates(monkeypatch):
+    """Directions evaluated a few per pass (large tensors) give the one-pass numbers.  Not bit for bit: BLAS
+    sums the seed contraction of a differently shaped batch in another order, a rounding-level change of s
+    that FD's own error estimate (its rounding term) covers."""
+    from gradspec.oracles import fd
+
+    rng = np.random.default_rng(11)
+    x, w = rng.uniform(0.5, 1.5, 40), rng.standard_normal(40)
+    case = _case({"x": x, "w": w}, [("a", "mul", ["x", "w"], {}), ("y", "tanh", ["a"], {})], ["y"], [rng.standard_normal(40)])
+    dirs = {k: rng.standard_normal((16, 40)) / np.sqrt(80) for k in ("x", "w")}
+    one = fd.fd_directional(case, dirs)
+    monkeypatch.setattr(fd, "MAX_BATCH_ELEMENTS", 3 * 40 * 5)  # 5 directions per pass: 4 passes, the last short
+    chunked = fd.fd_directional(case, dirs)
+    assert np.all(np.abs(one[0] - chunked[0]) <= one[1])
+    # the error estimate is |third difference| / 6h + 2.4 delta / h (delta: the rounding bound of s); a
+    # rounding-level change of s moves the first term by at most (8/6) delta / h, i.e. < 0.56 of the estimate
+    assert np.all(np.abs(chunked[1] - one[1]) <= 0.56 * one[1])
+    exact = sum(dirs[k] @ g for k, g in (("x", case.seeds[0] * w / np.cosh(x * w) ** 2),
+                                         ("w", case.seeds[0] * x / np.cosh(x * w) ** 2)))
+    assert np.all(np.abs(one[0] - exact) <= one[1] + 1e-15)  # within FD's own error bound
+
+
 @pytest.mark.parametrize("cap", [None, 1, 7], ids=["one-pass", "one-direction-per-pass", "uneven-blocks"])
 def test_jacobian_in_direction_blocks_is_the_same_matrix(cap, monkeypatch):
     """Blocks of directions (large n) fill the same J, column for column, as one pass: blocks that
@@ -354,6 +376,34 @@ def test_jacobian_in_direction_blocks_is_the_same_matrix(cap, monkeypatch):
     expect[6:, 6:] = np.eye(3)
     # one multiply and tanh's derivative per entry: a few eps of rounding
     np.testing.assert_allclose(J, expect, rtol=1e-15, atol=1e-15)
+
+
+def test_jacobian_refuses_a_dense_matrix_over_its_limit_and_says_how_big(monkeypatch):
+    """An outer-product root of a few thousand inputs would need a J of tens of GB: the oracle refuses
+    with the sizes (check() lists it as skipped) and the other oracles still compare."""
+    from gradspec.oracles import jacobian as jac_mod
+
+    rng = np.random.default_rng(5)
+    case = _case({"x": rng.standard_normal((6, 1)), "y": rng.standard_normal((1, 5))}, [("o", "mul", ["x", "y"], {})],
+                 ["o"], [rng.standard_normal((6, 5))])
+    monkeypatch.setattr(jac_mod, "MAX_DENSE_ELEMENTS", 30 * 11 - 1)  # J is 30 x 11
+    v = gs.check(case, oracles=CPU_ORACLES)
+    assert "jacobian" not in v.results
+    assert "J would be 30 x 11 = 330 elements" in v.skipped["jacobian"] and "dense limit of 329" in v.skipped["jacobian"]
+    assert v.ok and {c.oracles for c in v.comparisons} == {("reference", "finite-differences"), ("reference", "torch-cpu"),
+                                                          ("finite-differences", "torch-cpu")}
+
+
+def test_directional_fd_seeds_its_directions_from_the_case_content():
+    """Same case (also after a JSON round trip): same directions; any value or seed changed: others."""
+    check_mod = importlib.import_module("gradspec.check")
+    rng = np.random.default_rng(3)
+    case = _case({"x": rng.standard_normal(4)}, [("y", "tanh", ["x"], {})], ["y"], [rng.standard_normal(4)])
+    other_value = _case({"x": case.leaves[0].value + 1e-12}, [("y", "tanh", ["x"], {})], ["y"], [case.seeds[0]])
+    other_seed = _case({"x": case.leaves[0].value}, [("y", "tanh", ["x"], {})], ["y"], [case.seeds[0] * 2])
+    digest = check_mod._digest(case)
+    assert check_mod._digest(gs.Case.from_json(case.to_json())) == digest
+    assert check_mod._digest(other_value) != digest and check_mod._digest(other_seed) != digest
 
 
 def test_fd_with_only_empty_leaves_to_differentiate():
