@@ -221,25 +221,8 @@ def _vjp_rows(g, x, out):
 pl_sq_raises = gs.Op("pl_sq_raises", forward=lambda x: x * x, vjp=_vjp_rows)
 
 # ---------------------------------------------------------------------------------------------
-# torch.autograd.Function: (buggy, correct)
+# torch.autograd.Function: each correct one, then its buggy twin(s) (a subclass: same forward, own backward)
 # ---------------------------------------------------------------------------------------------
-
-
-class MulSlice(torch.autograd.Function):
-    """a * b with b's gradient taken from the first row when b was broadcast over a leading dim."""
-
-    @staticmethod
-    def forward(ctx, a, b):
-        ctx.save_for_backward(a, b)
-        return a * b
-
-    @staticmethod
-    def backward(ctx, g):
-        a, b = ctx.saved_tensors
-        ga, gb = g * b, g * a
-        while gb.dim() > b.dim():
-            gb = gb[0]
-        return ga, gb
 
 
 class MulOk(torch.autograd.Function):
@@ -254,28 +237,17 @@ class MulOk(torch.autograd.Function):
         return g * b, g * a  # torch sums a broadcast gradient down to the input's shape
 
 
-class SquareNoSeed(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return x * x
+class MulSlice(MulOk):
+    """a * b with b's gradient taken from the first row when b was broadcast over a leading dim."""
 
+    # forward inherited from MulOk: the twins differ in backward only
     @staticmethod
     def backward(ctx, g):
-        (x,) = ctx.saved_tensors
-        return 2 * x
-
-
-class SquareSeedMean(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return x * x
-
-    @staticmethod
-    def backward(ctx, g):
-        (x,) = ctx.saved_tensors
-        return 2 * x * (g.mean() if g.numel() else 0.0)
+        a, b = ctx.saved_tensors
+        ga, gb = g * b, g * a
+        while gb.dim() > b.dim():
+            gb = gb[0]
+        return ga, gb
 
 
 class SquareOk(torch.autograd.Function):
@@ -290,17 +262,29 @@ class SquareOk(torch.autograd.Function):
         return 2 * x * g
 
 
-class SumLastExpand(torch.autograd.Function):
-    """sum over the last axis; backward expands g without unsqueeze (wrong axis when square)."""
-
-    @staticmethod
-    def forward(ctx, x):
-        ctx.shape = x.shape
-        return x.sum(-1)
-
+class SquareInplaceGrad(SquareOk):
+    # forward inherited from SquareOk: the twins differ in backward only
     @staticmethod
     def backward(ctx, g):
-        return g.expand(ctx.shape)
+        (x,) = ctx.saved_tensors
+        g.mul_(2)
+        return g * x
+
+
+class SquareSeedMean(SquareOk):
+    # forward inherited from SquareOk: the twins differ in backward only
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return 2 * x * (g.mean() if g.numel() else 0.0)
+
+
+class SquareNoSeed(SquareOk):
+    # forward inherited from SquareOk: the twins differ in backward only
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return 2 * x
 
 
 class SumLastOk(torch.autograd.Function):
@@ -314,15 +298,13 @@ class SumLastOk(torch.autograd.Function):
         return g.unsqueeze(-1).expand(ctx.shape)
 
 
-class MeanNorm(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        ctx.shape = x.shape
-        return x.mean(-1)
+class SumLastExpand(SumLastOk):
+    """sum over the last axis; backward expands g without unsqueeze (wrong axis when square)."""
 
+    # forward inherited from SumLastOk: the twins differ in backward only
     @staticmethod
     def backward(ctx, g):
-        return g.unsqueeze(-1).expand(ctx.shape) / max(ctx.shape[-1] - 1, 1)
+        return g.expand(ctx.shape)
 
 
 class MeanOk(torch.autograd.Function):
@@ -336,15 +318,11 @@ class MeanOk(torch.autograd.Function):
         return g.unsqueeze(-1).expand(ctx.shape) / ctx.shape[-1]
 
 
-class PermuteInv(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, p):
-        ctx.p = p
-        return x.permute(*p)
-
+class MeanNorm(MeanOk):
+    # forward inherited from MeanOk: the twins differ in backward only
     @staticmethod
     def backward(ctx, g):
-        return g.permute(*ctx.p), None
+        return g.unsqueeze(-1).expand(ctx.shape) / max(ctx.shape[-1] - 1, 1)
 
 
 class PermuteOk(torch.autograd.Function):
@@ -361,20 +339,11 @@ class PermuteOk(torch.autograd.Function):
         return g.permute(*inv), None
 
 
-class TakeAssign(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, idx):
-        i = torch.tensor(idx, dtype=torch.long) % x.shape[-1]
-        ctx.save_for_backward(i)
-        ctx.shape = x.shape
-        return x[..., i]
-
+class PermuteInv(PermuteOk):
+    # forward inherited from PermuteOk: the twins differ in backward only
     @staticmethod
     def backward(ctx, g):
-        (i,) = ctx.saved_tensors
-        gx = g.new_zeros(ctx.shape)
-        gx[..., i] = g
-        return gx, None
+        return g.permute(*ctx.p), None
 
 
 class TakeOk(torch.autograd.Function):
@@ -391,15 +360,14 @@ class TakeOk(torch.autograd.Function):
         return g.new_zeros(ctx.shape).index_add(-1, i, g), None
 
 
-class CatSplit(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, a, b):
-        ctx.na, ctx.nb = a.shape[-1], b.shape[-1]
-        return torch.cat([a, b], -1)
-
+class TakeAssign(TakeOk):
+    # forward inherited from TakeOk: the twins differ in backward only
     @staticmethod
     def backward(ctx, g):
-        return g[..., : ctx.nb], g[..., ctx.nb:]
+        (i,) = ctx.saved_tensors
+        gx = g.new_zeros(ctx.shape)
+        gx[..., i] = g
+        return gx, None
 
 
 class CatOk(torch.autograd.Function):
@@ -411,6 +379,13 @@ class CatOk(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g):
         return g[..., : ctx.na], g[..., ctx.na:]
+
+
+class CatSplit(CatOk):
+    # forward inherited from CatOk: the twins differ in backward only
+    @staticmethod
+    def backward(ctx, g):
+        return g[..., : ctx.nb], g[..., ctx.nb:]
 
 
 class ProdDiv(torch.autograd.Function):
@@ -441,18 +416,6 @@ class ProdOk(torch.autograd.Function):
         return g.unsqueeze(-1) * others
 
 
-class XAbsXSign(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return x * x.abs()
-
-    @staticmethod
-    def backward(ctx, g):
-        (x,) = ctx.saved_tensors
-        return 2 * x * g
-
-
 class XAbsXOk(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x):
@@ -465,15 +428,12 @@ class XAbsXOk(torch.autograd.Function):
         return 2 * x.abs() * g
 
 
-class CumsumWindow(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        return x.cumsum(-1)
-
+class XAbsXSign(XAbsXOk):
+    # forward inherited from XAbsXOk: the twins differ in backward only
     @staticmethod
     def backward(ctx, g):
-        n = g.shape[-1]
-        return torch.stack([g[..., i: i + 4].sum(-1) for i in range(n)], -1) if n else g
+        (x,) = ctx.saved_tensors
+        return 2 * x * g
 
 
 class CumsumOk(torch.autograd.Function):
@@ -486,18 +446,12 @@ class CumsumOk(torch.autograd.Function):
         return g.flip(-1).cumsum(-1).flip(-1)
 
 
-class MatmulT(torch.autograd.Function):
-    """matmul whose backward transposes with .transpose(0, 1): right for matrices only."""
-
-    @staticmethod
-    def forward(ctx, a, b):
-        ctx.save_for_backward(a, b)
-        return a @ b
-
+class CumsumWindow(CumsumOk):
+    # forward inherited from CumsumOk: the twins differ in backward only
     @staticmethod
     def backward(ctx, g):
-        a, b = ctx.saved_tensors
-        return g @ b.transpose(0, 1), a.transpose(0, 1) @ g
+        n = g.shape[-1]
+        return torch.stack([g[..., i: i + 4].sum(-1) for i in range(n)], -1) if n else g
 
 
 class MatmulOk(torch.autograd.Function):
@@ -512,17 +466,14 @@ class MatmulOk(torch.autograd.Function):
         return g @ b.mT, a.mT @ g
 
 
-class Exp1e6(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        y = x.exp()
-        ctx.save_for_backward(y)
-        return y
+class MatmulT(MatmulOk):
+    """matmul whose backward transposes with .transpose(0, 1): right for matrices only."""
 
+    # forward inherited from MatmulOk: the twins differ in backward only
     @staticmethod
     def backward(ctx, g):
-        (y,) = ctx.saved_tensors
-        return g * y * (1 + 1e-6)
+        a, b = ctx.saved_tensors
+        return g @ b.transpose(0, 1), a.transpose(0, 1) @ g
 
 
 class ExpOk(torch.autograd.Function):
@@ -536,6 +487,14 @@ class ExpOk(torch.autograd.Function):
     def backward(ctx, g):
         (y,) = ctx.saved_tensors
         return g * y
+
+
+class Exp1e6(ExpOk):
+    # forward inherited from ExpOk: the twins differ in backward only
+    @staticmethod
+    def backward(ctx, g):
+        (y,) = ctx.saved_tensors
+        return g * y * (1 + 1e-6)
 
 
 class ScaleStateful(torch.autograd.Function):
@@ -568,19 +527,6 @@ class SquareMutatesCtx(torch.autograd.Function):
         k = ctx.k
         ctx.k = k * 1.5
         return k * x * g
-
-
-class SquareInplaceGrad(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return x * x
-
-    @staticmethod
-    def backward(ctx, g):
-        (x,) = ctx.saved_tensors
-        g.mul_(2)
-        return g * x
 
 
 # ---------------------------------------------------------------------------------------------
