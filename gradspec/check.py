@@ -22,6 +22,7 @@ import numpy as np
 from . import oracles as _oracles
 from . import tolerances as _tol
 from .case import Case
+from .causes import Cause
 
 __all__ = ["check", "Verdict", "Discrepancy", "Comparison"]
 
@@ -42,6 +43,7 @@ class Discrepancy:
     tolerance: float | None = None
     tolerance_why: str | None = None
     traceback: str | None = None
+    cause: Cause | None = None  # CONTRACT §8: what is wrong and where (set by the diagnosis)
 
     @property
     def signature(self) -> tuple:
@@ -61,6 +63,7 @@ class Discrepancy:
             "tolerance": _num(self.tolerance),
             "tolerance_why": self.tolerance_why,
             "traceback": self.traceback,
+            "cause": None if self.cause is None else self.cause.to_json(),
         }
 
 
@@ -90,8 +93,25 @@ class Verdict:
     fd_error: dict | None = None
 
     @property
+    def status(self) -> str:
+        """``"agree"``, ``"disagree"`` or ``"inconclusive"`` (CONTRACT §3); ``ok`` is True only for agree."""
+        if self.discrepancies:
+            return "disagree"
+        if not self.comparisons:
+            return "inconclusive"
+        return "agree"
+
+    @property
+    def reason(self) -> str:
+        """Why the verdict is inconclusive ("" otherwise)."""
+        if self.status != "inconclusive":
+            return ""
+        why = "; ".join(f"{n}: {w}" for n, w in self.skipped.items())
+        return "no pair of oracles produced gradients to compare" + (f" ({why})" if why else "")
+
+    @property
     def ok(self) -> bool:
-        return not self.discrepancies
+        return self.status == "agree"
 
     def summary(self) -> str:
         lines = [f"{'OK' if self.ok else 'DISCREPANCY'}: {len(self.comparisons)} oracle pair(s) compared"]

@@ -155,8 +155,22 @@ class Result:
     replay: str = ""
 
     @property
+    def status(self) -> str:
+        """``"agree"``, ``"disagree"`` or ``"inconclusive"`` (CONTRACT §3); ``ok`` is True only for agree."""
+        if self.discrepancies:
+            return "disagree"
+        if not self.cases_run:
+            return "inconclusive"
+        return "agree"
+
+    @property
+    def reason(self) -> str:
+        """Why the run was inconclusive ("" otherwise)."""
+        return "no case ran" if self.status == "inconclusive" else ""
+
+    @property
     def ok(self) -> bool:
-        return not self.discrepancies
+        return self.status == "agree"
 
     @property
     def kinds(self) -> list[str]:

@@ -1,0 +1,98 @@
+"""What a finding blames: the cause model of CONTRACT §8, shared by every layer that reports.
+
+A :class:`Cause` says *what is wrong and where*, not merely which leaf element is off: an
+engine-level cause names a broken ``backward()`` rule (CONTRACT §5), a node-level cause names the
+first graph node whose VJP is wrong and the pattern of the error.  This module is the bottom of
+the package (it imports nothing of gradspec), so the engine checks, the comparison, the search and
+the reports all speak the same ids.
+
+Example::
+
+    >>> from gradspec.causes import Cause
+    >>> c = Cause("wrong-vjp", "node v3 = var(x0): its VJP is off by a factor 0.75 = (n-1)/n",
+    ...           node="v3", op="var", evidence="grad 0.75 vs 1.0", pattern="scale", factor=0.75)
+    >>> c.id, c.pattern, c.is_engine_level
+    ('wrong-vjp', 'scale', False)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+__all__ = ["Cause", "ENGINE_IDS", "NODE_IDS", "NOTE_IDS", "PATTERNS", "ALL_IDS"]
+
+# Engine-level ids: a backward() rule of CONTRACT §5 that the engine breaks.  The text is the
+# meaning each id keeps (CONTRACT §8); reports and docs quote it.
+ENGINE_IDS = {
+    "implicit-seed-non-scalar": "an implicit seed was accepted where numel != 1",
+    "implicit-seed-refused": "an implicit seed was refused where numel == 1 (any shape)",
+    "seed-shape-accepted": "a seed of another shape than the output's was accepted",
+    "seed-ignored": "the result is what a seed of ones gives: the seed is ignored",
+    "seed-misapplied": "the seed is used, but not as J^T . seed",
+    "accumulation-overwrite": "a later backward replaced .grad instead of adding to it",
+    "stale-intermediate-grads": "gradients of intermediate nodes are carried over from an earlier backward",
+    "root-grad-assigned": "a root that is also used elsewhere had its gradient set, not added",
+    "grad-not-updated": ".grad reads back unchanged after a backward",
+    "reset-ignored": "zero_grad / grad = None does not reset the accumulated gradient",
+    "repeated-input-dropped": "one use of a leaf passed twice to an op is lost",
+    "no-freeing": "a second backward through freed buffers does not raise",
+    "none-vs-zeros": "a gradient is zeros where torch has None (or the other way round)",
+    "error-type": "the engine raises where torch does not, or not where torch does",
+}
+
+# Node-level ids: a gradient-value discrepancy localised to the first node whose VJP is wrong.
+NODE_IDS = {
+    "wrong-vjp": "the first node whose VJP is wrong, checked locally at its real inputs and upstream gradient",
+}
+
+# Notes, never failures.
+NOTE_IDS = {
+    "twin-mismatch": "a user op's torch= twin is a different function at the failing point",
+}
+
+PATTERNS = {
+    "sign": "the VJP has the wrong sign",
+    "scale": "the VJP is off by a constant factor",
+    "seed-ignored": "the VJP ignores the upstream gradient (uses ones)",
+    "broadcast-reduction": "not summed over broadcast dimensions (or averaged instead of summed)",
+    "permuted": "the right numbers in the wrong places",
+    "other": "no simple pattern",
+}
+
+ALL_IDS = {**ENGINE_IDS, **NODE_IDS, **NOTE_IDS}
+
+
+@dataclasses.dataclass
+class Cause:
+    """The cause of one finding (CONTRACT §8).
+
+    ``id`` is one of :data:`ALL_IDS` (more may be added); ``summary`` is one sentence a user can act
+    on; ``node`` / ``op`` name the blamed graph node (None for engine-level causes); ``evidence``
+    holds the numbers that decided it; ``pattern`` / ``factor`` describe a wrong VJP.
+    """
+
+    id: str
+    summary: str
+    node: str | None = None
+    op: str | None = None
+    evidence: str = ""
+    pattern: str | None = None
+    factor: float | None = None
+
+    @property
+    def is_engine_level(self) -> bool:
+        return self.id in ENGINE_IDS
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict | None) -> "Cause | None":
+        if not d:
+            return None
+        fields = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in fields})
+
+    def __str__(self) -> str:
+        where = f" [node {self.node} = {self.op}]" if self.node else ""
+        return f"{self.id}{where}: {self.summary}"
