@@ -99,8 +99,10 @@ def _parser() -> argparse.ArgumentParser:
     f.add_argument("--seed", type=_seed, default=None,
                    help="seed of the campaign (default: random, printed and recorded)")
     f.add_argument("--report-dir", default="reports", metavar="DIR", help="where reports go (default: reports/)")
-    f.add_argument("--database", default=None, metavar="DIR",
-                   help="Hypothesis example database (default DIR/.hypothesis); share one between runs or machines")
+    f.add_argument("--database", action="append", default=None, metavar="DIR|redis://HOST:PORT/DB",
+                   help="Hypothesis example database (default DIR/.hypothesis): a directory, or a Redis server shared "
+                        "between machines (needs gradspec[redis]); prefix 'ro:' for read-only; repeat to combine "
+                        "(saved failures are read from all, written to the writable ones)")
     f.add_argument("--case-timeout", type=_positive_float, default=60.0, metavar="S",
                    help="an oracle or engine taking longer than this on one case is a 'timeout' discrepancy "
                         "(default 60)")
@@ -364,21 +366,24 @@ def _fuzz(args) -> int:
             import xdist  # noqa: F401
         except ImportError:
             raise _UsageError("--workers > 1 needs pytest-xdist (pip install pytest-xdist)") from None
-    cfg = fuzz.Config(engine=args.engine, ops=_split(args.ops), oracles=_split(args.oracles),
-                      max_examples=args.max_examples, seconds=args.seconds, seed=args.seed, report_dir=args.report_dir,
-                      database=args.database, case_timeout=args.case_timeout, shrink_seconds=args.shrink_seconds,
-                      workers=args.workers, tx=args.tx, argv=["gradspec"] + args.argv)
+    try:
+        cfg = fuzz.Config(engine=args.engine, ops=_split(args.ops), oracles=_split(args.oracles),
+                          max_examples=args.max_examples, seconds=args.seconds, seed=args.seed,
+                          report_dir=args.report_dir, database=args.database, case_timeout=args.case_timeout,
+                          shrink_seconds=args.shrink_seconds, workers=args.workers, tx=args.tx,
+                          argv=["gradspec"] + args.argv)
+    except ValueError as e:  # e.g. an empty --database
+        raise _UsageError(str(e)) from None
     try:
         oracles, ops, _engine = fuzz.resolve(cfg)
     except ValueError as e:
         raise _UsageError(str(e)) from None
     cfg.ops = cfg.ops and ops  # user ops given by import path are recorded by name
     _check_report_dir(cfg.report_dir)
-    if cfg.database:
-        try:
-            os.makedirs(cfg.database, exist_ok=True)
-        except OSError as e:
-            raise _UsageError(f"--database {args.database!r}: {e.strerror or e}") from None
+    try:
+        cfg.open_database(check=True)  # a wrong path or an unreachable server is a usage error now, not mid-run
+    except ValueError as e:
+        raise _UsageError(str(e)) from None
     err = sys.stderr
     budget = cfg.describe()["budget"]
     print(f"gradspec fuzz: engine {cfg.engine}, {len(ops)} ops, oracles {', '.join(o.name for o in oracles)}; "

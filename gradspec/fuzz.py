@@ -62,6 +62,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ._private import database as _db
 from .case import Case
 from .check import Discrepancy, Verdict, check
 from .oracles import Oracle
@@ -130,7 +131,7 @@ class Config:
     seconds: float | None = None
     seed: int | None = None
     report_dir: str = "reports"
-    database: str | None = None
+    database: list[str] | str | None = None  # --database specs (gradspec/_private/database.py)
     case_timeout: float | None = 60.0
     shrink_seconds: float = 60.0
     workers: int = 1
@@ -147,8 +148,7 @@ class Config:
         if self.seed is None:
             self.seed = int.from_bytes(os.urandom(4), "little")
         self.report_dir = os.path.abspath(self.report_dir)
-        if self.database is not None:
-            self.database = os.path.abspath(self.database)
+        self.database = _db.normalise(self.database) or None
 
     @property
     def budget(self) -> int:
@@ -163,7 +163,11 @@ class Config:
 
     @property
     def db_dir(self) -> str:
-        return self.database or os.path.join(self.report_dir, ".hypothesis")
+        """The example database(s) as shown in reports (the default is DIR/.hypothesis)."""
+        return _db.describe(self.database, os.path.join(self.report_dir, ".hypothesis"))
+
+    def open_database(self, check: bool = False):
+        return _db.open_database(self.database, os.path.join(self.report_dir, ".hypothesis"), check=check)
 
     @property
     def deadline(self) -> float | None:
@@ -681,16 +685,20 @@ class _Campaign:
         raise _Found()
 
     # -- rounds ------------------------------------------------------------------------------
+    def _database(self):
+        # One connection per campaign process, opened on first use (workers open their own).
+        if getattr(self, "_db", None) is None:
+            self._db = self.cfg.open_database()
+        return self._db
+
     def _prop(self, phases, max_examples, rnd: int, multiple: bool):
         from hypothesis import HealthCheck, Verbosity, given, settings
-        from hypothesis.database import DirectoryBasedExampleDatabase
-
         from . import strategies
 
         @settings(
             max_examples=max(1, max_examples),
             deadline=None,
-            database=DirectoryBasedExampleDatabase(self.cfg.db_dir),
+            database=self._database(),
             phases=phases,
             suppress_health_check=list(HealthCheck),
             verbosity=Verbosity.quiet,
