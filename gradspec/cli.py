@@ -108,6 +108,11 @@ def _parser() -> argparse.ArgumentParser:
                         "(default 60)")
     f.add_argument("--shrink-seconds", type=_positive_float, default=60.0, metavar="S",
                    help="time spent shrinking one discrepancy before it is reported as is (default 60)")
+    f.add_argument("--junitxml", default=None, metavar="FILE",
+                   help="also write JUnit XML (one test case per finding, oracle pair, op and backward() rule) for CI")
+    f.add_argument("--summary-md", default=None, metavar="FILE",
+                   help="also write a Markdown summary (counts, each finding's cause, links to the reports) for a "
+                        "CI job summary page")
     f.add_argument("-q", "--quiet", action="store_true", help="no progress line")
     r = sub.add_parser("replay", help="re-run a saved case.json with every oracle; exit 1 while it still disagrees")
     r.add_argument("case", help="path to a case.json written by gradspec (a report folder's case.json)")
@@ -460,6 +465,7 @@ def _fuzz(args) -> int:
         try:
             fuzz.write_summary(cfg, summary)
             index = report.write_run_report(cfg.report_dir, summary)
+            _write_ci_outputs(args, cfg, summary)
             write_error = None
         except OSError as e:
             index, write_error = None, f"cannot write the summary into {cfg.report_dir}: {e.strerror or e}"
@@ -483,6 +489,15 @@ def _fuzz(args) -> int:
     if run.interrupted:
         return EXIT_INTERRUPTED
     return EXIT_OK
+
+
+def _write_ci_outputs(args, cfg, summary: dict) -> None:
+    from . import ci_outputs
+
+    if getattr(args, "junitxml", None):
+        ci_outputs.write_junit(args.junitxml, summary, cfg.report_dir)
+    if getattr(args, "summary_md", None):
+        ci_outputs.write_summary_md(args.summary_md, summary, cfg.report_dir)
 
 
 def _print_summary(cfg, s: dict, index: str | None, ops: list[str]) -> None:

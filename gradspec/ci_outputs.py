@@ -1,0 +1,194 @@
+"""CI-native outputs of a fuzz run: JUnit XML and a Markdown job summary, both made from ``summary.json``.
+
+CI systems read JUnit XML to show failing tests and Markdown for a job's summary page; an exit
+code and an HTML folder alone make a person dig.  Both files are derived from the run's summary
+dict (the one written as ``DIR/summary.json``), so they say exactly what the HTML index says.
+
+JUnit layout: one ``<testsuite name="gradspec fuzz">`` with test cases
+
+- ``gradspec.run / verdict``: the run's verdict (failure on findings, skipped with the reason when the
+  run was inconclusive, error when the run itself failed);
+- ``gradspec.findings / <report id>``: one per finding, failing with its cause and the replay command;
+- ``gradspec.oracles / A vs B``: one per oracle pair compared, failing when a finding blames the pair;
+- ``gradspec.ops / <op>``: one per op of the campaign, skipped when no case used it;
+- ``gradspec.rules / <rule>``: one per backward() rule checked (``--engine``), with its outcome.
+
+Example::
+
+    >>> import io, xml.etree.ElementTree as ET
+    >>> from gradspec.ci_outputs import junit_xml, summary_markdown
+    >>> s = {"cases": 3, "discrepancies": 0, "seconds": 0.5, "ops": {"exp": 3}, "oracles": {"reference vs jacobian": 3},
+    ...      "agreement": {"reference vs jacobian": 3}, "reports": [], "engine": "reference", "seed": 1}
+    >>> ET.fromstring(junit_xml(s)).find("testsuite").get("failures")
+    '0'
+    >>> summary_markdown(s).splitlines()[0]
+    '## gradspec fuzz: agree'
+"""
+
+from __future__ import annotations
+
+import os
+import xml.etree.ElementTree as ET
+
+__all__ = ["junit_xml", "summary_markdown", "write_junit", "write_summary_md", "run_status"]
+
+
+def run_status(s: dict) -> tuple[str, str]:
+    """(status, reason) of a run summary: ``agree`` / ``disagree`` / ``inconclusive`` (CONTRACT §3)."""
+    if s.get("status") in ("agree", "disagree", "inconclusive"):
+        return s["status"], s.get("reason") or ""
+    if s.get("discrepancies"):
+        return "disagree", ""
+    if not s.get("cases") or not s.get("oracles"):
+        return "inconclusive", s.get("reason") or ("no case ran" if not s.get("cases") else "nothing was compared")
+    return "agree", ""
+
+
+def _cause(rec: dict) -> str:
+    c = rec.get("cause") or {}
+    if c.get("summary"):
+        where = f" [node {c['node']} = {c.get('op')}]" if c.get("node") else ""
+        return f"{c.get('id', '?')}{where}: {c['summary']}"
+    return f"{rec.get('kind', '?')}: {(rec.get('message') or '').splitlines()[0] if rec.get('message') else ''}"
+
+
+def _replay(rec: dict, report_dir: str) -> str:
+    return f"gradspec replay {os.path.join(report_dir, rec['id'], 'case.json')}"
+
+
+def _case(suite, classname: str, name: str, seconds: float = 0.0):
+    return ET.SubElement(suite, "testcase", classname=classname, name=name, time=f"{seconds:.3f}")
+
+
+def _fail(tc, message: str, text: str = "", tag: str = "failure") -> None:
+    el = ET.SubElement(tc, tag, message=message[:1000])
+    el.text = text
+
+
+def junit_xml(s: dict, report_dir: str = "reports") -> str:
+    """The JUnit XML text for run summary ``s`` (see the module docstring for the layout)."""
+    status, reason = run_status(s)
+    reports = list(s.get("reports") or [])
+    suite = ET.Element("testsuite", name="gradspec fuzz", timestamp="", hostname="")
+    props = ET.SubElement(suite, "properties")
+    for k in ("engine", "seed", "cases", "run_id", "workers"):
+        if s.get(k) is not None:
+            ET.SubElement(props, "property", name=k, value=str(s[k]))
+
+    tc = _case(suite, "gradspec.run", "verdict", float(s.get("seconds") or 0.0))
+    if status == "disagree":
+        _fail(tc, f"{len(reports)} finding(s)", "\n".join(_cause(r) for r in reports))
+    elif status == "inconclusive":
+        ET.SubElement(tc, "skipped", message=f"inconclusive: {reason}"[:1000])
+    errors = list(s.get("errors") or []) + [f"a worker died: {c}" for c in (s.get("crashed") or []) if isinstance(c, str)]
+    if errors:
+        tc = _case(suite, "gradspec.run", "problems")
+        _fail(tc, errors[0], "\n".join(map(str, errors)), tag="error")
+
+    for rec in reports:
+        tc = _case(suite, "gradspec.findings", rec["id"])
+        text = "\n".join([_cause(rec), (rec.get("message") or ""), "", "replay: " + _replay(rec, report_dir),
+                          "report: " + os.path.join(report_dir, rec["id"], "index.html")])
+        _fail(tc, _cause(rec), text)
+
+    for pair, n in sorted((s.get("oracles") or {}).items()):
+        tc = _case(suite, "gradspec.oracles", pair)
+        agreed = (s.get("agreement") or {}).get(pair, n)
+        blamed = [r for r in reports if " vs ".join(r.get("oracles") or []) == pair
+                  or " vs ".join(reversed(r.get("oracles") or [])) == pair]
+        if blamed or agreed < n:
+            _fail(tc, f"{n - agreed} of {n} comparisons disagreed", "\n".join(_cause(r) for r in blamed))
+
+    for op, n in sorted((s.get("ops") or {}).items()):
+        tc = _case(suite, "gradspec.ops", op)
+        blamed = [r for r in reports if op in (r.get("ops") or []) or (r.get("cause") or {}).get("op") == op]
+        if not n:
+            ET.SubElement(tc, "skipped", message="no generated case used this op")
+        elif any((r.get("cause") or {}).get("op") == op for r in blamed) or \
+                (blamed and not any((r.get("cause") or {}).get("op") for r in blamed)):
+            _fail(tc, f"{len(blamed)} finding(s) involve {op}", "\n".join(_cause(r) for r in blamed))
+
+    for rule, outcome in sorted((s.get("rules") or {}).items()):
+        tc = _case(suite, "gradspec.rules", rule)
+        text = outcome if isinstance(outcome, str) else str(outcome.get("status", outcome))
+        if text.startswith("failed"):
+            _fail(tc, f"backward() rule {rule} failed", text)
+        elif text.startswith("skipped"):
+            ET.SubElement(tc, "skipped", message=text)
+
+    cases = suite.findall("testcase")
+    suite.set("tests", str(len(cases)))
+    suite.set("failures", str(sum(c.find("failure") is not None for c in cases)))
+    suite.set("errors", str(sum(c.find("error") is not None for c in cases)))
+    suite.set("skipped", str(sum(c.find("skipped") is not None for c in cases)))
+    suite.set("time", f"{float(s.get('seconds') or 0.0):.3f}")
+    root = ET.Element("testsuites")
+    root.append(suite)
+    ET.indent(root)
+    return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
+
+
+def _md(text) -> str:
+    """Plain text for a Markdown table cell: no markup, no HTML, no line breaks from user strings."""
+    text = " ".join(str(text).split())
+    for ch in "\\`*_{}[]<>|#!":
+        text = text.replace(ch, "\\" + ch)
+    return text
+
+
+def summary_markdown(s: dict, report_dir: str = "reports", link_base: str | None = None) -> str:
+    """Markdown for a CI job summary page: the verdict, counts, each finding's cause and a link to its report.
+
+    Links are relative to ``link_base`` (default: the report dir as given), so they work where the
+    report folder is published next to the summary (e.g. an uploaded artifact).
+    """
+    status, reason = run_status(s)
+    base = report_dir if link_base is None else link_base
+    reports = list(s.get("reports") or [])
+    out = [f"## gradspec fuzz: {status}", ""]
+    if reason:
+        out += [f"**Inconclusive:** {_md(reason)}", ""]
+    out += ["| cases | findings | seconds | engine | seed |", "| ---: | ---: | ---: | --- | --- |",
+            f"| {s.get('cases', 0)} | {len(reports)} | {s.get('seconds', 0)} | {_md(s.get('engine', ''))} "
+            f"| {s.get('seed', '')} |", ""]
+    if reports:
+        out += ["| finding | cause | ops | report |", "| --- | --- | --- | --- |"]
+        for r in reports:
+            link = f"{base.rstrip('/')}/{r['id']}/index.html"
+            out.append(f"| `{r['id']}` | {_md(_cause(r))} | {_md(', '.join(r.get('ops') or []))} | [report]({link}) |")
+        out += ["", "Replay a finding: `gradspec replay " + f"{base.rstrip('/')}/<id>/case.json`", ""]
+    pairs = s.get("oracles") or {}
+    if pairs:
+        out += ["| oracle pair | agreed / compared |", "| --- | ---: |"]
+        out += [f"| {_md(p)} | {(s.get('agreement') or {}).get(p, n)} / {n} |" for p, n in sorted(pairs.items())]
+        out.append("")
+    never = [o for o, n in (s.get("ops") or {}).items() if not n]
+    if never:
+        out += [f"Ops never generated: {_md(', '.join(never))}", ""]
+    skipped = s.get("skipped") or {}
+    if skipped:
+        out += ["Skipped oracle runs (why: count):", ""]
+        out += [f"- {_md(k)}: {v}" for k, v in list(skipped.items())[:20]] + [""]
+    for e in list(s.get("errors") or [])[:10]:
+        out.append(f"- problem: {_md(e)}")
+    return "\n".join(out).rstrip() + "\n"
+
+
+def _write(path: str, text: str) -> str:
+    d = os.path.dirname(os.path.abspath(path))
+    os.makedirs(d, exist_ok=True)
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, path)
+    return path
+
+
+def write_junit(path: str, s: dict, report_dir: str = "reports") -> str:
+    return _write(path, junit_xml(s, report_dir))
+
+
+def write_summary_md(path: str, s: dict, report_dir: str = "reports") -> str:
+    # Links relative to where the Markdown file lives, so the pair (file, report dir) can move together.
+    base = os.path.relpath(os.path.abspath(report_dir), os.path.dirname(os.path.abspath(path)))
+    return _write(path, summary_markdown(s, report_dir, link_base=base))
