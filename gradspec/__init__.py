@@ -30,7 +30,7 @@ from .engine import (
 from .functional import *  # noqa: F401,F403  (gs.<op> for every table op)
 from .ops import Op, UserOpError
 
-__version__ = "0.1.0"
+from ._private.version import __version__  # noqa: E402
 
 
 def __getattr__(name):
@@ -68,6 +68,7 @@ __all__ = [
 
 # -- verifying users' code (gradspec.verify) --------------------------------------------------
 from .verify import Result, verify_engine, verify_op, verify_torch_function  # noqa: E402
+from . import result_html as _result_html  # noqa: E402,F401  (installs Result.write_html's writer)
 
 __all__ += ["Result", "verify_op", "verify_torch_function", "verify_engine"]
 

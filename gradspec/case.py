@@ -27,7 +27,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from .ops import _registry
+from .spec import registry as _registry
 
 __all__ = ["Case", "Leaf", "NodeDef", "CaseError", "IMPLICIT", "FORMAT"]
 

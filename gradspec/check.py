@@ -146,7 +146,7 @@ def check(case: Case, oracles=None) -> Verdict:
         if o.name == "jacobian" and o.kind == "exact" and _has_fd_jvp(case):
             # A user op without a declared jvp gets a finite-difference JVP: the jacobian is then
             # an estimate and is compared with its own error estimate, like finite differences.
-            from .verify import FDJacobianOracle
+            from .oracles.fd_jacobian import FDJacobianOracle
 
             o = FDJacobianOracle()
         used[o.name] = o

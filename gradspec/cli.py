@@ -400,7 +400,8 @@ def _fuzz(args) -> int:
     try:
         os.makedirs(cfg.state_dir, exist_ok=True)
         # A process of an earlier run that died mid-case left its case behind: report it now.
-        crashes = fuzz.report_crashes(cfg, stats, state_root=os.path.join(cfg.report_dir, fuzz.STATE))
+        crashes = fuzz.report_crashes(cfg, stats, state_root=os.path.join(cfg.report_dir, fuzz.STATE),
+                                      write=report.campaign_writer(cfg))
         fuzz.cleanup_stale_runs(cfg.report_dir, keep=cfg.run_id)
         previous = fuzz.replay_previous(cfg, oracles, stats)
     except (fuzz.ReportDirError, OSError) as e:
@@ -429,7 +430,7 @@ def _fuzz(args) -> int:
             pass  # the final write reports the problem
 
     def on_found(d, verdict, info):
-        fuzz._report_writer(cfg)(d, verdict, info)
+        report.campaign_writer(cfg)(d, verdict, info)
         rid = report.discrepancy_id(d.signature)
         if printer is not None and getattr(printer, "tty", False):
             err.write("\n")
@@ -448,7 +449,7 @@ def _fuzz(args) -> int:
     if cfg.workers > 1 or cfg.tx:
         run = fuzz.run_distributed(cfg, progress=printer)
         try:
-            fuzz.report_crashes(cfg, run)
+            fuzz.report_crashes(cfg, run, write=report.campaign_writer(cfg))
         except fuzz.ReportDirError as e:
             run.errors.append(str(e))
     else:

@@ -32,7 +32,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from ._private import dtypes as _dt
-from .ops import _registry
+from .spec import registry as _registry
+from .spec.opspec import set_applier as _set_applier
 
 __all__ = [
     "Tensor",
@@ -569,6 +570,9 @@ def apply(spec, inputs: Sequence[Any], params: dict) -> Tensor:
         out.grad_fn = Node(spec, tensors, params, out)
         out._requires_grad = True
     return out
+
+
+_set_applier(apply)  # calling an OpSpec on tensors (spec layer) runs it here
 
 
 def _promote(spec, arrays: list) -> list:

@@ -19,7 +19,7 @@ import functools
 import inspect
 
 from . import engine as _E
-from .ops import _registry
+from .spec import registry as _registry
 
 __all__: list[str] = []
 

@@ -103,9 +103,10 @@ def gradspec_check(request):
 
 def pytest_collect_file(file_path, parent):
     from .fuzz import CAMPAIGN_SUFFIX, campaign_items
+    from .report import campaign_writer
 
     if file_path.name.endswith(CAMPAIGN_SUFFIX):
-        return campaign_items(parent, file_path)
+        return campaign_items(parent, file_path, writer=campaign_writer)
     return None
 
 

@@ -25,16 +25,17 @@ by an earlier run is replaced by the newer one (keeping when it was first found)
 from __future__ import annotations
 
 import errno
-import hashlib
 import json
 import os
 import shutil
 import sys
-import tempfile
 import time
 import uuid
 
 import numpy as np
+
+from ._private.version import __version__
+from ._private.records import RECORD, _jdefault, atomic_write, discrepancy_id, read_records, update_record
 
 __all__ = [
     "write_run_report",
@@ -46,9 +47,9 @@ __all__ = [
     "read_records",
     "update_record",
     "RECORD",
+    "campaign_writer",
 ]
 
-RECORD = "discrepancy.json"
 _STATE = ".gradspec"
 
 _CSS = """
@@ -92,85 +93,8 @@ def _jinja():
 
 
 # ---------------------------------------------------------------------------------------------
-# files
+# files (the record store is gradspec._private.records; re-exported here)
 # ---------------------------------------------------------------------------------------------
-
-
-def discrepancy_id(signature) -> str:
-    """A stable folder name for a discrepancy signature (kind, oracle pair, ops)."""
-    kind, pair, ops = signature
-    canon = repr((kind, tuple(sorted(pair)), tuple(sorted(ops))))
-    return "d-" + hashlib.sha1(canon.encode()).hexdigest()[:10]
-
-
-def atomic_write(path: str, text: str) -> None:
-    """Write ``text`` to ``path`` through a temp file in the same folder and a rename."""
-    d = os.path.dirname(os.path.abspath(path))
-    os.makedirs(d, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-", suffix="-" + os.path.basename(path))
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-
-
-def _umask() -> int:
-    # mkstemp creates files 0600; reports are meant to be shared like any file the user writes.
-    global _UMASK
-    if _UMASK is None:
-        _UMASK = os.umask(0o022)
-        os.umask(_UMASK)
-    return _UMASK
-
-
-_UMASK = None
-
-
-def read_records(directory: str) -> list[dict]:
-    """Every discrepancy record under ``directory`` (one per ``<id>/discrepancy.json``), oldest first."""
-    out = []
-    try:
-        names = sorted(os.listdir(directory))
-    except OSError:
-        return out
-    for name in names:
-        if not name.startswith("d-"):
-            continue
-        try:
-            with open(os.path.join(directory, name, RECORD), encoding="utf-8") as f:
-                rec = json.load(f)
-        except (OSError, ValueError):
-            continue
-        if isinstance(rec, dict):
-            rec.setdefault("id", name)
-            out.append(rec)
-    out.sort(key=lambda r: (r.get("first_found") or r.get("found_at") or 0, r["id"]))
-    return out
-
-
-def update_record(directory: str, rid: str, updates: dict) -> None:
-    path = os.path.join(directory, rid, RECORD)
-    with open(path, encoding="utf-8") as f:
-        rec = json.load(f)
-    rec.update(updates)
-    atomic_write(path, json.dumps(rec, indent=1, default=_jdefault))
-
-
-def _jdefault(o):
-    if isinstance(o, np.generic):
-        return o.item()
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    if isinstance(o, (set, tuple)):
-        return list(o)
-    return str(o)
 
 
 def _swap_in(staging: str, folder: str, rec: dict, trash_root: str) -> bool:
@@ -259,8 +183,6 @@ def write_run_report(directory: str, summary: dict, discrepancies=None, title: s
     ``discrepancies``: extra items of this run (dicts with ``id``, ``kind``, ``oracles``, ``ops``,
     ``message``), for pages written without a discrepancy record.
     """
-    import gradspec
-
     s = dict(summary)
     s.setdefault("cases", 0)
     s.setdefault("seconds", 0.0)
@@ -322,7 +244,7 @@ def write_run_report(directory: str, summary: dict, discrepancies=None, title: s
         skipped=list((s.get("skipped") or {}).items())[:30],
         ops=ops,
         covered=sum(1 for o in ops if o["n"]),
-        version=getattr(gradspec, "__version__", "?"),
+        version=__version__,
         now=time.strftime("%Y-%m-%d %H:%M:%S"),
     )
     path = os.path.join(directory, "index.html")
@@ -707,8 +629,6 @@ def write_discrepancy_report(directory: str, d, verdict=None, info: dict | None 
     carries the campaign's context (``run_id``, ``seed``, ``shard``, ``engine``, ``note``, ``covers``,
     ``test``) that goes into the page and the record.
     """
-    import gradspec
-
     from .check import check
 
     info = dict(info or {})
@@ -798,7 +718,7 @@ def write_discrepancy_report(directory: str, d, verdict=None, info: dict | None 
             all_d=(verdict.discrepancies if verdict is not None else [d]),
             skipped=list((verdict.skipped if verdict is not None else {}).items()),
             tracebacks=tracebacks,
-            version=getattr(gradspec, "__version__", "?"),
+            version=__version__,
             np_version=np.__version__,
             py_version=sys.version.split()[0],
             now=time.strftime("%Y-%m-%d %H:%M:%S"),
@@ -1031,3 +951,18 @@ def main():
 if __name__ == "__main__":
     sys.exit(main())
 '''
+
+
+def campaign_writer(cfg):
+    """The ``on_found`` callback of a campaign (``gradspec fuzz``): each finding's report folder
+    in ``cfg.report_dir``, at once; a report dir that cannot be written raises ``ReportDirError``."""
+    from .fuzz.state import ReportDirError
+
+    def write(d, verdict, info):
+        try:
+            write_discrepancy_report(cfg.report_dir, d, verdict, info=info)
+        except OSError as e:
+            raise ReportDirError(f"cannot write the report of a discrepancy into {cfg.report_dir}: "
+                                 f"{e.strerror or e}") from e
+
+    return write

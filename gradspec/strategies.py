@@ -48,8 +48,8 @@ from ._private import values as _values
 from ._private.signature import SignatureError
 from ._private.signature import parse as _parse_signature
 from .case import Case, Leaf, NodeDef
-from .ops import _registry
-from .ops._spec import OpSpec
+from .spec import registry as _registry
+from .spec.opspec import OpSpec
 
 __all__ = [
     "shapes",

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import strategies as st
 
 import gradspec as gs
-from gradspec import verify
+from gradspec import search, verify
 from gradspec.ops import user as U
 from tests import _planted as P
 
@@ -24,7 +24,7 @@ for _k, _p in OP_BUGS.items():
 @pytest.fixture(autouse=True)
 def _short_shrinking(monkeypatch):
     # CI speed: a shorter (still deterministic) shrinking budget than a user's default.
-    monkeypatch.setattr(verify, "SHRINK_CALLS", 25)
+    monkeypatch.setattr(search, "SHRINK_CALLS", 25)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import gradspec as gs
-from gradspec import verify
+from gradspec import search, verify
 from tests import _planted as P
 
 FN_BUGS = {k: p for k, p in P.BUGS.items() if p.how == "torch"}
@@ -27,7 +27,7 @@ for _k, _p in FN_BUGS.items():
 @pytest.fixture(autouse=True)
 def _short_shrinking(monkeypatch):
     # CI speed: a shorter (still deterministic) shrinking budget than a user's default.
-    monkeypatch.setattr(verify, "SHRINK_CALLS", 25)
+    monkeypatch.setattr(search, "SHRINK_CALLS", 25)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,33 +1,7 @@
-"""The op table itself: a name -> OpSpec mapping filled by the family modules."""
+"""Back-compat path of :mod:`gradspec.spec.registry` (the op table moved to the spec layer)."""
 
 from __future__ import annotations
 
-import difflib
+from ..spec.registry import _TABLE, all_specs, lookup, public_names, register  # noqa: F401
 
-from ._spec import OpSpec
-
-_TABLE: dict[str, OpSpec] = {}
-
-
-def register(spec: OpSpec) -> OpSpec:
-    if spec.name in _TABLE and not spec.user:
-        raise ValueError(f"op {spec.name!r} is declared twice in the op table")
-    _TABLE[spec.name] = spec
-    return spec
-
-
-def lookup(name: str) -> OpSpec:
-    try:
-        return _TABLE[name]
-    except KeyError:
-        close = difflib.get_close_matches(name, list(_TABLE), n=3)
-        hint = f" Did you mean {', '.join(map(repr, close))}?" if close else ""
-        raise KeyError(f"no op named {name!r} in the gradspec op table.{hint} See `gradspec ops` for the list.") from None
-
-
-def public_names() -> list[str]:
-    return sorted(n for n, s in _TABLE.items() if not n.startswith("_") and not s.user)
-
-
-def all_specs() -> dict[str, OpSpec]:
-    return _TABLE
+__all__ = ["register", "lookup", "public_names", "all_specs"]

@@ -15,8 +15,8 @@ import numpy as np
 from .. import domains as D
 from .. import engine as E
 from ._common import F, bcast_tangent, const, torch, where
-from ._registry import register
-from ._spec import OpSpec
+from ..spec.registry import register
+from ..spec.opspec import OpSpec
 
 __all__: list[str] = []
 

@@ -34,8 +34,8 @@ import numpy as np
 from .. import engine as E
 from .._private.dims import norm_dim
 from ._common import F, torch, with_lead
-from ._registry import register
-from ._spec import OpSpec
+from ..spec.registry import register
+from ..spec.opspec import OpSpec
 
 __all__: list[str] = []
 

@@ -25,8 +25,8 @@ import numpy as np
 from .. import engine as E
 from .._private.dims import norm_dims
 from ._common import const, torch, where
-from ._registry import register
-from ._spec import OpSpec
+from ..spec.registry import register
+from ..spec.opspec import OpSpec
 
 __all__: list[str] = []
 

@@ -44,8 +44,8 @@ import numpy as np
 
 from .. import domains as _domains
 from .._private.signature import SignatureError, elementwise, parse, signature_out_shape
-from ._registry import register
-from ._spec import OpSpec, align_ranks
+from ..spec.registry import register
+from ..spec.opspec import OpSpec, align_ranks
 
 __all__ = [
     "Op",

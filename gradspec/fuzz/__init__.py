@@ -1,0 +1,89 @@
+"""The fuzzing campaign behind ``gradspec fuzz``: random cases through every oracle, for as long as asked.
+
+How a campaign keeps going after a discrepancy
+----------------------------------------------
+Hypothesis stops at the first failure of a test (after shrinking it).  A campaign therefore runs
+Hypothesis in *rounds*.  In each round a case is a failure only when it shows a discrepancy that
+no earlier round already covers; the first such discrepancy fixes the round's *target* (its kind
+and oracle pair), and while Hypothesis shrinks, a smaller case is a failure only if it still shows
+an uncovered discrepancy of that target.  The shrunk discrepancy is written as a report at once,
+and its signature (kind + oracle pair + ops) joins the known set.  A known signature covers every
+case of the same kind and oracle pair whose ops include its ops: once ``exp`` alone is known to be
+wrong against torch, a case with ``exp`` and ``mul`` disagreeing the same way is not hunted again.
+Discrepancies seen while shrinking another one are kept (unshrunk) so nothing is lost if the
+campaign ends before they are hunted.
+
+Replaying saved failures
+------------------------
+Every failure Hypothesis shrinks is saved in its example database (``DIR/.hypothesis`` by default,
+``--database`` for one shared between machines), under a key made of the engine and the op set.
+A campaign starts with a replay round (Hypothesis' *reuse* phase alone) in which every saved case
+that still disagrees counts as found; Hypothesis deletes the saved cases that now agree.  Later
+rounds skip the reuse phase, so they never delete what the replay round kept.  The report folders
+of earlier runs are also replayed (``replay_previous``): the run index marks each one still present
+or no longer reproducing.
+
+Scale-out
+---------
+``--workers K`` (K > 1) runs the campaign as a pytest session with pytest-xdist: the campaign is a
+small JSON file collected by gradspec's pytest plugin as K items (shards), each a Hypothesis run
+with its own seed; ``--tx`` specs (passed on to xdist) spread them over machines that have gradspec
+installed and see the report dir at the same path (shared storage: the shards read the campaign
+file from it).  Workers write their reports into the report dir as they find them, share failures
+through the example database, and send their counts back in the pytest report (``user_properties``),
+which the controller merges into one summary.  A worker that dies is reported with the case it was
+on: each process writes the case it is checking to ``DIR/.gradspec/runs/<run>/inflight-<pid>.json``
+(and the Python traceback of a fatal signal to ``fault-<pid>.log``) before every case.
+
+Faults
+------
+An oracle or engine that raises, returns NaN, wrong shapes or wrong types is a discrepancy with its
+traceback (``gradspec.check`` compares the results); one that hangs is cut by the per-case timeout
+(``signal.setitimer`` in the main thread, a watchdog thread elsewhere: only Python code can be
+interrupted, a C loop is cut when it returns to Python) and recorded as a ``timeout`` discrepancy.
+"""
+
+from __future__ import annotations
+
+from __future__ import annotations
+
+from ..guard import CaseTimeout, guarded_check
+from ..oracles.engine_oracle import EngineOracle
+from .campaign import _Campaign, resolve, run_campaign, run_shard
+from .distributed import campaign_items, cleanup_stale_runs, replay_previous, report_crashes, run_distributed, stale_inflight
+from .state import (
+    BUILTIN_ENGINES,
+    CAMPAIGN_SUFFIX,
+    DEFAULT_EXAMPLES,
+    STATE,
+    Config,
+    ReportDirError,
+    Stats,
+    _sig_key,
+    covered,
+    progress_printer,
+    summary_json,
+    supersede,
+    write_summary,
+)
+
+__all__ = [
+    "Config",
+    "Stats",
+    "EngineOracle",
+    "CaseTimeout",
+    "ReportDirError",
+    "guarded_check",
+    "run_campaign",
+    "run_shard",
+    "run_distributed",
+    "resolve",
+    "replay_previous",
+    "stale_inflight",
+    "report_crashes",
+    "cleanup_stale_runs",
+    "write_summary",
+    "progress_printer",
+    "covered",
+    "BUILTIN_ENGINES",
+]

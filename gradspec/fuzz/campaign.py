@@ -1,0 +1,491 @@
+"""One campaign (or one shard of it) in this process: Hypothesis rounds over random cases.
+
+Example::
+
+    >>> from gradspec.fuzz.campaign import _round_seed
+    >>> _round_seed(0, 0, 1) == _round_seed(0, 0, 1)
+    True
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import hashlib
+import os
+import signal
+import sys
+import time
+import warnings
+from collections import Counter
+from typing import Any, Callable
+
+from .._private.records import discrepancy_id, read_records
+from ..case import Case
+from ..check import Discrepancy, Verdict
+from ..guard import _main_thread, guarded_check
+from ..oracles import Oracle
+from ..oracles.engine_oracle import EngineOracle
+from .state import BUILTIN_ENGINES, SNAPSHOT_EVERY, Config, ReportDirError, Stats, _atomic_json, _sig_from_key, _sig_key, covered
+
+__all__ = ["resolve", "run_campaign", "run_shard"]
+
+
+class _Found(Exception):
+    """Raised in the Hypothesis test body: this case shows a discrepancy worth shrinking."""
+
+
+class _Stop(BaseException):
+    """Ends a round at once (not a test failure: Hypothesis lets BaseException through)."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+def resolve(cfg: Config) -> tuple[list, list[str], Any]:
+    """(oracle objects, op names, engine object or None) for a campaign; ValueError explains a bad choice.
+
+    Built-in engines are oracles already (``reference``, ``torch-cpu``, ``torch-cuda``); any other
+    engine is loaded through ``gs.engines.get`` and added as an :class:`EngineOracle`.
+    """
+    from .. import engines as _engines
+    from .. import oracles as _oracles
+    from .. import strategies
+    from .._private.imports import ImportSpecError, import_object
+
+    engine_obj = None
+    if cfg.engine in BUILTIN_ENGINES:
+        ok, why = _oracles.get(cfg.engine).available()
+        if not ok:
+            raise ValueError(f"--engine {cfg.engine}: {why}")
+        engine_obj = _engines.get(cfg.engine)
+    else:
+        try:
+            engine_obj = _engines.get(cfg.engine)
+        except _engines.EngineError as e:
+            raise ValueError(f"--engine {cfg.engine}: {e}") from None
+    chosen: list = []
+    for name in cfg.oracles or _oracles.names():
+        if ":" in name:
+            try:
+                obj = import_object(name)
+            except ImportSpecError as e:
+                raise ValueError(f"--oracles: {e}") from None
+            obj = obj() if isinstance(obj, type) else obj
+            if not isinstance(obj, Oracle):
+                raise ValueError(f"--oracles: {name} is not a gradspec.oracles.Oracle")
+            chosen.append(obj)
+            continue
+        try:
+            chosen.append(_oracles.get(name))
+        except KeyError as e:
+            raise ValueError(f"--oracles: {e.args[0]}") from None
+    if cfg.engine in BUILTIN_ENGINES:
+        if cfg.engine not in [o.name for o in chosen]:
+            chosen.append(_oracles.get(cfg.engine))
+    else:
+        taken = {o.name for o in chosen}
+        name = getattr(engine_obj, "name", "engine")
+        if name in taken:
+            name = f"{name} (engine)"
+        chosen.append(EngineOracle(engine_obj, name, cfg.engine))
+    if len(chosen) < 2:
+        raise ValueError("--oracles: a campaign needs at least two oracles to compare")
+
+    def supported(op: str) -> bool:
+        if cfg.engine in BUILTIN_ENGINES:
+            # Built-in engines run every registered op, user ops included (torch: those with a torch twin).
+            from ..ops import _registry
+
+            try:
+                spec = _registry.lookup(op)
+            except KeyError:
+                return False
+            return cfg.engine == "reference" or spec.torch is not None
+        try:
+            return bool(engine_obj.supports(op))
+        except Exception:
+            return False
+
+    if cfg.ops:
+        names = []
+        for o in cfg.ops:
+            if ":" in o:  # a user op by import path: importing it registers it in the table
+                try:
+                    spec = import_object(o)
+                except ImportSpecError as e:
+                    raise ValueError(f"--ops: {e}") from None
+                o = getattr(spec, "name", None)
+                if o is None:
+                    raise ValueError(f"--ops: {o!r} is not a gradspec op (gs.Op(...))")
+            names.append(o)
+        unsupported = [o for o in names if not supported(o)]
+        if unsupported:
+            raise ValueError(f"--ops: engine {cfg.engine!r} does not support {', '.join(unsupported)}")
+        try:
+            ops = strategies.op_order(names)
+        except Exception as e:
+            raise ValueError(f"--ops: {e}") from None
+    else:
+        ops = [o for o in strategies.op_order() if supported(o)]
+        if not ops:
+            raise ValueError(f"engine {cfg.engine!r} supports none of the table's ops")
+    return chosen, ops, engine_obj
+
+
+# ---------------------------------------------------------------------------------------------
+# the campaign
+# ---------------------------------------------------------------------------------------------
+
+
+def _round_seed(seed: int, shard: int, rnd: int) -> int:
+    return int.from_bytes(hashlib.sha256(f"{seed}/{shard}/{rnd}".encode()).digest()[:4], "little")
+
+
+def _db_key(cfg: Config, ops: list[str]) -> bytes:
+    # Saved failures only replay meaningfully with the same strategy (op set) and engine.
+    return hashlib.sha256(f"gradspec-fuzz|{cfg.engine}|{','.join(sorted(ops))}".encode()).digest()[:16]
+
+
+class _Campaign:
+    def __init__(self, cfg: Config, shard: int, progress=None, on_found=None, oracles=None, found=None) -> None:
+        self.cfg = cfg
+        self.shard = shard
+        self.progress = progress
+        self.on_found = on_found
+        resolved, self.ops, self.engine = resolve(cfg)
+        self.oracles = oracles if oracles is not None else resolved
+        self.stats = Stats(shards=1)
+        self.stats.found.update(found or {})  # already reported (e.g. earlier runs' cases still failing)
+        self.mode = "generate"
+        self.target = None
+        self.last: tuple | None = None
+        self.pending: dict = {}  # signature -> (discrepancy, verdict): seen while shrinking something else
+        self.shrink_deadline = None
+        self.report_failed = False
+        self.interrupt_requested = False
+        self.t0 = time.time()
+        self.budget = cfg.shard_budget(shard)
+        self._last_snapshot = 0.0
+        os.makedirs(cfg.state_dir, exist_ok=True)
+        self.inflight = os.path.join(cfg.state_dir, f"inflight-{os.getpid()}.json")
+        self.snapshot_path = os.path.join(cfg.state_dir, f"shard-{shard}.json")
+
+    # -- bookkeeping -----------------------------------------------------------------------
+    def known(self) -> set:
+        k = self.stats.known()
+        k |= _known_in_run(self.cfg)  # what other shards of this run already found
+        return k
+
+    def snapshot(self, force: bool = False) -> None:
+        now = time.time()
+        if not force and now - self._last_snapshot < SNAPSHOT_EVERY:
+            return
+        self._last_snapshot = now
+        self.stats.seconds = now - self.t0
+        try:
+            _atomic_json(self.snapshot_path, {"shard": self.shard, "pid": os.getpid(), "stats": self.stats.to_json()})
+        except OSError:
+            pass  # a snapshot is a convenience; report writing failures are what get reported
+
+    def count(self, case: Case, verdict: Verdict) -> None:
+        s = self.stats
+        for op in {n.op for n in case.nodes}:
+            s.op_counts[op] += 1
+        for comp in verdict.comparisons:
+            key = " vs ".join(comp.oracles)
+            s.pair_counts[key] += 1
+            s.pair_agree[key] += int(comp.agreed)
+        for name, why in verdict.skipped.items():
+            s.skipped[f"{name}: {why.split(':', 1)[1].strip() if ':' in why else why}"[:100]] += 1
+        s.timeouts += sum(d.kind == "timeout" for d in verdict.discrepancies)
+
+    def record(self, d: Discrepancy, verdict: Verdict, note: str = "") -> None:
+        covers = _covers(d, verdict)
+        rid = discrepancy_id(d.signature)
+        if rid in self.stats.found:
+            return
+        info = {"run_id": self.cfg.run_id, "shard": self.shard, "seed": self.cfg.seed, "engine": self.cfg.engine,
+                "note": note, "covers": covers, "found_at": time.time()}
+        rec = {
+            "id": rid,
+            "kind": d.kind,
+            "oracles": list(d.oracles),
+            "ops": sorted({n.op for n in d.case.nodes}) if d.case is not None else [],
+            "message": d.message,
+            "covers": covers,
+            "note": note,
+            "shard": self.shard,
+        }
+        self.stats.found[rid] = rec
+        if self.on_found is not None and not self.report_failed:
+            try:
+                self.on_found(d, verdict, info)
+            except ReportDirError as e:
+                # Nothing found may be lost: keep the case in the results, printed at the end.
+                self.report_failed = True
+                self.stats.errors.append(str(e))
+                rec["report_error"] = str(e)
+        if self.report_failed:
+            rec["case"] = d.case.to_json(indent=None) if d.case is not None else None
+        self.snapshot(force=True)
+
+    # -- the Hypothesis test body ------------------------------------------------------------
+    def one(self, case: Case) -> None:
+        if self.interrupt_requested:
+            # The KeyboardInterrupt itself may have been swallowed (raised in a gc callback or a
+            # __del__, or caught by an engine): the flag is what makes Ctrl-C reliable.
+            raise KeyboardInterrupt
+        now = time.time()
+        deadline = self.cfg.deadline
+        if deadline is not None and now > deadline:
+            raise _Stop("time")
+        if self.mode == "shrink" and now > self.shrink_deadline:
+            raise _Stop("shrink-time")
+        case.engine = self.cfg.engine
+        try:
+            with open(self.inflight, "w", encoding="utf-8") as f:
+                f.write(case.to_json(indent=None))
+        except OSError:
+            pass
+        verdict = guarded_check(case, self.oracles, self.cfg.case_timeout)
+        try:
+            os.unlink(self.inflight)  # only a case being checked is "in flight" (see report_crashes)
+        except OSError:
+            pass
+        s = self.stats
+        if self.mode == "generate":
+            s.cases += 1
+            self.count(case, verdict)
+        elif self.mode == "replay":
+            s.replayed += 1
+        else:
+            s.shrink_runs += 1
+        if self.progress is not None:
+            self.progress(self)
+        self.snapshot()
+        if self.mode == "replay":
+            if not verdict.discrepancies:
+                return
+            self.record(verdict.discrepancies[0], verdict, "replayed from the example database")
+            if self.report_failed:
+                raise _Stop("report-dir")
+            hit = verdict.discrepancies[:1]  # a failure: Hypothesis keeps the saved case in its database
+        else:
+            new = [d for d in verdict.discrepancies if not covered(d.signature, self._frozen_known)]
+            if not new:
+                return
+            if self.mode == "generate":
+                self.target = (new[0].kind, tuple(sorted(new[0].oracles)))
+                self.mode = "shrink"
+                self.shrink_deadline = now + self.cfg.shrink_seconds
+            hit = [d for d in new if (d.kind, tuple(sorted(d.oracles))) == self.target]
+            for d in new:
+                if d not in hit:
+                    self.pending.setdefault(d.signature, (d, verdict))
+            if not hit:
+                return
+            self.last = (hit[0], verdict)
+        # One raise site: Hypothesis tells failures apart by where they were raised.
+        raise _Found()
+
+    # -- rounds ------------------------------------------------------------------------------
+    def _database(self):
+        # One connection per campaign process, opened on first use (workers open their own).
+        if getattr(self, "_db", None) is None:
+            self._db = self.cfg.open_database()
+        return self._db
+
+    def _prop(self, phases, max_examples, rnd: int, multiple: bool):
+        from hypothesis import HealthCheck, Verbosity, given, settings
+
+        from .. import strategies
+
+        @settings(
+            max_examples=max(1, max_examples),
+            deadline=None,
+            database=self._database(),
+            phases=phases,
+            suppress_health_check=list(HealthCheck),
+            verbosity=Verbosity.quiet,
+            report_multiple_bugs=multiple,
+            print_blob=False,
+            derandomize=False,
+        )
+        @given(strategies.cases(ops=self.ops))
+        def gradspec_campaign(case):
+            self.one(case)
+
+        prop = gradspec_campaign
+        # What @seed does, minus its side effect of switching the example database off (the
+        # database is how saved failures replay and how shards share them).  Both attributes are
+        # the ones hypothesis.find() and @seed set.
+        prop._hypothesis_internal_use_seed = _round_seed(self.cfg.seed, self.shard, rnd)
+        prop._hypothesis_internal_database_key = _db_key(self.cfg, self.ops)
+        return prop
+
+    def _run_round(self, prop) -> str | None:
+        """Run one Hypothesis round; returns a stop reason, or None to go on."""
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # e.g. Hypothesis' "overly large repr" of big cases
+            try:
+                prop()
+                return "done"
+            except _Found:
+                return None
+            except _Stop as e:
+                return e.reason
+            except KeyboardInterrupt:
+                self.stats.interrupted = True
+                return "interrupted"
+            except Exception as e:  # Flaky (a nondeterministic engine or a timeout), health checks...
+                if self.last is None and self.mode != "replay":
+                    self.stats.errors.append(f"Hypothesis stopped a round: {type(e).__name__}: {str(e)[:300]}")
+                    return "error"
+                return None
+
+    def run(self) -> Stats:
+        from hypothesis import Phase
+
+        fh = _enable_faulthandler(self.cfg.state_dir)
+        previous_sigint = None
+        if _main_thread():
+            def on_sigint(signum, frame):
+                self.interrupt_requested = True
+                raise KeyboardInterrupt
+
+            previous_sigint = signal.signal(signal.SIGINT, on_sigint)
+        try:
+            self.snapshot(force=True)  # records this process's pid from the start
+            self._frozen_known = self.known()
+            self.mode = "replay"
+            reason = self._run_round(self._prop([Phase.reuse], 1000, 0, True))
+            rnd = 0
+            while reason not in ("time", "interrupted", "error", "report-dir"):
+                remaining = self.budget - self.stats.cases
+                if remaining <= 0:
+                    reason = "budget"
+                    break
+                rnd += 1
+                self.mode, self.target, self.last = "generate", None, None
+                self._frozen_known = self.known()
+                before = self.stats.cases
+                reason = self._run_round(self._prop([Phase.generate, Phase.shrink], remaining, rnd, False))
+                if self.last is not None:
+                    self.record(*self.last, note="" if reason is None else f"shrinking stopped early ({reason})")
+                    if self.report_failed:
+                        reason = "report-dir"
+                        break
+                    if reason == "shrink-time":
+                        reason = None
+                if reason == "done":
+                    # Hypothesis ended the round by itself: the budget is spent, or the strategy
+                    # rejected too much; another round (another seed) only helps in the second case.
+                    reason = None if before < self.stats.cases < self.budget else "budget"
+            self.stats.stop_reason = reason or "budget"
+            # Discrepancies met while shrinking another one, never hunted down on their own: keep them.
+            for sig, (d, verdict) in self.pending.items():
+                if not covered(sig, self.stats.known()):
+                    self.record(d, verdict, note="not shrunk: seen while shrinking another discrepancy")
+        except KeyboardInterrupt:
+            self.stats.interrupted = True
+            self.stats.stop_reason = "interrupted"
+        finally:
+            if previous_sigint is not None:
+                signal.signal(signal.SIGINT, previous_sigint)
+            if self.interrupt_requested:
+                self.stats.interrupted = True
+                self.stats.stop_reason = "interrupted"
+            self.stats.seconds = time.time() - self.t0
+            self.stats.processes = [{"shard": self.shard, "pid": os.getpid(), "cases": self.stats.cases,
+                                     "seconds": round(self.stats.seconds, 3)}]
+            for p in (self.inflight,):
+                try:
+                    os.unlink(p)
+                except OSError:
+                    pass
+            _disable_faulthandler(fh)
+            self.snapshot(force=True)
+        return self.stats
+
+
+_ONE_SIDED = ("raised", "timeout", "crash", "check-error")  # the first oracle of the pair is the one that failed
+
+
+def _covers(d: Discrepancy, verdict: Verdict) -> list[str]:
+    """Signatures one report stands for: the discrepancies of its case that share its culprit.
+
+    A wrong engine disagrees with every oracle at once (engine vs reference, vs jacobian, vs
+    torch...): one report, not four.  The culprit is the oracle that failed (raised, timed out)
+    or, for a disagreement, the side of the pair involved in most of the case's disagreements.
+    """
+    if d.kind in _ONE_SIDED:
+        culprit = d.oracles[0]
+    else:
+        count = Counter(o for x in verdict.discrepancies if x.kind not in _ONE_SIDED for o in x.oracles)
+        culprit = max(d.oracles, key=lambda o: count[o])
+    keys = {_sig_key(d.signature)}
+    for x in verdict.discrepancies:
+        involved = x.oracles[:1] if x.kind in _ONE_SIDED else x.oracles
+        if culprit in involved:
+            keys.add(_sig_key(x.signature))
+    return sorted(keys)
+
+
+def _enable_faulthandler(state_dir: str):
+    """Dump the Python traceback of a fatal signal (segfault, abort) next to the inflight case."""
+    try:
+        f = open(os.path.join(state_dir, f"fault-{os.getpid()}.log"), "w")
+    except OSError:
+        return None
+    was = faulthandler.is_enabled()
+    faulthandler.enable(file=f, all_threads=True)
+    return (f, was)
+
+
+def _disable_faulthandler(fh) -> None:
+    if fh is None:
+        return
+    f, was = fh
+    faulthandler.disable()
+    if was:
+        for target in (sys.stderr, sys.__stderr__):
+            try:
+                faulthandler.enable(file=target)
+                break
+            except (AttributeError, ValueError, OSError):  # e.g. a captured stderr without a file descriptor
+                continue
+    empty = f.tell() == 0
+    f.close()
+    if empty:
+        try:
+            os.unlink(f.name)
+        except OSError:
+            pass
+
+
+def _known_in_run(cfg: Config) -> set:
+    """Signatures already reported in this run (by any shard), from the report folders."""
+    out = set()
+    for rec in read_records(cfg.report_dir):
+        if rec.get("run_id") == cfg.run_id:
+            out |= {_sig_from_key(k) for k in rec.get("covers", [])}
+    return out
+
+
+def run_campaign(cfg: Config, shard: int = 0, progress: Callable | None = None, on_found: Callable | None = None,
+                 oracles=None) -> Stats:
+    """Run one campaign (or shard ``shard`` of it) in this process; returns its :class:`Stats`.
+
+    ``on_found(discrepancy, verdict, info)`` is called at once for every new discrepancy (after
+    shrinking): the command line and the pytest plugin pass the report layer's writer
+    (``gradspec.report.campaign_writer``); without it nothing is written, the findings are in the
+    returned Stats.  ``progress(campaign)`` after every case.
+    """
+    return _Campaign(cfg, shard, progress=progress, on_found=on_found, oracles=oracles).run()
+
+
+def run_shard(cfg: Config, shard: int, on_found: Callable | None = None) -> Stats:
+    """What one pytest item of a distributed campaign runs (in an xdist worker)."""
+    return run_campaign(cfg, shard, on_found=on_found)
+

@@ -1,0 +1,311 @@
+"""A campaign's configuration, its running counts, signatures, summary and progress line.
+
+Example::
+
+    >>> from gradspec.fuzz.state import Config
+    >>> Config(max_examples=10).budget
+    10
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+import time
+import uuid
+from collections import Counter
+
+import numpy as np
+
+from .._private import database as _db
+from .._private.records import atomic_write
+
+__all__ = ["Config", "Stats", "ReportDirError", "covered", "summary_json", "write_summary", "supersede",
+           "progress_printer", "BUILTIN_ENGINES", "STATE", "CAMPAIGN_SUFFIX", "DEFAULT_EXAMPLES"]
+
+BUILTIN_ENGINES = ("reference", "torch-cpu", "torch-cuda")
+STATE = ".gradspec"  # campaign bookkeeping under the report dir (run configs, shard snapshots)
+CAMPAIGN_SUFFIX = ".gradspec-campaign.json"  # what gradspec's pytest plugin collects as shards
+DEFAULT_EXAMPLES = 200
+SNAPSHOT_EVERY = 1.0  # seconds between shard snapshots (what the controller's progress line reads)
+
+
+class ReportDirError(OSError):
+    """The report dir cannot be written (full disk, no permission, a file in the way)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# configuration and results
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Config:
+    """One campaign, as the command line describes it (JSON-serializable: shards read it)."""
+
+    engine: str = "reference"
+    ops: list[str] | None = None
+    oracles: list[str] | None = None
+    max_examples: int | None = None
+    seconds: float | None = None
+    seed: int | None = None
+    report_dir: str = "reports"
+    database: list[str] | str | None = None  # --database specs (gradspec/_private/database.py)
+    case_timeout: float | None = 60.0
+    shrink_seconds: float = 60.0
+    workers: int = 1
+    tx: list[str] | None = None
+    run_id: str = ""
+    started: float = 0.0
+    argv: list[str] | None = None
+
+    def __post_init__(self) -> None:
+        if not self.run_id:
+            self.run_id = time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:6]
+        if not self.started:
+            self.started = time.time()
+        if self.seed is None:
+            self.seed = int.from_bytes(os.urandom(4), "little")
+        self.report_dir = os.path.abspath(self.report_dir)
+        self.database = _db.normalise(self.database) or None
+
+    @property
+    def budget(self) -> int:
+        """Generated cases this campaign may check (all shards together)."""
+        if self.max_examples is not None:
+            return self.max_examples
+        return 10**12 if self.seconds is not None else DEFAULT_EXAMPLES
+
+    @property
+    def state_dir(self) -> str:
+        return os.path.join(self.report_dir, STATE, "runs", self.run_id)
+
+    @property
+    def db_dir(self) -> str:
+        """The example database(s) as shown in reports (the default is DIR/.hypothesis)."""
+        return _db.describe(self.database, os.path.join(self.report_dir, ".hypothesis"))
+
+    def open_database(self, check: bool = False):
+        return _db.open_database(self.database, os.path.join(self.report_dir, ".hypothesis"), check=check)
+
+    @property
+    def deadline(self) -> float | None:
+        return None if self.seconds is None else self.started + self.seconds
+
+    def shard_budget(self, shard: int) -> int:
+        b, k = self.budget, max(1, self.workers)
+        return b // k + (1 if shard < b % k else 0)
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Config":
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+    def describe(self) -> dict:
+        """The run configuration as shown in reports."""
+        budget = (f"{self.max_examples} cases" if self.max_examples is not None
+                  else f"{self.seconds:g} s" if self.seconds is not None else f"{DEFAULT_EXAMPLES} cases (default)")
+        return {
+            "engine": self.engine,
+            "ops": "all" if not self.ops else ", ".join(self.ops),
+            "oracles": "all available" if not self.oracles else ", ".join(self.oracles),
+            "budget": budget,
+            "workers": self.workers if not self.tx else f"{self.workers} shards over --tx {' '.join(self.tx)}",
+            "seed": self.seed,
+            "case timeout": "none" if not self.case_timeout else f"{self.case_timeout:g} s",
+            "shrink time per discrepancy": f"{self.shrink_seconds:g} s",
+            "example database": self.db_dir,
+            "run id": self.run_id,
+            "command": " ".join(self.argv) if self.argv else "",
+        }
+
+
+def _sig_key(sig) -> str:
+    kind, pair, ops = sig
+    return f"{kind}|{' vs '.join(pair)}|{','.join(ops)}"
+
+
+def _sig_from_key(key: str) -> tuple:
+    kind, pair, ops = key.split("|")
+    return (kind, tuple(pair.split(" vs ")), tuple(o for o in ops.split(",") if o))
+
+
+def covered(sig, known) -> bool:
+    """Is ``sig`` covered by a known signature: same kind and oracle pair, ops a subset?"""
+    kind, pair, ops = sig
+    ops = set(ops)
+    return any(k == kind and p == pair and set(o) <= ops for k, p, o in known)
+
+
+@dataclasses.dataclass
+class Stats:
+    """What a campaign (or one shard of it) did; shards merge by adding up."""
+
+    cases: int = 0
+    replayed: int = 0
+    shrink_runs: int = 0
+    seconds: float = 0.0
+    op_counts: Counter = dataclasses.field(default_factory=Counter)
+    pair_counts: Counter = dataclasses.field(default_factory=Counter)
+    pair_agree: Counter = dataclasses.field(default_factory=Counter)
+    skipped: Counter = dataclasses.field(default_factory=Counter)
+    timeouts: int = 0
+    found: dict = dataclasses.field(default_factory=dict)  # report id -> record (see _record)
+    interrupted: bool = False
+    stop_reason: str = ""
+    errors: list = dataclasses.field(default_factory=list)  # campaign-level problems, in words
+    crashed: list = dataclasses.field(default_factory=list)  # {"shard", "pid", "report"}
+    processes: list = dataclasses.field(default_factory=list)  # {"shard", "pid", "cases", "seconds"}
+    shards: int = 1
+
+    def known(self) -> set:
+        return {_sig_from_key(k) for rec in self.found.values() for k in rec.get("covers", [])}
+
+    def to_json(self) -> dict:
+        d = dataclasses.asdict(self)
+        for k in ("op_counts", "pair_counts", "pair_agree", "skipped"):
+            d[k] = dict(getattr(self, k))
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Stats":
+        s = cls()
+        for f in dataclasses.fields(cls):
+            if f.name in d:
+                v = d[f.name]
+                setattr(s, f.name, Counter(v) if isinstance(getattr(s, f.name), Counter) else v)
+        return s
+
+    def merge(self, other: "Stats") -> None:
+        self.cases += other.cases
+        self.replayed += other.replayed
+        self.shrink_runs += other.shrink_runs
+        self.seconds = max(self.seconds, other.seconds)
+        for k in ("op_counts", "pair_counts", "pair_agree", "skipped"):
+            getattr(self, k).update(getattr(other, k))
+        self.timeouts += other.timeouts
+        for rid, rec in other.found.items():
+            self.found.setdefault(rid, rec)
+        self.interrupted |= other.interrupted
+        self.errors += [e for e in other.errors if e not in self.errors]
+        self.crashed += other.crashed
+        self.processes += other.processes
+
+
+def _atomic_json(path: str, obj) -> None:
+    atomic_write(path, json.dumps(obj, indent=1, default=_json_default))
+
+
+def _json_default(o):
+    if isinstance(o, (np.integer,)):
+        return int(o)
+    if isinstance(o, (np.floating,)):
+        return float(o)
+    if isinstance(o, (set, tuple)):
+        return list(o)
+    return str(o)
+
+
+# ---------------------------------------------------------------------------------------------
+# summary and progress
+# ---------------------------------------------------------------------------------------------
+
+
+def supersede(found: dict) -> tuple[list, list]:
+    """Split report records into (distinct, superseded).
+
+    A report is superseded when another one of the same kind and oracle pair was found on a case
+    with strictly fewer ops (say ``exp`` alone against ``add, exp``): the smaller case shows the
+    same disagreement, so the bigger one is listed apart and not counted again.
+    """
+    recs = sorted(found.values(), key=lambda r: r["id"])
+    active, gone = [], []
+    for r in recs:
+        key = (r.get("kind"), tuple(sorted(r.get("oracles") or [])))
+        ops = set(r.get("ops") or [])
+        by = next((o for o in recs if o is not r and (o.get("kind"), tuple(sorted(o.get("oracles") or []))) == key
+                   and set(o.get("ops") or []) < ops and r.get("kind") not in ("crash",)), None)
+        if by is None:
+            active.append(r)
+        else:
+            gone.append({**r, "superseded_by": by["id"]})
+    return active, gone
+
+
+def summary_json(cfg: Config, stats: Stats, previous: list | None = None, ops: list | None = None) -> dict:
+    """``DIR/summary.json``: the contract's keys (cases, discrepancies, seconds, ops, oracles) and more."""
+    seconds = max(stats.seconds, 1e-9)
+    active, superseded = supersede(stats.found)
+    op_counts = {o: 0 for o in (ops or [])}
+    op_counts.update(stats.op_counts)
+    return {
+        "cases": stats.cases,
+        "discrepancies": len(active),
+        "seconds": round(stats.seconds, 3),
+        "ops": dict(sorted(op_counts.items())),
+        "oracles": dict(sorted(stats.pair_counts.items())),
+        "agreement": {k: stats.pair_agree.get(k, 0) for k in sorted(stats.pair_counts)},
+        "cases_per_second": round(stats.cases / seconds, 2),
+        "engine": cfg.engine,
+        "seed": cfg.seed,
+        "workers": cfg.workers,
+        "run_id": cfg.run_id,
+        "config": cfg.describe(),
+        "replayed": stats.replayed,
+        "shrink_runs": stats.shrink_runs,
+        "timeouts": stats.timeouts,
+        "skipped": dict(stats.skipped.most_common()),
+        "interrupted": stats.interrupted,
+        "stop_reason": stats.stop_reason,
+        "errors": list(stats.errors),
+        "crashed": list(stats.crashed),
+        "processes": sorted(stats.processes, key=lambda p: p["shard"]),
+        "reports": active,
+        "superseded": superseded,
+        "previous": previous or [],
+    }
+
+
+def write_summary(cfg: Config, summary: dict) -> str:
+    path = os.path.join(cfg.report_dir, "summary.json")
+    atomic_write(path, json.dumps(summary, indent=2, default=_json_default))
+    return path
+
+
+def progress_printer(stream=None, every: float | None = None, total_ops: int | None = None):
+    """A live progress line on a terminal (rewritten in place), plain periodic lines otherwise (CI)."""
+    stream = stream or sys.stderr
+    tty = hasattr(stream, "isatty") and stream.isatty()
+    every = every if every is not None else (0.25 if tty else 10.0)
+    state = {"last": 0.0, "t0": time.time(), "width": 0}
+
+    def show(obj, final: bool = False) -> None:
+        now = time.time()
+        if not final and now - state["last"] < every:
+            return
+        state["last"] = now
+        st = obj.stats if hasattr(obj, "stats") else obj
+        elapsed = max(now - state["t0"], 1e-9)
+        ops = f"{len(st.op_counts)}/{total_ops}" if total_ops else str(len(st.op_counts))
+        line = (f"gradspec fuzz: {st.cases} cases, {st.cases / elapsed:.1f}/s, {ops} ops covered, "
+                f"{len(st.found)} discrepanc{'y' if len(st.found) == 1 else 'ies'}, {elapsed:.0f} s")
+        if getattr(obj, "mode", "") == "shrink":
+            line += " (shrinking)"
+        try:
+            if tty:
+                pad = max(0, state["width"] - len(line))
+                stream.write("\r" + line + " " * pad + ("\n" if final else ""))
+                state["width"] = len(line)
+            else:
+                stream.write(line + "\n")
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+
+    show.tty = tty
+    return show

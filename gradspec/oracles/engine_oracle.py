@@ -1,0 +1,96 @@
+"""An engine under test (the CONTRACT §4 ``Engine`` protocol) driven like an oracle.
+
+One class for every entry point (``gradspec fuzz --engine``, ``verify_engine``,
+``assert_gradients(engine=...)``): each case is built in the engine with ``leaf`` and
+``apply(op, *args, **params)`` (canonical params), each root is back-propagated with its seed
+(``retain_graph=True`` except for the last root, so shared subgraphs survive), and ``grad(leaf)``
+is read for every leaf that requires grad.  What comes back is validated: anything that is not
+a numeric array (or None) raises a ``TypeError`` naming the leaf, which ``gs.check`` records as
+a ``raised`` discrepancy.
+
+Example::
+
+    >>> import numpy as np, gradspec as gs
+    >>> from gradspec.oracles.engine_oracle import EngineOracle
+    >>> eo = EngineOracle(gs.engines.get("reference"), name="engine:reference")
+    >>> case = gs.Case.build({"x": np.array([1.0, 2.0])}, [("y", "mul", ["x", "x"], {})], ["y"], [np.ones(2)])
+    >>> eo.vjp(case)["x"]
+    array([2., 4.])
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ._base import Oracle
+
+__all__ = ["EngineOracle"]
+
+
+class EngineOracle(Oracle):
+    """``engine`` as an oracle named ``name`` (default: the engine's ``name``).
+
+    ``spec`` is how the engine was named on the command line (a built-in name or
+    ``module:attr``), recorded in case files so that they replay.  ``strict``: whether the
+    engine must leave ``.grad`` None where torch does (``verify_engine(strict=True)``); by
+    default zeros are accepted there.
+    """
+
+    kind = "exact"
+    reports_none = False  # an engine may legitimately report zeros where torch has None
+
+    def __init__(self, engine, name: str | None = None, spec: str | None = None, *, strict: bool = False) -> None:
+        self.engine = engine
+        self.name = name or getattr(engine, "name", "engine")
+        self.spec = spec or self.name
+        self.reports_none = bool(strict)
+
+    def _supports(self, op: str) -> bool:
+        try:
+            return bool(self.engine.supports(op))
+        except Exception:  # noqa: BLE001 - an engine whose supports() raises does not support the op
+            return False
+
+    def applies(self, case):
+        missing = sorted({n.op for n in case.nodes if not self._supports(n.op)})
+        if missing:
+            return False, f"{self.name}: engine does not support op(s) {', '.join(missing)}"
+        return True, ""
+
+    def vjp(self, case):
+        eng = self.engine
+        try:
+            env: dict[str, Any] = {}
+            for leaf in case.leaves:
+                env[leaf.name] = eng.leaf(np.array(leaf.value, copy=True), requires_grad=leaf.differentiable)
+            for n in case.nodes:
+                env[n.name] = eng.apply(n.op, *[env[i] for i in n.inputs], **n.params)
+            k = len(case.roots)
+            for j, (r, s) in enumerate(zip(case.roots, case.seeds, strict=True)):
+                eng.backward(env[r], None if s is None else np.array(s, copy=True), retain_graph=j < k - 1)
+            out = {}
+            for leaf in case.grad_leaves():
+                g = eng.grad(env[leaf.name])
+                out[leaf.name] = None if g is None else _as_gradient(g, self.name, leaf.name)
+            return out
+        except (SystemExit, GeneratorExit) as e:  # an engine must not end the campaign
+            raise RuntimeError(f"engine {self.name!r} raised {type(e).__name__}({e})") from e
+
+
+def _as_gradient(g, engine: str, leaf: str) -> np.ndarray:
+    try:
+        if hasattr(g, "detach") and hasattr(g, "cpu"):  # a torch tensor slipped through
+            g = g.detach().cpu().numpy()
+        arr = np.asarray(g)
+    except Exception as e:
+        raise TypeError(f"engine {engine!r}: grad({leaf}) returned {type(g).__name__}, not an array: {e}") from None
+    if arr.dtype == object or not (np.issubdtype(arr.dtype, np.number) or arr.dtype == np.bool_):
+        raise TypeError(
+            f"engine {engine!r}: grad({leaf}) returned a {type(g).__name__} of dtype {arr.dtype}; "
+            "the Engine protocol wants a numeric numpy array (or None)"
+        )
+    if np.iscomplexobj(arr):
+        raise TypeError(f"engine {engine!r}: grad({leaf}) returned complex values ({arr.dtype})")
+    return arr

@@ -1,0 +1,191 @@
+"""What a ``verify_*`` run returns: :class:`Result` and its findings, :class:`VerifyDiscrepancy`.
+
+The search layer fills a Result; the report layer writes it as HTML (``Result.write_html`` calls
+the writer that :mod:`gradspec.result_html` installs, so this module never imports the report).
+
+Example::
+
+    >>> from gradspec.result import Result
+    >>> r = Result(target="'cube'", what="op", seed=0)
+    >>> r.status, r.ok, r.reason
+    ('inconclusive', False, 'no case ran')
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+from typing import Any, Callable
+
+from .check import Discrepancy
+
+__all__ = ["Result", "VerifyDiscrepancy", "set_html_writer"]
+
+_HTML_WRITER: list[Callable] = []
+
+
+def set_html_writer(fn: Callable) -> None:
+    """Install ``fn(result, directory) -> path`` as what ``Result.write_html`` calls (the report layer does)."""
+    _HTML_WRITER[:] = [fn]
+
+
+@dataclasses.dataclass
+class VerifyDiscrepancy(Discrepancy):
+    """A discrepancy found by a ``verify_*`` run: what ``check()`` reports, plus how to replay it.
+
+    ``kind`` is one of check()'s (``value``, ``shape``, ``none-vs-zeros``, ``nan-inf-pattern``,
+    ``raised``), a user-op contract breach (``vjp-raised``, ``vjp-count``, ``vjp-shape``,
+    ``vjp-dtype``, ``vjp-writes-input``, ``forward-raised``, ``jvp-raised``), or a backward()
+    rule an engine broke (``implicit-seed``, ``seed-shape``, ``accumulation``,
+    ``repeated-argument``, ``reset``, ``retain-graph``, ``freeing``, ``none-before-backward``,
+    ``error-type``, ``requires-grad``).  ``case`` is the (shrunk) case where there is one;
+    ``snippet`` is a few lines of Python that show an engine rule being broken.
+    """
+
+    replay: str = ""
+    snippet: str | None = None
+    check_name: str | None = None
+    verdict: Any = dataclasses.field(default=None, repr=False)
+
+    @property
+    def signature(self) -> tuple:
+        # One finding per kind of failure and oracle pair (or engine rule): the same bug seen in
+        # another graph is the same finding, so the search moves on to something new.
+        return (self.kind, tuple(sorted(self.oracles)), self.check_name or "")
+
+    def describe(self) -> str:
+        lines = [f"[{self.kind}] {self.message}"]
+        if self.case is not None:
+            lines.append("  case:")
+            try:
+                lines += ["  " + ln for ln in self.case.to_text().splitlines()]
+            except Exception as e:  # noqa: BLE001 - a case that cannot even print is still reported
+                lines.append(f"    (cannot list the case: {type(e).__name__}: {e})")
+        if self.snippet:
+            lines.append("  what happened:")
+            lines += ["    " + ln for ln in self.snippet.splitlines()]
+        if self.replay:
+            lines.append("  replay: " + self.replay.replace("\n", "\n          "))
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.describe()
+
+
+@dataclasses.dataclass
+class Result:
+    """The outcome of a ``verify_*`` run.
+
+    ``ok`` is true when no discrepancy was found; ``cases_run`` counts generated cases (shrinking
+    re-runs excluded); ``discrepancies`` are :class:`VerifyDiscrepancy` s (shrunk cases);
+    ``notes`` are observations that do not fail the run (torch-specific details under
+    ``strict=False``, oracles that could not run...); ``checks`` maps each named property of an
+    engine run to ``"passed"``, ``"failed"``, ``"note"`` or ``"skipped: why"``.
+    """
+
+    target: str
+    what: str  # "op" | "torch function" | "engine"
+    seed: int
+    discrepancies: list = dataclasses.field(default_factory=list)
+    notes: list = dataclasses.field(default_factory=list)
+    cases_run: int = 0
+    shrink_runs: int = 0
+    seconds: float = 0.0
+    time_to_first: float | None = None
+    cases_to_first: int | None = None
+    max_examples: int | None = None
+    budget_seconds: float | None = None
+    strict: bool | None = None
+    checks: dict = dataclasses.field(default_factory=dict)
+    op_counts: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    pair_counts: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    pair_agree: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    skipped: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    replay: str = ""
+
+    @property
+    def status(self) -> str:
+        """``"agree"``, ``"disagree"`` or ``"inconclusive"`` (CONTRACT §3); ``ok`` is True only for agree."""
+        if self.discrepancies:
+            return "disagree"
+        if not self.cases_run:
+            return "inconclusive"
+        return "agree"
+
+    @property
+    def reason(self) -> str:
+        """Why the run was inconclusive ("" otherwise)."""
+        return "no case ran" if self.status == "inconclusive" else ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "agree"
+
+    @property
+    def kinds(self) -> list[str]:
+        return [d.kind for d in self.discrepancies]
+
+    def note(self, text: str) -> None:
+        if text not in self.notes:
+            self.notes.append(text)
+
+    def summary(self) -> str:
+        n = len(self.discrepancies)
+        head = "OK" if self.ok else f"FAILED ({n} discrepanc{'y' if n == 1 else 'ies'})"
+        lines = [
+            f"gradspec verify {self.what} {self.target}: {head} — {self.cases_run} cases in {self.seconds:.2f} s, "
+            f"seed {self.seed}"
+        ]
+        if self.time_to_first is not None:
+            lines.append(f"  first discrepancy after {self.time_to_first:.2f} s ({self.cases_to_first} cases)")
+        if self.checks:
+            failed = [k for k, v in self.checks.items() if v == "failed"]
+            lines.append(f"  backward() rules: {sum(v == 'passed' for v in self.checks.values())} passed"
+                         + (f", failed: {', '.join(failed)}" if failed else ""))
+        for i, d in enumerate(self.discrepancies):
+            lines.append(f"--- discrepancy {i + 1} of {len(self.discrepancies)}")
+            lines.append(d.describe())
+        if self.notes:
+            lines.append("notes:")
+            lines += [f"  - {n}" for n in self.notes]
+        if not self.ok and self.replay:
+            lines.append(f"replay the whole run: {self.replay}")
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.summary()
+
+    def to_json(self) -> dict:
+        return {
+            "target": self.target,
+            "what": self.what,
+            "ok": self.ok,
+            "seed": self.seed,
+            "cases": self.cases_run,
+            "shrink_runs": self.shrink_runs,
+            "discrepancies": len(self.discrepancies),
+            "seconds": round(self.seconds, 3),
+            "time_to_first": None if self.time_to_first is None else round(self.time_to_first, 3),
+            "cases_to_first": self.cases_to_first,
+            "strict": self.strict,
+            "checks": dict(self.checks),
+            "notes": list(self.notes),
+            "ops": dict(sorted(self.op_counts.items())),
+            "oracles": {f"{a} vs {b}": n for (a, b), n in sorted(self.pair_counts.items())},
+            "agreement": {f"{a} vs {b}": self.pair_agree[(a, b)] for (a, b) in sorted(self.pair_counts)},
+            "skipped": dict(self.skipped.most_common()),
+            "replay": self.replay,
+            "items": [
+                {"kind": d.kind, "oracles": list(d.oracles), "message": d.message, "replay": d.replay,
+                 "snippet": d.snippet, "check": d.check_name}
+                for d in self.discrepancies
+            ],
+        }
+
+    def write_html(self, directory: str) -> str:
+        """Write ``directory/index.html`` (the run), ``summary.json`` and one folder per
+        discrepancy (``index.html``, and for cases ``case.json`` + ``repro.py``); returns the
+        path of ``index.html``."""
+        if not _HTML_WRITER:
+            raise RuntimeError("no HTML writer installed: import gradspec (the package) before writing a report")
+        return _HTML_WRITER[0](self, directory)

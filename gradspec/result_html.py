@@ -1,0 +1,106 @@
+"""Writing a ``verify_*`` :class:`gradspec.result.Result` as HTML (the report layer).
+
+Importing this module installs :func:`write_result_html` as ``Result.write_html``'s writer.
+
+Example::
+
+    >>> import tempfile, os, gradspec as gs
+    >>> cube = gs.Op("cube_html", forward=lambda x: x ** 3, vjp=lambda g, x, out: (3 * x ** 2 * g,))
+    >>> path = gs.verify_op(cube, max_examples=3, seed=0).write_html(tempfile.mkdtemp())
+    >>> os.path.basename(path)
+    'index.html'
+"""
+
+from __future__ import annotations
+
+import hashlib
+import html as _html
+import json
+import os
+
+from . import report
+from ._private.records import atomic_write
+from .result import VerifyDiscrepancy, set_html_writer
+
+__all__ = ["write_result_html"]
+
+
+def write_result_html(self, directory: str) -> str:
+    """``Result.write_html``: the run's index.html, summary.json and one folder per discrepancy."""
+    os.makedirs(directory, exist_ok=True)
+    items = []
+    for d in self.discrepancies:
+        if d.case is not None:
+            try:
+                folder = report.write_discrepancy_report(directory, d, d.verdict)
+            except Exception as e:  # noqa: BLE001 - fall back to a plain page rather than no page
+                folder = _write_plain_page(directory, d, f"(the full report failed: {type(e).__name__}: {e})")
+            _append_html(os.path.join(folder, "index.html"), _replay_html(d))
+            ops = ", ".join(sorted({n.op for n in d.case.nodes}))
+        else:
+            folder = _write_plain_page(directory, d)
+            ops = d.check_name or ""
+        items.append({"id": os.path.basename(folder), "kind": d.kind, "oracles": " vs ".join(d.oracles),
+                      "ops": ops, "message": d.message})
+    s = self.to_json()
+    summary = {
+        "engine": self.target if self.what == "engine" else "reference",
+        "cases": self.cases_run,
+        "seconds": self.seconds,
+        "seed": self.seed,
+        "discrepancies": len(self.discrepancies),
+        "interrupted": False,
+        "oracles": s["oracles"],
+        "agreement": s["agreement"],
+        "ops": s["ops"],
+        "skipped": s["skipped"],
+    }
+    index = report.write_run_report(directory, summary, items)
+    extra = [f"<h2>gradspec verify {_html.escape(self.what)} <code>{_html.escape(self.target)}</code>: "
+             f"{'OK' if self.ok else 'FAILED'}</h2>"]
+    if self.checks:
+        extra.append("<h2>backward() rules</h2><table><tr><th class='l'>rule</th><th class='l'>outcome</th></tr>")
+        for k, v in self.checks.items():
+            cls = "ok" if v == "passed" else "bad" if v == "failed" else ""
+            extra.append(f"<tr><td class='l'>{_html.escape(k)}</td><td class='l {cls}'>{_html.escape(v)}</td></tr>")
+        extra.append("</table>")
+    if self.notes:
+        extra.append("<h2>Notes</h2><ul>" + "".join(f"<li>{_html.escape(n)}</li>" for n in self.notes) + "</ul>")
+    if self.replay:
+        extra.append(f"<h2>Replay</h2><pre>{_html.escape(self.replay)}</pre>")
+    _append_html(index, "\n".join(extra))
+    atomic_write(os.path.join(directory, "summary.json"), json.dumps(s, indent=2, default=str))
+    return index
+
+
+def _append_html(path: str, fragment: str) -> None:
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    text = text.replace("</body>", fragment + "\n</body>", 1) if "</body>" in text else text + fragment
+    atomic_write(path, text)
+
+
+def _replay_html(d: VerifyDiscrepancy) -> str:
+    parts = []
+    if d.snippet:
+        parts.append(f"<h2>What happened</h2><pre>{_html.escape(d.snippet)}</pre>")
+    if d.replay:
+        parts.append(f"<h2>Replay</h2><pre>{_html.escape(d.replay)}</pre>")
+    return "\n".join(parts)
+
+
+def _write_plain_page(directory: str, d: VerifyDiscrepancy, extra: str = "") -> str:
+    did = "d-" + hashlib.sha1(repr((d.kind, d.check_name, d.message)).encode()).hexdigest()[:10]
+    folder = os.path.join(directory, did)
+    os.makedirs(folder, exist_ok=True)
+    body = (
+        "<!doctype html><html><head><meta charset='utf-8'><title>gradspec discrepancy</title></head><body>"
+        "<p><a href='../index.html'>&larr; run summary</a></p>"
+        f"<h1>{_html.escape(d.kind)}{' (' + _html.escape(d.check_name) + ')' if d.check_name else ''}</h1>"
+        f"<pre>{_html.escape(d.message)}</pre>{_html.escape(extra)}{_replay_html(d)}</body></html>"
+    )
+    atomic_write(os.path.join(folder, "index.html"), body)
+    return folder
+
+
+set_html_writer(write_result_html)

@@ -1,0 +1,160 @@
+"""``gs.verify_engine``: an autodiff engine behind the :class:`gradspec.engines.Engine` protocol.
+
+Gradient values on random graphs of the ops the engine supports, against the reference engine
+and the jacobian oracle; then every backward() rule of CONTRACT §5 as a named check
+(:mod:`gradspec.semantics`), differential against torch wherever torch decides.
+
+Example::
+
+    >>> import gradspec as gs
+    >>> gs.verify_engine("reference", max_examples=3, seed=0).ok
+    True
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import numpy as np
+
+from .. import engines as _engines
+from ..case import Case
+from ..check import Discrepancy, check
+from ..spec import registry as _registry
+from ..oracles.engine_oracle import EngineOracle
+from ..result import Result, VerifyDiscrepancy
+from ..search import DEFAULT_MAX_EXAMPLES, _check_budget, _resolve_seed, _Runner
+from ..semantics import _Semantics
+from .op import _budget_text, _count, _note_verdicts
+
+__all__ = ["verify_engine", "ENGINE_COMPANIONS"]
+
+
+def _engine_label(engine_arg, engine) -> str:
+    if isinstance(engine_arg, str):
+        return engine_arg
+    t = type(engine)
+    mod = getattr(t, "__module__", "")
+    if mod and mod != "__main__":
+        return f"{mod}:{t.__qualname__}"
+    return "<your engine object>"
+
+
+def verify_engine(engine, *, max_examples: int | None = None, seconds: float | None = None, seed: int | None = None,
+                  strict: bool = True) -> Result:
+    """Verify an autodiff engine behind the :class:`gradspec.engines.Engine` protocol.
+
+    Gradient values on random graphs of the ops ``engine.supports``, against the reference
+    engine and the jacobian oracle; then every backward() rule of CONTRACT §5 as a named check
+    (``Result.checks``), differential against torch wherever torch decides whether a call raises.
+    With ``strict=False`` only what decides gradient correctness fails the run (values,
+    accumulation, implicit-seed and seed-shape rules, reset, retain_graph); torch-specific
+    details (freeing after backward, None before the first backward or for unreached leaves,
+    error types, a root that does not require grad) become ``Result.notes``.
+    """
+    _check_budget(max_examples, seconds)
+    label_arg = engine
+    eng = _engines.get(engine)
+    s = _resolve_seed(seed)
+    label = _engine_label(label_arg, eng)
+    budget = _budget_text(max_examples, seconds)
+    result = Result(target=eng.name, what="engine", seed=s, max_examples=max_examples, budget_seconds=seconds,
+                    strict=strict)
+    result.replay = f"gs.verify_engine({label!r}, seed={s}, {budget}, strict={strict})"
+    started = time.perf_counter()
+    from .. import strategies as gst
+
+    unusable = gst.unusable_ops()
+    supported = []
+    for op in _registry.public_names():
+        try:
+            ok = bool(eng.supports(op))
+        except Exception as e:  # noqa: BLE001
+            result.note(f"engine.supports({op!r}) raised {type(e).__name__}: {e}; treated as unsupported")
+            ok = False
+        if ok and op not in unusable:
+            supported.append(op)
+    if not supported:
+        result.note("the engine supports no op of the table: only the semantics checks that need no op could run")
+    sem = _Semantics(eng, label, result, strict, np.random.default_rng(s), supported)
+    sem.run_all()
+    if supported:
+        eo = EngineOracle(eng, name=f"engine:{eng.name}", spec=label, strict=strict)
+        run_replay = result.replay
+
+        def evaluate(case):
+            _count(result, case)
+            return _check_engine_case(case, eo, result, run_replay, strict, sem)
+
+        strategy = _engine_cases(supported)
+        if max_examples is None and seconds is None:
+            max_examples = max(DEFAULT_MAX_EXAMPLES, 2 * len(supported))
+        left = None if seconds is None else max(0.1, seconds - (time.perf_counter() - started))
+        runner = _Runner(result, max_examples, left)
+        runner.found.update({d.signature: d for d in result.discrepancies})
+        runner.run(strategy, evaluate)
+        result.checks["values on random graphs (J^T . seed)"] = (
+            "failed" if any(d.check_name == "values" for d in result.discrepancies) else "passed")
+        fr = sem.freeing_cases
+        if fr["n"]:
+            result.checks.setdefault("freeing (second backward without retain_graph, random graphs)",
+                                     "passed" if not fr["bad"] else ("failed" if strict else "note"))
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+ENGINE_COMPANIONS = ("add", "mul", "sum", "tanh", "exp", "matmul")
+
+
+def _engine_cases(supported: list):
+    """Each case focuses on one supported op (drawn uniformly, so every op gets its share of a
+    small budget), mixed with a few simple supported ops, or all supported ops at random."""
+    from hypothesis import strategies as st
+
+    from .. import strategies as gst
+
+    comp = [c for c in ENGINE_COMPANIONS if c in supported]
+
+    def focused(op):
+        return gst.cases(ops=[op] + [c for c in comp if c != op], max_nodes=5).filter(lambda c: op in c.ops)
+
+    return st.one_of(st.sampled_from(supported).flatmap(focused), gst.cases(ops=supported, max_nodes=6))
+
+
+def _check_engine_case(case: Case, eo: EngineOracle, result: Result, run_replay: str, strict: bool, sem) -> list:
+    names = [eo, "reference", "jacobian"]
+    v = check(case, oracles=names)
+    _note_verdicts(result, [v])
+    found = []
+    if eo.name in v.errors:
+        tname, msg, tb = v.errors[eo.name]
+        found.append(VerifyDiscrepancy(
+            "raised", (eo.name, "reference"),
+            f"engine {eo.engine.name!r}: raised {tname}: {msg} on a valid graph where the reference engine and "
+            "torch compute gradients", case, traceback=tb, replay=run_replay, check_name="values", verdict=v))
+    else:
+        ref_vs_jac_bad = any(set(d.oracles) == {"reference", "jacobian"} for d in v.discrepancies)
+        for d in v.discrepancies:
+            if eo.name not in d.oracles or d.kind == "raised":
+                continue
+            if ref_vs_jac_bad:
+                result.note(f"reference and jacobian oracles disagree on a case ({d.message[:120]}...): not counted "
+                            "against the engine; please report it to gradspec")
+                continue
+            fields = {f.name: getattr(d, f.name) for f in dataclasses.fields(Discrepancy)}
+            fields["message"] = f"engine {eo.engine.name!r}: gradient differs from J^T . seed: {d.message}"
+            if d.kind == "none-vs-zeros":
+                fields["message"] += (" (torch leaves .grad None for a leaf no gradient reached; strict=False accepts "
+                                      "zeros)")
+            found.append(VerifyDiscrepancy(**fields, replay=run_replay, check_name="values", verdict=v))
+    if not strict and not found:
+        ref = v.results.get("reference", {})
+        got = v.results.get(eo.name, {})
+        for k, g in ref.items():
+            if g is None and got.get(k) is not None:
+                result.note("the engine reports zeros (not None) for leaves no gradient reached (torch: None)")
+                break
+    if not found and sem is not None:
+        sem.freeing_probe(case)
+    return found

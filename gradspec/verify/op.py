@@ -1,0 +1,390 @@
+"""``gs.verify_op``: a user op's VJP (and JVP / torch twin, if declared) on random graphs.
+
+The op at the root of small graphs, deep inside larger ones (fed by fan-out, its output used
+twice, multiplied by random tensors so that its upstream gradient is never all ones), against
+table ops, with broadcasting where its signature allows it, with its params drawn, big sides and
+high ranks in part of the cases.  Every applicable oracle: finite differences of the forward,
+the jacobian oracle (the op's own ``jvp``, or a finite-difference JVP of its forward), torch
+(``torch=``).  The VJP's contract (count, exact shape, dtype, no writing into its arguments, no
+exception) is checked on every call.
+
+Example::
+
+    >>> import numpy as np, gradspec as gs
+    >>> cube = gs.Op("cube_v", forward=lambda x: x ** 3, vjp=lambda g, x, out: (3 * x ** 2 * g,))
+    >>> gs.verify_op(cube, max_examples=5, seed=0).ok
+    True
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import traceback
+
+import numpy as np
+
+from .. import oracles as _oracles
+from ..case import Case, Leaf, NodeDef
+from ..check import Discrepancy, _has_fd_jvp, check
+from ..oracles.fd_jacobian import FDJacobianOracle
+from ..spec import registry as _registry
+from ..spec.opspec import OpSpec
+from ..ops.user import ERROR_KINDS, FD_JVP_SOURCE, import_path_of
+from ..result import Result, VerifyDiscrepancy
+from ..search import DEFAULT_MAX_EXAMPLES, _check_budget, _resolve_seed, _Runner
+
+__all__ = ["verify_op", "COMPANIONS"]
+
+COMPANIONS = ("add", "mul", "sub", "tanh", "exp", "sum", "mean", "matmul", "unsqueeze", "permute")
+
+
+def _op_cases(spec: OpSpec, companions, user_ops: dict):
+    """Cases that contain ``spec``: alone (at the root, chained, x twice), wrapped (its output used
+    twice and scaled by a random tensor before a sum, so its upstream gradient is never all
+    ones), mixed with table ops (deep inside, fed by fan-out), big (sides 5 to 8), of high rank
+    (2 to 4 axes), and, for gufunc-declared ops with several inputs, on inputs whose loop
+    dimensions broadcast."""
+    from hypothesis import strategies as st
+
+    from .. import strategies as gst
+
+    comp = [c for c in companions if c != spec.name and c in _registry.all_specs()]
+    alone = gst.cases(ops=[spec], max_nodes=3, max_leaves=3, max_roots=2)
+    has = lambda c: spec.name in c.ops  # noqa: E731
+    mixed = gst.cases(ops=[spec] + comp, min_nodes=2, max_nodes=6, max_leaves=4).filter(has)
+    big = gst.cases(ops=[spec], max_nodes=2, max_leaves=3, max_roots=1, min_dims=1, max_dims=2, min_side=5,
+                    max_side=8, max_elements=256)
+    deep = gst.cases(ops=[spec], max_nodes=2, max_leaves=3, max_roots=2, min_dims=2, max_dims=4, max_side=3,
+                     max_elements=300)
+    wrapped = st.tuples(gst.cases(ops=[spec], max_nodes=2, max_leaves=3, max_roots=2), st.integers(0, 2**32 - 1)).map(
+        lambda t: _wrap(t[0], t[1])
+    )
+
+    def tag(c):
+        c.user_ops.update(user_ops)
+        return c
+
+    big2 = gst.cases(ops=[spec], max_nodes=2, max_leaves=3, max_roots=2, min_dims=1, max_dims=2, min_side=5,
+                     max_side=8, max_elements=256)
+    branches = [alone, wrapped, mixed, big, deep, big2]
+    if _broadcast_plan(spec) is not None:
+        branches += [_broadcast_cases(spec), _broadcast_cases(spec)]  # twice the weight (distinct objects:
+        # one_of drops a repeated strategy)
+    return st.one_of(*branches).map(tag)
+
+
+def _broadcast_plan(spec: OpSpec):
+    """Core dims per input of a gufunc-declared op with >= 2 inputs (None if not applicable)."""
+    if spec.signature is None or spec.shape_fn is not None or (spec.arity or 0) < 2:
+        return None
+    from .._private.signature import parse
+
+    try:
+        return parse(spec.signature)[0]
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def _broadcast_cases(spec: OpSpec):
+    """The op alone on inputs whose loop dimensions really broadcast (one input has the full loop
+    shape, the others drop leading axes or have size-1 axes), under a random seed: the cases where
+    a gradient must be summed over broadcast axes, batch dims of matmul included."""
+    from hypothesis import strategies as st
+
+    from .._private import values as _values
+
+    cores = _broadcast_plan(spec)
+    names = sorted({d for c in cores for d in c if not d.isdigit()})
+    doms = spec.domains_for(len(cores))
+
+    @st.composite
+    def build(draw):
+        sizes = {d: draw(st.integers(1, 4)) for d in names}
+        loop = tuple(draw(st.lists(st.integers(2, 3), min_size=1, max_size=2)))
+        full = draw(st.integers(0, len(cores) - 1))
+        shapes = []
+        for i, core in enumerate(cores):
+            if i == full:
+                lp = loop
+            else:
+                drop = draw(st.integers(0, len(loop)))
+                lp = tuple(1 if draw(st.booleans()) else s for s in loop[drop:])
+            shapes.append(lp + tuple(int(d) if d.isdigit() else sizes[d] for d in core))
+        params = draw(spec.param_strategy(tuple(shapes))) if spec.param_strategy is not None else {}
+        rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+        leaves = {f"x{i}": _values.tame_array(rng, s, [d]) for i, (s, d) in enumerate(zip(shapes, doms, strict=True))}
+        out = spec.out_shape(shapes, spec.canonical(shapes, dict(params)))
+        from hypothesis import assume
+
+        assume(out is not None)
+        seed = rng.uniform(0.5, 1.5, out) * rng.choice([-1.0, 1.0], out)
+        try:
+            case = Case.build(leaves, [("y", spec.name, list(leaves), params)], ["y"], [seed])
+        except Exception:  # noqa: BLE001 - params/shapes the op rejects: not a case
+            assume(False)
+        case.meta["generator"] = "gradspec.verify (broadcast)"
+        return case
+
+    return build()
+
+
+def _wrap(case: Case, seed: int) -> Case:
+    """Add ``sum(root * w)`` for each root (w random) as extra roots; the old roots stay roots,
+    so each root's gradient is its own seed plus ``w``."""
+    rng = np.random.default_rng(seed)
+    shapes = case.shapes()
+    env = case.evaluate()
+    leaves = [Leaf(l.name, l.value, l.requires_grad) for l in case.leaves]
+    nodes = [NodeDef(n.name, n.op, list(n.inputs), dict(n.params)) for n in case.nodes]
+    roots, seeds = list(case.roots), list(case.seeds)
+    for i, r in enumerate(case.roots):
+        if not np.issubdtype(env[r].dtype, np.floating):
+            continue
+        w = rng.uniform(0.5, 1.5, shapes[r]) * rng.choice([-1.0, 1.0], shapes[r])
+        leaves.append(Leaf(f"w{i}", w.astype(env[r].dtype), False))
+        nodes.append(NodeDef(f"q{i}", "mul", [r, f"w{i}"], {}))
+        nodes.append(NodeDef(f"s{i}", "sum", [f"q{i}"], {}))
+        roots.append(f"s{i}")
+        seeds.append(None)
+    out = Case(leaves, nodes, roots, seeds, user_ops=dict(case.user_ops), meta=dict(case.meta))
+    out.canonicalize()
+    out.validate()
+    return out
+
+
+_PAIR_TEXT = {
+    "finite-differences": "finite differences of the forward",
+    "jacobian": "the jacobian oracle (forward-mode JVPs composed by the chain rule)",
+    "torch-cpu": "torch autograd on the op's torch twin",
+    "reference": "the op's vjp run by gradspec's engine",
+}
+
+
+def _under_test_oracles(spec) -> set:
+    s = {"reference"}
+    if spec.torch is not None:
+        s.add("torch-cpu")
+    if spec.jvp_source != FD_JVP_SOURCE:
+        s.add("jacobian")
+    return s
+
+
+def _check_op_case(case: Case, spec: OpSpec, oracle_names: list, target: str, replay: str, result: Result,
+                   extra=None) -> list:
+    names = [n for n in oracle_names if not (n == "jacobian" and _has_fd_jvp(case))]
+    fdjac = "jacobian" in oracle_names and _has_fd_jvp(case)
+    found: list[VerifyDiscrepancy] = []
+    v = check(case, oracles=names)
+    verdicts = [v]
+    errors = dict(v.errors)
+    ref_failed = "reference" in errors
+    if fdjac and not ref_failed:
+        try:
+            v2 = check(case, oracles=["reference", FDJacobianOracle()])
+            verdicts.append(v2)
+            for k, e in v2.errors.items():
+                errors.setdefault(k, e)
+        except Exception as e:  # noqa: BLE001
+            errors["jacobian"] = (type(e).__name__, str(e), traceback.format_exc())
+    _note_verdicts(result, verdicts)
+    under = _under_test_oracles(spec)
+    feeds = _leaves_feeding(case, spec.name)
+    jac_bad = {d.leaf for vv in verdicts for d in vv.discrepancies if set(d.oracles) == {"reference", "jacobian"}}
+    jac_ran = any("jacobian" in vv.results for vv in verdicts)
+    for vv in verdicts:
+        for d in vv.discrepancies:
+            if d.kind == "raised":
+                continue  # reported below, from the errors themselves
+            if not (set(d.oracles) & under):
+                continue
+            if d.leaf is not None and d.leaf not in feeds:
+                continue  # the op is on no path from this leaf to a root: not the op's doing
+            if (d.kind == "value" and set(d.oracles) == {"reference", "finite-differences"} and jac_ran
+                    and d.leaf not in jac_bad and d.rel_err is not None and d.rel_err < FD_ONLY_REL):
+                result.note(
+                    f"finite differences alone disagreed with the vjp by {d.rel_err:.2g} (relative) on a case where "
+                    "the jacobian oracle agrees with it; treated as finite-difference rounding (e.g. a step that "
+                    "is not exactly representable next to large inputs whose outputs cancel)")
+                continue
+            found.append(_wrap_disc(d, target, replay, vv, spec))
+    ref_msg = errors.get("reference", (None, ""))[1]
+    for name, (tname, msg, tb) in errors.items():
+        if name != "reference" and ref_msg and msg and msg in ref_msg:
+            continue  # the same failure of the same code (fn's backward run by torch): reported once
+        kind = ERROR_KINDS.get(tname)
+        if kind is None:
+            if name == "reference" and "forward raised" in msg:
+                kind = "forward-raised"
+            elif name == "jacobian":
+                kind = "jvp-raised" if spec.jvp_source != FD_JVP_SOURCE else "raised"
+            else:
+                kind = "raised"
+        other = next((n for n in v.results if n != name), "finite-differences")
+        found.append(
+            VerifyDiscrepancy(
+                kind=kind,
+                oracles=(name, other),
+                message=f"{target}: {name} raised {tname}: {msg}",
+                case=case,
+                traceback=tb,
+                replay=replay,
+                verdict=v,
+            )
+        )
+    if extra is not None and not found:
+        found += extra(case)
+    return _merge(found)
+
+
+def _merge(found: list) -> list:
+    """One discrepancy per kind for a case; the other oracle pairs that saw it are named in it."""
+    by_kind: dict = {}
+    others: dict = {}
+    for d in found:
+        first = by_kind.setdefault(d.kind, d)
+        if first is not d:
+            for o in d.oracles:
+                if o not in first.oracles and o not in others.setdefault(d.kind, []):
+                    others[d.kind].append(o)
+    for kind, names in others.items():
+        if names:
+            by_kind[kind].message += f" (the same case also disagrees with: {', '.join(names)})"
+    return list(by_kind.values())
+
+
+FD_ONLY_REL = 1e-8  # below this, a disagreement with finite differences alone needs a second witness
+
+
+def _leaves_feeding(case: Case, op: str) -> set:
+    """Leaves from which some path reaches a node of ``op`` (their gradients run through its vjp)."""
+    anc: dict = {l.name: {l.name} for l in case.leaves}
+    out: set = set()
+    for n in case.nodes:
+        a = set().union(*[anc.get(i, set()) for i in n.inputs]) if n.inputs else set()
+        anc[n.name] = a
+        if n.op == op:
+            out |= a
+    return out & {l.name for l in case.leaves}
+
+
+def _wrap_disc(d: Discrepancy, target: str, replay: str, verdict, spec) -> VerifyDiscrepancy:
+    a, b = d.oracles
+    why = f"{_PAIR_TEXT.get(a, a)} disagrees with {_PAIR_TEXT.get(b, b)}"
+    msg = f"{target}: {why}: {d.message}"
+    if "jacobian" in d.oracles and spec.jvp_source == FD_JVP_SOURCE:
+        msg += (f" [the jacobian oracle used a finite-difference JVP of {spec.name!r}'s forward (it declares no jvp); "
+                "compared with a finite-difference tolerance]")
+    fields = {f.name: getattr(d, f.name) for f in dataclasses.fields(Discrepancy)}
+    fields["message"] = msg
+    return VerifyDiscrepancy(**fields, replay=replay, verdict=verdict)
+
+
+def _choose_oracles(spec: OpSpec, oracles) -> list:
+    if oracles is None:
+        names = ["reference", "finite-differences", "jacobian"]
+        if spec.torch is not None:
+            names.append("torch-cpu")
+        return names
+    if isinstance(oracles, str):
+        oracles = [oracles]
+    names = []
+    for o in oracles:
+        n = o.name if isinstance(o, _oracles.Oracle) else o
+        if n not in _oracles.names():
+            raise ValueError(f"unknown oracle {n!r}; known oracles: {', '.join(_oracles.names())}")
+        names.append(n)
+    if "reference" not in names:
+        names.insert(0, "reference")  # the op's own vjp is what is being verified
+    return names
+
+
+def _resolve_op(op) -> OpSpec:
+    if isinstance(op, str):
+        try:
+            return _registry.lookup(op)
+        except KeyError as e:
+            raise ValueError(str(e.args[0])) from None
+    if not isinstance(op, OpSpec):
+        raise TypeError(
+            f"verify_op expects an op declared with gs.Op(...) (or a table op name), got {type(op).__name__}")
+    if op.user and _registry.all_specs().get(op.name) is not op:
+        # The same name was declared again since: register this one for the run (cases name ops).
+        _registry.register(op)
+    return op
+
+
+def verify_op(op, *, max_examples: int | None = None, seconds: float | None = None, oracles=None,
+              seed: int | None = None, companions=COMPANIONS) -> Result:
+    """Verify a user op's VJP (and JVP / torch twin, if declared) on random graphs.
+
+    Budget: ``max_examples`` generated cases and/or ``seconds`` (default
+    ``DEFAULT_MAX_EXAMPLES`` cases, a few seconds).  Deterministic for a given ``seed``.
+
+    Example::
+
+        >>> import numpy as np, gradspec as gs
+        >>> bad = gs.Op("bad_square", forward=lambda x: x * x, vjp=lambda g, x, out: (x * g,))
+        >>> r = gs.verify_op(bad, max_examples=20, seed=1)
+        >>> r.ok, r.discrepancies[0].kind
+        (False, 'value')
+    """
+    _check_budget(max_examples, seconds)
+    spec = _resolve_op(op)
+    names = _choose_oracles(spec, oracles)
+    s = _resolve_seed(seed)
+    target = f"{spec.name!r}"
+    path = import_path_of(spec) if spec.user else None
+    budget = _budget_text(max_examples, seconds)
+    if path:
+        mod, _, attr = path.partition(":")
+        run_replay = f"from {mod} import {attr}; gs.verify_op({attr}, seed={s}, {budget})"
+    else:
+        run_replay = f"gs.verify_op({spec.name}, seed={s}, {budget})  # with your op object"
+    result = Result(target=target, what="op", seed=s, max_examples=max_examples, budget_seconds=seconds)
+    result.replay = run_replay
+    if spec.user and spec.jvp_source == FD_JVP_SOURCE and "jacobian" in names:
+        result.note(f"op {spec.name!r} declares no jvp: the jacobian oracle composes a finite-difference JVP of its "
+                    "forward (4-point central differences + Richardson) and is compared with a finite-difference "
+                    "tolerance (its error estimated from three step sizes)")
+    if spec.user and path is None:
+        result.note(f"op {spec.name!r} was defined in __main__ or inline: saved case.json files cannot be replayed "
+                    "with `gradspec replay` in another process; define it in an importable module for that")
+    user_ops = {spec.name: path} if path else {}
+
+    def evaluate(case):
+        _count(result, case)
+        return _check_op_case(case, spec, names, f"op {spec.name!r}", _case_replay(path, s, run_replay), result)
+
+    runner = _Runner(result, max_examples, seconds)
+    runner.run(_op_cases(spec, companions, user_ops), evaluate)
+    return result
+
+
+def _budget_text(max_examples, seconds) -> str:
+    parts = []
+    if max_examples is not None or seconds is None:
+        parts.append(f"max_examples={max_examples if max_examples is not None else DEFAULT_MAX_EXAMPLES}")
+    if seconds is not None:
+        parts.append(f"seconds={seconds}")
+    return ", ".join(parts)
+
+
+def _case_replay(path, seed, run_replay) -> str:
+    if path:
+        return ("result.write_html(DIR), then `gradspec replay DIR/<id>/case.json`; or gs.check(d.case); "
+                f"or the whole run: {run_replay}")
+    return f"gs.check(d.case) on this discrepancy's case; or the whole run: {run_replay}"
+
+
+def _count(result: Result, case: Case) -> None:
+    for op in {n.op for n in case.nodes}:
+        result.op_counts[op] += 1
+
+
+def _note_verdicts(result: Result, verdicts) -> None:
+    for v in verdicts:
+        for comp in v.comparisons:
+            result.pair_counts[tuple(comp.oracles)] += 1
+            result.pair_agree[tuple(comp.oracles)] += int(comp.agreed)
+        for name, why in v.skipped.items():
+            result.skipped[f"{name}: {why}"[:100]] += 1
