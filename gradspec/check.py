@@ -21,6 +21,7 @@ import numpy as np
 
 from . import oracles as _oracles
 from . import tolerances as _tol
+from . import outcome as _outcome
 from .case import Case
 from .causes import Cause
 
@@ -83,6 +84,14 @@ class Comparison:
 
 @dataclasses.dataclass
 class Verdict:
+    """The outcome of ``gs.check`` on one case: ``status`` is ``agree`` / ``disagree`` / ``inconclusive``.
+
+    ``errors`` holds every oracle that raised; each is either a ``raised`` discrepancy or ``excused``
+    (name -> why: torch and the code under test both refused the case, the forward raised, a
+    finite-difference estimate could not be formed).  ``notes`` are observations that decided
+    nothing against the code (``twin-mismatch`` causes, torch's None taken as zeros...).
+    """
+
     case: Case
     results: dict  # oracle name -> {leaf: ndarray | None}
     comparisons: list[Comparison]
@@ -91,11 +100,13 @@ class Verdict:
     errors: dict  # oracle name -> (exception type name, message, traceback)
     jacobian: object | None = None
     fd_error: dict | None = None
+    notes: list = dataclasses.field(default_factory=list)  # str or Cause (e.g. twin-mismatch)
+    excused: dict = dataclasses.field(default_factory=dict)  # oracle name -> why its raise is no discrepancy
 
     @property
     def status(self) -> str:
         """``"agree"``, ``"disagree"`` or ``"inconclusive"`` (CONTRACT §3); ``ok`` is True only for agree."""
-        if self.discrepancies:
+        if self.discrepancies or set(self.errors) - set(self.excused):
             return "disagree"
         if not self.comparisons:
             return "inconclusive"
@@ -106,17 +117,29 @@ class Verdict:
         """Why the verdict is inconclusive ("" otherwise)."""
         if self.status != "inconclusive":
             return ""
-        why = "; ".join(f"{n}: {w}" for n, w in self.skipped.items())
-        return "no pair of oracles produced gradients to compare" + (f" ({why})" if why else "")
+        why = [f"{n}: {w}" for n, w in self.excused.items()] + [f"{n}: {w}" for n, w in self.skipped.items()]
+        got = sorted(self.results)
+        head = "no pair of oracles produced gradients to compare"
+        head += f" (only {got[0]} did)" if len(got) == 1 else " (none did)" if not got else ""
+        return head + (": " + "; ".join(why) if why else "")
 
     @property
     def ok(self) -> bool:
         return self.status == "agree"
 
     def summary(self) -> str:
-        lines = [f"{'OK' if self.ok else 'DISCREPANCY'}: {len(self.comparisons)} oracle pair(s) compared"]
+        status = self.status
+        if status == "inconclusive":
+            lines = [f"INCONCLUSIVE: {self.reason}"]
+        else:
+            lines = [f"{'OK' if status == 'agree' else 'DISCREPANCY'}: {len(self.comparisons)} oracle pair(s) compared"
+                     + (f" ({', '.join(' vs '.join(c.oracles) for c in self.comparisons)})" if self.comparisons else "")]
+            for name, why in self.excused.items():
+                lines.append(f"  excused {name}: {why}")
         for name, why in self.skipped.items():
             lines.append(f"  skipped {name}: {why}")
+        for n in self.notes:
+            lines.append(f"  note: {n}" + (f" [{n.evidence}]" if getattr(n, "evidence", "") else ""))
         for d in self.discrepancies:
             lines.append("  " + d.message.replace("\n", "\n  "))
         return "\n".join(lines)
@@ -183,23 +206,13 @@ def check(case: Case, oracles=None) -> Verdict:
     comparisons: list[Comparison] = []
     dtype = _case_dtype(case)
     kinds = {**{o.name: o for o in chosen}, **used}
-    # Oracles that raised: agreement if every raising oracle raised the same message and the
-    # others are not exact engines (fd/jacobian cannot raise torch's errors); otherwise report.
-    if errors:
-        msgs = {(t, m) for t, m, _ in errors.values()}
-        exact_ok = [n for n in results if kinds[n].reports_none]
-        if len(msgs) > 1 or exact_ok:
-            for name, (t, m, tb) in errors.items():
-                other = exact_ok[0] if exact_ok else next((n for n in errors if n != name), name)
-                discrepancies.append(
-                    Discrepancy(
-                        kind="raised",
-                        oracles=(name, other),
-                        message=f"{name} raised {t}: {m}" + (f" while {other} returned gradients" if exact_ok else ""),
-                        case=case,
-                        traceback=tb,
-                    )
-                )
+    # CONTRACT §3: a raise is a discrepancy whichever oracles are left, unless it is excused
+    # (torch and the code under test both refuse the case, the forward raised, FD could not estimate).
+    gated = _outcome.user_gated_leaves(case)
+    notes = _outcome.torch_no_grad_as_none(case, results, errors, kinds, gated)
+    raised, excused = _outcome.settle_errors(case, results, errors, kinds)
+    for name, other, text, tb in raised:
+        discrepancies.append(Discrepancy(kind="raised", oracles=(name, other), message=text, case=case, traceback=tb))
     leaves = case.grad_leaves()
     m = None if jac is None else _path_scale(jac)
     M = None  # m per leaf, for the leaf-by-leaf comparison of pairs the fast path did not settle
@@ -210,7 +223,7 @@ def check(case: Case, oracles=None) -> Verdict:
         # The rounding-noise floor only ever loosens a tolerance, and measuring it costs three
         # more backward passes: measure it only when a comparison fails without it.
         comps, founds = [], []
-        fast = _fast_pairs(case, leaves, names, results, kinds, dtype, m, fd_errs, noise)
+        fast = _fast_pairs(case, leaves, names, results, kinds, dtype, m, fd_errs, noise, gated)
         for a, b in pairs:
             if (a, b) in fast:
                 comps.append(Comparison((a, b), True, fast[(a, b)]))
@@ -218,7 +231,7 @@ def check(case: Case, oracles=None) -> Verdict:
             tol = _tol.lookup(dtype, kinds[a].kind, kinds[b].kind)
             if M is None and m is not None:
                 M = _per_leaf(m, leaves)
-            comp, found = _compare(case, a, b, results[a], results[b], kinds, tol, M, fd_errs, noise)
+            comp, found = _compare(case, a, b, results[a], results[b], kinds, tol, M, fd_errs, noise, gated)
             comps.append(comp)
             founds.extend(found)
         if not any(d.kind == "value" for d in founds) or attempt:
@@ -230,7 +243,25 @@ def check(case: Case, oracles=None) -> Verdict:
     discrepancies.extend(founds)
     if directional is not None and results:
         _compare_directional(case, directional, results, kinds, dtype, comparisons, discrepancies, skipped)
-    return Verdict(case, results, comparisons, discrepancies, skipped, errors, jac, fd_errs.get("finite-differences"))
+    _discount_mismatched_twins(case, dtype, kinds, comparisons, discrepancies, errors, excused, notes)
+    return Verdict(case, results, comparisons, discrepancies, skipped, errors, jac, fd_errs.get("finite-differences"),
+                   notes, excused)
+
+
+def _discount_mismatched_twins(case, dtype, kinds, comparisons, discrepancies, errors, excused, notes) -> None:
+    """Torch disagreed: if a user op's torch twin computes another forward on this case, torch is no
+    witness here (issue 11 item 7) -- a ``twin-mismatch`` note, and its pairs do not count."""
+    torch_names = {n for n, o in kinds.items() if _outcome.is_torch(o)}
+    if not any(set(d.oracles) & torch_names for d in discrepancies):
+        return
+    causes = _outcome.twin_mismatches(case, dtype)
+    if not causes:
+        return
+    notes.extend(causes)
+    comparisons[:] = [c for c in comparisons if not set(c.oracles) & torch_names]
+    discrepancies[:] = [d for d in discrepancies if not set(d.oracles) & torch_names]
+    for name in torch_names & set(errors):
+        excused[name] = f"its twin is another function on this case ({causes[0].evidence})"
 
 
 def _digest(case) -> str:
@@ -439,7 +470,7 @@ def _flat(per_leaf: dict, leaves) -> np.ndarray:
     return parts[0].astype(np.float64, copy=False) if len(parts) == 1 else np.concatenate(parts).astype(np.float64, copy=False)
 
 
-def _fast_pairs(case, leaves, names, results, kinds, dtype, M, fd_errs, noise) -> dict:
+def _fast_pairs(case, leaves, names, results, kinds, dtype, M, fd_errs, noise, gated=frozenset()) -> dict:
     """The common case for every pair at once: same None-ness, right shapes, all finite, agreeing.
 
     Each oracle's gradients are flattened once into one row of a (k, N) matrix, and all pairs
@@ -479,8 +510,10 @@ def _fast_pairs(case, leaves, names, results, kinds, dtype, M, fd_errs, noise) -
         eligible = ok[I] & ok[J]
         if none is not None:
             # None vs a gradient is a discrepancy for oracles that report None, zeros otherwise.
+            # (a leaf gated by user ops: None and zeros are one answer, see gradspec.outcome)
             aware = np.array([kinds[a].reports_none and kinds[b].reports_none for a, b in pairs])
-            eligible &= ~(aware & (none[I] != none[J]).any(axis=1))
+            strict = np.array([l.name not in gated for l in leaves])
+            eligible &= ~(aware & ((none[I] != none[J]) & strict).any(axis=1))
         if N == 0 or not eligible.any():
             return {p: 0.0 for p, e in zip(pairs, eligible) if e} if N == 0 else {}
         A = np.abs(R)
@@ -507,7 +540,7 @@ def _fast_pairs(case, leaves, names, results, kinds, dtype, M, fd_errs, noise) -
     return {p: float(w) for p, g, w in zip(pairs, good, worst) if g}
 
 
-def _compare(case, a, b, ra, rb, kinds, tol, M, fd_errs, noise=None):
+def _compare(case, a, b, ra, rb, kinds, tol, M, fd_errs, noise=None, gated=frozenset()):
     found = []
     worst_ratio = 0.0
     both_none_aware = kinds[a].reports_none and kinds[b].reports_none
@@ -516,7 +549,7 @@ def _compare(case, a, b, ra, rb, kinds, tol, M, fd_errs, noise=None):
         if ga is None or gb is None:
             if ga is None and gb is None:
                 continue
-            if both_none_aware:
+            if both_none_aware and leaf.name not in gated:
                 has = a if ga is not None else b
                 found.append(
                     Discrepancy(

@@ -10,7 +10,9 @@ Installed through the ``pytest11`` entry point, so any project that has gradspec
   session ends with ``DIR/index.html`` listing them.  Works under ``pytest -n auto`` (the workers
   write their folders atomically; the controller writes the index at the end).
 * the fixture ``gradspec_check(case, **kw)``: ``gs.assert_gradients`` with the test's node id in
-  the report.
+  the report.  A check that compared nothing (inconclusive: no pair of oracles produced
+  gradients, the forward raised) fails the test with the reason, never passes it;
+  ``inconclusive="skip"`` makes it an explicit skip with the reason instead.
 * collection of ``*.gradspec-campaign.json`` files: what ``gradspec fuzz --workers K`` runs
   under pytest-xdist (one item per shard).
 """
@@ -87,9 +89,11 @@ def pytest_report_header(config):
 
 @pytest.fixture
 def gradspec_check(request):
-    """``gradspec_check(case, oracles=None, engine=None, timeout=None)``: assert that every oracle agrees.
+    """``gradspec_check(case, oracles=None, engine=None, timeout=None, inconclusive="fail")``: assert that every
+    oracle agrees.
 
-    Same as ``gs.assert_gradients``, with the test's node id recorded in the HTML report.
+    Same as ``gs.assert_gradients``, with the test's node id recorded in the HTML report; an
+    inconclusive check fails (or, with ``inconclusive="skip"``, skips) with the reason.
     """
     from .testing import assert_gradients
 

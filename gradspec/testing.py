@@ -25,7 +25,7 @@ import uuid
 
 from .check import Verdict
 
-__all__ = ["assert_gradients", "GradientMismatch", "current_report_dir", "refresh_index", "ENV_REPORT_DIR",
+__all__ = ["assert_gradients", "GradientMismatch", "GradientCheckInconclusive", "current_report_dir", "refresh_index", "ENV_REPORT_DIR",
            "ENV_SESSION"]
 
 ENV_REPORT_DIR = "GRADSPEC_REPORT_DIR"
@@ -39,6 +39,14 @@ class GradientMismatch(AssertionError):
         super().__init__(message)
         self.verdict = verdict
         self.report = report
+
+
+class GradientCheckInconclusive(AssertionError):
+    """Nothing could be compared (``.verdict.reason`` says why): never a pass (CONTRACT §3)."""
+
+    def __init__(self, message: str, verdict: Verdict):
+        super().__init__(message)
+        self.verdict = verdict
 
 
 def current_report_dir() -> str | None:
@@ -64,7 +72,7 @@ def _in_shrinking_hypothesis() -> bool:
 
 
 def assert_gradients(case, *, oracles=None, engine=None, report_dir: str | None = None, test: str | None = None,
-                     timeout: float | None = None) -> Verdict:
+                     timeout: float | None = None, inconclusive: str = "fail") -> Verdict:
     """Check ``case`` with every applicable oracle; raise :class:`GradientMismatch` on any discrepancy.
 
     ``oracles``: names or Oracle objects (default: every available one).  ``engine``: an engine
@@ -72,6 +80,11 @@ def assert_gradients(case, *, oracles=None, engine=None, report_dir: str | None 
     ``report_dir``: where to write the HTML report of a failure (default: see the module docstring).
     ``test``: a label shown in the report (the fixture passes the pytest node id).
     ``timeout``: seconds before an oracle is cut and reported as a ``timeout`` discrepancy.
+    ``inconclusive``: what a check that compared nothing does (no pair of oracles produced
+    gradients, or the forward raised): ``"fail"`` (default) raises :class:`GradientCheckInconclusive`
+    with the reason -- a test that checked nothing must not look like one that passed;
+    ``"skip"`` skips the calling pytest test with the reason (the choice for checks that need
+    hardware some CI machines lack, e.g. ``oracles=["torch-cuda", ...]``).
     Returns the :class:`gradspec.Verdict` when everything agrees.
     """
     __tracebackhide__ = True  # pytest shows the user's failing line, not gradspec's internals
@@ -96,9 +109,13 @@ def assert_gradients(case, *, oracles=None, engine=None, report_dir: str | None 
             chosen.append(fuzz.EngineOracle(obj, name, label))
         if label:
             case.engine = label
+    if inconclusive not in ("fail", "skip"):
+        raise ValueError(f"assert_gradients(inconclusive={inconclusive!r}): choose 'fail' or 'skip'")
     verdict = fuzz.guarded_check(case, chosen, timeout)
     if verdict.ok:
         return verdict
+    if verdict.status == "inconclusive":
+        _inconclusive(verdict, inconclusive)
     where = report_dir if report_dir is not None else current_report_dir()
     path = None
     if where and not _in_shrinking_hypothesis():
@@ -114,6 +131,16 @@ def assert_gradients(case, *, oracles=None, engine=None, report_dir: str | None 
     if path:
         lines.append(f"HTML report: {path}")
     raise GradientMismatch("\n".join(lines), verdict, path)
+
+
+def _inconclusive(verdict: Verdict, how: str):
+    __tracebackhide__ = True
+    text = f"gradspec: gradient check inconclusive: {verdict.reason}"
+    if how == "skip":
+        import pytest
+
+        pytest.skip(text)
+    raise GradientCheckInconclusive(text + "\n(pass inconclusive='skip' to skip such a test with this reason)", verdict)
 
 
 def _write(where: str, verdict: Verdict, test: str | None) -> str | None:

@@ -12,7 +12,8 @@ The table is the layout documented in the README ("Layout"), lowest layer first:
  4    oracles       gradspec.oracles.* (reference, FD, jacobian, FD-jacobian, torch, engine oracle),
                     _private.prologue
  5    comparison    check (one case through oracles: a Verdict), guard (check with timeouts),
-                    diagnose (the cause of a finding)
+                    diagnose (the cause of a finding), outcome (the verdict rules: what is a
+                    discrepancy, what is excused, why inconclusive)
  6    strategies    strategies (Hypothesis strategies for cases)
  7    search        result (Result, VerifyDiscrepancy), search (the Hypothesis round driver),
                     semantics (backward() rules as checks)
@@ -54,6 +55,7 @@ MODULES = {
     "gradspec.check": COMPARISON,
     "gradspec.guard": COMPARISON,
     "gradspec.diagnose": COMPARISON,
+    "gradspec.outcome": COMPARISON,
     "gradspec.strategies": STRATEGIES,
     "gradspec.result": SEARCH,
     "gradspec.search": SEARCH,

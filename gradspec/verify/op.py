@@ -25,6 +25,7 @@ import numpy as np
 
 from .. import oracles as _oracles
 from ..case import Case, Leaf, NodeDef
+from .. import outcome as _outcome
 from ..check import Discrepancy, _has_fd_jvp, check
 from ..oracles.fd_jacobian import FDJacobianOracle
 from ..spec import registry as _registry
@@ -388,3 +389,4 @@ def _note_verdicts(result: Result, verdicts) -> None:
             result.pair_agree[tuple(comp.oracles)] += int(comp.agreed)
         for name, why in v.skipped.items():
             result.skipped[f"{name}: {why}"[:100]] += 1
+        _outcome.run_notes(result.notes, v)

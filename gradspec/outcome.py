@@ -1,0 +1,273 @@
+"""The verdict rules of CONTRACT §3: which failures are discrepancies, which are excused, and why a
+check or a run is inconclusive.  ``gradspec.check`` calls these; nothing here decides tolerances.
+
+Three outcomes: ``agree`` (some pair of oracles produced gradients and every compared pair agreed),
+``disagree`` (a discrepancy), ``inconclusive`` (nothing could be compared; ``reason`` says why).
+
+* An oracle that raises is a discrepancy, whichever oracles are left, except:
+  - torch raised and the code under test (every other derivative-formula oracle that raised) raised
+    too: both refuse the case, which is the rule for engines (CONTRACT §4);
+  - the forward itself raises on the case: the code under test never ran (inconclusive, the error
+    is the reason);
+  - a finite-difference estimate (a witness, not code under test) could not be formed: skipped.
+* A leaf whose every path to a root runs through a user op: None and zeros are the same answer
+  (whether it is None there is the user's vjp's / the twin's choice, not engine semantics), and torch
+  refusing such a graph ("does not require grad") is torch's None for every leaf.
+* A user op's torch twin that differs from the op's forward on the case (beyond rounding) is no
+  witness there: a ``twin-mismatch`` note, and torch's gradient does not count.
+
+Example::
+
+    >>> from gradspec.outcome import exit_code
+    >>> exit_code("agree"), exit_code("disagree"), exit_code("inconclusive")
+    (0, 1, 3)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["AGREE", "DISAGREE", "INCONCLUSIVE", "exit_code", "forward_error", "user_gated_leaves", "settle_errors",
+           "torch_no_grad_as_none", "twin_mismatches", "is_torch", "TWIN_ULPS"]
+
+AGREE, DISAGREE, INCONCLUSIVE = "agree", "disagree", "inconclusive"
+EXIT = {AGREE: 0, DISAGREE: 1, INCONCLUSIVE: 3}
+NO_GRAD_MESSAGE = "does not require grad"
+# Two implementations of one function agree to a few ulps (correct libraries: 1-2 ulps per elementary
+# function, a few more for a composite).  A twin whose forward is off by more than 64 ulps of the
+# value's magnitude computes another function there (softplus above its threshold: 160000 ulps at
+# x = 21).  Erring low only costs torch its say on that case; finite differences and the jacobian
+# still judge the op, so a low bar cannot hide a bug.
+TWIN_ULPS = 64.0
+
+
+def exit_code(status: str) -> int:
+    """The command line's exit code for a status: 0 agree, 1 disagree, 3 inconclusive."""
+    return EXIT[status]
+
+
+def is_torch(oracle) -> bool:
+    from .oracles.torch_oracle import TorchOracle
+
+    return isinstance(oracle, TorchOracle)
+
+
+def _must_match_torch(oracle) -> bool:
+    """Oracles that run derivative formulas as an engine does (they raise where torch raises)."""
+    return oracle.kind == "exact" and oracle.name != "jacobian" and not is_torch(oracle)
+
+
+def forward_error(case) -> str | None:
+    """``"Type: message"`` when the case's forward raises (the code under test never ran), else None."""
+    try:
+        case.evaluate()
+    except Exception as e:  # noqa: BLE001 - any failure of the forward is the answer
+        return f"{type(e).__name__}: {e}"
+    return None
+
+
+def _is_user_op(spec) -> bool:
+    from .ops.user import UserOpSpec
+
+    return isinstance(spec, UserOpSpec)
+
+
+def _open_reach(case) -> dict | None:
+    """For every leaf and node: the leaves that reach it along edges that do not enter a user op's
+    node (None when the case has no user op)."""
+    user = set()
+    for n in case.nodes:
+        try:
+            if _is_user_op(case.spec(n.op)):
+                user.add(n.name)
+        except Exception:  # noqa: BLE001 - an op that cannot be looked up gates nothing
+            pass
+    if not user:
+        return None
+    reach = {l.name: {l.name} for l in case.leaves}
+    for n in case.nodes:
+        reach[n.name] = set() if n.name in user else set().union(*[reach.get(i, set()) for i in n.inputs])
+    return reach
+
+
+def user_gated_leaves(case) -> set:
+    """Leaves requiring grad whose every path to a root passes through a user op's node."""
+    reach = _open_reach(case)
+    if reach is None:
+        return set()
+    open_ = set().union(*[reach.get(r, set()) for r in case.roots])
+    return {l.name for l in case.grad_leaves()} - open_
+
+
+def torch_no_grad_as_none(case, results: dict, errors: dict, oracles: dict, gated: set) -> list[str]:
+    """Torch refusing a root that depends on the differentiable leaves only through user ops ("does not
+    require grad": the twins are not differentiable there) is torch's None for that root: torch's
+    gradient is then that of the other roots (None for every leaf when there are none)."""
+    if not gated:
+        return []
+    reach = _open_reach(case)
+    wanted = {l.name for l in case.grad_leaves()}
+    notes = []
+    for name, (etype, msg, _tb) in list(errors.items()):
+        if not (is_torch(oracles[name]) and NO_GRAD_MESSAGE in msg):
+            continue
+        try:
+            grads, refused = _torch_vjp_of_differentiable_roots(case, oracles[name].device)
+        except Exception:  # noqa: BLE001 - torch's own error stands
+            continue
+        if not refused or any(reach.get(r, set()) & wanted for r in refused):
+            continue  # a root torch refuses although a leaf reaches it through table ops: torch's error stands
+        del errors[name]
+        results[name] = grads
+        notes.append(f"{name} raised {etype}: {msg.splitlines()[0]} -- root(s) {', '.join(refused)} depend on the "
+                     "differentiable leaves only through user ops whose torch twins are not differentiable there: "
+                     "torch's gradient is taken as None from them (and None is compared as zeros)")
+    return notes
+
+
+def _torch_vjp_of_differentiable_roots(case, device: str) -> tuple[dict, list]:
+    import torch
+
+    from .oracles.torch_oracle import build_torch_graph
+
+    env, roots = build_torch_graph(case, device)
+    keep, seeds, refused = [], [], []
+    for name, r, s in zip(case.roots, roots, case.seeds):
+        if r.requires_grad:
+            keep.append(r)
+            seeds.append(None if s is None else torch.from_numpy(np.array(s, copy=True)).to(device))
+        else:
+            refused.append(name)
+    if keep:
+        torch.autograd.backward(keep, seeds)
+    out = {}
+    for leaf in case.grad_leaves():
+        g = env[leaf.name].grad
+        out[leaf.name] = None if g is None else g.detach().cpu().numpy()
+    return out, refused
+
+
+def settle_errors(case, results: dict, errors: dict, oracles: dict) -> tuple[list, dict]:
+    """Which raising oracles are discrepancies.  Returns ``(raised, excused)``: ``raised`` is a list of
+    ``(culprit, other, message, traceback)``, ``excused`` maps each excused oracle to the reason."""
+    if not errors:
+        return [], {}
+    excused: dict = {}
+    fwd = forward_error(case)
+    if fwd is not None:
+        for name in errors:
+            excused[name] = f"the forward raised on this case ({fwd}): no gradient to check"
+        return [], excused
+    torch_raised = [n for n in errors if is_torch(oracles[n])]
+    returned = [n for n in results if _must_match_torch(oracles[n])]
+    refused = [n for n in errors if _must_match_torch(oracles[n])]
+    raised = []
+    for name, (etype, msg, tb) in errors.items():
+        o = oracles[name]
+        first = msg.splitlines()[0] if msg else ""
+        if o.kind == "fd":
+            excused[name] = f"{name} could not estimate the gradient ({etype}: {first})"
+            continue
+        if torch_raised and not is_torch(o):
+            excused[name] = f"{name} raised {etype} ({first}) and so did {torch_raised[0]}: both refuse this case"
+            continue
+        if is_torch(o) and refused and not returned:
+            excused[name] = f"{name} raised {etype} ({first}) and so did {refused[0]}: both refuse this case"
+            continue
+        others = [n for n in returned if n != name] or [n for n in results if n != name]
+        other = others[0] if others else next((n for n in errors if n != name), name)
+        text = f"{name} raised {etype}: {msg}"
+        if others:
+            text += f" while {other} returned gradients"
+        raised.append((name, other, text, tb))
+    return raised, excused
+
+
+def twin_mismatches(case, dtype: str) -> list:
+    """``twin-mismatch`` causes: the first element of each user-op node whose ``torch=`` twin computes
+    another value than its forward (beyond rounding) on the case's own inputs, or raises there."""
+    from .causes import Cause
+
+    twins = []
+    for n in case.nodes:
+        spec = case.spec(n.op)
+        if _is_user_op(spec) and spec.torch is not None:
+            twins.append((n, spec))
+    if not twins:
+        return []
+    try:
+        env = case.evaluate()
+    except Exception:  # noqa: BLE001 - no forward, no comparison of forwards
+        return []
+    import torch
+
+    eps = float(np.finfo(np.float32 if dtype == "float32" else np.float64).eps)
+    out = []
+    for n, spec in twins:
+        args = [env[i] for i in n.inputs]
+        mine = np.asarray(env[n.name])
+        try:
+            with torch.no_grad():
+                t = spec.torch(*[torch.from_numpy(np.array(a, copy=True)) for a in args], **n.params)
+            theirs = t.detach().cpu().numpy() if hasattr(t, "detach") else np.asarray(t)
+        except Exception as e:  # noqa: BLE001 - a twin that raises where the forward does not is another function
+            out.append(Cause("twin-mismatch", f"the torch twin of {n.op!r} raised where its forward did not: torch's "
+                             f"gradient does not count on this case", node=n.name, op=n.op,
+                             evidence=f"{n.name} = {n.op}({', '.join(n.inputs)}): twin raised {type(e).__name__}: {e}"))
+            continue
+        cause = _mismatch(n, args, mine, theirs, eps)
+        if cause is not None:
+            out.append(cause)
+    return out
+
+
+def _mismatch(n, args, mine, theirs, eps):
+    from .causes import Cause
+
+    if np.shape(theirs) != np.shape(mine):
+        return Cause("twin-mismatch", f"the torch twin of {n.op!r} returns shape {np.shape(theirs)}, the forward "
+                     f"{np.shape(mine)}: torch's gradient does not count on this case", node=n.name, op=n.op,
+                     evidence=f"{n.name} = {n.op}({', '.join(n.inputs)}): shapes {np.shape(mine)} vs {np.shape(theirs)}")
+    a = np.asarray(mine, dtype=np.float64)
+    b = np.asarray(theirs, dtype=np.float64)
+    with np.errstate(all="ignore"):
+        same_nonfinite = (np.isnan(a) & np.isnan(b)) | (a == b)
+        diff = np.where(same_nonfinite, 0.0, np.abs(a - b))
+        allowed = TWIN_ULPS * eps * np.maximum(np.abs(a), np.abs(b))
+        bad = ~(diff <= allowed)
+    if not bad.any():
+        return None
+    idx = tuple(int(i) for i in np.argwhere(bad)[0])
+    at = ", ".join(map(str, idx))
+    ins = []
+    for name, v in zip(n.inputs, args):
+        v = np.asarray(v)
+        if v.shape == a.shape:
+            ins.append(f"{name}[{at}] = {float(v[idx])!r}")
+        elif v.size == 1:
+            ins.append(f"{name} = {float(v.reshape(())):.17g}")
+    rel = float(diff[idx] / max(abs(a[idx]), abs(b[idx]))) if max(abs(a[idx]), abs(b[idx])) else float("inf")
+    return Cause(
+        "twin-mismatch",
+        f"the torch twin of {n.op!r} is a different function at {n.name}[{at}] (its value differs from the forward's "
+        f"beyond rounding): torch's gradient does not count on this case; finite differences and the jacobian judge it",
+        node=n.name, op=n.op,
+        evidence=(f"{n.name} = {n.op}({', '.join(n.inputs)}) at {n.name}[{at}]"
+                  + (f" ({', '.join(ins)})" if ins else "")
+                  + f": forward {float(a[idx])!r} vs torch twin {float(b[idx])!r} (relative difference {rel:.3g}, "
+                  f"rounding allows {TWIN_ULPS:g} ulps = {TWIN_ULPS * eps:.3g}); {int(bad.sum())} of {a.size} elements differ"),
+    )
+
+
+def run_notes(notes: list, verdict) -> None:
+    """Carry a case's notes into a run's notes, one per op and kind (the first case's evidence)."""
+    for n in getattr(verdict, "notes", ()):
+        if getattr(n, "id", None) == "twin-mismatch":
+            key = f"twin-mismatch on op {n.op!r}:"
+            text = (f"{key} its torch twin is another function on some cases, where torch's gradient did not count "
+                    f"(finite differences and the jacobian judged the op there); first: {n.evidence}")
+        else:
+            text = str(n)
+            key = text
+        if not any(str(x).startswith(key) for x in notes):
+            notes.append(text)

@@ -1,0 +1,256 @@
+"""Three outcomes everywhere (CONTRACT §3, §6): the situations of issue 11 where a verdict was wrong.
+
+Silent OKs that must now be ``disagree`` / exit 1 or ``inconclusive`` / exit 3, and false alarms on
+correct user code that must now agree (with a note saying what was discounted).  The user code is
+in ``tests/_verdict_ops.py`` so that subprocesses and replays can import it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import gradspec as gs
+from gradspec.oracles.engine_oracle import EngineOracle
+from gradspec.testing import GradientMismatch, assert_gradients
+from tests import _verdict_ops as V
+
+pytest_plugins = ["pytester"]
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+NO_TWIN = ["reference", "finite-differences", "jacobian"]  # what is left for a user op without a torch twin
+
+
+def _sin_case(op, x=(0.5, 2.0)):
+    return gs.Case.build({"x": np.array(x)}, [("y", op, ["x"], {})], ["y"], [np.array([1.0, -1.0])])
+
+
+def _env():
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([ROOT] + [p for p in [env.get("PYTHONPATH")] if p])
+    for k in ("GRADSPEC_REPORT_DIR", "PYTEST_XDIST_WORKER"):
+        env.pop(k, None)
+    return env
+
+
+def _gradspec(*args, cwd, timeout=240):
+    return subprocess.run([sys.executable, "-m", "gradspec.cli", *map(str, args)], cwd=cwd, env=_env(),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+# ---------------------------------------------------------------------------------------------
+# gs.check / gs.assert_gradients: the code under test raising or returning the wrong count
+# ---------------------------------------------------------------------------------------------
+
+BROKEN_VJPS = [
+    pytest.param("vd_raising_vjp", "planted failure inside the vjp", id="vjp-raises"),
+    pytest.param("vd_two_grads", "2 gradient", id="vjp-returns-two-gradients-for-one-input"),
+]
+
+
+@pytest.mark.parametrize("op, words", BROKEN_VJPS)
+def test_check_reports_a_broken_vjp_even_when_only_fd_and_jacobian_are_left(op, words):
+    v = gs.check(_sin_case(op))
+    assert v.status == "disagree" and not v.ok
+    (d,) = [d for d in v.discrepancies if "reference" in d.oracles]
+    assert d.kind == "raised" and d.oracles[0] == "reference"
+    assert words in d.message
+    assert "DISCREPANCY" in v.summary()
+
+
+@pytest.mark.parametrize("op, words", BROKEN_VJPS)
+def test_assert_gradients_fails_on_a_broken_vjp(op, words):
+    with pytest.raises(GradientMismatch, match=words):
+        assert_gradients(_sin_case(op))
+
+
+def test_an_engine_whose_backward_raises_is_a_discrepancy_against_fd_and_jacobian():
+    case = _sin_case("sin")
+    v = gs.check(case, oracles=["finite-differences", "jacobian", EngineOracle(V.backward_raises)])
+    assert v.status == "disagree"
+    assert any(d.kind == "raised" and "backward-raises" in d.oracles[0] for d in v.discrepancies)
+
+
+def test_torch_and_the_code_under_test_raising_together_is_not_a_discrepancy():
+    # The root requires no grad: torch raises "does not require grad", and so does the reference engine.
+    case = gs.Case.build({"x": np.array([1.0, 2.0])}, [("y", "exp", ["x"], {}), ("s", "sum", ["y"], {})], ["s"],
+                         requires_grad={"x": False})
+    v = gs.check(case, oracles=["reference", "torch-cpu"])
+    assert set(v.errors) == {"reference", "torch-cpu"}
+    assert not v.discrepancies
+    assert v.status == "inconclusive" and "raised" in v.reason
+
+
+def test_forward_raising_everywhere_is_inconclusive_and_shows_the_error():
+    case = gs.Case.build({"x": np.array([-1.0, 2.0])}, [("y", "vd_raising_fwd", ["x"], {})], ["y"], [np.ones(2)])
+    v = gs.check(case, oracles=NO_TWIN)
+    assert v.status == "inconclusive" and not v.discrepancies
+    assert "forward raised" in v.reason and "planted: forward refuses every input" in v.reason
+
+
+# ---------------------------------------------------------------------------------------------
+# inconclusive is never a pass
+# ---------------------------------------------------------------------------------------------
+
+
+def test_a_check_with_no_pair_to_compare_is_inconclusive_with_the_reason():
+    v = gs.check(_sin_case("sin"), oracles=["reference", "torch-cuda"])
+    assert v.status == "inconclusive" and not v.ok
+    assert "torch-cuda" in v.reason and "CUDA" in v.reason
+    assert v.summary().startswith("INCONCLUSIVE")
+
+
+def test_assert_gradients_does_not_pass_an_inconclusive_check():
+    with pytest.raises(AssertionError, match="inconclusive.*torch-cuda"):
+        assert_gradients(_sin_case("sin"), oracles=["reference", "torch-cuda"])
+
+
+def test_assert_gradients_can_skip_an_inconclusive_check_with_the_reason():
+    with pytest.raises(pytest.skip.Exception, match="torch-cuda"):
+        assert_gradients(_sin_case("sin"), oracles=["reference", "torch-cuda"], inconclusive="skip")
+
+
+def test_plugin_an_inconclusive_gradient_check_is_not_a_pass(pytester):
+    pytester.makepyfile(textwrap.dedent(
+        """
+        import numpy as np, gradspec as gs
+
+        def _case():
+            return gs.Case.build({"x": np.array([0.5])}, [("y", "exp", ["x"], {})], ["y"], [np.ones(1)])
+
+        def test_fixture(gradspec_check):
+            gradspec_check(_case(), oracles=["reference", "torch-cuda"])
+
+        def test_skip(gradspec_check):
+            gradspec_check(_case(), oracles=["reference", "torch-cuda"], inconclusive="skip")
+
+        def test_agree(gradspec_check):
+            gradspec_check(_case(), oracles=["reference", "jacobian"])
+        """))
+    res = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-rs")
+    res.assert_outcomes(passed=1, failed=1, skipped=1)
+    res.stdout.fnmatch_lines(["*inconclusive*torch-cuda*"])
+
+
+# ---------------------------------------------------------------------------------------------
+# no false alarms on correct user code (issue 11 item 7)
+# ---------------------------------------------------------------------------------------------
+
+
+def test_zeros_for_a_non_differentiable_input_agree_with_torch_none():
+    case = gs.Case.build({"c": np.array([1.0, -1.0, 2.0]), "a": np.array([0.5, 1.5, -2.0]), "b": np.array([3.0, 4.0, 5.0])},
+                         [("y", "vd_where", ["c", "a", "b"], {})], ["y"], [np.array([1.0, 2.0, 3.0])])
+    v = gs.check(case)
+    assert v.status == "agree", v.summary()
+    assert v.results["torch-cpu"]["c"] is None and not np.any(v.results["reference"]["c"])
+
+
+def test_torch_refusing_a_path_through_a_non_differentiable_input_is_not_counted_against_the_op():
+    # Only c requires grad: torch's output has no grad_fn and backward raises "does not require grad";
+    # the op's vjp (correctly) gives zeros, as do finite differences and the jacobian.
+    case = gs.Case.build({"c": np.array([1.0, -1.0]), "a": np.array([0.5, 1.5]), "b": np.array([3.0, 4.0])},
+                         [("y", "vd_where", ["c", "a", "b"], {})], ["y"], [np.array([1.0, 2.0])],
+                         requires_grad={"a": False, "b": False})
+    v = gs.check(case)
+    assert v.status == "agree", v.summary()
+    assert "torch-cpu" not in v.errors
+    assert any("does not require grad" in str(n) for n in v.notes)
+
+
+def test_a_twin_that_is_another_function_at_the_point_is_a_twin_mismatch_note():
+    # F.softplus(21) returns 21 (linear above its threshold of 20); log(1 + e^21) = 21 + 7.6e-10, a relative
+    # difference of 3.6e-11, 160000 float64 ulps: not rounding.  Its derivative 1 vs 1 - 7.6e-10 is then no witness.
+    case = gs.Case.build({"x": np.array([1.0, 21.0])}, [("y", "vd_softplus", ["x"], {})], ["y"], [np.ones(2)])
+    v = gs.check(case)
+    assert v.status == "agree", v.summary()
+    (note,) = [n for n in v.notes if getattr(n, "id", None) == "twin-mismatch"]
+    assert note.op == "vd_softplus" and note.node == "y"
+    assert "x[1]" in note.evidence and "21" in note.evidence
+    assert all("torch-cpu" not in c.oracles for c in v.comparisons)
+
+
+def test_a_twin_that_agrees_with_the_forward_still_counts():
+    case = gs.Case.build({"x": np.array([1.0, -3.0])}, [("y", "vd_softplus", ["x"], {})], ["y"], [np.ones(2)])
+    v = gs.check(case)
+    assert v.status == "agree" and not v.notes
+    assert any("torch-cpu" in c.oracles for c in v.comparisons)
+
+
+def test_a_wrong_vjp_is_still_found_when_the_twin_is_discounted():
+    case = gs.Case.build({"x": np.array([1.0, 21.0])}, [("y", "vd_softplus_wrong", ["x"], {})], ["y"], [np.ones(2)])
+    v = gs.check(case)
+    assert v.status == "disagree"
+    assert {frozenset(d.oracles) for d in v.discrepancies} >= {frozenset({"reference", "finite-differences"})}
+
+
+# ---------------------------------------------------------------------------------------------
+# verify_*: the code under test never ran
+# ---------------------------------------------------------------------------------------------
+
+
+def test_verify_torch_function_whose_forward_always_raises_is_inconclusive_with_the_error():
+    r = gs.verify_torch_function(V.ForwardRaises.apply, max_examples=5, seed=1)
+    assert r.status == "inconclusive" and not r.ok
+    assert "planted: this forward always raises" in r.reason
+    assert "INCONCLUSIVE" in r.summary() and "planted: this forward always raises" in r.summary()
+
+
+# ---------------------------------------------------------------------------------------------
+# the command line: exit 1 for the broken code, 3 for inconclusive runs
+# ---------------------------------------------------------------------------------------------
+
+
+def _case_file(tmp_path, op_path, op):
+    case = _sin_case(op)
+    case.user_ops = {op: op_path}
+    p = tmp_path / "case.json"
+    p.write_text(case.to_json())
+    return p
+
+
+def test_replay_exits_1_on_a_broken_vjp(tmp_path):
+    p = _case_file(tmp_path, "tests._verdict_ops:two_grads", "vd_two_grads")
+    r = _gradspec("replay", p, cwd=tmp_path)
+    assert r.returncode == 1, r.stdout + r.stderr
+
+
+def test_replay_exits_3_when_nothing_is_compared(tmp_path):
+    p = _case_file(tmp_path, "tests._verdict_ops:two_grads", "vd_two_grads")
+    r = _gradspec("replay", p, "--oracles", "torch-cuda", "--engine", "reference", cwd=tmp_path)
+    assert r.returncode == 3, r.stdout + r.stderr
+    assert "inconclusive" in r.stdout.lower() and "CUDA" in r.stdout
+
+
+@pytest.mark.parametrize("args", [
+    pytest.param(["--ops", "tests._verdict_ops:raising_vjp"], id="user-op-vjp-raises"),
+    pytest.param(["--ops", "tests._verdict_ops:two_grads"], id="user-op-vjp-two-gradients"),
+    pytest.param(["--engine", "tests._verdict_ops:backward_raises", "--oracles", "finite-differences,jacobian",
+                  "--ops", "sin,exp,add"], id="engine-backward-raises"),
+])
+def test_fuzz_exits_1_on_code_that_raises(tmp_path, args):
+    r = _gradspec("fuzz", *args, "--max-examples", 5, "--seed", 1, "--report-dir", tmp_path / "rep", "-q",
+                  cwd=tmp_path)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert json.loads((tmp_path / "rep" / "summary.json").read_text())["discrepancies"] >= 1
+
+
+def test_fuzz_with_only_an_unavailable_oracle_is_inconclusive(tmp_path):
+    r = _gradspec("fuzz", "--oracles", "torch-cuda", "--ops", "sin,exp", "--max-examples", 5, "--seed", 1,
+                  "--report-dir", tmp_path / "rep", "-q", cwd=tmp_path)
+    assert r.returncode == 3, r.stdout + r.stderr
+    assert "inconclusive" in r.stdout.lower() and "CUDA" in r.stdout
+
+
+def test_verify_op_with_a_twin_that_is_another_function_passes_with_a_twin_mismatch_note():
+    # tests/_planted.py's pl_sin_badtorch: forward sin, vjp cos (right), twin torch.cos (another function).
+    from tests._planted import pl_sin_badtorch
+
+    r = gs.verify_op(pl_sin_badtorch, max_examples=15, seed=0)
+    assert r.status == "agree", r.summary()
+    assert any(n.startswith("twin-mismatch on op 'pl_sin_badtorch'") for n in r.notes)
