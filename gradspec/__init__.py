@@ -73,6 +73,6 @@ from . import result_html as _result_html  # noqa: E402,F401  (installs Result.w
 __all__ += ["Result", "verify_op", "verify_torch_function", "verify_engine"]
 
 # -- assertions for users' own tests (gradspec.testing) ---------------------------------------
-from .testing import assert_gradients  # noqa: E402
+from .testing import assert_engine, assert_gradients, assert_op, assert_torch_function  # noqa: E402
 
-__all__ += ["assert_gradients"]
+__all__ += ["assert_gradients", "assert_op", "assert_torch_function", "assert_engine"]

@@ -116,18 +116,20 @@ def pytest_collect_file(file_path, parent):
 
 def pytest_sessionfinish(session, exitstatus):
     where = getattr(session.config, "_gradspec_report_dir", None)
-    if not where or os.environ.get("PYTEST_XDIST_WORKER") or not os.path.isdir(where):
+    if not where or os.environ.get("PYTEST_XDIST_WORKER"):
         return
+    os.makedirs(where, exist_ok=True)
     from . import report, testing
 
     sid = os.environ.get(testing.ENV_SESSION)
     mine = [r for r in report.read_records(where) if sid and r.get("run_id") == sid]
     session.config._gradspec_written = mine
-    if mine:
-        try:
-            testing.refresh_index(where)
-        except OSError:
-            pass
+    try:
+        # Every session, failures or not: an index left from an earlier session would still list
+        # bugs that have been fixed since as failures.
+        testing.refresh_index(where)
+    except OSError:
+        pass
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):

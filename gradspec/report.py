@@ -634,7 +634,7 @@ def write_discrepancy_report(directory: str, d, verdict=None, info: dict | None 
     info = dict(info or {})
     case = d.case
     engine = info.get("engine") or getattr(case, "engine", None) or "reference"
-    rid = discrepancy_id(d.signature)
+    rid = discrepancy_id(d.signature, info.get("test"))
     directory = os.path.abspath(directory)
     folder = os.path.join(directory, rid)
     if verdict is None:

@@ -22,6 +22,7 @@ from typing import Callable
 
 import numpy as np
 
+from ._private.hypothesis_env import fixed_constants
 from .case import Case
 from .result import Result
 
@@ -118,7 +119,7 @@ class _Runner:
 
             prop = hyp_seed(R.seed + 7919 * rounds)(prop)
             try:
-                with warnings.catch_warnings():
+                with warnings.catch_warnings(), fixed_constants():
                     warnings.simplefilter("ignore")
                     prop()
                 break  # a whole round without anything new: done

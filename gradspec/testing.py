@@ -1,4 +1,13 @@
-"""Assertions for your own tests: ``gs.assert_gradients(case)`` and the ``gradspec_check`` fixture.
+"""Assertions for your own tests: ``gs.assert_gradients(case)``, the ``gradspec_check`` fixture, and
+``gs.assert_op`` / ``gs.assert_torch_function`` / ``gs.assert_engine``.
+
+``assert_op(op, **kw)`` (and the other two) run ``gs.verify_op`` (``verify_torch_function``,
+``verify_engine``) with the same keywords and return the :class:`gradspec.Result` when every
+check agreed.  Otherwise they raise :class:`VerificationFailed` (an ``AssertionError``) whose
+message is each finding's cause (``Discrepancy.cause`` when the diagnosis set one, else its
+message) and the command that replays it; an *inconclusive* run (no case ran, nothing was
+compared) fails too, with the reason (:class:`VerificationInconclusive`), or is skipped with it under
+``inconclusive="skip"`` - as in ``assert_gradients``.
 
 ``assert_gradients`` runs every applicable oracle on a case (and your engine, if you pass one) and
 raises ``AssertionError`` listing the discrepancies.  When a report dir is set - the
@@ -8,9 +17,16 @@ raises ``AssertionError`` listing the discrepancies.  When a report dir is set -
 ``DIR/index.html``.  Inside a Hypothesis test only the final, shrunk failing example is written
 (not every intermediate example Hypothesis tries while shrinking).
 
+With a report dir set, every ``verify_*`` result that is not OK is written there as well (one
+folder per test id and finding: two tests failing on the same op keep two reports), whether it
+came from an ``assert_*`` or from a bare ``verify_*`` call.
+
 Example::
 
     >>> import numpy as np, gradspec as gs
+    >>> cube = gs.Op("cube_doc", forward=lambda x: x ** 3, vjp=lambda g, x, out: (3 * x ** 2 * g,))
+    >>> gs.assert_op(cube, max_examples=5, seed=0).status
+    'agree'
     >>> from gradspec.testing import assert_gradients
     >>> case = gs.Case.build({"x": np.array([0.5, 2.0])}, [("y", "exp", ["x"], {})], ["y"], [np.ones(2)])
     >>> assert_gradients(case, oracles=["reference", "jacobian", "finite-differences"]).ok
@@ -19,14 +35,19 @@ Example::
 
 from __future__ import annotations
 
+import hashlib
+import html as _html
+import json
 import os
 import time
 import uuid
 
+from ._private import result_sink
 from .check import Verdict
 
-__all__ = ["assert_gradients", "GradientMismatch", "GradientCheckInconclusive", "current_report_dir", "refresh_index", "ENV_REPORT_DIR",
-           "ENV_SESSION"]
+__all__ = ["assert_gradients", "GradientMismatch", "GradientCheckInconclusive", "current_report_dir", "refresh_index",
+           "ENV_REPORT_DIR", "ENV_SESSION", "assert_op", "assert_torch_function", "assert_engine", "VerificationFailed",
+           "VerificationInconclusive", "write_result", "current_test"]
 
 ENV_REPORT_DIR = "GRADSPEC_REPORT_DIR"
 ENV_SESSION = "GRADSPEC_SESSION_ID"
@@ -118,6 +139,7 @@ def assert_gradients(case, *, oracles=None, engine=None, report_dir: str | None 
         _inconclusive(verdict, inconclusive)
     where = report_dir if report_dir is not None else current_report_dir()
     path = None
+    test = test or current_test()
     if where and not _in_shrinking_hypothesis():
         path = _write(where, verdict, test)
     n = len(verdict.discrepancies)
@@ -164,13 +186,18 @@ def _write(where: str, verdict: Verdict, test: str | None) -> str | None:
 
 
 def refresh_index(where: str) -> str:
-    """Rewrite ``where/index.html`` listing every discrepancy folder (used after each written report)."""
+    """Rewrite ``where/index.html``: this session's failing checks first, folders of earlier sessions
+    marked as not failing in this one (after each written report, and at the end of every session)."""
     from . import report
 
     sid = os.environ.get(ENV_SESSION)
     records = report.read_records(where)
     mine = [r for r in records if sid and r.get("run_id") == sid]
+    # Reports of earlier sessions stay listed, but not as failures of this one: after a fix they
+    # say so instead of reading like current failures.
+    previous = [{"id": r["id"], "status": "did not fail in this session"} for r in records if r not in mine]
     summary = {
+        "previous": previous,
         "cases": len(mine),
         "seconds": 0.0,
         "engine": "from tests",
@@ -182,3 +209,206 @@ def refresh_index(where: str) -> str:
         "ops": {},
     }
     return report.write_run_report(where, summary, title="test report")
+
+
+# =============================================================================================
+# verify_* as assertions, and their results in the report dir
+# =============================================================================================
+
+
+class VerificationFailed(AssertionError):
+    """A ``verify_*`` run did not agree; ``.result`` is the :class:`gradspec.Result`, ``.reports``
+    the folders written into the report dir (empty without one)."""
+
+    def __init__(self, message: str, result, reports: list):
+        super().__init__(message)
+        self.result = result
+        self.reports = reports
+
+
+class VerificationInconclusive(VerificationFailed):
+    """A ``verify_*`` run under ``assert_*`` compared nothing (``.result.reason`` says why): never a pass."""
+
+
+def current_test() -> str | None:
+    """The running pytest test's node id (from ``PYTEST_CURRENT_TEST``), or None outside pytest."""
+    cur = os.environ.get("PYTEST_CURRENT_TEST")
+    if not cur:
+        return None
+    for phase in (" (setup)", " (call)", " (teardown)"):
+        if cur.endswith(phase):
+            return cur[: -len(phase)]
+    return cur
+
+
+def _cause_text(d) -> str:
+    cause = getattr(d, "cause", None)
+    if cause is not None:
+        text = f"{cause.id}: {cause.summary}"
+        if cause.node:
+            text += f" [node {cause.node} = {cause.op}]"
+        if cause.evidence:
+            text += f" (evidence: {cause.evidence})"
+        return text
+    return d.message
+
+
+def failure_message(result, reports=()) -> str:
+    """The assertion message for a result that is not OK: each finding's cause and its replay."""
+    n = len(result.discrepancies)
+    status = getattr(result, "status", "disagree" if n else "agree")
+    if status == "inconclusive":
+        head = (f"gradspec: verify {result.what} {result.target} was INCONCLUSIVE "
+                f"({result.cases_run} cases, seed {result.seed}): {getattr(result, 'reason', '') or 'no reason given'}")
+    else:
+        head = (f"gradspec: verify {result.what} {result.target}: {n} finding{'' if n == 1 else 's'} "
+                f"({result.cases_run} cases, seed {result.seed})")
+    lines = [head]
+    for i, d in enumerate(result.discrepancies):
+        lines.append(f"{i + 1}. [{d.kind}] {_cause_text(d)}")
+        if getattr(d, "cause", None) is not None and d.message not in lines[-1]:
+            lines.append(f"   message: {d.message}")
+        if getattr(d, "replay", ""):
+            lines.append(f"   replay: {d.replay}")
+    if result.replay:
+        lines.append(f"replay the whole run: {result.replay}")
+    for r in reports:
+        lines.append(f"HTML report: {r}")
+    return "\n".join(lines)
+
+
+def _assert(run, target, kw) -> object:
+    __tracebackhide__ = True
+    how = kw.pop("inconclusive", "fail")
+    if how not in ("fail", "skip"):
+        raise ValueError(f"inconclusive={how!r}: choose 'fail' or 'skip'")
+    report_dir = kw.pop("report_dir", None)
+    test = kw.pop("test", None) or current_test()
+    with result_sink.suppressed():  # written below, so the message can name the folders
+        result = run(target, **kw)
+    status = result.status
+    if status == "agree":
+        return result
+    if status == "inconclusive" and how == "skip":
+        import pytest
+
+        pytest.skip(failure_message(result))
+    where = report_dir if report_dir is not None else current_report_dir()
+    reports = []
+    if where:
+        try:
+            reports = write_result(result, where, test)
+        except OSError as e:
+            reports = [f"(could not write the report into {where}: {e.strerror or e})"]
+    cls = VerificationInconclusive if status == "inconclusive" else VerificationFailed
+    raise cls(failure_message(result, reports), result, reports)
+
+
+def assert_op(op, **kw):
+    """``gs.verify_op(op, **kw)`` as an assertion (see the module docstring); returns the Result."""
+    __tracebackhide__ = True
+    from .verify import verify_op
+
+    return _assert(verify_op, op, kw)
+
+
+def assert_torch_function(fn, **kw):
+    """``gs.verify_torch_function(fn, **kw)`` as an assertion; returns the Result."""
+    __tracebackhide__ = True
+    from .verify import verify_torch_function
+
+    return _assert(verify_torch_function, fn, kw)
+
+
+def assert_engine(engine, **kw):
+    """``gs.verify_engine(engine, **kw)`` as an assertion; returns the Result."""
+    __tracebackhide__ = True
+    from .verify import verify_engine
+
+    return _assert(verify_engine, engine, kw)
+
+
+def _plain_folder(where: str, key: str, kind: str, title: str, body: str, rec: dict) -> str:
+    """A report folder for a finding without a case (an engine rule, an inconclusive run)."""
+    from . import report
+
+    rid = "d-" + hashlib.sha1(key.encode()).hexdigest()[:10]
+    folder = os.path.join(where, rid)
+    os.makedirs(folder, exist_ok=True)
+    page = ("<!doctype html><html><head><meta charset='utf-8'><title>gradspec: "
+            f"{_html.escape(kind)}</title></head><body><p><a href='../index.html'>&larr; test report</a></p>"
+            f"<h1>{_html.escape(title)}</h1>{body}</body></html>")
+    report.atomic_write(os.path.join(folder, "index.html"), page)
+    report.atomic_write(os.path.join(folder, report.RECORD), json.dumps({**rec, "id": rid}, indent=1, default=str))
+    return folder
+
+
+def _append_replay(path: str, d, result) -> None:
+    from . import report
+
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    parts = []
+    if getattr(d, "snippet", None):
+        parts.append(f"<h2>What happened</h2><pre>{_html.escape(d.snippet)}</pre>")
+    if getattr(d, "replay", ""):
+        parts.append(f"<h2>Replay</h2><pre>{_html.escape(d.replay)}</pre>")
+    if result.replay:
+        parts.append(f"<h2>The whole run</h2><pre>{_html.escape(result.replay)}</pre>")
+    frag = "\n".join(parts)
+    text = text.replace("</body>", frag + "\n</body>", 1) if "</body>" in text else text + frag
+    report.atomic_write(path, text)
+
+
+def write_result(result, where: str, test: str | None = None) -> list[str]:
+    """Write a ``verify_*`` result that is not OK into the report dir ``where``: one folder per
+    finding (scoped by ``test``), an inconclusive run as a folder of its own; refreshes
+    ``where/index.html``.  Returns the ``index.html`` paths written."""
+    from . import report
+
+    where = os.path.abspath(where)
+    os.makedirs(where, exist_ok=True)
+    base = {"run_id": _session_id(), "test": test, "found_at": time.time(),
+            "note": f"from verify {result.what} {result.target}" + (f" in test {test}" if test else "")}
+    paths = []
+    for d in result.discrepancies:
+        if d.case is not None:
+            info = dict(base, engine=getattr(d.case, "engine", None), seed=result.seed)
+            try:
+                folder = report.write_discrepancy_report(where, d, getattr(d, "verdict", None), info=info)
+            except Exception as e:  # noqa: BLE001 - a plain page rather than none
+                folder = _plain_case_less(where, d, result, base, f"(the full report failed: {type(e).__name__}: {e})")
+        else:
+            folder = _plain_case_less(where, d, result, base)
+        path = os.path.join(folder, "index.html")
+        _append_replay(path, d, result)
+        paths.append(path)
+    if result.status == "inconclusive":
+        key = repr(("inconclusive", result.what, result.target, test))
+        rec = dict(base, kind="inconclusive", oracles=[], ops=[], message=result.reason, status="found",
+                   first_found=base["found_at"])
+        body = (f"<p>{_html.escape(result.reason or '')}</p><p>{result.cases_run} cases, seed {result.seed}.</p>"
+                f"<h2>Replay</h2><pre>{_html.escape(result.replay)}</pre>")
+        title = f"inconclusive: verify {result.what} {result.target}"
+        paths.append(os.path.join(_plain_folder(where, key, "inconclusive", title, body, rec), "index.html"))
+    refresh_index(where)
+    return paths
+
+
+def _plain_case_less(where, d, result, base, extra: str = "") -> str:
+    key = repr((d.kind, getattr(d, "check_name", None), d.message, base.get("test")))
+    rec = dict(base, kind=d.kind, oracles=list(d.oracles), ops=[getattr(d, "check_name", None) or result.target],
+               message=d.message, status="found", first_found=base["found_at"],
+               discrepancy=d.to_json() if hasattr(d, "to_json") else {})
+    title = f"{d.kind}" + (f" ({d.check_name})" if getattr(d, "check_name", None) else "")
+    body = f"<p>{_html.escape(_cause_text(d))}</p><pre>{_html.escape(d.message)}</pre>{_html.escape(extra)}"
+    return _plain_folder(where, key, d.kind, title, body, rec)
+
+
+def _write_from_sink(result) -> None:
+    where = current_report_dir()
+    if where and getattr(result, "status", "agree") != "agree":
+        write_result(result, where, current_test())
+
+
+result_sink.register("gradspec.testing report dir", _write_from_sink)

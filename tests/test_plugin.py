@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 
 import pytest
 
@@ -111,7 +112,8 @@ def test_failing_checks_write_html_reports(pytester, restore_hypothesis_profile,
     folders = _folders(rep)
     assert len(folders) == 2
     tests = {json.loads((f / "discrepancy.json").read_text())["test"] for f in folders}
-    assert tests == {"test_user.py::test_fixture_reports", None}  # the fixture records the node id
+    # the fixture passes the node id; gs.assert_gradients finds it on its own (PYTEST_CURRENT_TEST)
+    assert tests == {"test_user.py::test_fixture_reports", "test_user.py::test_helper_reports"}
     for f in folders:
         for name in ("index.html", "case.json", "repro.py"):
             assert (f / name).stat().st_size > 0
@@ -160,3 +162,161 @@ def test_reports_under_xdist(pytester, clean_env):
     index = (rep / "index.html").read_text()  # written by the controller once the workers are done
     assert all(f.name in index for f in folders)
     result.stdout.fnmatch_lines(["*gradspec: 2 gradient discrepancy report(s)*"])
+
+
+# ---------------------------------------------------------------------------------------------
+# gs.assert_op / assert_torch_function / assert_engine, verify_* results in the report dir
+# ---------------------------------------------------------------------------------------------
+
+VERIFY_TESTS = '''
+import numpy as np
+import pytest
+import torch
+import gradspec as gs
+from gradspec.engines import ReferenceEngine
+
+BUGGY = {buggy}
+
+
+class Square(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * x
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return (3.0 if BUGGY else 2.0) * x * g
+
+
+cube = gs.Op("plugin_cube", forward=lambda x: x ** 3,
+             vjp=lambda g, x, out: ((2.0 if BUGGY else 3.0) * x ** 2 * g,))
+
+
+class NoReset(ReferenceEngine):
+    name = "no-reset"
+
+    def zero_grad(self, leaf):
+        if not BUGGY:
+            super().zero_grad(leaf)
+
+
+def test_function_one():
+    gs.assert_torch_function(Square.apply, max_examples=15, seed=0)
+
+
+def test_function_two():
+    gs.assert_torch_function(Square.apply, max_examples=15, seed=0)
+
+
+def test_op():
+    gs.assert_op(cube, max_examples=15, seed=0)
+
+
+def test_engine():
+    gs.assert_engine(NoReset(), max_examples=5, seed=0)
+
+
+def test_bare_verify():
+    r = gs.verify_op(cube, max_examples=15, seed=1)
+    assert r.cases_run == 15
+'''
+
+
+# In subprocesses: a second in-process session re-importing a module of torch.autograd.Functions
+# under the same name crashes the interpreter.
+def _records(rep) -> list:
+    return [json.loads((f / "discrepancy.json").read_text()) for f in _folders(rep)]
+
+
+def test_assert_helpers_fail_with_cause_and_replay(pytester, restore_hypothesis_profile, clean_env):
+    pytester.makepyfile(test_v=VERIFY_TESTS.format(buggy=True))
+    result = pytester.runpytest_subprocess("--gradspec-profile", "ci", "-k", "not bare")
+    result.assert_outcomes(failed=4)
+    out = result.stdout.str()
+    assert out.count("VerificationFailed") >= 4
+    result.stdout.fnmatch_lines([
+        "*gradspec: verify torch function Square.apply: 1 finding*",
+        "*replay the whole run: gs.verify_torch_function(Square.apply, seed=0*",
+        "*gradspec: verify op 'plugin_cube'*",
+        "*gradspec: verify engine*reset*",
+    ])
+
+
+def test_assert_helpers_pass_on_correct_code(pytester, restore_hypothesis_profile, clean_env):
+    pytester.makepyfile(test_v=VERIFY_TESTS.format(buggy=False))
+    result = pytester.runpytest_subprocess("--gradspec-profile", "ci")
+    result.assert_outcomes(passed=5)
+
+
+def test_a_report_folder_per_test_and_finding(pytester, restore_hypothesis_profile, clean_env):
+    """Two tests failing on the same Function keep two reports; a bare verify_* failure is written too."""
+    pytester.makepyfile(test_v=VERIFY_TESTS.format(buggy=True))
+    rep = pytester.path / "rep"
+    result = pytester.runpytest_subprocess("--gradspec-profile", "ci", f"--gradspec-report-dir={rep}")
+    result.assert_outcomes(failed=4, passed=1)  # the bare verify_* call does not fail its test...
+    tests = sorted(r["test"] for r in _records(rep))
+    # ...but its finding is in the report dir, with the test's id, like the four assertions'
+    assert {"test_v.py::test_function_one", "test_v.py::test_function_two", "test_v.py::test_op",
+            "test_v.py::test_engine", "test_v.py::test_bare_verify"} == set(tests)
+    assert tests.count("test_v.py::test_function_one") == 1 and tests.count("test_v.py::test_function_two") == 1
+    index = (rep / "index.html").read_text()
+    assert all(f.name in index for f in _folders(rep))
+    result.stdout.fnmatch_lines(["*HTML report: *rep/d-*/index.html*"])
+
+
+def test_session_index_is_rebuilt_each_session(pytester, restore_hypothesis_profile, clean_env):
+    """After the bug is fixed, the next session's index lists no failure of its own (the old folders are
+    marked as not failing in this session) instead of the stale index of the failing session."""
+    rep = pytester.path / "rep"
+    pytester.makepyfile(test_v=VERIFY_TESTS.format(buggy=True))
+    pytester.runpytest_subprocess("--gradspec-profile", "ci", f"--gradspec-report-dir={rep}", "-k", "function_one")
+    assert "1 failing gradient check in this test session" in (rep / "index.html").read_text()
+    pytester.makepyfile(test_v=VERIFY_TESTS.format(buggy=False))
+    result = pytester.runpytest_subprocess("--gradspec-profile", "ci", f"--gradspec-report-dir={rep}", "-k", "function_one")
+    result.assert_outcomes(passed=1)
+    index = (rep / "index.html").read_text()
+    assert "0 failing gradient checks in this test session" in index
+    assert "did not fail in this session" in index
+
+
+SEED_TEST = '''
+import hashlib, sys
+import gradspec as gs
+from gradspec import verify
+
+cube = gs.Op("seed_cube", forward=lambda x: x ** 3, vjp=lambda g, x, out: (3 * x ** 2 * g,))
+
+
+def fingerprint():
+    keys = []
+    orig = verify._case_key
+    # the text of each case (values, ops, seeds): case.json would also differ by the op's import path
+    verify._case_key = lambda c: keys.append(c.to_text()) or orig(c)
+    try:
+        gs.verify_op(cube, max_examples=40, seed=11)
+    finally:
+        verify._case_key = orig
+    return hashlib.sha1("".join(keys).encode()).hexdigest()
+
+
+def test_fingerprint():
+    print("FINGERPRINT", fingerprint())
+
+
+if __name__ == "__main__":
+    print("FINGERPRINT", fingerprint())
+'''
+
+
+def test_same_seed_same_cases_with_and_without_the_plugin(pytester, clean_env):
+    """Hypothesis draws constants from loaded local modules; the plugin loads gradspec.fuzz, pytest loads
+    the tests: the same seed drew other cases under pytest until verify_* stopped using those constants."""
+    pytester.makepyfile(test_seed=SEED_TEST)
+    plain = pytester.run(sys.executable, "test_seed.py")
+    plugin = pytester.runpytest_subprocess("-s", "--gradspec-profile", "dev")
+    without = pytester.runpytest_subprocess("-s", "-p", "no:gradspec")
+    prints = [next(ln for ln in r.stdout.lines if "FINGERPRINT" in ln).split("FINGERPRINT")[1]
+              for r in (plain, plugin, without)]
+    assert prints[0] == prints[1] == prints[2], prints

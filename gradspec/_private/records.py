@@ -24,10 +24,13 @@ __all__ = ["RECORD", "discrepancy_id", "atomic_write", "read_records", "update_r
 RECORD = "discrepancy.json"
 
 
-def discrepancy_id(signature) -> str:
-    """A stable folder name for a discrepancy signature (kind, oracle pair, ops)."""
+def discrepancy_id(signature, scope: str | None = None) -> str:
+    """A stable folder name for a discrepancy signature (kind, oracle pair, ops); ``scope`` (a test
+    id) keeps the findings of two tests on the same op in two folders."""
     kind, pair, ops = signature
     canon = repr((kind, tuple(sorted(pair)), tuple(sorted(ops))))
+    if scope:
+        canon += "\0" + str(scope)
     return "d-" + hashlib.sha1(canon.encode()).hexdigest()[:10]
 
 

@@ -18,6 +18,7 @@ import time
 
 import numpy as np
 
+from .._private import result_sink
 from .. import engines as _engines
 from ..case import Case
 from ..check import Discrepancy, check
@@ -101,6 +102,7 @@ def verify_engine(engine, *, max_examples: int | None = None, seconds: float | N
             result.checks.setdefault("freeing (second backward without retain_graph, random graphs)",
                                      "passed" if not fr["bad"] else ("failed" if strict else "note"))
     result.seconds = time.perf_counter() - started
+    result_sink.emit(result)
     return result
 
 

@@ -23,6 +23,7 @@ import traceback
 
 import numpy as np
 
+from .._private import result_sink
 from .. import oracles as _oracles
 from ..case import Case, Leaf, NodeDef
 from .. import outcome as _outcome
@@ -358,6 +359,7 @@ def verify_op(op, *, max_examples: int | None = None, seconds: float | None = No
 
     runner = _Runner(result, max_examples, seconds)
     runner.run(_op_cases(spec, companions, user_ops), evaluate)
+    result_sink.emit(result)
     return result
 
 

@@ -18,6 +18,7 @@ import traceback
 
 import numpy as np
 
+from .._private import result_sink
 from ..case import Case
 from ..spec import registry as _registry
 from ..spec.opspec import OpSpec
@@ -229,4 +230,5 @@ def verify_torch_function(fn, *, arity: int | None = None, signature: str | None
 
     runner = _Runner(result, max_examples, seconds)
     runner.run(_op_cases(spec, companions, {}), evaluate)
+    result_sink.emit(result)
     return result
