@@ -104,6 +104,11 @@ class Case:
 
     def canonicalize(self) -> None:
         """Put every node's params in the op's canonical form (idempotent)."""
+        self._canonicalize(None)
+
+    def _canonicalize(self, budget) -> None:
+        # ``budget`` (a _private.limits.Budget, when loading a file): each node's shape is checked
+        # before the next node's shape rule runs (a rule may evaluate the op on ones of its input shapes).
         shapes = {l.name: l.shape for l in self.leaves}
         for n in self.nodes:
             spec = self.spec(n.op)
@@ -114,10 +119,20 @@ class Case:
             try:
                 n.params = spec.canonical(ins, _tuplify(n.params))
             except Exception as e:
-                raise CaseError(f"node {n.name!r}: invalid params {n.params!r} for op {n.op!r}: {e}") from None
-            out = spec.out_shape(ins, n.params)
+                raise CaseError(f"node {n.name!r}: invalid params {_short_param(n.params)} for op {n.op!r}: "
+                                f"{type(e).__name__}: {str(e)[:300]}") from None
+            try:
+                out = spec.out_shape(ins, n.params)
+            except Exception as e:  # a shape rule that overflows on absurd params, say
+                raise CaseError(f"node {n.name!r}: op {n.op!r} cannot take input shapes {ins} with params "
+                                f"{_short_param(n.params)}: {type(e).__name__}: {str(e)[:300]}") from None
             if out is None:
                 raise CaseError(f"node {n.name!r}: op {n.op!r} does not accept input shapes {ins} with params {n.params}")
+            if budget is not None:
+                try:
+                    budget.add(tuple(out), f"node {n.name!r} ({n.op})")
+                except ValueError as e:
+                    raise CaseError(str(e)) from None
             shapes[n.name] = tuple(out)
 
     def spec(self, op: str):
@@ -125,10 +140,17 @@ class Case:
             return _registry.lookup(op)
         except KeyError as e:
             if op in self.user_ops:
-                from ._private.imports import import_object
+                from ._private.imports import ImportSpecError, load_from_case
+                from .spec.opspec import OpSpec
 
-                obj = import_object(self.user_ops[op])
-                return obj
+                try:
+                    spec = load_from_case(self.user_ops[op], f"user op {op!r} at", expect=OpSpec)
+                except ImportSpecError as e:
+                    raise CaseError(str(e)) from None
+                if not isinstance(spec, OpSpec):
+                    raise CaseError(f"user op {op!r}: {self.user_ops[op]!r} is a {type(spec).__name__}, not a "
+                                    "gradspec op (gs.Op(...))")
+                return spec
             raise CaseError(str(e.args[0])) from None
 
     def shapes(self) -> dict[str, tuple]:
@@ -216,30 +238,36 @@ class Case:
         return json.dumps(d, indent=indent, allow_nan=False)
 
     @classmethod
-    def from_json(cls, text: str | bytes | dict) -> "Case":
-        """Parse a case; a malformed or foreign file raises CaseError naming what is wrong."""
+    def from_json(cls, text: str | bytes | dict, *, allow_import=(), max_elements: int | None = None) -> "Case":
+        """Parse a case; a malformed or foreign file raises CaseError naming what is wrong.
+
+        A case file is data: a user op it names by import path is imported only when its module is
+        in ``allow_import`` (or already imported by your code), and sizes are checked against
+        ``max_elements`` (default: ``_private.limits.default_max_elements()``) before any array
+        is allocated.
+        """
+        from ._private import casefile, limits
+        from ._private.imports import allowing
+
         if isinstance(text, dict):
             d = text
         else:
             try:
                 d = json.loads(text)
-            except (ValueError, TypeError) as e:
-                raise CaseError(f"not a gradspec case file: invalid JSON ({e})") from None
+            except (ValueError, TypeError, RecursionError) as e:
+                raise CaseError(f"not a gradspec case file: invalid JSON ({str(e)[:200]})") from None
         if not isinstance(d, dict) or d.get("format") != FORMAT:
             got = d.get("format") if isinstance(d, dict) else type(d).__name__
-            raise CaseError(f"not a gradspec case file: expected \"format\": \"{FORMAT}\", found {got!r}")
-        try:
-            leaves = [Leaf(l["name"], decode_array(l["value"]), bool(l["requires_grad"])) for l in d["leaves"]]
-            nodes = [NodeDef(n["name"], n["op"], list(n["inputs"]), dict(n["params"])) for n in d["nodes"]]
-            seeds = [None if s is None else decode_array(s) for s in d["seeds"]]
-            case = cls(leaves, nodes, list(d["roots"]), seeds, d.get("engine", "reference"), dict(d.get("user_ops", {})),
-                       dict(d.get("meta", {})))
-        except CaseError:
-            raise
-        except (KeyError, TypeError, ValueError) as e:
-            raise CaseError(f"corrupt gradspec case file: {type(e).__name__}: {e}") from None
-        case.canonicalize()
-        case.validate()
+            raise CaseError(f"not a gradspec case file: expected \"format\": \"{FORMAT}\", found {str(got)[:80]!r}")
+        with limits.limiting(max_elements), allowing(allow_import):
+            try:
+                p = casefile.parse(d)
+            except casefile.CaseFileError as e:
+                raise CaseError(str(e)) from None
+            case = cls([Leaf(*l) for l in p["leaves"]], [NodeDef(n, op, ins, dict(pr)) for n, op, ins, pr in p["nodes"]],
+                       p["roots"], p["seeds"], p["engine"], p["user_ops"], p["meta"])
+            case._canonicalize(p["budget"])
+            case.validate()
         return case
 
     def __eq__(self, other) -> bool:

@@ -114,6 +114,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="also write a Markdown summary (counts, each finding's cause, links to the reports) for a "
                         "CI job summary page")
     f.add_argument("-q", "--quiet", action="store_true", help="no progress line")
+    _data_flags(f)
     r = sub.add_parser("replay", help="re-run a saved case.json with every oracle; exit 1 while it still disagrees")
     r.add_argument("case", help="path to a case.json written by gradspec (a report folder's case.json)")
     r.add_argument("--engine", default=None, metavar="NAME|module:attr",
@@ -123,9 +124,26 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--case-timeout", type=_positive_float, default=60.0, metavar="S",
                    help="per-case timeout (default 60)")
     r.add_argument("--json", action="store_true", help="machine-readable verdict")
+    _data_flags(r)
     o = sub.add_parser("ops", help="list the op table: name, signature, domain, oracles that apply")
     o.add_argument("--json", action="store_true", help="machine-readable output")
     return p
+
+
+def _data_flags(p) -> None:
+    """Case files are data (CONTRACT §6): what they may import, how big they may be."""
+    p.add_argument("--allow-import", action="append", default=[], metavar="MODULE",
+                   help="a module a case file may import (its engine, user ops, torch Functions; repeatable); "
+                        "without it nothing named in a case file is imported")
+    p.add_argument("--max-elements", type=_positive_int, default=None, metavar="N",
+                   help="refuse a case file whose tensors need more array elements than this "
+                        "(default: 2**27, less on a machine with under 8 GiB)")
+
+
+def _allowed(args) -> list[str]:
+    """Modules the command line allows a case file to import: --allow-import, --engine, --ops, --oracles."""
+    named = [args.engine or ""] + (_split(getattr(args, "ops", None)) or []) + (_split(getattr(args, "oracles", None)) or [])
+    return list(args.allow_import) + [n for n in named if ":" in n]
 
 
 def main(argv=None) -> int:
@@ -137,9 +155,10 @@ def main(argv=None) -> int:
     try:
         if args.cmd == "ops":
             return _ops(args)
-        if args.cmd == "replay":
-            return _replay(args)
-        return _fuzz(args)
+        from ._private import imports, limits
+
+        with imports.allowing(_allowed(args)), limits.limiting(args.max_elements):
+            return _replay(args) if args.cmd == "replay" else _fuzz(args)
     except _UsageError as e:
         return _err(str(e))
     except KeyboardInterrupt:
@@ -216,55 +235,24 @@ def _ops(args) -> int:
 
 
 def _load_case(path: str):
-    import gradspec as gs
-
-    from .ops import _registry
+    from . import caseio
 
     try:
-        with open(path, "rb") as f:
-            raw = f.read()
-    except IsADirectoryError:
-        raise _UsageError(f"{path} is a directory; give the case.json inside a report folder") from None
-    except OSError as e:
-        raise _UsageError(f"cannot read case file {path!r}: {e.strerror or e}") from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise _UsageError(f"{path}: not a gradspec case file (not UTF-8 text)") from None
-    try:
-        d = json.loads(text)
-    except ValueError as e:
-        raise _UsageError(f"{path}: not a gradspec case file: invalid JSON ({e})") from None
-    if isinstance(d, dict) and d.get("format") == "gradspec-case/1":
-        inline = set((d.get("meta") or {}).get("inline_ops") or []) if isinstance(d.get("meta"), dict) else set()
-        user_ops = d.get("user_ops") or {}
-        for n in d.get("nodes") or []:
-            op = n.get("op") if isinstance(n, dict) else None
-            if not isinstance(op, str) or op in user_ops:
-                continue
-            try:
-                _registry.lookup(op)
-            except KeyError:
-                if op in inline:
-                    raise _UsageError(
-                        f"{path}: op {op!r} was defined inline (in __main__ or inside a function) when this case was "
-                        "saved, so it has no import path and replay cannot rebuild it; define it at module level in "
-                        "an importable module and save the case again") from None
-                raise _UsageError(f"{path}: unknown op {op!r}: not in the op table and no import path recorded "
-                                  "(a user op must be importable; see `gradspec ops`)") from None
-    try:
-        return gs.Case.from_json(d)
-    except gs.CaseError as e:
-        raise _UsageError(f"{path}: {e}") from None
-    except Exception as e:  # e.g. a user op whose import path no longer imports
-        raise _UsageError(f"{path}: cannot load the case: {type(e).__name__}: {e}") from None
+        return caseio.load(path)
+    except caseio.CaseError as e:
+        raise _UsageError(str(e)) from None
 
 
 def _replay(args) -> int:
     from . import fuzz
 
+    from . import caseio
+
     case = _load_case(args.case)
-    engine = args.engine or case.engine or "reference"
+    try:
+        engine = caseio.engine_for(case, args.engine, source=args.case)
+    except caseio.CaseError as e:
+        raise _UsageError(f"cannot replay with engine {case.engine!r}: {e}") from None
     cfg = fuzz.Config(engine=engine, oracles=_split(args.oracles),
                       report_dir=os.path.dirname(os.path.abspath(args.case)),
                       case_timeout=args.case_timeout, seed=0)
@@ -502,6 +490,8 @@ def _write_ci_outputs(args, cfg, summary: dict) -> None:
 
 
 def _print_summary(cfg, s: dict, index: str | None, ops: list[str]) -> None:
+    from . import caseio
+
     out = sys.stdout
     n = s["discrepancies"]
     head = (f"gradspec fuzz: {s['cases']} cases in {s['seconds']:.1f} s ({s['cases_per_second']:.1f} cases/s), "
@@ -526,7 +516,8 @@ def _print_summary(cfg, s: dict, index: str | None, ops: list[str]) -> None:
         print(f"  {n} discrepanc{'y' if n == 1 else 'ies'}:", file=out)
         for r in s["reports"][:10]:
             print(f"    {r['id']}  {r['kind']:<16} {' vs '.join(r['oracles']):<36} ops {', '.join(r['ops'])}", file=out)
-            print(f"      gradspec replay {os.path.join(cfg.report_dir, r['id'], 'case.json')}", file=out)
+            print(f"      {caseio.replay_command(os.path.join(cfg.report_dir, r['id'], 'case.json'), s['engine'])}",
+                  file=out)
         if n > 10:
             print(f"    ... and {n - 10} more in the report", file=out)
     else:

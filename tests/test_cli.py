@@ -185,7 +185,7 @@ def test_planted_bug_exits_1_with_one_report(planted):
         assert (folder / name).stat().st_size > 0
     assert (out / "index.html").exists()
     # The one-screen summary names the report and how to replay it.
-    assert f"gradspec replay {folder / 'case.json'}" in proc.stdout
+    assert f"gradspec replay {folder / 'case.json'} --allow-import gsplant" in proc.stdout
     assert f"{len(s['reports'])} discrepanc" in proc.stdout
     # Plain progress lines on a non-terminal, and the report announced as soon as it was written.
     assert "cases, " in proc.stderr and "/s, " in proc.stderr
@@ -205,12 +205,17 @@ def test_replay_exits_1_while_it_disagrees_and_0_with_a_correct_engine(planted):
     folder = _reported(out)
     case = folder / "case.json"
     assert json.loads(case.read_text())["engine"] == "gsplant:bug"
-    bad = start("replay", case, "--oracles", FAST_ORACLES, cwd=root, env=env)
+    # A case file is data: the engine it names is imported only when the command line allows it.
+    refused = start("replay", case, "--oracles", FAST_ORACLES, cwd=root, env=env)
+    bad = start("replay", case, "--allow-import", "gsplant", "--oracles", FAST_ORACLES, cwd=root, env=env)
     good = start("replay", case, "--engine", "reference", "--oracles", FAST_ORACLES, cwd=root, env=env)
-    as_json = start("replay", case, "--json", "--oracles", FAST_ORACLES, cwd=root, env=env)
+    as_json = start("replay", case, "--json", "--engine", "gsplant:bug", "--oracles", FAST_ORACLES, cwd=root, env=env)
+    r_out, r_err = refused.communicate(timeout=120)
     b_out, b_err = bad.communicate(timeout=120)
     g_out, g_err = good.communicate(timeout=120)
     j_out, j_err = as_json.communicate(timeout=120)
+    assert refused.returncode == 2 and "'gsplant'" in r_err and "--allow-import gsplant" in r_err, r_err
+    assert "Traceback" not in r_err
     assert bad.returncode == 1, b_err
     assert "still disagrees" in b_out and "reference vs planted" in b_out
     assert good.returncode == 0, g_out + g_err

@@ -123,7 +123,8 @@ def test_segfault_in_process_is_reported_by_the_next_run(tmp_path):
     assert crash[0].name in index and "From earlier runs" in index
     assert not list((out / ".gradspec" / "runs").iterdir())  # the dead run's bookkeeping is cleaned up
     # Replaying the crash case crashes a child process, not replay itself.
-    replay = gradspec("replay", crash[0] / "case.json", "--oracles", FAST_ORACLES, cwd=tmp_path, env=env)
+    replay = gradspec("replay", crash[0] / "case.json", "--allow-import", "gsplant", "--oracles", FAST_ORACLES,
+                      cwd=tmp_path, env=env)
     assert replay.returncode == 1, replay.stdout + replay.stderr
     assert "died (SIGSEGV)" in replay.stdout and "still crashes" in replay.stdout
 

@@ -6,7 +6,8 @@ The table is the layout documented in the README ("Layout"), lowest layer first:
 
 ====  ============  ================================================================================
  0    base          gradspec._private.* (except prologue), causes, tolerances, domains, profiles
- 1    spec          gradspec.spec.* (OpSpec, the op table), case (a graph + values as data)
+ 1    spec          gradspec.spec.* (OpSpec, the op table), case (a graph + values as data), caseio
+                    (case files opened as data: the import gate, the size limit)
  2    engine        gradspec.engine (the numpy reverse-mode engine)
  3    ops           gradspec.ops.* (the op families fill the table), functional, engines (adapters)
  4    oracles       gradspec.oracles.* (reference, FD, jacobian, FD-jacobian, torch, engine oracle),
@@ -49,6 +50,7 @@ MODULES = {
     "gradspec.profiles": BASE,
     "gradspec._private.prologue": ORACLES,  # the oracles' quiet-FP region (wraps the engine's)
     "gradspec.case": SPEC,
+    "gradspec.caseio": SPEC,
     "gradspec.engine": ENGINE,
     "gradspec.functional": OPS,
     "gradspec.engines": OPS,

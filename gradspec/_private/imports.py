@@ -1,28 +1,128 @@
-"""Loading user objects named "package.module:attr" (engines, user ops) with clear errors."""
+"""Loading user objects named "package.module:attr" (engines, user ops, torch Functions) with clear errors.
+
+Two doors, one mechanism:
+
+* :func:`import_object` loads a path the user gave in code or on the command line (``--engine``,
+  ``--ops``, ``gs.engines.get("pkg.mod:engine")``): the user chose to run that code.
+* :func:`load_from_case` loads a path read from a case file (``case.json``'s ``engine``, its
+  ``user_ops``, a recorded torch Function).  A case file is data: it travels as a CI artifact or a
+  bug attachment, and opening one must be as safe as opening any JSON file.  So the module is
+  imported (and anything in it called) only when the user allowed it: :func:`allowing` (the
+  command line's ``--allow-import MODULE``, ``--engine``, ``--ops``; ``allow_import=`` in Python).
+  Otherwise :class:`ImportNotAllowed` names the module and the flag.  Every import of a name taken
+  from a case goes through :func:`load_from_case`.
+
+One exception needs no permission: a path whose module is already imported and whose object is
+of the expected type (``expect``), e.g. a user op the user's own code defined and imported
+before loading the case.  Resolving it runs no new code (the module ran when the user imported it),
+and an object of a gradspec type cannot be a stdlib function such as ``os:abort``.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import importlib
+import inspect
+import sys
+
+__all__ = ["ImportSpecError", "ImportNotAllowed", "import_object", "load_from_case", "allowing", "allowed_modules",
+           "module_of"]
 
 
 class ImportSpecError(ValueError):
     pass
 
 
-def import_object(path: str):
-    if not isinstance(path, str) or ":" not in path:
-        raise ImportSpecError(f"{path!r} is not of the form 'package.module:attr'")
-    mod_name, _, attr = path.partition(":")
+class ImportNotAllowed(ImportSpecError):
+    """A case file names a module the user did not allow; the message names the module and the flag."""
+
+    def __init__(self, path: str, what: str) -> None:
+        self.path = path
+        self.module = module_of(path)
+        self.what = what
+        shown = self.module if self.module.isprintable() and len(self.module) <= 200 else repr(self.module[:200])
+        super().__init__(
+            f"the case file names {what} {path[:300]!r}, which would import module {shown!r}: a case file is data, "
+            f"so gradspec imports nothing it names unless you allow it. If you trust this module, pass "
+            f"--allow-import {shown} (or name it with --engine / --ops on the command line; in Python: "
+            f"allow_import=[{shown!r}])"
+        )
+
+
+_ALLOWED: contextvars.ContextVar[frozenset] = contextvars.ContextVar("gradspec_allowed_imports", default=frozenset())
+
+
+def module_of(path: str) -> str:
+    return path.partition(":")[0] if isinstance(path, str) else ""
+
+
+def allowed_modules() -> frozenset:
+    """Modules the user allowed in the current context (a module allows its submodules too)."""
+    return _ALLOWED.get()
+
+
+@contextlib.contextmanager
+def allowing(modules):
+    """Within the block, :func:`load_from_case` may import ``modules`` (names or ``module:attr`` paths)."""
+    add = frozenset(module_of(m) if ":" in m else m for m in (modules or ()) if isinstance(m, str) and m)
+    token = _ALLOWED.set(_ALLOWED.get() | add)
     try:
-        mod = importlib.import_module(mod_name)
-    except ImportError as e:
-        raise ImportSpecError(
-            f"cannot import module {mod_name!r} (from {path!r}): {e}. Is it installed or on PYTHONPATH?"
-        ) from None
-    obj = mod
+        yield
+    finally:
+        _ALLOWED.reset(token)
+
+
+def _permitted(module: str) -> bool:
+    return any(module == m or module.startswith(m + ".") for m in _ALLOWED.get())
+
+
+def _split(path) -> tuple[str, str]:
+    if not isinstance(path, str) or path.count(":") != 1:
+        raise ImportSpecError(f"{str(path)[:200]!r} is not of the form 'package.module:attr'")
+    mod_name, _, attr = path.partition(":")
+    parts = mod_name.split(".") + attr.split(".")
+    if not all(p.isidentifier() for p in parts):
+        raise ImportSpecError(f"{path[:200]!r} is not of the form 'package.module:attr' (dotted Python identifiers)")
+    return mod_name, attr
+
+
+def _getattr_path(obj, attr: str, mod_name: str, path: str):
     for part in attr.split("."):
         try:
             obj = getattr(obj, part)
         except AttributeError:
             raise ImportSpecError(f"module {mod_name!r} has no attribute {attr!r} (from {path!r})") from None
     return obj
+
+
+def import_object(path: str):
+    """The object at ``"package.module:attr"``, a path the user gave (not one read from a case file)."""
+    mod_name, attr = _split(path)
+    try:
+        mod = importlib.import_module(mod_name)
+    except ImportError as e:
+        raise ImportSpecError(
+            f"cannot import module {mod_name!r} (from {path!r}): {e}. Is it installed or on PYTHONPATH?"
+        ) from None
+    return _getattr_path(mod, attr, mod_name, path)
+
+
+def load_from_case(path, what: str, expect: type | tuple | None = None):
+    """The object at ``path``, a name read from a case file; :class:`ImportNotAllowed` unless allowed.
+
+    ``what`` says what the case names ("engine", "user op 'frob'"); ``expect`` the type an object
+    already loaded by the user's own code must have to be used without permission.
+    """
+    mod_name, attr = _split(path)
+    if not _permitted(mod_name):
+        mod = sys.modules.get(mod_name)
+        if mod is None or expect is None:
+            raise ImportNotAllowed(path, what)
+        obj = mod
+        for part in attr.split("."):  # getattr_static: no module __getattr__, property or descriptor runs
+            obj = inspect.getattr_static(obj, part, None)
+        if not isinstance(obj, expect):
+            raise ImportNotAllowed(path, what)
+        return obj
+    return import_object(path)

@@ -80,7 +80,7 @@ def read_records(directory: str) -> list[dict]:
         except (OSError, ValueError):
             continue
         if isinstance(rec, dict):
-            rec.setdefault("id", name)
+            rec["id"] = name  # the folder, whatever the file says: a record must not point elsewhere
             out.append(rec)
     out.sort(key=lambda r: (r.get("first_found") or r.get("found_at") or 0, r["id"]))
     return out

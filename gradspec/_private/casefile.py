@@ -1,0 +1,185 @@
+"""The case-file schema: every field of a parsed ``case.json`` checked before anything is built.
+
+A case file is data from anywhere (CONTRACT §6).  :func:`parse` checks each field's type, every
+array entry's dtype, shape and data, and the declared sizes against the element limit (before
+any array is allocated), and returns plain pieces for :class:`gradspec.case.Case`.  A wrong field
+raises :class:`CaseFileError` naming the field (``leaves[0].value.dtype``) and what it must be,
+so ``gradspec replay`` exits 2 with that message instead of running a case no engine was meant
+to see (``"dtype": "object"`` used to reach the engines and come back as "still disagrees").
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from . import limits
+
+__all__ = ["CaseFileError", "parse", "DTYPES", "MAX_NAME"]
+
+# What encode_array writes and every engine takes: float, integer and bool arrays (no object,
+# string, complex or datetime arrays, which numpy would accept from the name alone).
+DTYPES = ("float64", "float32", "float16", "int64", "int32", "int16", "int8", "uint8", "bool")
+MAX_NAME = 256  # longer names are not a graph anyone wrote; they would only bloat every page
+
+
+class CaseFileError(ValueError):
+    """A malformed field of a case file; the message names the field."""
+
+
+def _fail(field: str, msg: str):
+    raise CaseFileError(f"corrupt gradspec case file: field {field}: {msg}")
+
+
+def _short(v, n: int = 60) -> str:
+    s = repr(v)
+    return s if len(s) <= n else s[: n - 3] + "..."
+
+
+def _str(v, field: str, max_len: int = MAX_NAME) -> str:
+    if not isinstance(v, str) or not v or len(v) > max_len:
+        _fail(field, f"must be a non-empty string of at most {max_len} characters, got {_short(v)}")
+    return v
+
+
+def _list(v, field: str) -> list:
+    if not isinstance(v, list):
+        _fail(field, f"must be a list, got {type(v).__name__}")
+    return v
+
+
+def _dict(v, field: str) -> dict:
+    if not isinstance(v, dict):
+        _fail(field, f"must be an object, got {type(v).__name__}")
+    return v
+
+
+def _shape(v, field: str) -> tuple:
+    _list(v, field)
+    if len(v) > 32:  # numpy's own limit on dimensions (64 in numpy 2) is not one any op here needs
+        _fail(field, f"has {len(v)} dimensions, at most 32 are supported")
+    for i, s in enumerate(v):
+        if isinstance(s, bool) or not isinstance(s, int) or s < 0:
+            _fail(f"{field}[{i}]", f"must be a non-negative integer, got {_short(s)}")
+    return tuple(v)
+
+
+def _array(entry, field: str, budget: limits.Budget) -> np.ndarray:
+    """Check an array entry fully (dtype, shape against the budget, data), then decode it."""
+    _dict(entry, field)
+    missing = [k for k in ("dtype", "shape", "data") if k not in entry]
+    if missing:
+        _fail(field, f"an array entry needs dtype, shape and data; missing {', '.join(missing)}")
+    dt = entry["dtype"]
+    if dt not in DTYPES:
+        _fail(f"{field}.dtype", f"must be one of {', '.join(DTYPES)}, got {_short(dt)}")
+    shape = _shape(entry["shape"], f"{field}.shape")
+    try:
+        budget.add(shape, field)
+    except limits.SizeError as e:
+        raise CaseFileError(str(e)) from None
+    data = _list(entry["data"], f"{field}.data")
+    n = math.prod(shape)
+    if len(data) != n:
+        _fail(f"{field}.data", f"has {len(data)} values, the shape {shape} needs {n}")
+    kind = np.dtype(dt).kind
+    if kind == "f":
+        vals = []
+        for i, v in enumerate(data):
+            if isinstance(v, str):
+                try:
+                    vals.append(float.fromhex(v))
+                except (ValueError, OverflowError):
+                    _fail(f"{field}.data[{i}]", f"{_short(v)} is not a float.hex() string")
+            elif isinstance(v, (int, float)) and not isinstance(v, bool):
+                try:
+                    vals.append(float(v))
+                except OverflowError:
+                    _fail(f"{field}.data[{i}]", f"{_short(v)} is out of float64's range")
+            else:
+                _fail(f"{field}.data[{i}]", f"must be a float.hex() string or a number, got {_short(v)}")
+        return np.array(vals, dtype=np.float64).astype(dt).reshape(shape)
+    if kind == "b":
+        bad = next((i for i, v in enumerate(data) if not isinstance(v, bool)), None)
+        if bad is not None:
+            _fail(f"{field}.data[{bad}]", f"must be true or false for dtype bool, got {_short(data[bad])}")
+        return np.array(data, dtype=bool).reshape(shape)
+    info = np.iinfo(dt)
+    bad = next((i for i, v in enumerate(data)
+                if isinstance(v, bool) or not isinstance(v, int) or not info.min <= v <= info.max), None)
+    if bad is not None:
+        _fail(f"{field}.data[{bad}]", f"must be an integer in [{info.min}, {info.max}] for dtype {dt}, "
+                                      f"got {_short(data[bad])}")
+    return np.array(data, dtype=dt).reshape(shape)
+
+
+def _params(v, field: str, depth: int = 0):
+    """JSON params: numbers, strings, booleans, null, lists and objects, nested at most 8 deep.
+
+    What each op accepts is its own ``normalize``'s and shape rule's business (Case.canonicalize);
+    this only keeps out what no op takes: deep nests, huge integers, foreign types."""
+    if depth > 8:
+        _fail(field, "nests deeper than 8 levels")
+    if isinstance(v, dict):
+        if depth and set(v) == {"float"}:  # a non-finite float, as Case._jsonable writes it
+            if v["float"] not in ("inf", "-inf", "nan"):
+                _fail(field, f"a {{\"float\": ...}} entry must hold 'inf', '-inf' or 'nan', got {_short(v['float'])}")
+            return v
+        for k, x in v.items():
+            _str(k, f"{field} key", 64)
+            _params(x, f"{field}.{k}", depth + 1)
+        return v
+    if isinstance(v, list):
+        for i, x in enumerate(v):
+            _params(x, f"{field}[{i}]", depth + 1)
+        return v
+    if isinstance(v, str):
+        if len(v) > 1024:
+            _fail(field, f"is a string of {len(v)} characters; no op takes one longer than 1024")
+        return v
+    if isinstance(v, bool) or v is None:
+        return v
+    if isinstance(v, int):
+        if abs(v) > 2**62:  # beyond int64 no shape, axis or count means anything; numpy would overflow
+            _fail(field, f"integer {_short(v)} is out of range")
+        return v
+    if isinstance(v, float):
+        return v
+    _fail(field, f"must be a number, string, boolean, null, list or object, got {_short(v)}")
+
+
+def parse(d) -> dict:
+    """Pieces of a validated case file: leaves, nodes, roots, seeds, engine, user_ops, meta."""
+    budget = limits.Budget()
+    engine = d.get("engine", "reference")
+    _str(engine, "engine", 512)
+    user_ops = _dict(d.get("user_ops", {}) or {}, "user_ops")
+    for k, v in user_ops.items():
+        _str(k, "user_ops key")
+        if not isinstance(v, str) or v.count(":") != 1 or len(v) > 512:
+            _fail(f"user_ops.{k}", f"must be an import path 'package.module:attr', got {_short(v)}")
+    meta = _dict(d.get("meta", {}) or {}, "meta")
+    inline = meta.get("inline_ops")
+    if inline is not None and not (isinstance(inline, list) and all(isinstance(s, str) for s in inline)):
+        _fail("meta.inline_ops", "must be a list of op names")
+    leaves = []
+    for i, l in enumerate(_list(d.get("leaves"), "leaves")):
+        f = f"leaves[{i}]"
+        _dict(l, f)
+        rg = l.get("requires_grad", True)
+        if not isinstance(rg, bool):
+            _fail(f"{f}.requires_grad", f"must be true or false, got {_short(rg)}")
+        leaves.append((_str(l.get("name"), f"{f}.name"), _array(l.get("value"), f"{f}.value", budget), rg))
+    nodes = []
+    for i, n in enumerate(_list(d.get("nodes"), "nodes")):
+        f = f"nodes[{i}]"
+        _dict(n, f)
+        inputs = [_str(x, f"{f}.inputs[{j}]") for j, x in enumerate(_list(n.get("inputs"), f"{f}.inputs"))]
+        params = _params(_dict(n.get("params", {}), f"{f}.params"), f"{f}.params")
+        nodes.append((_str(n.get("name"), f"{f}.name"), _str(n.get("op"), f"{f}.op", 128), inputs, params))
+    roots = [_str(r, f"roots[{i}]") for i, r in enumerate(_list(d.get("roots"), "roots"))]
+    seeds = [None if s is None else _array(s, f"seeds[{i}]", budget)
+             for i, s in enumerate(_list(d.get("seeds"), "seeds"))]
+    return {"leaves": leaves, "nodes": nodes, "roots": roots, "seeds": seeds, "engine": engine,
+            "user_ops": dict(user_ops), "meta": dict(meta), "budget": budget}

@@ -1,0 +1,138 @@
+"""Opening case files as data: ``load`` a ``case.json`` and pick the engine to replay it with.
+
+A case file travels as a CI artifact or a bug attachment, so opening one must be as safe as
+opening any JSON file (CONTRACT §6): nothing it names is imported unless the user allowed the
+module (``--allow-import MODULE``, or the ``--engine`` / ``--ops`` given on the command line;
+``allow_import=`` here), and its sizes are checked against ``--max-elements`` before anything is
+allocated.  Every problem is a :class:`gradspec.CaseError` whose message names the file, the
+field and the fix (``gradspec replay`` exits 2 with it).
+
+Example::
+
+    >>> import json, os, tempfile, numpy as np, gradspec as gs
+    >>> from gradspec import caseio
+    >>> case = gs.Case.build({"x": np.array([0.5, 2.0])}, [("y", "exp", ["x"], {})], ["y"], [np.ones(2)])
+    >>> path = os.path.join(tempfile.mkdtemp(), "case.json")
+    >>> _ = open(path, "w").write(json.dumps({**json.loads(case.to_json()), "engine": "os:abort"}))
+    >>> caseio.load(path).ops
+    ['exp']
+    >>> caseio.engine_for(caseio.load(path))
+    Traceback (most recent call last):
+    ...
+    gradspec.case.CaseError: case.json: the case file names engine 'os:abort', which would import module 'os'...
+    >>> caseio.engine_for(caseio.load(path), "reference")   # an engine chosen by the user wins
+    'reference'
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from ._private import limits
+from ._private.imports import ImportSpecError, allowing, load_from_case
+from .case import Case, CaseError
+
+__all__ = ["load", "engine_for", "replay_command", "BUILTIN_ENGINES"]
+
+BUILTIN_ENGINES = ("reference", "torch-cpu", "torch-cuda")
+# A file may have at most max_elements bytes (128 MiB by default): JSON text takes at least 2
+# bytes per array element ("0,"), and parsing holds a Python object of ~30-70 bytes per element,
+# so the parse stays within the order of the largest check the limit admits (8 bytes x 4 copies).
+_BYTES_PER_ELEMENT = 1
+
+
+def load(path: str, *, allow_import=(), max_elements: int | None = None) -> Case:
+    """The case in the file at ``path``; :class:`CaseError` (message starting with the path) if it cannot be."""
+    with limits.limiting(max_elements):
+        limit = limits.current()
+        try:
+            size = os.path.getsize(path)
+            if os.path.isdir(path):
+                raise IsADirectoryError
+            if size > limit * _BYTES_PER_ELEMENT:
+                raise CaseError(f"{path}: the file has {size:,} bytes, more than a case within --max-elements "
+                                f"{limit:,} can need; raise --max-elements if you trust it")
+            with open(path, "rb") as f:
+                raw = f.read(limit * _BYTES_PER_ELEMENT + 1)
+        except IsADirectoryError:
+            raise CaseError(f"{path} is a directory; give the case.json inside a report folder") from None
+        except OSError as e:
+            raise CaseError(f"cannot read case file {path!r}: {e.strerror or e}") from None
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise CaseError(f"{path}: not a gradspec case file (not UTF-8 text)") from None
+        try:
+            d = json.loads(text)
+        except (ValueError, RecursionError) as e:
+            raise CaseError(f"{path}: not a gradspec case file: invalid JSON ({str(e)[:200]})") from None
+        _check_ops(path, d)
+        try:
+            with allowing(allow_import):
+                return Case.from_json(d)
+        except CaseError as e:
+            raise CaseError(f"{path}: {e}") from None
+        except RecursionError:
+            raise CaseError(f"{path}: the case nests too deeply to be a gradspec case") from None
+        except Exception as e:  # noqa: BLE001 - a user op whose own code fails while the case is built
+            raise CaseError(f"{path}: cannot load the case: {type(e).__name__}: {str(e)[:300]}") from None
+
+
+def _check_ops(path: str, d) -> None:
+    """An op that is neither in the table nor given an import path: say which, and why (inline ops)."""
+    from .spec import registry as _registry
+
+    if not (isinstance(d, dict) and d.get("format") == "gradspec-case/1"):
+        return  # from_json names what the file is instead
+    meta = d.get("meta")
+    inline = meta.get("inline_ops") if isinstance(meta, dict) else None
+    inline = set(x for x in inline if isinstance(x, str)) if isinstance(inline, list) else set()
+    user_ops = d.get("user_ops") if isinstance(d.get("user_ops"), dict) else {}
+    nodes = d.get("nodes") if isinstance(d.get("nodes"), list) else []
+    for n in nodes:
+        op = n.get("op") if isinstance(n, dict) else None
+        if not isinstance(op, str) or op in user_ops:
+            continue
+        try:
+            _registry.lookup(op)
+        except KeyError:
+            if op in inline:
+                raise CaseError(
+                    f"{path}: op {op!r} was defined inline (in __main__ or inside a function) when this case was "
+                    "saved, so it has no import path and replay cannot rebuild it; define it at module level in "
+                    "an importable module and save the case again") from None
+            raise CaseError(f"{path}: unknown op {op[:100]!r}: not in the op table and no import path recorded "
+                            "(a user op must be importable; see `gradspec ops`)") from None
+
+
+def engine_for(case: Case, engine: str | None = None, *, allow_import=(), source: str = "case.json") -> str:
+    """The engine to check ``case`` with: ``engine`` if the user gave one, else the one the case records.
+
+    A recorded ``module:attr`` engine is imported here, through the gate: only when its module is
+    allowed (CaseError otherwise, naming the module and ``--allow-import``).
+    """
+    if engine:
+        return engine
+    name = case.engine or "reference"
+    if name in BUILTIN_ENGINES:
+        return name
+    try:
+        with allowing(allow_import):
+            load_from_case(name, "engine")
+    except ImportSpecError as e:
+        raise CaseError(f"{source}: {e}") from None
+    return name
+
+
+def replay_command(path: str, engine: str | None = None, user_ops=None) -> str:
+    """The ``gradspec replay`` command line for a saved case, with the ``--allow-import`` it needs.
+
+    >>> replay_command("reports/d-1/case.json", "mypkg.engine:make", {"frob": "mypkg.ops:frob"})
+    'gradspec replay reports/d-1/case.json --allow-import mypkg.engine --allow-import mypkg.ops'
+    """
+    import shlex
+
+    paths = [engine or ""] + list((user_ops or {}).values())
+    mods = sorted({p.partition(":")[0] for p in paths if isinstance(p, str) and ":" in p})
+    return " ".join(["gradspec replay", shlex.quote(path)] + [f"--allow-import {shlex.quote(m)}" for m in mods])
