@@ -38,6 +38,7 @@ ENGINE_IDS = {
     "no-freeing": "a second backward through freed buffers does not raise",
     "none-vs-zeros": "a gradient is zeros where torch has None (or the other way round)",
     "error-type": "the engine raises where torch does not, or not where torch does",
+    "unexplained": "a backward() rule is broken and no known wrong semantics reproduces the engine's numbers",
 }
 
 # Node-level ids: a gradient-value discrepancy localised to the first node whose VJP is wrong.

@@ -1,0 +1,501 @@
+"""Known wrong backward() semantics, simulated, and the diagnosis that matches an engine to one.
+
+Each *flag* is one way engines get CONTRACT §5 wrong (a seed of ones, implicit ones for any
+shape, .grad overwritten instead of added, intermediate gradients carried over between calls,
+the root's gradient assigned, .grad never updated, reset ignored, a repeated argument counted
+once, no freeing...).  :func:`simulate` replays a :class:`~gradspec.rules.scenario.Scenario`
+under a set of flags, with every node's local Jacobian taken from the reference engine, so the
+numbers a wrong engine would produce on the very same calls are known exactly.  :func:`diagnose`
+compares the engine's trace with every single flag, then every pair (micrograd is two at once),
+and names the CONTRACT §8 cause that reproduces the engine's numbers, with the numbers.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from ..causes import Cause
+from .scenario import Obs, Scenario, Step, Trace, first_difference, fmt, raise_reason
+
+__all__ = ["FLAGS", "simulate", "diagnose", "jacobians", "TooBig"]
+
+# flag -> (CONTRACT §8 id, the sentence a user can act on).  Order = preference when several match.
+FLAGS = {
+    "seed-ignored": ("seed-ignored", "backward(y, seed) computes with a seed of ones: the seed you pass is ignored; "
+                                     "use it as the upstream gradient of the root"),
+    "seed-mean": ("seed-misapplied", "backward(y, seed) uses the mean of the seed for every element instead of the "
+                                     "seed itself: the gradient must be J^T . seed"),
+    "implicit-any-shape": ("implicit-seed-non-scalar", "backward(y) without a seed runs with ones for an output of "
+                                                       "numel != 1; torch raises 'grad can be implicitly created only "
+                                                       "for scalar outputs' (only numel == 1 gets an implicit seed)"),
+    "seed-broadcast": ("seed-shape-accepted", "a seed of another shape than the output's is broadcast instead of "
+                                              "refused; torch requires the seed's shape to equal the output's exactly"),
+    "overwrite": ("accumulation-overwrite", "a later backward replaces .grad instead of adding to it: accumulate "
+                                            "(grad += new) in every backward call"),
+    "overwrite-clears": ("accumulation-overwrite", "every backward starts by clearing .grad of all leaves: "
+                                                   "gradients never accumulate across calls or roots; add to .grad "
+                                                   "and let only zero_grad reset it"),
+    "overwrite-edge-last": ("accumulation-overwrite", "a leaf used by several ops keeps only one use's gradient "
+                                                      "(the last one delivered is assigned): add every use's gradient"),
+    "overwrite-edge-first": ("accumulation-overwrite", "a leaf used by several ops keeps only one use's gradient "
+                                                       "(the first one delivered): add every use's gradient"),
+    "stale": ("stale-intermediate-grads", "gradients of intermediate nodes are kept from the previous backward and "
+                                          "flow again: reset every non-leaf's gradient at the start of each backward"),
+    "root-assigned": ("root-grad-assigned", "backward(root) sets the root's gradient to the seed instead of adding "
+                                            "it: a root that is a leaf (or already holds a gradient) loses what it had"),
+    "not-updated": ("grad-not-updated", ".grad of the leaves is never updated by backward()"),
+    "not-updated-0d": ("grad-not-updated", "a 0-d leaf (shape ()) never receives a gradient, while leaves of other "
+                                           "shapes do: make 0-d leaves part of the graph like any other tensor"),
+    "not-updated-numel1": ("grad-not-updated", "leaves of one element never receive a gradient"),
+    "reset-ignored": ("reset-ignored", "zero_grad does not reset: the next backward adds to the old gradient; "
+                                       "zero_grad must set .grad back to None"),
+    "repeated-drop-second": ("repeated-input-dropped", "op(x, x): the second use of x is treated as a constant, "
+                                                       "so its gradient is lost; add the gradients of both arguments"),
+    "repeated-drop-first": ("repeated-input-dropped", "op(x, x): the first use of x is lost; add the gradients of "
+                                                      "both arguments"),
+    "no-freeing": ("no-freeing", "a second backward through a graph freed by the first one does not raise; torch "
+                                 "raises 'Trying to backward through the graph a second time' unless retain_graph=True"),
+}
+VALUE_FLAGS = [f for f in FLAGS if f not in ("implicit-any-shape", "seed-broadcast", "no-freeing")]
+MAX_JAC_ELEMENTS = 1 << 14  # local Jacobians are dense; bigger graphs are not diagnosed this way
+
+
+class TooBig(ValueError):
+    """A node too large for dense local Jacobians."""
+
+
+def _numel(shape) -> int:
+    return int(np.prod(shape, dtype=np.int64))
+
+
+def jacobians(sc: Scenario) -> dict:
+    """node -> [J_j (out numel x input numel) or None per input position], from the reference."""
+    if "jac" in sc._cache:
+        return sc._cache["jac"]
+    from .. import engine as E
+    from .scenario import forward_values
+
+    vals = forward_values(sc)
+    sc._cache.setdefault("shapes", {k: tuple(np.shape(v)) for k, v in vals.items()})
+    out = {}
+    for name, op, ins, params in sc.nodes:
+        m = vals[name].size
+        sizes = [np.size(vals[i]) for i in ins]
+        if m * max(sizes + [1]) > MAX_JAC_ELEMENTS:
+            raise TooBig(f"node {name} ({op}) has {m} outputs and inputs of up to {max(sizes)} elements")
+        diff = [np.asarray(vals[i]).dtype.kind == "f" and (i not in sc.leaves or sc.rg(i)) for i in ins]
+        ts = [E.tensor(np.array(vals[i], copy=True), requires_grad=d) for i, d in zip(ins, diff)]
+        with E.enable_grad():
+            y = E.call(op, *ts, **params)
+        Js = [np.zeros((m, n)) if d else None for n, d in zip(sizes, diff)]
+        if getattr(y, "requires_grad", False):
+            for e in range(m):
+                for t in ts:
+                    t.grad = None
+                basis = np.zeros(m)
+                basis[e] = 1.0
+                y.backward(basis.reshape(vals[name].shape), retain_graph=True)
+                for j, t in enumerate(ts):
+                    if Js[j] is None:
+                        continue
+                    if t.grad is None:
+                        Js[j] = None if e == 0 else Js[j]
+                        continue
+                    Js[j][e] = np.asarray(t.grad.numpy(), dtype=np.float64).ravel()
+        out[name] = Js
+    sc._cache["jac"] = out
+    return out
+
+
+def _ancestors(sc: Scenario, root: str) -> set:
+    inputs = {name: ins for name, _op, ins, _p in sc.nodes}
+    seen, todo = set(), [root]
+    while todo:
+        n = todo.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        todo.extend(inputs.get(n, ()))
+    return seen
+
+
+class _Sim:
+    def __init__(self, sc: Scenario, flags: frozenset, absolute: bool):
+        self.sc, self.flags, self.abs = sc, flags, absolute
+        self.J = jacobians(sc)
+        self.shapes = sc.shapes()
+        self.leaf_grad = {n: None for n in sc.leaves}
+        self.node_grad: dict = {}
+
+    def frozen(self, leaf) -> bool:
+        f, shape = self.flags, self.shapes[leaf]
+        return ("not-updated" in f or ("not-updated-0d" in f and shape == ())
+                or ("not-updated-numel1" in f and _numel(shape) == 1))
+
+    def seed(self, s: Step) -> np.ndarray:
+        shape = self.shapes[s.target]
+        if s.seed is None:
+            g = np.ones(shape)
+        else:
+            g = np.asarray(s.seed, dtype=np.float64)
+            if g.shape != shape:
+                g = np.broadcast_to(g, shape)
+            elif "seed-ignored" in self.flags:
+                g = np.ones(shape)
+            elif "seed-mean" in self.flags:
+                g = np.full(shape, float(np.mean(g)) if g.size else 0.0)
+        return np.abs(g) if self.abs else np.array(g, dtype=np.float64)
+
+    def backward(self, root: str, seed: np.ndarray) -> None:
+        sc, f = self.sc, self.flags
+        contrib: dict = {n: [] for n in sc.leaves}
+        if "overwrite-clears" in f:
+            self.leaf_grad = {n: None for n in sc.leaves}
+        if root in sc.leaves:
+            if sc.rg(root):
+                if "root-assigned" in f and not self.frozen(root):
+                    self.leaf_grad[root] = seed.copy()
+                    return
+                contrib[root].append(seed)
+            return self._leaves(contrib)
+        anc = _ancestors(sc, root)
+        stale = "stale" in f
+        g = {n: self.node_grad[n].copy() for n in anc if stale and n in self.node_grad}
+        g[root] = seed.copy() if ("root-assigned" in f or root not in g) else g[root] + seed
+        for name, _op, ins, _p in reversed(sc.nodes):
+            if name not in anc or name not in g:
+                continue
+            G = g[name].ravel()
+            for j, inp in enumerate(ins):
+                J = self.J[name][j]
+                if J is None or (inp in sc.leaves and not sc.rg(inp)):
+                    continue
+                if list(ins).count(inp) > 1:
+                    pos = [k for k, x in enumerate(ins) if x == inp]
+                    if ("repeated-drop-second" in f and j != pos[0]) or ("repeated-drop-first" in f and j != pos[-1]):
+                        continue
+                c = ((np.abs(J).T @ np.abs(G)) if self.abs else (J.T @ G)).reshape(self.shapes[inp])
+                if inp in sc.leaves:
+                    contrib[inp].append(c)
+                else:
+                    g[inp] = g[inp] + c if inp in g else c
+        if stale:
+            self.node_grad.update(g)
+        self._leaves(contrib)
+
+    def _leaves(self, contrib: dict) -> None:
+        f = self.flags
+        for leaf, cs in contrib.items():
+            if not cs or self.frozen(leaf):
+                continue
+            total = np.sum(cs, axis=0)
+            old = self.leaf_grad[leaf]
+            if "overwrite-edge-last" in f:
+                self.leaf_grad[leaf] = cs[-1].copy()
+            elif "overwrite-edge-first" in f:
+                self.leaf_grad[leaf] = cs[0].copy()
+            elif "overwrite" in f or old is None:
+                self.leaf_grad[leaf] = total
+            else:
+                self.leaf_grad[leaf] = old + total
+
+    def snapshot(self) -> dict:
+        return {k: None if v is None else v.copy() for k, v in self.leaf_grad.items()}
+
+
+def simulate(sc: Scenario, flags, ref: Trace, absolute: bool = False) -> Trace:
+    """What an engine with the wrong semantics ``flags`` observes on ``sc`` (torch's raises from ``ref``)."""
+    flags = frozenset(flags)
+    sim = _Sim(sc, flags, absolute)
+    obs = [Obs(None, sim.snapshot())]
+    for k, s in enumerate(sc.steps):
+        ref_raised = ref.obs[k + 1].raised if k + 1 < len(ref.obs) else None
+        if s.kind == "zero_grad":
+            if ref_raised is None and "reset-ignored" not in flags:
+                sim.leaf_grad[s.target] = None
+            obs.append(Obs(ref_raised, sim.snapshot()))
+            continue
+        if ref_raised is not None:
+            why = raise_reason(sc, k)
+            shape_ok = s.seed is not None and _broadcastable(np.shape(s.seed), sc.shapes()[s.target])
+            excused = ((why == "implicit" and "implicit-any-shape" in flags)
+                       or (why == "shape" and "seed-broadcast" in flags and shape_ok)
+                       or (why == "freeing" and "no-freeing" in flags))
+            if not excused:
+                obs.append(Obs(ref_raised, sim.snapshot()))
+                continue
+        sim.backward(s.target, sim.seed(s))
+        obs.append(Obs(None, sim.snapshot()))
+    return Trace(None, obs)
+
+
+def _broadcastable(src, dst) -> bool:
+    try:
+        np.broadcast_shapes(tuple(src), tuple(dst))
+        return np.broadcast_shapes(tuple(src), tuple(dst)) == tuple(dst)
+    except ValueError:
+        return False
+
+
+def _scales(sc, ref, flags_list) -> list:
+    """Per call and leaf: the largest |J|^T |seed| of the semantics compared (bounds rounding)."""
+    out = None
+    for flags in flags_list:
+        t = simulate(sc, flags, ref, absolute=True)
+        cur = [{k: (np.zeros(0) if v is None else v) for k, v in o.grads.items()} for o in t.obs]
+        if out is None:
+            out = cur
+        else:
+            out = [{k: (np.maximum(a[k], b[k]) if np.shape(a[k]) == np.shape(b[k]) else a[k]) for k in a}
+                   for a, b in zip(out, cur)]
+    return [{k: (None if v.size == 0 else v) for k, v in d.items()} for d in out]
+
+
+def matches(sc: Scenario, got: Trace, ref: Trace, flags, strict: bool = False) -> bool:
+    want = simulate(sc, flags, ref)
+    scales = _scales(sc, ref, [frozenset(), frozenset(flags)])
+    return first_difference(sc, got, want, scales, none_is_zeros=not strict) is None
+
+
+# ---------------------------------------------------------------------------------------------
+# diagnosis
+# ---------------------------------------------------------------------------------------------
+
+_EXCLUSIVE = [{"seed-ignored", "seed-mean"}, {"overwrite", "overwrite-clears", "overwrite-edge-last", "overwrite-edge-first"},
+              {"not-updated", "not-updated-0d", "not-updated-numel1"}, {"repeated-drop-first", "repeated-drop-second"}]
+_PAIRS = [p for p in itertools.combinations(VALUE_FLAGS, 2) if not any(set(p) <= g for g in _EXCLUSIVE)]
+UNARY = ("exp", "tanh", "sin", "sigmoid", "square", "cos", "neg")
+BINARY = ("mul", "add", "sub")
+
+
+class Context:
+    """What a diagnosis may run besides the failing scenario: the engine itself (discriminating
+    probes, cached per engine) and the reference engine."""
+
+    def __init__(self, engine, ops) -> None:
+        from ..engines import ReferenceEngine
+
+        self.engine = engine
+        self.ref = ReferenceEngine()
+        self.ops = set(ops)
+        self._probes: list | None = None
+        self.recent: list = []  # flag sets that explained earlier failures: tried first (one search per bug)
+
+    def trace(self, sc):
+        from .scenario import run
+
+        return run(sc, self.engine), run(sc, self.ref)
+
+    def probes(self) -> list:
+        """Small fixed scenarios that tell the wrong semantics apart: (scenario, engine, reference)."""
+        if self._probes is None:
+            self._probes = []
+            for sc in _probe_scenarios(self.ops):
+                try:
+                    got, want = self.trace(sc)
+                    if got.build is None and want.build is None:
+                        self._probes.append((sc, got, want))
+                except Exception:  # noqa: BLE001 - a probe that cannot run tells nothing
+                    continue
+        return self._probes
+
+
+def _probe_scenarios(ops) -> list:
+    u = next((o for o in UNARY if o in ops), None)
+    b = next((o for o in BINARY if o in ops), None)
+    if u is None:
+        return []
+    rng = np.random.default_rng(7)
+
+    def v(shape):
+        return rng.uniform(0.4, 1.2, shape) * rng.choice([-1.0, 1.0], shape)
+
+    B = lambda r, shape, retain=True: Step("backward", r, v(shape), retain)  # noqa: E731
+    out = [
+        Scenario({"a": v(()), "b": v((1,)), "c": v((2, 3))}, [("ya", u, ("a",), {}), ("yb", u, ("b",), {}),
+                                                           ("yc", u, ("c",), {})],
+                 [B("ya", ()), B("yb", (1,)), B("yc", (2, 3)), B("yc", (2, 3))], "probe"),
+        Scenario({"x": v((2,))}, [("h", u, ("x",), {}), ("y", u, ("h",), {})],
+                 [B("y", (2,)), B("y", (2,)), Step("zero_grad", "x"), B("y", (2,))], "probe"),
+        Scenario({"x": v((3,))}, [("y", u, ("x",), {})], [B("y", (3,)), B("x", (3,)), B("y", (3,))], "probe"),
+    ]
+    if b is not None:
+        out.append(Scenario({"x": v((2,))}, [("h1", u, ("x",), {}), ("h2", b, ("x", "h1"), {}), ("y", b, ("h2", "h2"), {})],
+                            [B("y", (2,))], "probe"))
+    return out
+
+
+def _who(flags) -> str:
+    return " + ".join(FLAGS[f][0] for f in flags)
+
+
+def _obs_text(sc, trace, k, leaf) -> str:
+    o = trace.obs[k] if k < len(trace.obs) else None
+    if o is None:
+        return "(not run)"
+    if o.raised is not None:
+        return f"raised {type(o.raised).__name__}: {str(o.raised).splitlines()[0][:120] if str(o.raised) else ''}"
+    return fmt(o.grads.get(leaf))
+
+
+def _where(sc, k) -> str:
+    return "before any call" if k == 0 else f"after call {k} ({sc.steps[k - 1].text()})"
+
+
+def diagnose(sc: Scenario, got: Trace, ref: Trace, ctx: Context | None = None, strict: bool = True) -> Cause | None:
+    """The cause of ``got`` (the engine's trace) differing from ``ref`` (the reference's), or None
+    when they agree.  Never None for a disagreement: when no known semantics reproduces the
+    engine's numbers the cause says so and carries the numbers."""
+    if got.build is not None:
+        if ref.build is not None:
+            return None
+        return Cause("error-type", f"the engine raised {type(got.build).__name__} while building the graph, where torch "
+                     "builds it", evidence=f"{type(got.build).__name__}: {got.build}\n{sc.code()}")
+    scales = _scales(sc, ref, [frozenset()])
+    diff = first_difference(sc, got, ref, scales, none_is_zeros=True)
+    if diff is None:
+        diff = first_difference(sc, got, ref, scales, none_is_zeros=False)
+        if diff is None or not strict:
+            return None
+        k, _what, leaf = diff
+        for f in VALUE_FLAGS:  # e.g. a leaf never updated, where torch has zeros
+            if f not in ("seed-ignored", "seed-mean") and matches(sc, got, ref, {f}, strict=True):
+                sim = simulate(sc, {f}, ref)
+                return Cause(FLAGS[f][0], FLAGS[f][1], evidence=f"{_where(sc, k)}: engine {leaf}.grad = "
+                             f"{_obs_text(sc, got, k, leaf)}; torch: {_obs_text(sc, ref, k, leaf)}; with {_who([f])}: "
+                             f"{_obs_text(sc, sim, k, leaf)} (matches every call exactly)\n{sc.code()}")
+        e, t = _obs_text(sc, got, k, leaf), _obs_text(sc, ref, k, leaf)
+        return Cause("none-vs-zeros", f"grad({leaf}) is {'zeros' if t == 'None' else 'None'} {_where(sc, k)} where "
+                     f"torch has {'None (no gradient yet, or reset by zero_grad)' if t == 'None' else 'zeros'}",
+                     evidence=f"engine: {e}; torch: {t}\n{sc.code()}")
+    k, what, leaf = diff
+    if what == "raised":
+        return _raise_cause(sc, got, ref, k)
+    return _value_cause(sc, got, ref, k, leaf, ctx)
+
+
+def _raise_cause(sc, got, ref, k) -> Cause:
+    step = sc.steps[k - 1]
+    why = raise_reason(sc, k - 1)
+    e_exc, t_exc = got.obs[k].raised, ref.obs[k].raised
+    ev = f"{_where(sc, k)}: engine {_obs_text(sc, got, k, next(iter(sc.leaves)))[:160]}; torch " + (
+        f"raises {type(t_exc).__name__}: {str(t_exc).splitlines()[0][:120]}" if t_exc is not None else "does not raise")
+    if t_exc is not None:  # the engine accepted what torch refuses
+        flag = {"implicit": "implicit-any-shape", "shape": "seed-broadcast", "freeing": "no-freeing"}[why]
+        cid, summary = FLAGS[flag]
+        if why == "freeing" and step.seed is None and int(np.prod(sc.shapes()[step.target])) == 1 and k == 1:
+            cid, summary = "error-type", "backward on a root that does not require grad did not raise (torch raises)"
+        sim = simulate(sc, {flag}, ref)
+        same = first_difference(sc, got, sim, none_is_zeros=True) is None
+        leaf = next(iter(sc.leaves))
+        ev += (f"\nwhat the engine computed instead: {leaf}.grad = {_obs_text(sc, got, k, leaf)}"
+               + (f" (exactly what {'a seed of ones' if why == 'implicit' else 'the broadcast seed' if why == 'shape' else 'a retained graph'} gives)"
+                  if same and why != "freeing" else ""))
+        return Cause(cid, summary, evidence=ev + "\n" + sc.code())
+    if step.kind == "backward" and step.seed is None and why != "implicit":
+        cid, summary = ("implicit-seed-refused", f"backward(y) without a seed raised for an output of shape "
+                        f"{sc.shapes()[step.target]} (numel 1); torch accepts an implicit seed of ones for any shape "
+                        "with one element")
+    elif step.kind == "backward" and any(s.kind == "backward" for s in sc.steps[:k - 1]):
+        cid, summary = "error-type", ("a second backward raised although the graph was kept (retain_graph=True) or "
+                                      "nothing in it needed freed buffers; torch does not raise here")
+    else:
+        cid, summary = "error-type", f"{step.text()} raised where torch does not"
+    return Cause(cid, summary, evidence=ev + "\n" + sc.code())
+
+
+def _value_cause(sc, got, ref, k, leaf, ctx) -> Cause:
+    base = (f"{_where(sc, k)}: engine {leaf}.grad = {_obs_text(sc, got, k, leaf)}; torch semantics "
+            f"(J^T . seed, accumulated) give {_obs_text(sc, ref, k, leaf)}")
+    try:
+        found = [c for c in (ctx.recent if ctx is not None else []) if matches(sc, got, ref, set(c))][:1]
+        if not found:
+            found = [(f,) for f in VALUE_FLAGS if matches(sc, got, ref, {f})]
+        if not found:
+            found = [p for p in _PAIRS if matches(sc, got, ref, set(p))]
+    except TooBig as e:
+        return Cause("unexplained", f"no known cause matches (not simulated: {e}); here are the numbers", evidence=base)
+    if len(found) > 1 and ctx is not None:  # the candidate that also explains most probes first
+        score = {c: sum(_probe_ok(p, c) for p in ctx.probes()) for c in found}
+        found = sorted(found, key=lambda c: -score[c])
+    if found:
+        flags = found[0]
+        if ctx is not None and flags not in ctx.recent:
+            ctx.recent.append(flags)
+        primary = flags[0]
+        if len(flags) > 1:  # a pair: blame the one that alone already breaks this scenario
+            alone = [f for f in flags if not matches(sc, ref, ref, {f})]
+            primary = alone[0] if alone else flags[0]
+        cid, summary = FLAGS[primary]
+        sim = simulate(sc, set(flags), ref)
+        ev = base + f"; with {_who(flags)}: {_obs_text(sc, sim, k, leaf)} (matches every call exactly)"
+        if len(flags) > 1:
+            other = [f for f in flags if f != primary][0]
+            ev += f"\ntogether with {FLAGS[other][0]}: {FLAGS[other][1]}"
+        others = sorted({_who(c) for c in found[1:]} - {_who(flags)})
+        if others:
+            ev += "\nequally consistent with: " + "; ".join(others)
+        return Cause(cid, summary, evidence=ev + "\n" + sc.code())
+    return _unmatched(sc, got, ref, k, leaf, ctx, base)
+
+
+def _probe_ok(probe, flags) -> bool:
+    sc, got, ref = probe
+    try:
+        return matches(sc, got, ref, set(flags))
+    except Exception:  # noqa: BLE001
+        return True
+
+
+def _unmatched(sc, got, ref, k, leaf, ctx, base) -> Cause:
+    if ctx is not None:
+        ones = Scenario(sc.leaves, sc.nodes, [Step(s.kind, s.target, None if s.seed is None else np.ones(np.shape(s.seed)),
+                                                    s.retain) for s in sc.steps], sc.rule, sc.requires_grad)
+        if any(s.seed is not None and np.any(s.seed != 1) for s in sc.steps):
+            g1, r1 = ctx.trace(ones)
+            if first_difference(ones, g1, r1, none_is_zeros=True) is None:
+                return Cause("seed-misapplied", FLAGS["seed-mean"][1].split(" instead")[0].replace(
+                    "uses the mean of the seed for every element", "uses the seed, but not as J^T . seed") +
+                    ": with a seed of ones the same calls give the right gradients",
+                    evidence=base + "\n" + sc.code())
+        node = _wrong_node(sc, ctx)
+        if node is not None:
+            return node
+    return Cause("unexplained", "no known cause matches; here are the numbers", evidence=base + "\n" + sc.code())
+
+
+def _wrong_node(sc, ctx) -> Cause | None:
+    """The first node whose VJP is wrong on its own (a one-node graph with the same input values)."""
+    from .scenario import forward_values
+
+    vals = forward_values(sc)
+    rng = np.random.default_rng(0)
+    for name, op, ins, params in sc.nodes:
+        leaves, names = {}, []
+        for j, i in enumerate(ins):
+            nm = f"in{j}" if i not in names else names[list(ins).index(i)]
+            if i not in ins[:j]:
+                leaves[nm] = np.array(vals[i], copy=True)
+            names.append(nm)
+        seed = rng.uniform(0.5, 1.5, np.shape(vals[name]))
+        one = Scenario(leaves, [(name, op, tuple(names), params)], [Step("backward", name, seed, False)], "node",
+                       {n: sc.rg(i) if i in sc.leaves else True for n, i in zip(names, ins)})
+        got, want = ctx.trace(one)
+        d = first_difference(one, got, want, none_is_zeros=True)
+        if d is not None and d[1] == "grad":
+            a, b = got.obs[-1].grads.get(d[2]), want.obs[-1].grads.get(d[2])
+            pattern, factor = "other", None
+            if a is not None and b is not None and a.shape == b.shape and np.all(b != 0):
+                r = a / b
+                if np.allclose(r, r.flat[0], rtol=1e-9):
+                    factor = float(r.flat[0])
+                    pattern = "sign" if np.isclose(factor, -1.0) else "scale"
+            rel = "" if a is None or b is None or a.shape != b.shape else \
+                f"; max relative difference {float(np.max(np.abs(a - b) / np.maximum(np.abs(b), 1e-300))):.3g}"
+            return Cause("wrong-vjp", f"node {name} = {op}({', '.join(ins)}): the engine's VJP of {op} is wrong on "
+                         "its own (a one-node graph with the same inputs and a random seed)", node=name, op=op,
+                         pattern=pattern, factor=factor,
+                         evidence=f"engine: {fmt(a)}; J^T . seed: {fmt(b)}{rel}\n{one.code()}")
+    return None

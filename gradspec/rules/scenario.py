@@ -1,0 +1,242 @@
+"""A backward() scenario: a small graph plus a sequence of calls, run on any Engine.
+
+The §5 rules (``gradspec.rules``) and the engine diagnosis (``_private.wrong_semantics``) talk
+about the same thing: an engine builds a graph with ``leaf``/``apply``, then a sequence of
+``backward(root, seed, retain_graph)`` and ``zero_grad(leaf)`` calls runs, and every leaf's
+``grad`` is read back before the first call and after each one.  A :class:`Trace` is what was
+observed; two traces (engine and reference) are compared call by call.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from .. import tolerances as _tol
+from ..case import Case
+
+__all__ = ["Step", "Scenario", "Obs", "Trace", "run", "raise_reason", "close", "first_difference", "fmt"]
+
+
+@dataclasses.dataclass
+class Step:
+    kind: str  # "backward" | "zero_grad"
+    target: str  # a root (node or leaf name) for backward, a leaf for zero_grad
+    seed: np.ndarray | None = None  # None: the implicit seed (backward(y) with no gradient)
+    retain: bool = True
+
+    def text(self) -> str:
+        if self.kind == "zero_grad":
+            return f"eng.zero_grad({self.target})"
+        seed = "" if self.seed is None else ", " + fmt(self.seed)
+        keep = ", retain_graph=True" if self.retain else ""
+        return f"eng.backward({self.target}{seed}{keep})"
+
+
+@dataclasses.dataclass
+class Scenario:
+    """``leaves``: name -> value; ``nodes``: (name, op, input names, params) in creation order."""
+
+    leaves: dict
+    nodes: list
+    steps: list
+    rule: str = ""
+    requires_grad: dict = dataclasses.field(default_factory=dict)  # leaf -> bool (default True)
+    _cache: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
+
+    def rg(self, leaf: str) -> bool:
+        return self.requires_grad.get(leaf, True) and np.asarray(self.leaves[leaf]).dtype.kind == "f"
+
+    def shapes(self) -> dict:
+        """Shape of every leaf and node (from the reference forward)."""
+        if "shapes" not in self._cache:
+            vals = forward_values(self)
+            self._cache["shapes"] = {k: tuple(np.shape(v)) for k, v in vals.items()}
+        return self._cache["shapes"]
+
+    def grad_leaves(self) -> list[str]:
+        return [n for n in self.leaves if self.rg(n)]
+
+    def code(self) -> str:
+        """The scenario as the Engine-protocol calls that run it."""
+        lines = []
+        for n, v in self.leaves.items():
+            rg = "" if self.rg(n) else ", requires_grad=False"
+            lines.append(f"{n} = eng.leaf({fmt(v)}{rg})  # shape {tuple(np.shape(v))}")
+        for name, op, ins, params in self.nodes:
+            p = "".join(f", {k}={v!r}" for k, v in params.items())
+            lines.append(f"{name} = eng.apply({op!r}, {', '.join(ins)}{p})")
+        lines += [s.text() for s in self.steps]
+        return "\n".join(lines)
+
+    def to_case(self) -> Case:
+        """The graph as a gs.Case (its backward calls: each root once, in the scenario's order)."""
+        roots, seeds = [], []
+        for s in self.steps:
+            if s.kind == "backward":
+                roots.append(s.target)
+                seeds.append(s.seed)
+        case = Case.build(leaves=dict(self.leaves), nodes=[(n, op, list(i), dict(p)) for n, op, i, p in self.nodes],
+                          roots=roots or [self.nodes[-1][0] if self.nodes else next(iter(self.leaves))],
+                          seeds=seeds or None, requires_grad={k: self.rg(k) for k in self.leaves})
+        case.meta["scenario"] = self.code()
+        return case
+
+    @classmethod
+    def from_case(cls, case: Case) -> "Scenario":
+        """The calls the engine oracle makes for a case: every root once, retain_graph except the last."""
+        k = len(case.roots)
+        steps = [Step("backward", r, None if s is None else np.array(s, copy=True), j < k - 1)
+                 for j, (r, s) in enumerate(zip(case.roots, case.seeds, strict=True))]
+        return cls({l.name: np.array(l.value, copy=True) for l in case.leaves},
+                   [(n.name, n.op, tuple(n.inputs), dict(n.params)) for n in case.nodes], steps, "values",
+                   {l.name: l.differentiable for l in case.leaves})
+
+
+@dataclasses.dataclass
+class Obs:
+    """What one call did: the exception it raised (or None) and every leaf's grad afterwards."""
+
+    raised: BaseException | None
+    grads: dict  # leaf -> float64 array | None
+
+
+@dataclasses.dataclass
+class Trace:
+    """``build``: an exception while building the graph; ``obs[0]`` is before the first call."""
+
+    build: BaseException | None
+    obs: list
+    dtype: str = "float64"
+
+
+def forward_values(sc: Scenario) -> dict:
+    from .. import engine as E
+
+    with E.no_grad():
+        env = {n: E.tensor(np.array(v, copy=True)) for n, v in sc.leaves.items()}
+        for name, op, ins, params in sc.nodes:
+            env[name] = E.call(op, *[env[i] for i in ins], **params)
+    return {k: np.asarray(v.numpy()) for k, v in env.items()}
+
+
+def _read(eng, t) -> np.ndarray | None:
+    g = eng.grad(t)
+    if g is None:
+        return None
+    a = np.asarray(g)
+    if a.dtype.kind not in "fiub":
+        raise TypeError(f"grad() returned {type(g).__name__} of dtype {a.dtype}, not a real array")
+    return a
+
+
+def run(sc: Scenario, eng) -> Trace:
+    """Run the scenario on ``eng``; every exception is recorded, none escapes."""
+    env: dict[str, Any] = {}
+    try:
+        for n, v in sc.leaves.items():
+            env[n] = eng.leaf(np.array(v, copy=True), requires_grad=sc.rg(n))
+        for name, op, ins, params in sc.nodes:
+            env[name] = eng.apply(op, *[env[i] for i in ins], **params)
+    except Exception as e:  # noqa: BLE001 - the engine's failure is what is recorded
+        return Trace(e, [])
+    dtypes = set()
+
+    def snapshot() -> dict:
+        out = {}
+        for n in sc.leaves:
+            a = _read(eng, env[n])
+            if a is not None:
+                dtypes.add(a.dtype.name)
+                a = a.astype(np.float64)
+            out[n] = a
+        return out
+
+    try:
+        obs = [Obs(None, snapshot())]
+    except Exception as e:  # noqa: BLE001
+        return Trace(e, [])
+    for s in sc.steps:
+        raised = None
+        try:
+            if s.kind == "backward":
+                eng.backward(env[s.target], None if s.seed is None else np.array(s.seed, copy=True), retain_graph=s.retain)
+            else:
+                eng.zero_grad(env[s.target])
+        except Exception as e:  # noqa: BLE001
+            raised = e
+        try:
+            grads = snapshot()
+        except Exception as e:  # noqa: BLE001 - a grad() that raises: recorded on this call
+            raised = raised or e
+            grads = {}
+        obs.append(Obs(raised, grads))
+    return Trace(None, obs, "float32" if dtypes == {"float32"} or "float16" in dtypes else "float64")
+
+
+def raise_reason(sc: Scenario, k: int) -> str:
+    """Why torch refuses call ``k`` when it does: 'implicit', 'shape', else 'freeing' (static)."""
+    s = sc.steps[k]
+    if s.kind != "backward":
+        return "other"
+    shape = sc.shapes()[s.target]
+    if s.seed is None:
+        return "implicit" if int(np.prod(shape, dtype=np.int64)) != 1 else "freeing"
+    return "shape" if tuple(np.shape(s.seed)) != tuple(shape) else "freeing"
+
+
+def close(a, b, scale=None, dtype: str = "float64", none_is_zeros: bool = False) -> bool:
+    """Two leaf gradients agree: same presence (or None ~ zeros when allowed), shape and values
+    within the exact-oracle tolerance of tolerances.py, relative to ``scale`` (the sum of the
+    absolute path terms, |J|^T |seed|, when known) or the larger of the two."""
+    if a is None or b is None:
+        if a is None and b is None:
+            return True
+        other = b if a is None else a
+        return none_is_zeros and not np.any(other)
+    if a.shape != b.shape:
+        return False
+    with np.errstate(invalid="ignore", over="ignore"):
+        same_nan = np.isnan(a) == np.isnan(b)
+        if not np.all(same_nan):
+            return False
+        a, b = np.nan_to_num(a, nan=0.0), np.nan_to_num(b, nan=0.0)
+        if not np.all(np.isinf(a) == np.isinf(b)) or np.any(np.isinf(a) & (a != b)):
+            return False
+        a, b = np.where(np.isinf(a), 0.0, a), np.where(np.isinf(b), 0.0, b)
+        big = max(float(np.max(np.abs(a), initial=0.0)), float(np.max(np.abs(b), initial=0.0)))
+        s = np.maximum(big, 0.0 if scale is None else np.asarray(scale))
+        rtol = _tol.EXACT_RTOL["float32" if dtype == "float32" else "float64"]
+        return bool(np.all(np.abs(a - b) <= rtol * s + _tol.SUBNORMAL_FLOOR))
+
+
+def first_difference(sc: Scenario, got: Trace, want: Trace, scales=None, none_is_zeros=False):
+    """(call index, what differs, leaf) of the first difference, or None; index 0 is 'before any call'."""
+    if got.build is not None or want.build is not None:
+        if (got.build is None) != (want.build is None):
+            return (-1, "build", None)
+        return None
+    for k, (g, w) in enumerate(zip(got.obs, want.obs)):
+        if (g.raised is None) != (w.raised is None):
+            return (k, "raised", None)
+        if w.raised is not None and k > 0 and raise_reason(sc, k - 1) == "freeing":
+            return None  # a failing backward is not atomic in torch: nothing after it is compared
+        for leaf in sc.leaves:
+            sc_ = None if scales is None else scales[k].get(leaf)
+            if not close(g.grads.get(leaf), w.grads.get(leaf), sc_, got.dtype, none_is_zeros):
+                return (k, "grad", leaf)
+    return None
+
+
+def fmt(a, n: int = 8) -> str:
+    """An array as short literal-ish text (np.array(...) for a reader to paste)."""
+    if a is None:
+        return "None"
+    a = np.asarray(a)
+    if a.size > n:
+        flat = ", ".join(f"{v:.4g}" for v in a.ravel()[:n])
+        return f"np.array([{flat}, ...]).reshape{tuple(a.shape)}"
+    body = np.array2string(a, separator=", ", precision=4, floatmode="maxprec", suppress_small=False)
+    return f"np.array({body})" if a.ndim else f"np.array({float(a):.6g})"

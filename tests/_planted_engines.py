@@ -1,0 +1,207 @@
+"""A small numpy autodiff engine written from scratch (not the reference engine), with one switch per
+broken CONTRACT §5 rule: the planted engines that ``gradspec fuzz --engine`` must find and
+diagnose with the right CONTRACT §8 id.  ``Mini()`` with no switch is the correct twin.
+
+Each bug is the way real engines get it wrong: ``stale`` keeps the gradients of intermediate
+nodes from one backward to the next (micrograd), ``root-assigned`` sets the root's gradient to
+the seed instead of adding it (micrograd's ``self.grad = 1``), ``zero-d-no-grad`` never fills
+the gradient of a 0-d leaf (tinygrad's const tensors), ``edge-overwrite`` assigns each use's
+gradient into ``.grad`` (losing the other uses), ``seed-mean`` broadcasts the mean of the
+seed, ``implicit-0d-only`` refuses the implicit seed unless the output is 0-d.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+SAVES = {"mul", "exp", "tanh", "sin", "square"}  # like torch 2.13: these keep tensors for backward
+
+
+class T:
+    __slots__ = ("value", "parents", "grad", "requires_grad", "is_leaf", "op", "freed")
+
+    def __init__(self, value, parents=(), requires_grad=False, is_leaf=False, op="leaf"):
+        self.value = value
+        self.parents = parents  # ((input T, vjp g -> contribution), ...)
+        self.grad = None
+        self.requires_grad = requires_grad
+        self.is_leaf = is_leaf
+        self.op = op
+        self.freed = False
+
+    @property
+    def shape(self):
+        return self.value.shape
+
+
+def _unbroadcast(g, shape):
+    while g.ndim > len(shape):
+        g = g.sum(axis=0)
+    for i, n in enumerate(shape):
+        if n == 1 and g.shape[i] != 1:
+            g = g.sum(axis=i, keepdims=True)
+    return g
+
+
+class Mini:
+    """Engine protocol (CONTRACT §4) over T; ``Mini(*bugs)`` plants the named bugs."""
+
+    OPS = ("add", "sub", "mul", "neg", "exp", "tanh", "sin", "square", "sum")
+
+    def __init__(self, *bugs):
+        self.bugs = frozenset(bugs)
+        self.name = "mini" + "".join(f"+{b}" for b in sorted(self.bugs))
+
+    def supports(self, op):
+        return op in self.OPS
+
+    def leaf(self, value, requires_grad=True):
+        v = np.array(value, dtype=np.float64, copy=True)
+        return T(v, requires_grad=requires_grad, is_leaf=True)
+
+    def apply(self, op, *args, **params):
+        if params:
+            raise TypeError(f"mini: {op} takes no params")
+        v = [a.value for a in args]
+        if op == "add":
+            out, fns = v[0] + v[1], [lambda g: g, lambda g: g]
+        elif op == "sub":
+            out, fns = v[0] - v[1], [lambda g: g, lambda g: -g]
+        elif op == "mul":
+            out, fns = v[0] * v[1], [lambda g: g * v[1], lambda g: g * v[0]]
+        elif op == "neg":
+            out, fns = -v[0], [lambda g: -g]
+        elif op == "exp":
+            e = np.exp(v[0])
+            out, fns = e, [lambda g: g * e]
+        elif op == "tanh":
+            t = np.tanh(v[0])
+            out, fns = t, [lambda g: g * (1 - t * t)]
+        elif op == "sin":
+            out, fns = np.sin(v[0]), [lambda g: g * np.cos(v[0])]
+        elif op == "square":
+            out, fns = v[0] * v[0], [lambda g: 2 * g * v[0]]
+        elif op == "sum":
+            shape = v[0].shape
+            out, fns = np.sum(v[0]), [lambda g: np.broadcast_to(g, shape).copy()]
+        else:
+            raise NotImplementedError(op)
+        out = np.asarray(out, dtype=np.float64)
+        parents = tuple((a, (lambda g, f=f, s=a.shape: _unbroadcast(np.asarray(f(g)), s)))
+                        for a, f in zip(args, fns) if a.requires_grad)
+        return T(out, parents, requires_grad=bool(parents), op=op)
+
+    def _seed(self, t, gradient):
+        if gradient is None:
+            if t.value.size != 1 or ("implicit-0d-only" in self.bugs and t.value.shape != ()):
+                raise RuntimeError("grad can be implicitly created only for scalar outputs")
+            return np.ones(t.shape)
+        g = np.array(gradient, dtype=np.float64)
+        if g.shape != t.shape:
+            raise RuntimeError(f"Mismatch in shape: seed {g.shape} vs output {t.shape}")
+        if "seed-mean" in self.bugs:
+            g = np.full(t.shape, g.mean())
+        return g
+
+    def backward(self, tensor, gradient=None, retain_graph=False):
+        if not tensor.requires_grad:
+            raise RuntimeError("element 0 of tensors does not require grad and does not have a grad_fn")
+        seed = self._seed(tensor, gradient)
+        topo, seen = [], set()
+
+        def visit(t):
+            if id(t) in seen:
+                return
+            seen.add(id(t))
+            for p, _f in t.parents:
+                visit(p)
+            topo.append(t)
+
+        visit(tensor)
+        if any(t.freed for t in topo):
+            raise RuntimeError("Trying to backward through the graph a second time")
+        stale = "stale" in self.bugs
+        grads = {}  # id -> this call's gradient (non-stale engines)
+        if tensor.is_leaf or stale:
+            if tensor.is_leaf and self._frozen(tensor):
+                return
+            if "root-assigned" in self.bugs or "edge-overwrite" in self.bugs or tensor.grad is None:
+                tensor.grad = seed.copy()
+            else:
+                tensor.grad = tensor.grad + seed
+            if tensor.is_leaf:
+                return
+        else:
+            grads[id(tensor)] = seed
+        leaf_in = {}
+        for t in reversed(topo):
+            if t.is_leaf:
+                continue
+            G = t.grad if stale else grads.get(id(t))
+            if G is None:
+                continue
+            for p, f in t.parents:
+                c = f(G)
+                if p.is_leaf:
+                    leaf_in.setdefault(id(p), (p, []))[1].append(c)
+                elif stale:
+                    p.grad = c if p.grad is None else p.grad + c
+                else:
+                    grads[id(p)] = grads[id(p)] + c if id(p) in grads else c
+        for p, cs in leaf_in.values():
+            if self._frozen(p):
+                continue
+            if "edge-overwrite" in self.bugs:
+                p.grad = cs[-1].copy()
+            else:
+                total = np.sum(cs, axis=0)
+                p.grad = total if p.grad is None else p.grad + total
+        if not retain_graph:
+            for t in topo:
+                if t.op in SAVES:
+                    t.freed = True
+
+    def _frozen(self, leaf) -> bool:
+        return "zero-d-no-grad" in self.bugs and leaf.value.shape == ()
+
+    def grad(self, leaf):
+        return None if leaf.grad is None else np.array(leaf.grad, copy=True)
+
+    def zero_grad(self, leaf):
+        leaf.grad = None
+
+    def to_numpy(self, tensor):
+        return np.array(tensor.value, copy=True)
+
+
+# module-level factories, so the CLI can load each one as "tests._planted_engines:<name>"
+def correct():
+    return Mini()
+
+
+def stale():
+    return Mini("stale")
+
+
+def root_assigned():
+    return Mini("root-assigned")
+
+
+def micrograd_like():
+    return Mini("stale", "root-assigned")
+
+
+def zero_d_no_grad():
+    return Mini("zero-d-no-grad")
+
+
+def edge_overwrite():
+    return Mini("edge-overwrite")
+
+
+def seed_mean():
+    return Mini("seed-mean")
+
+
+def implicit_0d_only():
+    return Mini("implicit-0d-only")
