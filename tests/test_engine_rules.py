@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 from gradspec import rules as R
-from gradspec.rules import diagnosis as W
-from gradspec.rules.scenario import Scenario, Step, run
 from gradspec.causes import ALL_IDS
 from gradspec.engines import ReferenceEngine
+from gradspec.rules import diagnosis as W
+from gradspec.rules.scenario import Scenario, Step, run
 from tests import _planted as P
 from tests import _planted_engines as M
 

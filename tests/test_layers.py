@@ -77,6 +77,7 @@ PACKAGES = {
     "gradspec.oracles": ORACLES,
     "gradspec.verify": ENTRY,
     "gradspec.fuzz": ENTRY,
+    "gradspec.rules": SEARCH,  # the §5 rules as Hypothesis searches, and the engine diagnosis
 }
 
 

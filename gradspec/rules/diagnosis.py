@@ -354,7 +354,13 @@ def diagnose(sc: Scenario, got: Trace, ref: Trace, ctx: Context | None = None, s
         return Cause("error-type", f"the engine raised {type(got.build).__name__} while building the graph, where torch "
                      "builds it", evidence=f"{type(got.build).__name__}: {got.build}\n{sc.code()}")
     scales = _scales(sc, ref, [frozenset()])
-    diff = first_difference(sc, got, ref, scales, none_is_zeros=True)
+    diff = first_difference(sc, got, ref, scales, none_is_zeros=True, types=strict)
+    if diff is not None and diff[1] == "error-type":
+        k = diff[0]
+        e, t = got.obs[k].raised, ref.obs[k].raised
+        return Cause("error-type", f"{sc.steps[k - 1].text()} raised {type(e).__name__} where torch raises "
+                     f"{type(t).__name__}: raise RuntimeError (or torch's type) for backward() rule violations",
+                     evidence=f"engine: {type(e).__name__}: {e}; torch: {type(t).__name__}: {t}\n{sc.code()}")
     if diff is None:
         diff = first_difference(sc, got, ref, scales, none_is_zeros=False)
         if diff is None or not strict:
@@ -373,20 +379,29 @@ def diagnose(sc: Scenario, got: Trace, ref: Trace, ctx: Context | None = None, s
     k, what, leaf = diff
     if what == "raised":
         return _raise_cause(sc, got, ref, k)
+    if strict:
+        typed = first_difference(sc, got, ref, scales, none_is_zeros=True, types=True)
+        if typed is not None and typed[1] == "error-type" and typed[0] <= k:
+            e, t = got.obs[typed[0]].raised, ref.obs[typed[0]].raised
+            return Cause("error-type", f"{sc.steps[typed[0] - 1].text()} raised {type(e).__name__} where torch raises "
+                         f"{type(t).__name__}: raise RuntimeError (or torch's type) for backward() rule violations",
+                         evidence=f"engine: {type(e).__name__}: {e}; torch: {type(t).__name__}: {t}\n{sc.code()}")
     return _value_cause(sc, got, ref, k, leaf, ctx)
 
 
 def _raise_cause(sc, got, ref, k) -> Cause:
     step = sc.steps[k - 1]
     why = raise_reason(sc, k - 1)
-    e_exc, t_exc = got.obs[k].raised, ref.obs[k].raised
+    t_exc = ref.obs[k].raised
     ev = f"{_where(sc, k)}: engine {_obs_text(sc, got, k, next(iter(sc.leaves)))[:160]}; torch " + (
         f"raises {type(t_exc).__name__}: {str(t_exc).splitlines()[0][:120]}" if t_exc is not None else "does not raise")
     if t_exc is not None:  # the engine accepted what torch refuses
+        if why == "no-grad":
+            return Cause("error-type", "backward on a root that does not require grad (no leaf of its graph requires "
+                         "grad) did not raise; torch raises 'element 0 of tensors does not require grad'",
+                         evidence=ev + "\n" + sc.code())
         flag = {"implicit": "implicit-any-shape", "shape": "seed-broadcast", "freeing": "no-freeing"}[why]
         cid, summary = FLAGS[flag]
-        if why == "freeing" and step.seed is None and int(np.prod(sc.shapes()[step.target])) == 1 and k == 1:
-            cid, summary = "error-type", "backward on a root that does not require grad did not raise (torch raises)"
         sim = simulate(sc, {flag}, ref)
         same = first_difference(sc, got, sim, none_is_zeros=True) is None
         leaf = next(iter(sc.leaves))

@@ -1,6 +1,6 @@
 """A backward() scenario: a small graph plus a sequence of calls, run on any Engine.
 
-The §5 rules (``gradspec.rules``) and the engine diagnosis (``_private.wrong_semantics``) talk
+The §5 rules (``gradspec.rules``) and the engine diagnosis (``gradspec.rules.diagnosis``) talk
 about the same thing: an engine builds a graph with ``leaf``/``apply``, then a sequence of
 ``backward(root, seed, retain_graph)`` and ``zero_grad(leaf)`` calls runs, and every leaf's
 ``grad`` is read back before the first call and after each one.  A :class:`Trace` is what was
@@ -72,15 +72,23 @@ class Scenario:
         return "\n".join(lines)
 
     def to_case(self) -> Case:
-        """The graph as a gs.Case (its backward calls: each root once, in the scenario's order)."""
+        """The graph as a gs.Case (each root once, with its first valid seed; ones where the scenario's
+        seed is what torch refuses); ``meta["scenario"]`` keeps the exact calls."""
+        shapes = self.shapes()
         roots, seeds = [], []
         for s in self.steps:
-            if s.kind == "backward":
-                roots.append(s.target)
-                seeds.append(s.seed)
+            if s.kind != "backward" or s.target in roots:
+                continue
+            shape = shapes[s.target]
+            ok = (s.seed is None and int(np.prod(shape, dtype=np.int64)) == 1) or (
+                s.seed is not None and tuple(np.shape(s.seed)) == tuple(shape))
+            roots.append(s.target)
+            seeds.append(s.seed if ok else np.ones(shape))
+        if not roots:
+            last = self.nodes[-1][0] if self.nodes else next(iter(self.leaves))
+            roots, seeds = [last], [np.ones(shapes[last])]
         case = Case.build(leaves=dict(self.leaves), nodes=[(n, op, list(i), dict(p)) for n, op, i, p in self.nodes],
-                          roots=roots or [self.nodes[-1][0] if self.nodes else next(iter(self.leaves))],
-                          seeds=seeds or None, requires_grad={k: self.rg(k) for k in self.leaves})
+                          roots=roots, seeds=seeds, requires_grad={k: self.rg(k) for k in self.leaves})
         case.meta["scenario"] = self.code()
         return case
 
@@ -177,14 +185,24 @@ def run(sc: Scenario, eng) -> Trace:
 
 
 def raise_reason(sc: Scenario, k: int) -> str:
-    """Why torch refuses call ``k`` when it does: 'implicit', 'shape', else 'freeing' (static)."""
+    """Why torch refuses call ``k`` when it does: 'no-grad' (the root does not require grad),
+    'implicit', 'shape', else 'freeing' (static)."""
     s = sc.steps[k]
     if s.kind != "backward":
         return "other"
+    if not _requires_grad(sc, s.target):
+        return "no-grad"
     shape = sc.shapes()[s.target]
     if s.seed is None:
         return "implicit" if int(np.prod(shape, dtype=np.int64)) != 1 else "freeing"
     return "shape" if tuple(np.shape(s.seed)) != tuple(shape) else "freeing"
+
+
+def _requires_grad(sc: Scenario, name: str) -> bool:
+    if name in sc.leaves:
+        return sc.rg(name)
+    ins = {n: i for n, _op, i, _p in sc.nodes}
+    return any(_requires_grad(sc, i) for i in ins[name])
 
 
 def close(a, b, scale=None, dtype: str = "float64", none_is_zeros: bool = False) -> bool:
@@ -212,8 +230,10 @@ def close(a, b, scale=None, dtype: str = "float64", none_is_zeros: bool = False)
         return bool(np.all(np.abs(a - b) <= rtol * s + _tol.SUBNORMAL_FLOOR))
 
 
-def first_difference(sc: Scenario, got: Trace, want: Trace, scales=None, none_is_zeros=False):
-    """(call index, what differs, leaf) of the first difference, or None; index 0 is 'before any call'."""
+def first_difference(sc: Scenario, got: Trace, want: Trace, scales=None, none_is_zeros=False, types=False):
+    """(call index, what differs, leaf) of the first difference, or None; index 0 is 'before any call'.
+    With ``types``, an engine that raises where torch raises must raise torch's exception type (or a
+    RuntimeError, which is what torch raises for every backward() rule)."""
     if got.build is not None or want.build is not None:
         if (got.build is None) != (want.build is None):
             return (-1, "build", None)
@@ -221,6 +241,8 @@ def first_difference(sc: Scenario, got: Trace, want: Trace, scales=None, none_is
     for k, (g, w) in enumerate(zip(got.obs, want.obs)):
         if (g.raised is None) != (w.raised is None):
             return (k, "raised", None)
+        if types and g.raised is not None and not isinstance(g.raised, (type(w.raised), RuntimeError)):
+            return (k, "error-type", None)
         if w.raised is not None and k > 0 and raise_reason(sc, k - 1) == "freeing":
             return None  # a failing backward is not atomic in torch: nothing after it is compared
         for leaf in sc.leaves:
