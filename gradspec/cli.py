@@ -27,6 +27,7 @@ import sys
 __all__ = ["main"]
 
 EXIT_OK, EXIT_FOUND, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_LOST = 3  # inconclusive (CONTRACT §6): budget lost with a dead worker
 
 
 class _UsageError(Exception):
@@ -435,11 +436,9 @@ def _fuzz(args) -> int:
             printer(obj)
 
     if cfg.workers > 1 or cfg.tx:
-        run = fuzz.run_distributed(cfg, progress=printer)
-        try:
-            fuzz.report_crashes(cfg, run, write=report.campaign_writer(cfg))
-        except fuzz.ReportDirError as e:
-            run.errors.append(str(e))
+        # Workers share nothing with this process but the xdist channel: findings (and the cases
+        # dead workers were on) come back here and are written by on_found, in this process only.
+        run = fuzz.run_distributed(cfg, progress=printer, on_found=on_found, oracles=oracles)
     else:
         run = fuzz._Campaign(cfg, 0, progress=progress, on_found=on_found, oracles=oracles, found=stats.found).run()
     if printer is not None and getattr(printer, "tty", False):
@@ -477,6 +476,10 @@ def _fuzz(args) -> int:
         return EXIT_FOUND
     if run.interrupted:
         return EXIT_INTERRUPTED
+    if run.lost:
+        # Part of the budget never ran (a worker died twice on it): not a clean bill of health.
+        print("gradspec fuzz: INCONCLUSIVE: part of the campaign did not run (see 'problem' above)", file=sys.stderr)
+        return EXIT_LOST
     return EXIT_OK
 
 

@@ -13,8 +13,8 @@ Installed through the ``pytest11`` entry point, so any project that has gradspec
   the report.  A check that compared nothing (inconclusive: no pair of oracles produced
   gradients, the forward raised) fails the test with the reason, never passes it;
   ``inconclusive="skip"`` makes it an explicit skip with the reason instead.
-* collection of ``*.gradspec-campaign.json`` files: what ``gradspec fuzz --workers K`` runs
-  under pytest-xdist (one item per shard).
+* the worker side of ``gradspec fuzz --workers K``: in an xdist worker that the controller handed a
+  campaign (``workerinput``), the campaign's chunks are the session's items (gradspec.fuzz.workers).
 """
 
 from __future__ import annotations
@@ -105,16 +105,22 @@ def gradspec_check(request):
     return check
 
 
-def pytest_collect_file(file_path, parent):
-    from .fuzz import CAMPAIGN_SUFFIX, campaign_items
-    from .report import campaign_writer
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection(session):
+    # In an xdist worker of `gradspec fuzz --workers K`: the campaign's chunks come from the
+    # controller in workerinput, not from files (gradspec.fuzz.workers).
+    if getattr(session.config, "workerinput", None) is None:
+        return None
+    from .fuzz.workers import worker_collection
 
-    if file_path.name.endswith(CAMPAIGN_SUFFIX):
-        return campaign_items(parent, file_path, writer=campaign_writer)
-    return None
+    return worker_collection(session)
 
 
 def pytest_sessionfinish(session, exitstatus):
+    if getattr(session.config, "workerinput", None) is not None:
+        from .fuzz.workers import worker_sessionfinish
+
+        worker_sessionfinish(session)
     where = getattr(session.config, "_gradspec_report_dir", None)
     if not where or os.environ.get("PYTEST_XDIST_WORKER"):
         return

@@ -80,29 +80,6 @@ def test_engine_returning_nan_wrong_shapes_or_wrong_types(tmp_path, engine, kind
     assert len(folders(out)) == len(s["reports"])
 
 
-def test_worker_process_that_dies_is_reported_with_its_case(tmp_path):
-    env = plant(tmp_path)
-    out = tmp_path / "r"
-    proc = gradspec("fuzz", "--engine", "gsplant:dying", "--ops", "exp,mul", "--max-examples", 16, "--workers", 2,
-                    "--oracles", FAST_ORACLES, "--seed", 3, "--report-dir", out, cwd=tmp_path, env=env)
-    assert proc.returncode == 1, proc.stdout + proc.stderr
-    s = summary(out)
-    assert s["workers"] == 2
-    crash = next(r for r in s["reports"] if r["kind"] == "crash")
-    case = json.loads((out / crash["id"] / "case.json").read_text())
-    assert "exp" in [n["op"] for n in case["nodes"]]  # the case the worker was on
-    assert "died while checking this case" in crash["message"]
-    (dead,) = {c["pid"] for c in s["crashed"]}
-    assert not (out / ".gradspec" / "runs").exists() or not list((out / ".gradspec" / "runs").iterdir())
-    # Shard 1 (worker gw1, where the fault is not armed) runs in a process of its own; on a loaded
-    # machine xdist may not have handed it out yet when gw0 dies (seen once in CI), so its record is
-    # checked when it ran.
-    shard1 = next((p for p in s["processes"] if p["shard"] == 1), None)
-    if shard1 is not None:
-        assert shard1["pid"] not in (dead, os.getpid()) and shard1["cases"] == 8
-        assert any(r["kind"] == "value" for r in s["reports"])  # what the live worker found is there too
-
-
 def test_segfault_in_process_is_reported_by_the_next_run(tmp_path):
     env = plant(tmp_path)
     out = tmp_path / "r"

@@ -25,15 +25,14 @@ or no longer reproducing.
 
 Scale-out
 ---------
-``--workers K`` (K > 1) runs the campaign as a pytest session with pytest-xdist: the campaign is a
-small JSON file collected by gradspec's pytest plugin as K items (shards), each a Hypothesis run
-with its own seed; ``--tx`` specs (passed on to xdist) spread them over machines that have gradspec
-installed and see the report dir at the same path (shared storage: the shards read the campaign
-file from it).  Workers write their reports into the report dir as they find them, share failures
-through the example database, and send their counts back in the pytest report (``user_properties``),
-which the controller merges into one summary.  A worker that dies is reported with the case it was
-on: each process writes the case it is checking to ``DIR/.gradspec/runs/<run>/inflight-<pid>.json``
-(and the Python traceback of a fatal signal to ``fault-<pid>.log``) before every case.
+``--workers K`` (K > 1) runs the campaign as a pytest session with pytest-xdist, and ``--tx`` specs
+spread it over machines that have gradspec (and the engine) installed and share *nothing* with the
+controller but the xdist channel: the campaign goes out in xdist's ``workerinput``, each chunk's
+counts and findings come back in its test report, and the controller alone writes the report
+folders, the index and ``summary.json`` (see :mod:`gradspec.fuzz.workers`).  Failures are shared
+through the example database (``--database redis://...`` between machines).  A worker that dies
+is reported with the case it was on; the budget it did not run is run again once, and what is
+still lost is in the summary and makes the run exit non-zero.
 
 Faults
 ------
@@ -45,15 +44,13 @@ interrupted, a C loop is cut when it returns to Python) and recorded as a ``time
 
 from __future__ import annotations
 
-from __future__ import annotations
-
 from ..guard import CaseTimeout, guarded_check
 from ..oracles.engine_oracle import EngineOracle
 from .campaign import _Campaign, resolve, run_campaign, run_shard
-from .distributed import campaign_items, cleanup_stale_runs, replay_previous, report_crashes, run_distributed, stale_inflight
+from .distributed import cleanup_stale_runs, replay_previous, report_crashes, stale_inflight
+from .workers import run_distributed
 from .state import (
     BUILTIN_ENGINES,
-    CAMPAIGN_SUFFIX,
     DEFAULT_EXAMPLES,
     STATE,
     Config,

@@ -359,7 +359,8 @@ class _Campaign:
             self.snapshot(force=True)  # records this process's pid from the start
             self._frozen_known = self.known()
             self.mode = "replay"
-            reason = self._run_round(self._prop([Phase.reuse], 1000, 0, True))
+            # Saved failures replay once per process: later chunks of a worker skip it (gradspec.fuzz.workers).
+            reason = self._run_round(self._prop([Phase.reuse], 1000, 0, True)) if self.cfg.replay_saved else None
             rnd = 0
             while reason not in ("time", "interrupted", "error", "report-dir"):
                 remaining = self.budget - self.stats.cases

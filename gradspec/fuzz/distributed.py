@@ -1,5 +1,6 @@
-"""A campaign as a pytest session (pytest-xdist does the process / machine management), and the
-crash bookkeeping: the case each worker was on, reported when the worker died.
+"""Crash bookkeeping (the case each process was on, reported when it died) and earlier runs' reports.
+
+The campaign over xdist workers itself is in :mod:`gradspec.fuzz.workers`.
 
 Example::
 
@@ -12,172 +13,18 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 import time
 from typing import Callable
 
-from .._private.records import atomic_write, discrepancy_id, read_records, update_record
 from .. import caseio
+from .._private.records import discrepancy_id, read_records, update_record
 from ..case import Case, CaseError
 from ..check import Discrepancy, Verdict
 from ..guard import guarded_check
-from .campaign import run_shard
-from .state import CAMPAIGN_SUFFIX, STATE, Config, ReportDirError, Stats, _atomic_json, _sig_key
+from .state import STATE, Config, ReportDirError, Stats, _sig_key
 
-__all__ = ["campaign_items", "run_distributed", "stale_inflight", "report_crashes", "cleanup_stale_runs",
+__all__ = ["stale_inflight", "report_crashes", "cleanup_stale_runs",
            "replay_previous"]
-
-
-def campaign_items(parent, path, writer: Callable | None = None):
-    """The pytest collector for a ``*.gradspec-campaign.json`` file (used by gradspec's pytest plugin).
-
-    ``writer(cfg)`` returns the ``on_found`` callback of each shard (the report layer's writer)."""
-    import pytest
-
-    class ShardItem(pytest.Item):
-        def __init__(self, *, shard: int, cfg: Config, **kw):
-            super().__init__(**kw)
-            self.shard = shard
-            self.cfg = cfg
-            self.stats = None
-
-        def runtest(self):
-            self.stats = run_shard(self.cfg, self.shard, None if writer is None else writer(self.cfg))
-            self.user_properties.append(("gradspec-shard", json.dumps({"shard": self.shard, "pid": os.getpid(),
-                                                                        "stats": self.stats.to_json()})))
-            if self.stats.found:
-                raise _ShardFound(self.stats)
-
-        def repr_failure(self, excinfo):
-            if isinstance(excinfo.value, _ShardFound):
-                st = excinfo.value.stats
-                lines = [f"shard {self.shard}: {len(st.found)} discrepanc{'y' if len(st.found) == 1 else 'ies'} "
-                         f"in {st.cases} cases (reports in {self.cfg.report_dir})"]
-                lines += [f"  {r['id']}: {r['kind']} ({' vs '.join(r['oracles'])}) ops {', '.join(r['ops'])}"
-                          for r in st.found.values()]
-                return "\n".join(lines)
-            return super().repr_failure(excinfo)
-
-        def reportinfo(self):
-            return self.path, None, f"gradspec campaign shard {self.shard}"
-
-    class CampaignFile(pytest.File):
-        def collect(self):
-            with open(self.path, encoding="utf-8") as f:
-                cfg = Config.from_json(json.load(f))
-            for k in range(max(1, cfg.workers)):
-                yield ShardItem.from_parent(self, name=f"shard-{k}", shard=k, cfg=cfg)
-
-    return CampaignFile.from_parent(parent, path=path)
-
-
-class _ShardFound(Exception):
-    def __init__(self, stats: Stats):
-        super().__init__(f"{len(stats.found)} discrepancies")
-        self.stats = stats
-
-
-class _Collector:
-    """Controller-side pytest plugin: shard results arrive in the reports' user_properties."""
-
-    def __init__(self) -> None:
-        self.shards: dict[int, dict] = {}
-        self.crashes: list[str] = []
-        self.failures: list[str] = []
-
-    def pytest_runtest_logreport(self, report):
-        for name, value in getattr(report, "user_properties", ()):
-            if name == "gradspec-shard":
-                d = json.loads(value)
-                self.shards[int(d["shard"])] = d
-        if report.failed:
-            text = str(report.longrepr)
-            if "crashed while running" in text:
-                self.crashes.append(text.strip().splitlines()[-1])
-            elif "discrepanc" not in text:
-                self.failures.append(text[-2000:])
-
-
-def run_distributed(cfg: Config, progress: Callable | None = None) -> Stats:
-    """Run the campaign as ``cfg.workers`` shards under pytest-xdist; merge the shards' results."""
-    import pytest
-
-    os.makedirs(cfg.state_dir, exist_ok=True)
-    path = os.path.join(cfg.state_dir, "campaign" + CAMPAIGN_SUFFIX)
-    _atomic_json(path, cfg.to_json())
-    ini = os.path.join(cfg.state_dir, "pytest.ini")
-    atomic_write(ini, "[pytest]\n# a gradspec fuzz campaign, collected by gradspec's pytest plugin\n")
-    args = [path, "-c", ini, "--rootdir", cfg.state_dir, "--confcutdir", cfg.state_dir,
-            "-p", "xdist.plugin", "-p", "gradspec.pytest_plugin", "-p", "no:cacheprovider",
-            "-p", "no:terminal", "-p", "no:warnings", "-W", "ignore"]
-    if cfg.tx:
-        for spec in cfg.tx:
-            args += ["--tx", spec]
-        args += ["--dist", "load"]
-    else:
-        args += ["-n", str(cfg.workers), "--dist", "load"]
-    collector = _Collector()
-    env_saved = {k: os.environ.get(k) for k in ("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "PYTEST_ADDOPTS", "PYTHONPATH")}
-    # Only the plugins a campaign needs: the user's own pytest plugins and conftests stay out of it.
-    os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
-    os.environ.pop("PYTEST_ADDOPTS", None)
-    os.environ["PYTHONPATH"] = os.pathsep.join([p for p in [os.getcwd(), env_saved["PYTHONPATH"]] if p])
-    stop = threading.Event()
-    poller = None
-    if progress is not None:
-        def poll():
-            while not stop.wait(0.5):
-                progress(_merge_snapshots(cfg, {}))
-        poller = threading.Thread(target=poll, daemon=True)
-        poller.start()
-    interrupted = False
-    try:
-        rc = pytest.main(args, plugins=[collector])
-        interrupted = rc == pytest.ExitCode.INTERRUPTED
-    except KeyboardInterrupt:
-        interrupted = True
-    finally:
-        stop.set()
-        if poller is not None:
-            poller.join(2)
-        for k, v in env_saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-    merged = _merge_snapshots(cfg, collector.shards)
-    merged.interrupted |= interrupted
-    for text in collector.failures:
-        merged.errors.append("a shard failed: " + text.strip().splitlines()[-1][:300])
-    if collector.crashes and not stale_inflight(cfg.state_dir):
-        for c in collector.crashes:
-            merged.errors.append(c + " (no case was in flight)")
-    return merged
-
-
-def _merge_snapshots(cfg: Config, reported: dict) -> Stats:
-    """Per-shard results: from the pytest reports where they arrived, else each shard's last snapshot."""
-    merged = Stats(shards=max(1, cfg.workers))
-    merged.shards = max(1, cfg.workers)
-    seen = set()
-    for k, d in reported.items():
-        merged.merge(Stats.from_json(d["stats"]))
-        seen.add(k)
-    try:
-        names = os.listdir(cfg.state_dir)
-    except OSError:
-        names = []
-    for name in names:
-        if name.startswith("shard-") and name.endswith(".json"):
-            try:
-                with open(os.path.join(cfg.state_dir, name), encoding="utf-8") as f:
-                    d = json.load(f)
-            except (OSError, ValueError):
-                continue
-            if int(d.get("shard", -1)) not in seen:
-                merged.merge(Stats.from_json(d["stats"]))
-    merged.seconds = time.time() - cfg.started
-    return merged
 
 
 # ---------------------------------------------------------------------------------------------

@@ -23,11 +23,10 @@ from .._private import database as _db
 from .._private.records import atomic_write
 
 __all__ = ["Config", "Stats", "ReportDirError", "covered", "summary_json", "write_summary", "supersede",
-           "progress_printer", "BUILTIN_ENGINES", "STATE", "CAMPAIGN_SUFFIX", "DEFAULT_EXAMPLES"]
+           "progress_printer", "BUILTIN_ENGINES", "STATE", "DEFAULT_EXAMPLES"]
 
 BUILTIN_ENGINES = ("reference", "torch-cpu", "torch-cuda")
 STATE = ".gradspec"  # campaign bookkeeping under the report dir (run configs, shard snapshots)
-CAMPAIGN_SUFFIX = ".gradspec-campaign.json"  # what gradspec's pytest plugin collects as shards
 DEFAULT_EXAMPLES = 200
 SNAPSHOT_EVERY = 1.0  # seconds between shard snapshots (what the controller's progress line reads)
 
@@ -60,6 +59,7 @@ class Config:
     run_id: str = ""
     started: float = 0.0
     argv: list[str] | None = None
+    replay_saved: bool = True  # start with a replay round of the example database's saved failures
 
     def __post_init__(self) -> None:
         if not self.run_id:
@@ -161,6 +161,7 @@ class Stats:
     errors: list = dataclasses.field(default_factory=list)  # campaign-level problems, in words
     crashed: list = dataclasses.field(default_factory=list)  # {"shard", "pid", "report"}
     processes: list = dataclasses.field(default_factory=list)  # {"shard", "pid", "cases", "seconds"}
+    lost: list = dataclasses.field(default_factory=list)  # budget a dead worker did not run: {"chunk", "cases", "why"}
     shards: int = 1
 
     def known(self) -> set:
@@ -195,6 +196,7 @@ class Stats:
         self.errors += [e for e in other.errors if e not in self.errors]
         self.crashed += other.crashed
         self.processes += other.processes
+        self.lost += other.lost
 
 
 def _atomic_json(path: str, obj) -> None:
@@ -264,6 +266,7 @@ def summary_json(cfg: Config, stats: Stats, previous: list | None = None, ops: l
         "stop_reason": stats.stop_reason,
         "errors": list(stats.errors),
         "crashed": list(stats.crashed),
+        "lost": list(stats.lost),
         "processes": sorted(stats.processes, key=lambda p: p["shard"]),
         "reports": active,
         "superseded": superseded,

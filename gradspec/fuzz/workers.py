@@ -1,0 +1,384 @@
+"""A campaign over pytest-xdist workers that share nothing with the controller but the xdist channel.
+
+How it travels
+--------------
+The controller (``gradspec fuzz --workers K [--tx SPEC ...]``) starts a pytest session with no
+collection argument at all: it hands the campaign to every worker in ``workerinput`` (xdist's
+``pytest_configure_node``), and each worker builds the campaign's items from it in
+``pytest_collection`` — no campaign file, no report dir, nothing a worker must see on disk.  The
+campaign is cut into ``CHUNKS_PER_WORKER`` x K *chunks* (items): each chunk is a Hypothesis run
+with its own seed and a slice of the budget.  When a chunk ends, its counts and findings (the
+shrunk case as JSON, the discrepancy, its cause) travel back in the item's test report
+(``user_properties``); the controller alone re-checks each finding's case, writes the report
+folders, the index and ``summary.json``.
+
+Workers keep their own bookkeeping (the case in flight, fault logs) in a worker-local folder.
+A worker that dies loses only the chunk it was on: xdist starts a replacement and hands the
+pending chunks to the live workers; the next chunk (or the replacement's session end) on that
+machine finds the dead process's in-flight case and sends it back, and the controller writes it
+as a ``crash`` report.  The lost chunks are run once more in a second session; what is still lost
+after that is in the summary (``lost``) and the run exits non-zero, never 0 with a silently smaller
+campaign.
+
+Example::
+
+    >>> from gradspec.fuzz.workers import chunk_plan
+    >>> [c["budget"] for c in chunk_plan(workers=2, budget=18)]
+    [3, 3, 2, 2, 2, 2, 2, 2]
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import tempfile
+import time
+from typing import Callable
+
+from .._private.records import discrepancy_id
+from ..case import Case
+from ..causes import Cause
+from ..check import Discrepancy, Verdict
+from ..guard import guarded_check
+from .campaign import _Campaign
+from .distributed import _forget, stale_inflight
+from .state import Config, Stats, _sig_key
+
+__all__ = ["CHUNKS_PER_WORKER", "chunk_plan", "run_distributed", "worker_local_root", "WORKERINPUT_KEY"]
+
+CHUNKS_PER_WORKER = 4  # a dying worker loses a quarter of its share, and progress arrives 4x per worker
+WORKERINPUT_KEY = "gradspec_campaign"
+PROPERTY = "gradspec-chunk"
+# What this worker process already found in this run (run id -> report id -> record): a later chunk
+# does not hunt a known bug again, as the chunks of one process form one campaign.
+_FOUND_HERE: dict = {}
+CRASHES_KEY = "gradspec_crashes"
+
+
+def chunk_plan(workers: int, budget: int, seconds: float | None = None) -> list[dict]:
+    """The chunks of a campaign: ``{"chunk", "budget", "seconds"}`` each (budget split as evenly as possible).
+
+    A time budget is split the same way: each worker runs its chunks one after another, so a chunk
+    gets ``seconds / CHUNKS_PER_WORKER`` (and no chunk runs past the campaign's deadline).
+    """
+    n = max(1, workers) * CHUNKS_PER_WORKER
+    if seconds is not None:
+        return [{"chunk": k, "budget": budget, "seconds": seconds / CHUNKS_PER_WORKER} for k in range(n)]
+    n = max(1, min(n, budget))
+    return [{"chunk": k, "budget": budget // n + (1 if k < budget % n else 0), "seconds": None} for k in range(n)]
+
+
+def worker_local_root(run_id: str) -> str:
+    """Where a worker keeps the case in flight and fault logs: on its own machine, never the report dir."""
+    base = os.environ.get("GRADSPEC_WORKER_DIR") or os.path.join(tempfile.gettempdir(), f"gradspec-worker-{os.getuid()}")
+    return os.path.join(base, run_id)
+
+
+# ---------------------------------------------------------------------------------------------
+# worker side (hooks called from gradspec's pytest plugin)
+# ---------------------------------------------------------------------------------------------
+
+
+def _campaign_of(config) -> dict | None:
+    return (getattr(config, "workerinput", None) or {}).get(WORKERINPUT_KEY)
+
+
+def worker_collection(session) -> bool | None:
+    """``pytest_collection`` in a worker: the chunks of the campaign in ``workerinput`` (else None)."""
+    import pytest
+
+    payload = _campaign_of(session.config)
+    if payload is None:
+        return None
+    campaign = json.loads(payload)
+
+    class ChunkItem(pytest.Item):
+        def runtest(self):
+            run_chunk(self, campaign, self.chunk)
+
+        def reportinfo(self):
+            return self.path, None, f"gradspec campaign chunk {self.chunk['chunk']}"
+
+    items = []
+    for chunk in campaign["chunks"]:
+        it = ChunkItem.from_parent(session, name=f"chunk-{chunk['chunk']}",
+                                   nodeid=f"gradspec-campaign::chunk-{chunk['chunk']}")
+        it.chunk = chunk
+        items.append(it)
+    session.items = items
+    session.testscollected = len(items)
+    session.config.hook.pytest_collection_modifyitems(session=session, config=session.config, items=items)
+    session.config.hook.pytest_collection_finish(session=session)
+    return True
+
+
+def _local_config(campaign: dict, chunk: dict) -> Config:
+    cfg = Config.from_json(campaign["config"])
+    # The controller's report dir is none of the worker's business: bookkeeping stays local.
+    cfg.report_dir = worker_local_root(cfg.run_id)
+    cfg.workers = 1  # this chunk is a whole campaign of its own budget (its index only picks the seeds)
+    if cfg.seconds is None:
+        cfg.max_examples = chunk["budget"]
+    if not cfg.database and cfg.tx:
+        cfg.database = [os.path.join(cfg.report_dir, ".hypothesis")]  # no shared disk: a local store
+    if chunk["seconds"] is not None:
+        now = time.time()
+        end = min(now + chunk["seconds"], campaign["deadline"])
+        cfg.started, cfg.seconds = now, max(0.0, end - now)
+    return cfg
+
+
+def _crash_records(cfg: Config) -> list[dict]:
+    """In-flight cases of dead processes of this run on this machine (each sent back once)."""
+    out = []
+    for item in stale_inflight(worker_local_root(cfg.run_id)):
+        out.append({"pid": item["pid"], "case_json": item["case_json"], "fault": item["fault"],
+                    "host": socket.gethostname()})
+        _forget(item)
+    return out
+
+
+def run_chunk(item, campaign: dict, chunk: dict) -> None:
+    cfg = _local_config(campaign, chunk)
+    crashes = _crash_records(cfg)
+    findings = []
+
+    def on_found(d, verdict, info):
+        findings.append({"case": d.case.to_json(indent=None) if d.case is not None else None,
+                         "discrepancy": d.to_json(), "info": info})
+
+    if cfg.seconds is not None and cfg.seconds <= 0:
+        stats = Stats(shards=1)
+        stats.stop_reason = "time"
+    else:
+        known = _FOUND_HERE.setdefault(cfg.run_id, {})
+        cfg.replay_saved = not known.get("_replayed")
+        stats = _Campaign(cfg, chunk["chunk"], on_found=on_found, found=dict(known.get("found", {}))).run()
+        known["_replayed"] = True
+        known.setdefault("found", {}).update(stats.found)
+        stats.found = {rid: rec for rid, rec in stats.found.items() if rid not in known.get("sent", set())}
+        known.setdefault("sent", set()).update(stats.found)
+    for rec in stats.found.values():
+        rec.pop("case", None)
+    item.user_properties.append((PROPERTY, json.dumps({
+        "chunk": chunk["chunk"], "pid": os.getpid(), "host": socket.gethostname(),
+        "worker": os.environ.get("PYTEST_XDIST_WORKER", ""), "stats": stats.to_json(),
+        "findings": findings, "crashes": crashes}, default=str)))
+
+
+def worker_sessionfinish(session) -> None:
+    """A worker's last word: crashes of this run found on its machine (a replacement worker's job)."""
+    payload = _campaign_of(session.config)
+    if payload is None:
+        return
+    cfg = Config.from_json(json.loads(payload)["config"])
+    session.config.workeroutput[CRASHES_KEY] = json.dumps(_crash_records(cfg))
+
+
+# ---------------------------------------------------------------------------------------------
+# controller side
+# ---------------------------------------------------------------------------------------------
+
+
+class _Controller:
+    """Controller-side pytest plugin: hands out the campaign, gathers chunks, crashes and losses."""
+
+    def __init__(self, payload: str, chunks: list[dict], on_chunk: Callable) -> None:
+        self.payload = payload
+        self.chunks = {f"gradspec-campaign::chunk-{c['chunk']}": c for c in chunks}
+        self.on_chunk = on_chunk
+        self.done: set = set()
+        self.crashes: list[dict] = []
+        self.lost: list[dict] = []
+        self.failures: list[str] = []
+
+    def pytest_configure_node(self, node):
+        node.workerinput[WORKERINPUT_KEY] = self.payload
+
+    def pytest_runtest_logreport(self, report):
+        for name, value in getattr(report, "user_properties", ()):
+            if name == PROPERTY and report.when == "call":
+                d = json.loads(value)
+                self.done.add(report.nodeid)
+                self.crashes += d.get("crashes") or []
+                self.on_chunk(d)
+        if report.failed and report.nodeid not in self.done:
+            text = str(report.longrepr)
+            chunk = self.chunks.get(report.nodeid)
+            if "crashed while running" in text and chunk is not None:
+                self.lost.append({**chunk, "why": text.strip().splitlines()[-1][:300]})
+            else:
+                self.failures.append(text[-2000:])
+
+    def pytest_testnodedown(self, node, error):
+        out = getattr(node, "workeroutput", None) or {}
+        try:
+            self.crashes += json.loads(out.get(CRASHES_KEY) or "[]")
+        except ValueError:
+            pass
+
+
+def _session_args(cfg: Config) -> list[str]:
+    # No path anywhere: workers on other machines (or chdir'd) resolve nothing of the controller's disk.
+    args = ["-p", "xdist.plugin", "-p", "gradspec.pytest_plugin", "-p", "no:cacheprovider", "-p", "no:terminal",
+            "-p", "no:warnings", "-p", "no:junitxml", "--noconftest",
+            # One argument, not "-c PATH": xdist relocates existing paths for chdir'd workers and refuses
+            # those outside its rsync roots; every POSIX machine has /dev/null (an empty configuration,
+            # so the ini files around the user's cwd stay out of the campaign).
+            f"--config-file={os.devnull}", "-W", "ignore",
+            "--dist", "load"]
+    if cfg.tx:
+        for spec in cfg.tx:
+            args += ["--tx", spec]
+    else:
+        args += ["-n", str(cfg.workers)]
+    return args
+
+
+def _session(cfg: Config, chunks: list[dict], on_chunk: Callable) -> tuple[_Controller, bool]:
+    import pytest
+
+    payload = json.dumps({"config": cfg.to_json(), "chunks": chunks,
+                          "deadline": cfg.deadline if cfg.deadline is not None else float("inf")})
+    ctl = _Controller(payload, chunks, on_chunk)
+    saved = {k: os.environ.get(k) for k in ("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "PYTEST_ADDOPTS", "PYTHONPATH")}
+    # Only the plugins a campaign needs: the user's own pytest plugins and conftests stay out of it.
+    os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    os.environ.pop("PYTEST_ADDOPTS", None)
+    os.environ["PYTHONPATH"] = os.pathsep.join([p for p in [os.getcwd(), saved["PYTHONPATH"]] if p])
+    interrupted = False
+    rc = None
+    try:
+        rc = pytest.main(_session_args(cfg), plugins=[ctl])
+        interrupted = rc == pytest.ExitCode.INTERRUPTED
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    if not interrupted:
+        # A chunk that reported nothing and was not seen crashing did not run (an xdist setup error,
+        # a worker that never started): it is lost too, never silently dropped.
+        for nodeid, chunk in ctl.chunks.items():
+            if nodeid not in ctl.done and not any(c["chunk"] == chunk["chunk"] for c in ctl.lost):
+                ctl.lost.append({**chunk, "why": f"it never reported (the worker session ended with {rc!s})"})
+    return ctl, interrupted
+
+
+def _rebuild(finding: dict, oracles, cfg: Config) -> tuple[Discrepancy, Verdict] | None:
+    """The finding as the controller sees it: its case re-checked here, so the report has every oracle's numbers."""
+    if not finding.get("case"):
+        return None
+    case = Case.from_json(finding["case"])
+    dj = finding["discrepancy"]
+    verdict = guarded_check(case, oracles, cfg.case_timeout)
+    for d in verdict.discrepancies:
+        if d.kind == dj["kind"] and sorted(d.oracles) == sorted(dj["oracles"]):
+            return d, verdict
+    # Not reproduced here (a nondeterministic engine, another machine): report what the worker saw.
+    d = Discrepancy(kind=dj["kind"], oracles=tuple(dj["oracles"]), message=dj["message"] + (
+        "\n(reported by a worker; the controller's re-check of this case did not show it)"), case=case,
+        traceback=dj.get("traceback"), cause=Cause.from_json(dj.get("cause")))
+    return d, Verdict(case, {}, [], [d], {}, {})
+
+
+def _crash_finding(rec: dict, cfg: Config):
+    case = Case.from_json(rec["case_json"])
+    msg = (f"a campaign worker (pid {rec['pid']} on {rec.get('host', '?')}) died while checking this case: the "
+           "engine or an oracle crashed the process (segmentation fault, abort, os._exit, out of memory or a kill)")
+    if (rec.get("fault") or "").strip():
+        msg += "; the Python traceback at the fatal signal is below"
+    d = Discrepancy(kind="crash", oracles=("process", case.engine or cfg.engine), message=msg, case=case,
+                    traceback=rec.get("fault") or None)
+    return d, Verdict(case, {}, [], [d], {}, {})
+
+
+def run_distributed(cfg: Config, progress: Callable | None = None, on_found: Callable | None = None,
+                    oracles=None) -> Stats:
+    """Run the campaign on ``cfg.workers`` xdist workers (or ``cfg.tx`` specs); merge what comes back.
+
+    ``on_found(discrepancy, verdict, info)`` is called in this process for every finding and crash
+    (the command line writes the report folder); ``progress(stats)`` whenever a chunk ends.
+    """
+    from .campaign import resolve
+
+    if oracles is None:
+        oracles = resolve(cfg)[0]
+    merged = Stats(shards=max(1, cfg.workers))
+    written: set = set()
+
+    def emit(d, verdict, info):
+        rid = discrepancy_id(d.signature)
+        if rid in written:
+            return
+        written.add(rid)
+        info = {**info, "run_id": cfg.run_id, "seed": cfg.seed, "engine": cfg.engine,
+                "covers": info.get("covers") or [_sig_key(d.signature)]}
+        merged.found.setdefault(rid, {"id": rid, "kind": d.kind, "oracles": list(d.oracles),
+                                      "ops": sorted({n.op for n in d.case.nodes}) if d.case is not None else [],
+                                      "message": d.message, "covers": info["covers"], "note": info.get("note", ""),
+                                      "shard": info.get("shard"),
+                                      "cause": None if d.cause is None else d.cause.to_json()})
+        if on_found is not None:
+            on_found(d, verdict, info)
+
+    def on_chunk(d):
+        st = Stats.from_json(d["stats"])
+        found, st.found = st.found, {}
+        merged.merge(st)
+        merged.processes = [p for p in merged.processes if p.get("shard") != d["chunk"]]
+        merged.processes.append({"shard": d["chunk"], "pid": d["pid"], "host": d.get("host"),
+                                 "worker": d.get("worker"), "cases": st.cases, "seconds": round(st.seconds, 3),
+                                 "found": len(d.get("findings") or [])})
+        for f in d.get("findings") or []:
+            got = _rebuild(f, oracles, cfg)
+            if got is not None:
+                emit(*got, {**(f.get("info") or {}), "shard": d["chunk"]})
+        for rid, rec in found.items():  # a finding whose report could not be rebuilt is still counted
+            merged.found.setdefault(rid, rec)
+        merged.seconds = time.time() - cfg.started
+        if progress is not None:
+            progress(merged)
+
+    chunks = chunk_plan(cfg.workers, cfg.budget, cfg.seconds)
+    ctl, interrupted = _session(cfg, chunks, on_chunk)
+    crashes, lost, failures = list(ctl.crashes), list(ctl.lost), list(ctl.failures)
+    if lost and not interrupted and (cfg.deadline is None or time.time() < cfg.deadline):
+        # One more try for what a dead worker did not run, on fresh workers, with other seeds.
+        retry = [{**c, "chunk": c["chunk"] + len(chunks) * 1000} for c in lost]
+        ctl2, interrupted = _session(cfg, retry, on_chunk)
+        crashes += ctl2.crashes
+        failures += ctl2.failures
+        lost = [{**c, "why": c["why"] + "; lost again on the retry"} for c in ctl2.lost]
+    # Workers on this machine whose crash no replacement picked up (xdist starts none when nothing is
+    # pending): their in-flight cases are in the worker-local folder here.
+    crashes += _crash_records(cfg)
+    shutil.rmtree(worker_local_root(cfg.run_id), ignore_errors=True)
+    for rec in {r["pid"]: r for r in crashes}.values():
+        try:
+            d, verdict = _crash_finding(rec, cfg)
+        except Exception as e:  # noqa: BLE001 - an unreadable in-flight case is still a crash
+            merged.errors.append(f"worker pid {rec['pid']} died on a case that cannot be read back: {e}")
+            continue
+        emit(d, verdict, {"note": "the worker process died on this case", "shard": None})
+        merged.crashed.append({"pid": rec["pid"], "report": discrepancy_id_of(d)})
+    merged.interrupted |= interrupted
+    merged.lost = [{"chunk": c["chunk"], "cases": c["budget"] if c["seconds"] is None else None,
+                    "seconds": c["seconds"], "why": c["why"]} for c in lost]
+    for c in merged.lost:
+        what = f"{c['cases']} case(s)" if c["cases"] is not None else f"{c['seconds']:.1f} s"
+        merged.errors.append(f"lost {what} of the budget: chunk {c['chunk']} did not finish ({c['why']})")
+    for text in failures:
+        merged.errors.append("a chunk failed: " + text.strip().splitlines()[-1][:300])
+    merged.seconds = time.time() - cfg.started
+    return merged
+
+
+def discrepancy_id_of(d: Discrepancy) -> str:
+    return discrepancy_id(d.signature)
+

@@ -1,0 +1,102 @@
+"""``gradspec fuzz --workers K / --tx``: workers that share no disk with the controller, and dead workers.
+
+Workers here are xdist ``popen`` processes chdir'd into folders of their own; the campaign reaches
+them through xdist (``workerinput``) and their findings come back in test reports, so the
+controller alone writes report folders.  A worker that dies is reported with the case it was on,
+and the budget it did not run is run again or reported lost (the run never exits 0 smaller).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gradspec.fuzz.workers import CHUNKS_PER_WORKER, chunk_plan
+from tests.test_cli import FAST_ORACLES, folders, gradspec, plant, summary
+
+DIE_ONCE = '''
+import os
+from gsplant import Planted
+
+
+class DieOnce(Planted):
+    """Kills its worker process the first time it applies exp (a marker file remembers), else correct."""
+
+    def apply(self, op, *args, **params):
+        marker = os.environ["GS_DIE_MARKER"]
+        if op == "exp" and not os.path.exists(marker):
+            open(marker, "w").close()
+            os._exit(7)
+        return super().apply(op, *args, **params)
+
+
+engine = DieOnce("dieonce", bug_op="none")
+'''
+
+
+@pytest.mark.parametrize("workers, budget", [(1, 1), (2, 16), (2, 18), (3, 5), (4, 1000)])
+def test_chunks_split_the_budget_exactly(workers, budget):
+    plan = chunk_plan(workers, budget)
+    assert sum(c["budget"] for c in plan) == budget
+    assert len(plan) == min(workers * CHUNKS_PER_WORKER, budget)
+    assert max(c["budget"] for c in plan) - min(c["budget"] for c in plan) <= 1
+
+
+def test_time_budget_is_sliced_per_chunk():
+    plan = chunk_plan(2, 10**12, seconds=60.0)
+    assert len(plan) == 2 * CHUNKS_PER_WORKER and all(c["seconds"] == 60.0 / CHUNKS_PER_WORKER for c in plan)
+
+
+def _fuzz(tmp_path, env, engine, *extra, examples=16, seed=4):
+    return gradspec("fuzz", "--engine", engine, "--ops", "exp,mul", "--oracles", FAST_ORACLES,
+                    "--max-examples", examples, "--seed", seed, "--shrink-seconds", 3, "--report-dir",
+                    tmp_path / "reports", "-q", *extra, cwd=tmp_path, env=env, timeout=300)
+
+
+def test_workers_in_separate_dirs_each_find_the_bug_and_only_the_controller_writes(tmp_path):
+    env = plant(tmp_path)
+    a, b = tmp_path / "worker-a", tmp_path / "worker-b"
+    a.mkdir()
+    b.mkdir()
+    r = _fuzz(tmp_path, env, "gsplant:bug", "--tx", f"popen//chdir={a}", "--tx", f"popen//chdir={b}")
+    assert r.returncode == 1, r.stdout + r.stderr
+    s = summary(tmp_path / "reports")
+    assert s["cases"] == 16 and s["lost"] == [] and s["errors"] == []
+    finders = {p["worker"] for p in s["processes"] if p["found"]}
+    assert finders == {"gw0", "gw1"}, s["processes"]  # each worker found the planted bug itself
+    written = {p.name for p in folders(tmp_path / "reports")}
+    assert written == {rec["id"] for rec in s["reports"] + s["superseded"]}
+    for w in (a, b):  # nothing of the campaign's output was written where the workers live
+        assert not [p for p in w.rglob("*") if p.name.startswith("d-") or p.name in ("summary.json", "index.html",
+                                                                                  "case.json")]
+
+
+def test_a_worker_that_dies_once_is_reported_with_its_case_and_its_budget_rerun(tmp_path):
+    env = plant(tmp_path)
+    (tmp_path / "gsdieonce.py").write_text(DIE_ONCE)
+    env["GS_DIE_MARKER"] = str(tmp_path / "died")
+    r = _fuzz(tmp_path, env, "gsdieonce:engine", "--workers", 2)
+    assert r.returncode == 1, r.stdout + r.stderr  # the crash is a finding
+    s = summary(tmp_path / "reports")
+    crash = next(rec for rec in s["reports"] if rec["kind"] == "crash")
+    case = json.loads((tmp_path / "reports" / crash["id"] / "case.json").read_text())
+    assert "exp" in [n["op"] for n in case["nodes"]]  # the case the worker was on
+    assert "died while checking this case" in crash["message"]
+    assert s["lost"] == [] and s["cases"] == 16, (s["lost"], s["cases"])  # the lost chunk ran again
+    dead = {c["pid"] for c in s["crashed"]}
+    assert len(dead) == 1, s["crashed"]
+    assert not dead & {p["pid"] for p in s["processes"]}
+
+
+def test_budget_a_dead_worker_never_ran_is_reported_never_silently_dropped(tmp_path):
+    env = plant(tmp_path)
+    # gsplant:dying kills worker gw0 on every case with exp, in both the first and the retry session.
+    r = _fuzz(tmp_path, env, "gsplant:dying", "--workers", 2)
+    assert r.returncode != 0, r.stdout + r.stderr
+    s = summary(tmp_path / "reports")
+    assert s["lost"], s
+    lost = sum(c["cases"] for c in s["lost"])
+    assert s["cases"] + lost == 16  # what ran plus what is reported lost is the whole budget
+    assert any("lost" in e for e in s["errors"]) and "lost" in r.stdout
+    assert any(rec["kind"] == "crash" for rec in s["reports"])
