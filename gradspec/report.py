@@ -34,7 +34,9 @@ import uuid
 
 import numpy as np
 
+from ._private.inert import docstring, literal
 from ._private.version import __version__
+from .caseio import replay_command
 from ._private.records import RECORD, _jdefault, atomic_write, discrepancy_id, read_records, update_record
 
 __all__ = [
@@ -276,7 +278,7 @@ _DISC = """<!doctype html><html lang="en"><head><meta charset="utf-8"><title>gra
 <pre id="message" class="wrap">{{ d.message }}</pre>
 {% if info.note %}<p class="small">{{ info.note }}</p>{% endif %}
 <div class="card"><b>Reproduce</b>
-<ul><li>replay with every oracle: <code>gradspec replay {{ case_path }}</code></li>
+<ul><li>replay with every oracle: <code>{{ replay_cmd }}</code></li>
 <li>standalone torch script: <code>python {{ repro_path }}</code> (<a href="repro.py">repro.py</a>) &middot; exact case: <a href="case.json">case.json</a></li>
 <li>engine <code>{{ engine }}</code>{% if info.seed is not none %}; campaign seed {{ info.seed }}{% endif %}{% if info.shard is not none %}, shard {{ info.shard }}{% endif %}{% if info.run_id %}, run {{ info.run_id }}{% endif %}{% if info.test %}; test <code>{{ info.test }}</code>{% endif %}</li></ul></div>
 
@@ -299,7 +301,7 @@ _DISC = """<!doctype html><html lang="en"><head><meta charset="utf-8"><title>gra
 {% endfor %}{% if g.more %}<tr><td class="l small" colspan="{{ order|length + 3 }}">&hellip; {{ g.more }} more elements of {{ g.name }}</td></tr>{% endif %}{% endfor %}
 </table>
 <h3>Error heatmaps</h3>
-<div class="grid">{% for g in grads %}<div class="card"><b>{{ g.name }}</b> <span class="small">{{ g.shape }}: |{{ pair|join(' &minus; ')|safe }}|, max {{ g.maxdiff|num }}</span><br>{{ g.svg|safe }}</div>{% endfor %}</div>
+<div class="grid">{% for g in grads %}<div class="card"><b>{{ g.name }}</b> <span class="small">{{ g.shape }}: |{% for p in pair %}{{ p }}{{ ' \u2212 ' if not loop.last }}{% endfor %}|, max {{ g.maxdiff|num }}</span><br>{{ g.svg|safe }}</div>{% endfor %}</div>
 {% endif %}
 {% if worst %}<h2>The worst elements</h2>
 <table id="worst"><tr><th class="l">leaf[element]</th><th>{{ pair[0] }}</th><th>{{ pair[1] }}</th><th>|difference|</th><th>relative</th></tr>
@@ -701,7 +703,7 @@ def write_discrepancy_report(directory: str, d, verdict=None, info: dict | None 
             info={"note": info.get("note", ""), "seed": info.get("seed"), "shard": info.get("shard"),
                   "run_id": info.get("run_id"), "test": info.get("test")},
             engine=engine,
-            case_path=os.path.join(folder, "case.json"),
+            replay_cmd=replay_command(os.path.join(folder, "case.json"), saved.engine, saved.user_ops),
             repro_path=os.path.join(folder, "repro.py"),
             svg=graph_svg(case),
             case_text=case_text,
@@ -784,13 +786,13 @@ def repro_script(case, oracles=("reference", "torch-cpu"), verdict=None, d=None,
             expr = f"_arr({data}, {tuple(v.shape)!r}, {v.dtype.name!r})"
         else:
             expr = f"np.array({v.ravel().tolist()!r}, dtype={v.dtype.name!r}).reshape({tuple(v.shape)!r})"
-        lines.append(f"VALUES[{leaf.name!r}] = {expr}")
+        lines.append(f"VALUES[{literal(leaf.name)}] = {expr}")
     values_block = "\n".join(lines)
     graph_lines = []
     for n in case.nodes:
-        args = ", ".join(f"env[{i!r}]" for i in n.inputs)
-        params = "".join(f", {k}={v!r}" for k, v in n.params.items())
-        graph_lines.append(f"    env[{n.name!r}] = T({n.op!r})({args}{params})")
+        args = ", ".join(f"env[{literal(i)}]" for i in n.inputs)
+        params = f", **{literal(dict(n.params))}" if n.params else ""  # keys too are data: never `k=v` source
+        graph_lines.append(f"    env[{literal(n.name)}] = T({literal(n.op)})({args}{params})")
     graph_block = "\n".join(graph_lines) or "    pass"
     seeds = []
     for s in case.seeds:
@@ -800,15 +802,16 @@ def repro_script(case, oracles=("reference", "torch-cpu"), verdict=None, d=None,
             a = np.asarray(s)
             seeds.append(f"_arr({[float(x).hex() for x in a.astype(np.float64).ravel()]!r}, {tuple(a.shape)!r}, {a.dtype.name!r})")
     grad_leaves = [l.name for l in case.grad_leaves()]
-    user_imports = "\n".join(f"_import({p!r})  # user op {op!r}" for op, p in sorted(case.user_ops.items()))
+    user_imports = "\n".join(f"_import({literal(p)})  # user op {literal(op)}" for op, p in sorted(case.user_ops.items()))
     inline = case.meta.get("inline_ops") if isinstance(case.meta, dict) else None
     title = f"{d.kind} ({' vs '.join(d.oracles)})" if d is not None else " vs ".join(names)
     message = (d.message.splitlines()[0] if d is not None and d.message else "")
-    message = message[:300].replace("\\", "/").replace('"' * 3, "'" * 3)  # it goes into a docstring
+    # Both go into the script's docstring: escaped so that nothing in them can end it.
+    title, message, rid_text = docstring(title), docstring(message), docstring(rid)
     worst = None
     if d is not None and d.leaf is not None and d.index is not None:
         worst = (d.leaf, list(d.index))
-    return f'''"""Reproduce gradspec discrepancy {rid}: {title}.
+    return f'''"""Reproduce gradspec discrepancy {rid_text}: {title}.
 
     {message}
 
@@ -836,7 +839,7 @@ def _import(path):
 
 
 {user_imports}
-INLINE_OPS = {inline!r}
+INLINE_OPS = {literal(inline)}
 if INLINE_OPS:
     sys.exit(f"this case uses op(s) {{INLINE_OPS}} defined inline (no import path): define them in an importable module")
 
@@ -851,12 +854,12 @@ def T(op):
 
 VALUES = {{}}
 {values_block}
-ROOTS = {list(case.roots)!r}
+ROOTS = {literal(list(case.roots))}
 SEEDS = [{", ".join(seeds)}]
-GRAD_LEAVES = {grad_leaves!r}
+GRAD_LEAVES = {literal(grad_leaves)}
 RECORDED = json.loads({json.dumps(json.dumps(recorded))})  # gradients the oracles returned when the report was written
-PAIR = {names!r}
-WORST = {worst!r}
+PAIR = {literal(names)}
+WORST = {literal(worst)}
 
 
 def build(values, dtype=None):

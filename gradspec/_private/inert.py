@@ -1,0 +1,50 @@
+"""Strings from user code written into generated Python (``repro.py``) as data, never as code.
+
+Engine names, op names, leaf names, messages and param values come from the code under test or
+from a case file; ``repro.py`` is a script the user is told to run.  :func:`literal` writes a value
+as a Python literal that evaluates back to it (JSON-like values, numpy scalars and arrays), and
+:func:`docstring` makes text safe inside a triple-quoted docstring (an engine whose name held three
+double quotes used to close the docstring and put its own code into the script).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+__all__ = ["literal", "docstring"]
+
+
+def literal(v) -> str:
+    """A Python expression for ``v`` made of literals only (``float('inf')`` aside); anything
+    else becomes the string of its ``str()``, which is inert."""
+    if v is None or isinstance(v, (bool, int, str)):
+        return repr(v)
+    if isinstance(v, float):
+        return repr(v) if math.isfinite(v) else f"float({repr(repr(v))})"
+    if isinstance(v, np.ndarray):
+        return f"np.array({literal(v.tolist())}, dtype={v.dtype.name!r})"
+    if isinstance(v, np.generic):
+        return literal(v.item())
+    if isinstance(v, tuple):
+        return "(" + "".join(literal(x) + ", " for x in v) + ")"
+    if isinstance(v, list):
+        return "[" + ", ".join(literal(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{literal(k)}: {literal(x)}" for k, x in v.items()) + "}"
+    return repr(str(v))
+
+
+def docstring(text: str, limit: int = 300) -> str:
+    r"""``text`` (clipped) escaped for the inside of a non-raw triple-quoted docstring: one line,
+    ASCII, backslashes and quotes escaped, so nothing in it can end the string.
+
+    >>> text = 'x' + '"' * 3 + ' + __import__("os").system("id")'
+    >>> print(docstring(text))
+    x\"\"\" + __import__(\"os\").system(\"id\")
+    >>> '"' * 3 in docstring(text + "\n")
+    False
+    """
+    s = str(text)[:limit].encode("unicode_escape").decode("ascii")
+    return s.replace('"', '\\"')
