@@ -25,7 +25,9 @@ from ..spec.opspec import OpSpec
 from ..ops.user import Op, UserOpError
 from ..result import Result, VerifyDiscrepancy
 from ..search import _check_budget, _resolve_seed, _Runner
-from .op import COMPANIONS, _budget_text, _check_op_case, _count, _op_cases
+from .torch_call import CallLayout, blocks, flat, outputs
+from . import fn_shapes
+from .op import COMPANIONS, _budget_text, _check_op_case, _count, _op_cases, _wrap
 
 __all__ = ["verify_torch_function"]
 
@@ -77,28 +79,40 @@ def _torch_arity(fn, params: dict) -> int | None:
     return n or None
 
 
-def _torch_wrap(fn, name: str, arity: int, signature, shape_fn, domain, params):
+def _torch_wrap(fn, name: str, layout: CallLayout, signature, shape_fn, domain, params):
+    """``fn`` as a user op: numpy in, numpy out; its VJP is fn's own backward.  ``layout`` places
+    the tensors and the non-tensor arguments; a tuple of outputs is one flat output (torch_call)."""
     import torch
 
-    def forward(*arrays, **kw):
+    def run(arrays, kw, grad: bool):
         xs = [torch.from_numpy(np.array(a, dtype=np.float64)) for a in arrays]
-        with torch.no_grad():
-            y = fn(*xs, **kw)
-        if not isinstance(y, torch.Tensor):
-            raise TypeError(f"{name}: fn returned {type(y).__name__}, expected a torch tensor")
-        return y.detach().cpu().numpy().astype(np.float64)
+        if grad:
+            xs = [x.requires_grad_(True) for x in xs]
+        with torch.enable_grad() if grad else torch.no_grad():
+            outs, multi = outputs(layout.call(fn, xs, kw))
+        return xs, outs, multi
+
+    def forward(*arrays, **kw):
+        _, outs, multi = run(arrays, kw, False)
+        return flat(outs, multi).detach().cpu().numpy().astype(np.float64)
 
     def vjp(g, *rest, **kw):
         arrays = rest[:-1]
-        xs = [torch.from_numpy(np.array(a, dtype=np.float64)).requires_grad_(True) for a in arrays]
-        with torch.enable_grad():
-            y = fn(*xs, **kw)
-        if not isinstance(y, torch.Tensor) or not y.requires_grad:
-            raise RuntimeError(f"fn's output does not require grad (got {type(y).__name__}): is the op differentiable?")
+        xs, outs, multi = run(arrays, kw, True)
         gt = torch.from_numpy(np.array(g, dtype=np.float64))
         g0 = gt.clone()
+        if multi:
+            # each output its own block of the seed; an all-zero block: that output is not used
+            pairs = [(o, gt[a:b].reshape(shape)) for o, (a, b, shape) in zip(outs, blocks(outs), strict=True)]
+            pairs = [(o, gi) for o, gi in pairs if o.requires_grad and bool(torch.any(gi != 0))]
+        else:
+            pairs = [(outs[0], gt)] if outs[0].requires_grad else []
+        if not pairs:
+            if not any(o.requires_grad for o in outs):
+                raise RuntimeError("fn's output does not require grad: is the op differentiable?")
+            return tuple(np.zeros(np.shape(a)) for a in arrays)
         saved = [x.detach().clone() for x in xs]
-        grads = torch.autograd.grad(y, xs, gt, allow_unused=True)
+        grads = torch.autograd.grad([o for o, _ in pairs], xs, [gi for _, gi in pairs], allow_unused=True)
         if not torch.equal(gt, g0):
             raise ValueError("read-only: fn's backward modified its grad_output in place")
         for i, (x, s0) in enumerate(zip(xs, saved, strict=True)):
@@ -107,10 +121,11 @@ def _torch_wrap(fn, name: str, arity: int, signature, shape_fn, domain, params):
         return tuple(None if gi is None else gi.detach().numpy().copy() for gi in grads)
 
     def torch_fn(*xs, **kw):
-        return fn(*xs, **kw)
+        outs, multi = outputs(layout.call(fn, list(xs), kw))
+        return flat(outs, multi)
 
-    spec = Op(name, forward=forward, vjp=vjp, torch=torch_fn, arity=arity, signature=signature, shape_fn=shape_fn,
-              params=params, domain=domain)
+    spec = Op(name, forward=forward, vjp=vjp, torch=torch_fn, arity=layout.arity, signature=signature,
+              shape_fn=shape_fn, params=params, domain=domain)
     spec.torch_name = getattr(fn, "__qualname__", repr(fn))
     spec.defining_module = None  # type: ignore[attr-defined]  (wrapped inline: not importable)
     return spec
@@ -174,7 +189,8 @@ def _domain_src(d) -> str:
 
 def verify_torch_function(fn, *, arity: int | None = None, signature: str | None = None, shape_fn=None, domain=None,
                           params: dict | None = None, max_examples: int | None = None, seconds: float | None = None,
-                          seed: int | None = None, companions=COMPANIONS) -> Result:
+                          seed: int | None = None, companions=COMPANIONS, example_inputs=None, args: dict | None = None,
+                          broadcast: str = "auto") -> Result:
     """Verify the backward of torch code ``fn`` (typically ``MyFunction.apply``) in float64.
 
     Its gradients are compared with finite differences of its own forward, the jacobian oracle
@@ -183,27 +199,39 @@ def verify_torch_function(fn, *, arity: int | None = None, signature: str | None
     twice.  Without ``signature`` / ``shape_fn`` it is taken as elementwise with broadcasting
     over ``arity`` inputs (inferred from ``forward``'s signature when possible).  ``params``:
     name -> Hypothesis strategy, passed to ``fn`` as keyword arguments.
+
+    ``example_inputs``: the arguments of one real call (``(x, A, 3, "mean")``): the float tensors
+    are the inputs whose ranks, tied dims, broadcasting and batch dims are learnt by probing fn
+    (:mod:`gradspec.verify.fn_shapes`), everything else is passed again at its position.
+    ``args``: ``{position: value or strategy}`` for non-tensor positional arguments
+    (``Function.apply`` takes no keywords).  ``broadcast``: ``"auto"`` (probe what fn accepts),
+    ``"full"``, ``"one-way"`` (loop dims broadcast towards input 0 only) or ``"none"``.  ``fn``
+    may return a tuple of tensors: each output gets its own seed (flattened into one output).
     """
     _check_budget(max_examples, seconds)
     if not callable(fn):
         raise TypeError(f"verify_torch_function expects a callable on torch tensors, got {type(fn).__name__}")
     params = dict(params or {})
-    if arity is None:
-        arity = _torch_arity(fn, params)
-        if arity is None:
-            if signature is not None:
-                from .._private.signature import parse
-
-                arity = len(parse(signature)[0])
-            else:
-                raise UserOpError("verify_torch_function: cannot infer fn's number of tensor inputs; pass arity=N")
+    layout = _layout(fn, arity, signature, params, example_inputs, args)
+    try:
+        plan = fn_shapes.plan(fn, layout, example_inputs=example_inputs, signature=signature, shape_fn=shape_fn,
+                              params=params, domain=domain, broadcast=broadcast)
+    except ValueError as e:
+        raise UserOpError(f"verify_torch_function: {e}") from None
     name = _torch_fn_name(fn)
-    spec = _torch_wrap(fn, name, arity, signature, shape_fn, domain, params)
+    sig, rule = signature, shape_fn
+    if plan.model is not None:
+        sig, (rule, out_blocks) = None, fn_shapes.out_rules(fn, layout, domain)
+    elif rule is not None and layout.positional:
+        rule = _positional_rule(rule, layout)
+    spec = _torch_wrap(fn, name, layout, sig, rule, domain, {**params, **layout.strategies()})
+    if plan.model is not None:
+        spec._gs_out_blocks = out_blocks  # type: ignore[attr-defined]
     s = _resolve_seed(seed)
     owner = getattr(fn, "__self__", None)
     label = f"{owner.__name__}.apply" if isinstance(owner, type) else getattr(fn, "__qualname__", name)
     budget = _budget_text(max_examples, seconds)
-    extra = [f"arity={arity}"]
+    extra = [f"arity={layout.arity}"]
     if signature is not None:
         extra.append(f"signature={signature!r}")
     if shape_fn is not None:
@@ -212,12 +240,26 @@ def verify_torch_function(fn, *, arity: int | None = None, signature: str | None
         extra.append(f"domain={_domain_src(domain)}")
     if params:
         extra.append("params=<your params>")
+    if example_inputs is not None:
+        extra.append("example_inputs=<your example>")
+    if args:
+        extra.append("args=<your args>")
+    if broadcast != "auto":
+        extra.append(f"broadcast={broadcast!r}")
     run_replay = f"gs.verify_torch_function({label}, seed={s}, {budget}, {', '.join(extra)})"
     result = Result(target=label, what="torch function", seed=s, max_examples=max_examples, budget_seconds=seconds)
     result.replay = run_replay
     result.note("fn's backward is checked call by call (torch.autograd.grad of one call, inside gradspec's engine) "
                 "and inside whole torch graphs (the torch-cpu oracle); the jacobian oracle uses a finite-difference "
                 "JVP of fn's forward (compared with a finite-difference tolerance)")
+    for text in (plan.why, "fn returns several outputs: they are checked as one flat output (each output its own "
+                 "block of the seed; a zero block: that output unused)" if plan.multi else ""):
+        if text:
+            result.note(text)
+    if plan.failure:
+        _no_case(result, plan.failure)
+        result_sink.emit(result)
+        return result
     names = ["reference", "finite-differences", "jacobian", "torch-cpu"]
     target = f"torch function {label}"
     case_replay = (f"gs.check(d.case) while {label} is registered (it is, in this process); "
@@ -229,6 +271,67 @@ def verify_torch_function(fn, *, arity: int | None = None, signature: str | None
                               extra=lambda c: _twice_check(c, spec, target, case_replay))
 
     runner = _Runner(result, max_examples, seconds)
-    runner.run(_op_cases(spec, companions, {}), evaluate)
+    if plan.model is not None:
+        strategy = fn_shapes.model_cases(spec, plan.model, layout, plan.multi, _wrap)
+    else:
+        strategy = _op_cases(spec, companions, {})
+    runner.run(strategy, evaluate)
+    if not result.cases_run:
+        _no_case(result, "the shape rules admitted no case in the draws"
+                 + ("" if example_inputs is not None else ": pass example_inputs=(...) (one real call's arguments)"))
     result_sink.emit(result)
     return result
+
+
+def _no_case(result: Result, why: str) -> None:
+    """A run whose shape rules admit no case is inconclusive with this reason (never an OK)."""
+    unran = getattr(result, "unran", None)
+    if isinstance(unran, list):
+        unran.append(why)
+    result.note(f"no case ran: {why}")
+
+
+def _layout(fn, arity, signature, params, example_inputs, args) -> CallLayout:
+    if example_inputs is not None:
+        layout = CallLayout.from_example(example_inputs)
+        if not layout.tensor_pos:
+            raise UserOpError("verify_torch_function: example_inputs holds no floating-point tensor to differentiate")
+        if args:
+            over = CallLayout.from_args(args, None)
+            for k in list(over.fixed) + list(over.drawn):
+                if k in layout.tensor_pos:
+                    raise UserOpError(f"verify_torch_function: args= gives position {k}, a float tensor in example_inputs")
+            layout.fixed.update(over.fixed)
+            layout.drawn.update(over.drawn)
+            for k in layout.drawn:
+                layout.fixed.pop(k, None)
+        if arity is not None and arity != layout.arity:
+            raise UserOpError(f"verify_torch_function: arity={arity} but example_inputs has {layout.arity} float "
+                              "tensor(s)")
+        return layout
+    if args:
+        if arity is None:
+            total = _torch_arity(fn, params)
+            arity = None if total is None else total - len(args)
+        return CallLayout.from_args(args, arity)
+    if arity is None:
+        arity = _torch_arity(fn, params)
+        if arity is None:
+            if signature is not None:
+                from .._private.signature import parse
+
+                arity = len(parse(signature)[0])
+            else:
+                raise UserOpError("verify_torch_function: cannot infer fn's number of tensor inputs; pass arity=N "
+                                  "or example_inputs=(...)")
+    return CallLayout.plain(arity)
+
+
+def _positional_rule(shape_fn, layout: CallLayout):
+    """A user's shape_fn sees fn's positional layout (shapes where the tensors go)."""
+
+    def rule(*shapes, **params):
+        a, kw = layout.shape_args(shapes, params)
+        return shape_fn(*a, **kw)
+
+    return rule

@@ -1,0 +1,330 @@
+"""The shapes ``verify_torch_function`` draws for a user's function, and the cases built on them.
+
+:func:`plan` decides, from what the user gave, how input shapes are drawn:
+
+* ``example_inputs=`` (one real call's arguments): the ranks, the tie classes across inputs, the
+  axes that may be 1 and the leading axes the code accepts are learnt by probing ``fn`` around the
+  example (:mod:`gradspec._private.shapes_learn`); the non-tensor arguments are passed again as
+  given, at their positions;
+* a ``shape_fn`` over more than three inputs (the generic drawer only relates up to three, and
+  ties among four inputs were almost never satisfied by chance): a first accepted set of shapes
+  is searched for (ranks 0-3, sizes 2-3), then the ties are learnt from ``shape_fn`` and fn;
+* a gufunc ``signature`` whose loop dims fn broadcasts only one way (or not at all), or whose
+  core dims need ranks beyond what the generic drawer makes: the model of the signature, with the
+  broadcasting fn really does (or the user's ``broadcast=``), ranks up to 6;
+* fn returning a tuple of outputs: its learnt model (the outputs are flattened into one).
+
+Otherwise the generic drawer of ``verify_op`` is used, as before.  A plan that finds no accepted
+shapes at all says so (the run is then inconclusive with that reason, never an OK).
+
+Example::
+
+    >>> import torch
+    >>> from gradspec.verify.fn_shapes import plan
+    >>> from gradspec.verify.torch_call import CallLayout
+    >>> fn = lambda A, x, b: torch.mv(A, x) + b
+    >>> ex = (torch.ones(3, 4), torch.ones(4), torch.ones(3))
+    >>> p = plan(fn, CallLayout.from_example(ex), example_inputs=ex)
+    >>> p.model.describe()
+    'x0: (d0, d1), x1: (d1,), x2: (d0,)'
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import itertools
+import warnings
+
+import numpy as np
+
+from .._private import shapes_learn as _sl
+from .._private import values as _values
+from .._private.signature import parse
+from ..case import Case
+from ..spec.opspec import OpSpec
+from .torch_call import CallLayout, outputs
+
+__all__ = ["Plan", "plan", "model_cases", "out_rules"]
+
+MAX_FN_SIDE = 5  # sizes drawn for a learnt model (the example's sizes are also drawn, as the shrink target)
+
+
+@dataclasses.dataclass
+class Plan:
+    """``model`` (None: the generic drawer), ``multi`` (fn returns a tuple), ``why`` (how the shapes
+    were found, for the result's notes), ``failure`` (no accepted shapes: the reason)."""
+
+    model: _sl.ShapeModel | None = None
+    multi: bool = False
+    why: str = ""
+    failure: str = ""
+    example: list | None = None
+
+
+def _first(strategy):
+    """One value of a keyword param's strategy for probing (the search draws its own later)."""
+    from hypothesis.errors import NonInteractiveExampleWarning
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", NonInteractiveExampleWarning)
+        return strategy.example()
+
+
+class _FnProbe:
+    """Calls fn (no grad) on tame values of given shapes; remembers whether it returned a tuple."""
+
+    def __init__(self, fn, layout: CallLayout, params: dict, domain):
+        self.fn, self.layout = fn, layout
+        self.kw = {k: _first(v) for k, v in (params or {}).items()}
+        self.kw.update({k: _first(v) for k, v in layout.strategies().items()})
+        self.doms = domain if isinstance(domain, (list, tuple)) else [domain] * layout.arity
+        self.multi = False
+        self.error = ""
+
+    def arrays(self, shapes):
+        from .. import domains as _domains
+
+        rng = np.random.default_rng(0)
+        return [_values.tame_array(rng, tuple(s), [d if d is not None else _domains.real()])
+                for s, d in zip(shapes, self.doms, strict=True)]
+
+    def __call__(self, shapes) -> bool:
+        import torch
+
+        xs = [torch.from_numpy(a) for a in self.arrays(shapes)]
+        try:
+            with torch.no_grad(), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                outs, multi = outputs(self.layout.call(self.fn, xs, self.kw))
+        except Exception as e:  # noqa: BLE001 - "not accepted"; the first error is kept for messages
+            self.error = self.error or f"{type(e).__name__}: {e}"
+            return False
+        self.multi = self.multi or multi
+        return all(bool(torch.all(torch.isfinite(o))) for o in outs)
+
+
+def _shape_fn_probe(shape_fn, layout: CallLayout, kw: dict):
+    def ok(shapes):
+        args, kws = layout.shape_args(shapes, {**layout.params(), **kw})
+        try:
+            return shape_fn(*args, **kws) is not None
+        except Exception:  # noqa: BLE001 - the rule rejects these shapes
+            return False
+
+    return ok
+
+
+def _search_example(accepts, n: int) -> list | None:
+    """A first set of shapes ``accepts`` takes: ranks 0-3 per input (lowest total first), every size 2
+    (then 3): equality ties between inputs are satisfied by equal sizes."""
+    combos = sorted(itertools.product(range(4), repeat=n), key=lambda r: (sum(r), r))[:4096]
+    for size in (2, 3):
+        for ranks in combos:
+            shapes = [(size,) * r for r in ranks]
+            if accepts(shapes):
+                return shapes
+    return None
+
+
+def plan(fn, layout: CallLayout, *, example_inputs=None, signature=None, shape_fn=None, params=None, domain=None,
+         broadcast: str = "auto") -> Plan:
+    """How to draw fn's input shapes (see the module docstring)."""
+    if broadcast not in _sl.BROADCAST_MODES:
+        raise ValueError(f"broadcast={broadcast!r}: choose one of {', '.join(_sl.BROADCAST_MODES)}")
+    probe = _FnProbe(fn, layout, params or {}, domain)
+    n = layout.arity
+    if example_inputs is not None:
+        ex = example_inputs if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
+        shapes = [tuple(ex[p].shape) for p in layout.tensor_pos]
+        if not probe(shapes):
+            raise ValueError(f"fn rejects its own example_inputs (shapes {shapes}): {probe.error}")
+        model = _sl.learn(shapes, probe, broadcast=broadcast, explore=broadcast != "auto")
+        return Plan(model, probe.multi, f"shapes learnt from example_inputs: {model.describe()}", example=shapes)
+    if shape_fn is not None:
+        rule = _shape_fn_probe(shape_fn, layout, probe.kw)
+        both = lambda shapes: rule(shapes) and probe(shapes)  # noqa: E731
+        first = _search_example(rule, n)
+        if first is None:
+            return Plan(failure="shape_fn accepted none of the shapes tried (ranks 0-3, sizes 2 and 3): "
+                                "pass example_inputs=(...) (one real call's arguments)")
+        multi = probe(first) and probe.multi
+        if n <= 3 and not multi:
+            return Plan(why="", example=first)  # the generic drawer relates up to three inputs
+        if not probe(first):
+            return Plan(failure=f"shape_fn accepts shapes {first} but fn raises on them ({probe.error}): "
+                                "pass example_inputs=(...)")
+        model = _sl.learn(first, both, broadcast=broadcast)
+        return Plan(model, probe.multi, f"shapes learnt from shape_fn: {model.describe()}", example=first)
+    if signature is not None:
+        cores = parse(signature)[0]
+        full = _sl.from_signature(cores, broadcast="full")
+        first = full.example()
+        if not probe(first):
+            return Plan(failure=f"fn raises on shapes {first} of its signature {signature!r}: {probe.error}")
+        mode = broadcast if broadcast != "auto" else _detect(full, probe)
+        deep = max((len(c) for c in cores), default=0) > 3
+        if mode == "full" and not deep and not probe.multi:
+            return Plan(example=first)
+        model = _sl.from_signature(cores, broadcast=mode)
+        why = f"signature {signature!r}, loop dims broadcast {mode}"
+        if broadcast == "auto" and mode != "full":
+            why += (" (fn refused the other direction on a probe; pass broadcast='full' to check it anyway)")
+        return Plan(model, probe.multi, why, example=first)
+    first = [(2, 3)] * n
+    if not probe(first):
+        return Plan(example=first)  # the generic drawer finds out (and reports forward errors)
+    if n < 2 and not probe.multi and broadcast in ("auto", "full"):
+        return Plan(example=first)
+    mode = broadcast
+    if mode == "auto":
+        mode = "full" if all(probe([(3,) if j != i else (2, 3) for j in range(n)]) for i in range(n)) else "learn"
+    if mode == "full" and not probe.multi:
+        return Plan(example=first)
+    model = _sl.learn(first, probe, broadcast="auto" if mode == "learn" else mode)
+    return Plan(model, probe.multi, f"elementwise, shapes learnt by probing: {model.describe()}", example=first)
+
+
+def out_rules(fn, layout: CallLayout, domain):
+    """(shape_fn, blocks) for a learnt model: the flat output shape for input shapes and params, and
+    each output's (start, stop, shape) in it, both from one call of fn on tame values (cached)."""
+    from .torch_call import blocks as _blocks
+    from .torch_call import flat
+
+    probe = _FnProbe(fn, layout, {}, domain)
+    memo: dict = {}
+
+    def run(shapes, params):
+        import torch
+
+        key = (tuple(tuple(s) for s in shapes), repr(sorted(params.items())))
+        if key not in memo:
+            xs = [torch.from_numpy(a) for a in probe.arrays(shapes)]
+            try:
+                with torch.no_grad(), warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    outs, multi = outputs(layout.call(fn, xs, params))
+                memo[key] = (tuple(flat(outs, multi).shape), _blocks(outs))
+            except Exception:  # noqa: BLE001 - shapes/params fn refuses
+                memo[key] = (None, [])
+        return memo[key]
+
+    def shape_fn(*shapes, **params):
+        return run(shapes, params)[0]
+
+    def blocks(shapes, params):
+        return run(shapes, params)[1]
+
+    return shape_fn, blocks
+
+
+def _detect(full: _sl.ShapeModel, probe) -> str:
+    """How fn broadcasts a signature's loop dims: "full", "one-way" (towards input 0) or "none"."""
+    base = full.example()
+    n = len(base)
+    if n < 2:
+        return "full"
+    if not probe([(2,) + s for s in base]):
+        return "none"
+    alone = [probe([(2,) + s if j == i else s for j, s in enumerate(base)]) for i in range(n)]
+    if all(alone):
+        return "full"
+    return "one-way" if alone[0] else "none"
+
+
+# ---------------------------------------------------------------------------------------------
+# cases on a learnt model
+# ---------------------------------------------------------------------------------------------
+
+
+def model_cases(spec: OpSpec, model: _sl.ShapeModel, layout: CallLayout, multi: bool, wrap):
+    """Cases around fn on shapes from ``model``: fn alone, its inputs fed through table ops (an
+    input used twice where two have one shape), fn called twice, and the result wrapped by ``wrap``
+    (its output used twice under random weights).  Leaves require grad at random (so fn is also
+    called with some inputs not requiring grad); with several outputs, one output's seed is
+    sometimes zero (that output unused)."""
+    from hypothesis import strategies as st
+
+    alone = _build(spec, model, layout, multi, "alone")
+    fed = _build(spec, model, layout, multi, "fed")
+    twice = _build(spec, model, layout, multi, "twice")
+    wrapped = st.tuples(_build(spec, model, layout, multi, "alone"), st.integers(0, 2**32 - 1)).map(
+        lambda t: wrap(t[0], t[1]))
+    return st.one_of(alone, fed, twice, wrapped)
+
+
+@functools.lru_cache(maxsize=None)
+def _st():
+    from hypothesis import strategies as st
+
+    return st
+
+
+def _build(spec: OpSpec, model, layout, multi, kind: str):
+    st = _st()
+
+    @st.composite
+    def build(draw):
+        from hypothesis import assume
+
+        shapes = model.draw(draw, max_side=MAX_FN_SIDE)
+        params = draw(spec.param_strategy(tuple(shapes))) if spec.param_strategy is not None else {}
+        rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+        doms = spec.domains_for(len(shapes))
+        leaves = {f"x{i}": _values.tame_array(rng, s, [d]) for i, (s, d) in enumerate(zip(shapes, doms, strict=True))}
+        rg = {k: draw(st.integers(0, 3)) != 0 for k in leaves}
+        if not any(rg.values()):
+            rg[draw(st.sampled_from(sorted(leaves)))] = True
+        ins, nodes = list(leaves), []
+        if kind == "fed":
+            for i, name in enumerate(list(ins)):
+                how = draw(st.integers(0, 3))
+                same = [j for j in range(i) if shapes[j] == shapes[i] and doms[j] == doms[i]]
+                if how == 1 and doms[i].name == "real":
+                    nodes.append((f"t{i}", "tanh", [name], {}))
+                    ins[i] = f"t{i}"
+                elif how == 2 and same:
+                    ins[i] = ins[draw(st.sampled_from(same))]  # one tensor feeds two inputs
+        nodes.append(("y", spec.name, ins, params))
+        roots = ["y"]
+        if kind == "twice":
+            k = draw(st.integers(0, len(ins) - 1))
+            ins2 = list(ins)
+            if doms[k].name == "real":
+                nodes.append(("t", "tanh", [ins[k]], {}))
+                ins2[k] = "t"
+            nodes.append(("y2", spec.name, ins2, params))
+            roots.append("y2")
+        used = set().union(*[set(n[2]) for n in nodes])
+        leaves = {k: v for k, v in leaves.items() if k in used}
+        if not any(rg[k] for k in leaves):
+            rg[min(leaves)] = True
+        out = spec.out_shape(shapes, params)  # every root is fn of inputs of these shapes
+        assume(out is not None)
+        try:
+            case = Case.build(leaves, nodes, roots, [np.ones(out)] * len(roots), requires_grad={k: rg[k] for k in leaves})
+            env = case.evaluate()
+        except Exception:  # noqa: BLE001 - fn refuses these values/params: not a case
+            assume(False)
+        outs = [np.asarray(env[r]) for r in roots]
+        assume(all(np.all(np.isfinite(o)) for o in outs))
+        case.seeds = [_seed(draw, rng, o, spec, shapes, params, multi) for o in outs]
+        case.validate()
+        case.meta["generator"] = f"gradspec.verify_torch_function ({kind}, learnt shapes)"
+        return case
+
+    return build()
+
+
+def _seed(draw, rng, out, spec, shapes, params, multi):
+    st = _st()
+    if out.size == 1 and draw(st.integers(0, 3)) == 0:
+        return None  # implicit seed of a one-element output
+    seed = rng.uniform(0.5, 1.5, out.shape) * rng.choice([-1.0, 1.0], out.shape)
+    if multi and draw(st.integers(0, 3)) == 0:
+        sizes = getattr(spec, "_gs_out_blocks", None)
+        bl = sizes(shapes, params) if sizes is not None else []
+        if len(bl) > 1:
+            a, b, _ = bl[draw(st.integers(0, len(bl) - 1))]
+            seed.reshape(-1)[a:b] = 0.0  # that output unused: fn's backward gets no gradient for it
+    return seed.astype(out.dtype)

@@ -1,0 +1,189 @@
+"""How ``verify_torch_function`` calls a user's torch code: positional non-tensor arguments, tuple outputs.
+
+* :class:`CallLayout`: which positional arguments of ``fn`` are the tensors being differentiated and
+  which are fixed or drawn non-tensor values (``Fn.apply(x, 3, "mean")``: ``Function.apply``
+  takes no keywords, so a non-tensor argument must go by position).  The non-tensor values travel
+  as the node's params named ``arg<position>`` (JSON in a saved case); integer/bool tensors from
+  ``example_inputs`` (indices, masks) travel the same way, as lists, and are rebuilt as tensors.
+* :func:`outputs` / :func:`flat`: a tuple of outputs becomes one flat tensor (the float outputs,
+  raveled and concatenated), so every oracle sees one output whose seed holds one seed per output;
+  the VJP then calls ``torch.autograd.grad`` on all outputs at once, leaving out those whose seed
+  block is zero (as when a user's loss does not use that output: the backward gets None/zeros).
+
+Example::
+
+    >>> import torch
+    >>> from gradspec.verify.torch_call import CallLayout, outputs, flat
+    >>> lay = CallLayout.from_example((torch.ones(2), 3, "mean"))
+    >>> lay.tensor_pos, lay.params()
+    ([0], {'arg1': 3, 'arg2': 'mean'})
+    >>> lay.call(lambda x, k, how: x * k, [torch.ones(2)], {"arg1": 3, "arg2": "mean"})
+    tensor([3., 3.])
+    >>> outs, multi = outputs((torch.ones(2), torch.zeros(1, 2), torch.tensor([1])))
+    >>> flat(outs, multi).shape, multi
+    (torch.Size([4]), True)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+__all__ = ["CallLayout", "outputs", "flat", "blocks", "ARG_PREFIX"]
+
+ARG_PREFIX = "arg"
+
+
+def _is_tensor(v) -> bool:
+    import torch
+
+    return isinstance(v, torch.Tensor)
+
+
+def _encode(v):
+    """A non-tensor argument (or an int/bool tensor) as JSON-able data."""
+    if _is_tensor(v):
+        return {"__tensor__": v.detach().cpu().tolist(), "dtype": str(v.dtype).replace("torch.", "")}
+    return v
+
+
+def _decode(v):
+    if isinstance(v, dict) and "__tensor__" in v:
+        import torch
+
+        return torch.tensor(v["__tensor__"], dtype=getattr(torch, v.get("dtype", "int64")))
+    return v
+
+
+@dataclasses.dataclass
+class CallLayout:
+    """``n_args`` positional arguments; ``tensor_pos`` the differentiated tensors' positions;
+    ``fixed``: position -> value; ``drawn``: position -> Hypothesis strategy."""
+
+    n_args: int
+    tensor_pos: list
+    fixed: dict = dataclasses.field(default_factory=dict)
+    drawn: dict = dataclasses.field(default_factory=dict)
+
+    @classmethod
+    def plain(cls, arity: int) -> "CallLayout":
+        return cls(arity, list(range(arity)))
+
+    @classmethod
+    def from_example(cls, example) -> "CallLayout":
+        """Float tensors are the inputs; everything else (numbers, strings, int/bool tensors) is
+        passed again as given, at its position."""
+        if _is_tensor(example):
+            example = (example,)
+        tensors, fixed = [], {}
+        for i, v in enumerate(example):
+            if _is_tensor(v) and v.is_floating_point():
+                tensors.append(i)
+            else:
+                fixed[i] = _encode(v)
+        return cls(len(example), tensors, fixed)
+
+    @classmethod
+    def from_args(cls, args: dict, arity: int | None) -> "CallLayout":
+        """``args``: position -> value or Hypothesis strategy; ``arity``: the number of tensors
+        (None: every position not in ``args`` up to the highest one given, at least one)."""
+        from ..ops.user import _is_strategy
+
+        if not isinstance(args, dict) or not all(isinstance(k, int) and not isinstance(k, bool) and k >= 0
+                                                 for k in args):
+            raise TypeError("args= must be a dict {position: value or Hypothesis strategy} with int positions, "
+                            f"e.g. args={{1: 3, 2: 'mean'}} for Fn.apply(x, 3, 'mean'); got {args!r}")
+        top = max(args, default=-1)
+        if arity is None:
+            n = top + 1 + (1 if top + 1 - len(args) == 0 else 0)
+        else:
+            n = arity + len(args)
+            if top >= n:
+                raise ValueError(f"args= names position {top}, but arity={arity} + {len(args)} non-tensor "
+                                 f"argument(s) make {n} positions (0..{n - 1})")
+        fixed = {k: _encode(v) for k, v in args.items() if not _is_strategy(v)}
+        drawn = {k: v for k, v in args.items() if _is_strategy(v)}
+        return cls(n, [i for i in range(n) if i not in args], fixed, drawn)
+
+    @property
+    def arity(self) -> int:
+        return len(self.tensor_pos)
+
+    @property
+    def positional(self) -> bool:
+        return bool(self.fixed or self.drawn)
+
+    def params(self) -> dict:
+        """The fixed non-tensor arguments as node params (``arg<position>``)."""
+        return {f"{ARG_PREFIX}{k}": v for k, v in sorted(self.fixed.items())}
+
+    def strategies(self) -> dict:
+        """Param name -> Hypothesis strategy for every non-tensor argument."""
+        from hypothesis import strategies as st
+
+        out = {f"{ARG_PREFIX}{k}": st.just(v) for k, v in sorted(self.fixed.items())}
+        out.update({f"{ARG_PREFIX}{k}": s.map(_encode) for k, s in sorted(self.drawn.items())})
+        return out
+
+    def names(self) -> set:
+        return {f"{ARG_PREFIX}{k}" for k in list(self.fixed) + list(self.drawn)}
+
+    def split(self, params: dict) -> tuple[dict, dict]:
+        """(positional non-tensor args by position, the remaining keyword params)."""
+        pos, kw = {}, {}
+        mine = self.names()
+        for k, v in params.items():
+            if k in mine:
+                pos[int(k[len(ARG_PREFIX):])] = _decode(v)
+            else:
+                kw[k] = v
+        return pos, kw
+
+    def arguments(self, tensors, params: dict) -> tuple[list, dict]:
+        pos, kw = self.split(params)
+        args: list[Any] = [None] * self.n_args
+        for p, t in zip(self.tensor_pos, tensors, strict=True):
+            args[p] = t
+        for p, v in pos.items():
+            args[p] = v
+        return args, kw
+
+    def call(self, fn, tensors, params: dict):
+        args, kw = self.arguments(tensors, params)
+        return fn(*args, **kw)
+
+    def shape_args(self, shapes, params: dict) -> tuple[list, dict]:
+        """A user's ``shape_fn`` sees fn's layout: shapes at the tensor positions, the other values
+        at theirs; keyword params as keywords."""
+        return self.arguments(list(shapes), params)
+
+
+def outputs(y) -> tuple[list, bool]:
+    """fn's result as (float output tensors, whether it was a tuple)."""
+    if _is_tensor(y):
+        return [y], False
+    if isinstance(y, (tuple, list)):
+        outs = [o for o in y if _is_tensor(o) and (o.is_floating_point() or o.is_complex())]
+        if not outs:
+            raise TypeError(f"fn returned a {type(y).__name__} without a floating-point tensor")
+        return outs, True
+    raise TypeError(f"fn returned {type(y).__name__}, expected a torch tensor or a tuple of tensors")
+
+
+def flat(outs: list, multi: bool):
+    """One tensor: the output itself, or the outputs raveled and concatenated."""
+    import torch
+
+    if not multi:
+        return outs[0]
+    return torch.cat([o.reshape(-1) for o in outs])
+
+
+def blocks(outs: list) -> list[tuple]:
+    """The (start, stop, shape) of each output inside the flat tensor."""
+    out, at = [], 0
+    for o in outs:
+        n = int(o.numel())
+        out.append((at, at + n, tuple(o.shape)))
+        at += n
+    return out
