@@ -58,7 +58,6 @@ MODULES = {
     "gradspec.guard": COMPARISON,
     "gradspec.diagnose": COMPARISON,
     "gradspec.outcome": COMPARISON,
-    "gradspec.strategies": STRATEGIES,
     "gradspec.result": SEARCH,
     "gradspec.search": SEARCH,
     "gradspec.semantics": SEARCH,
@@ -75,6 +74,7 @@ PACKAGES = {
     "gradspec.spec": SPEC,
     "gradspec.ops": OPS,
     "gradspec.oracles": ORACLES,
+    "gradspec.strategies": STRATEGIES,  # a package: public API in __init__, builder/values/hard regions
     "gradspec.verify": ENTRY,
     "gradspec.fuzz": ENTRY,
     "gradspec.rules": SEARCH,  # the §5 rules as Hypothesis searches, and the engine diagnosis

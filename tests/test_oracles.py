@@ -461,3 +461,32 @@ def test_malloc_tuning_is_applied_by_the_first_oracle_call_and_can_be_opted_out(
         assert got == "['MALLOC_MMAP_THRESHOLD_', 'MALLOC_TRIM_THRESHOLD_']"
     else:
         assert got == "[]"
+
+
+# -- exact ties and kinks: only the exact oracles compare, on torch's convention ------------------
+
+_TIES = [
+    # id, leaves, node (name, op, inputs, params), expected exact-kink list
+    ("relu-at-0", {"x": [0.0, 2.0]}, ("y", "relu", ["x"], {}), ["y = relu(x)"]),
+    ("abs-at-0", {"x": [-1.5, 0.0]}, ("y", "abs", ["x"], {}), ["y = abs(x)"]),
+    ("maximum-tie", {"a": [1.0, 2.0], "b": [1.0, -3.0]}, ("y", "maximum", ["a", "b"], {}), ["y = maximum(a, b)"]),
+    ("amax-tie", {"x": [[2.0, 2.0, 1.0]]}, ("y", "amax", ["x"], {"dim": (-1,), "keepdim": False}), ["y = amax(x)"]),
+    ("clamp-at-bound", {"x": [0.5, 3.0]}, ("y", "clamp", ["x"], {"min": 0.5, "max": None}), ["y = clamp(x)"]),
+    ("float32-relu-at-0", {"x": np.array([0.0, -2.0], dtype=np.float32)}, ("y", "relu", ["x"], {}), ["y = relu(x)"]),
+    ("clear-of-kinks", {"a": [1.0, 2.0], "b": [1.5, -3.0]}, ("y", "maximum", ["a", "b"], {}), []),
+]
+
+
+@pytest.mark.parametrize("leaves, node, expected", [t[1:] for t in _TIES], ids=[t[0] for t in _TIES])
+def test_exact_ties_and_kinks_compare_reference_and_torch_only(leaves, node, expected):
+    from gradspec._private.kinks import EXCLUDED, exact_kinks
+
+    vals = {k: np.asarray(v, dtype=getattr(v, "dtype", np.float64)) for k, v in leaves.items()}
+    out = gs.ops.get(node[1]).forward(*(vals[i] for i in node[2]), **node[3])
+    seed = np.arange(1.0, 1.0 + np.size(out)).reshape(np.shape(out))  # not ones: splits show in the values
+    case = gs.Case.build(vals, [node], ["y"], [seed])
+    assert exact_kinks(case) == expected
+    v = gs.check(case, oracles=["reference", "finite-differences", "jacobian", "torch-cpu"])
+    excluded = {k for k, why in v.skipped.items() if EXCLUDED in why}
+    assert excluded == ({"finite-differences", "jacobian"} if expected else set()), v.skipped
+    assert v.ok and any(set(c.oracles) == {"reference", "torch-cpu"} for c in v.comparisons), v.summary()

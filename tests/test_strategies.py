@@ -53,14 +53,19 @@ def assert_sound(case: Case) -> dict:
     for name, v in env.items():
         if _is_float(v):
             assert np.all(np.isfinite(v)), f"{name} has non-finite values\n{case.to_text()}"
+    planted = {h["node"] for h in case.meta.get("hard", [])}
+    assert len(planted) <= 1
     for n in case.nodes:
         spec = case.spec(n.op)
         args = [env[i] for i in n.inputs]
+        d = spec.singular_distance(args, n.params)
+        if n.name in planted:  # a tie/kink on purpose: exactly on it, never merely near it
+            assert d == 0, f"planted {n.name}={n.op}(...) is {d:g} from its kink, not on it\n{case.to_text()}"
+            continue
         for i, (a, dom) in enumerate(zip(args, spec.domains_for(len(args)), strict=False)):
             if _is_float(a):
                 bad = [float(v) for v in np.ravel(a) if not dom.contains(float(v))]
                 assert not bad, f"input {i} of {n.name}={n.op}(...) leaves {dom.describe()}: {bad}\n{case.to_text()}"
-        d = spec.singular_distance(args, n.params)
         assert d >= MARGIN, f"{n.name}={n.op}(...) is {d:g} from a kink/tie/edge\n{case.to_text()}"
     rg = _requires_grad(case)
     shapes = case.shapes()
@@ -105,6 +110,9 @@ def _features(case: Case) -> set[str]:
         f.add("empty leaf")
     if any(1 in l.shape for l in case.leaves):
         f.add("size-1 axis")
+    f.add(case.meta["dtype"])
+    if case.meta.get("hard"):
+        f.add("tie/kink")
     return f
 
 
@@ -126,6 +134,36 @@ def test_float32_cases_have_float32_leaves(case):
     assert all(l.value.dtype in (np.float32, np.bool_) for l in case.leaves)
     assert all(n.op in ("mul", "exp", "sum", "matmul", "where", "log") for n in case.nodes)
     assert_sound(case)
+
+
+MIXED_OPS = ["add", "mul", "maximum", "exp", "sum", "matmul", "cat", "linear"]
+
+
+@settings(max_examples=30, deadline=None)
+@given(gst.cases(dtype="mixed", ops=MIXED_OPS))
+def test_mixed_cases_mix_dtypes_only_where_torch_promotes(case):
+    env = assert_sound(case)
+    floats = {l.value.dtype for l in case.leaves if _is_float(l.value)}
+    assert case.meta["dtype"] in ("mixed", "float64")
+    assert (floats == {np.dtype("float32"), np.dtype("float64")}) == (case.meta["dtype"] == "mixed")
+    for n in case.nodes:
+        ins = {env[i].dtype for i in n.inputs if _is_float(env[i])}
+        if n.op not in ("add", "mul", "maximum"):  # matmul, cat, linear...: one dtype
+            assert len(ins) <= 1, f"{n.name}={n.op} mixes {ins}\n{case.to_text()}"
+
+
+def test_hard_cases_put_one_node_exactly_on_its_tie_or_kink():
+    seen = Counter()
+
+    @settings(max_examples=80, deadline=None, derandomize=True, database=None)
+    @given(gst.cases(ops=["relu", "abs", "maximum", "amax", "clamp", "add"], max_nodes=3))
+    def collect(case):
+        assert_sound(case)  # the planted node sits at distance 0, every other node clear of kinks
+        for h in case.meta.get("hard", []):
+            seen[h["op"]] += 1
+
+    collect()
+    assert sum(seen.values()) >= 4 and len(seen) >= 2, seen
 
 
 BOUNDS = dict(min_leaves=2, max_leaves=3, min_nodes=2, max_nodes=5, min_roots=2, max_roots=2, min_dims=1,
@@ -228,6 +266,13 @@ def test_common_features_are_common(census):
     assert census["features"]["implicit seed"] >= 0.15 * n
     assert census["features"]["fan-out"] >= 0.15 * n
     assert census["features"]["size-1 axis"] >= 0.3 * n
+
+
+def test_hard_regions_are_in_the_default_mix(census):
+    # float32 and mixed graphs, and exact ties/kinks, are part of what cases() draws by default
+    n, f = census["n"], census["features"]
+    assert f["float64"] >= 0.4 * n and f["float32"] >= 0.1 * n and f["mixed"] >= 0.02 * n
+    assert f["tie/kink"] >= 0.01 * n
 
 
 def test_sizes_stay_small(census):
@@ -492,6 +537,7 @@ BAD = [
     ("cases zero roots", lambda: gst.cases(min_roots=0), "min_roots=0"),
     ("cases roots order", lambda: gst.cases(min_roots=3, max_roots=1), "min_roots=3"),
     ("cases dtype", lambda: gst.cases(dtype="float16"), "dtype='float16'"),
+    ("cases dtype names the mixes", lambda: gst.cases(dtype="half"), "'mixed'"),
     ("cases dims order", lambda: gst.cases(min_dims=3, max_dims=1), "min_dims=3"),
     ("cases max_elements", lambda: gst.cases(max_elements=0), "max_elements=0"),
     ("cases unregistered spec", lambda: gst.cases(ops=[OpSpec(name="_gst_nowhere", forward=np.negative,

@@ -21,6 +21,7 @@ Example::
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Sequence
 
@@ -31,6 +32,9 @@ __all__ = [
     "domain_floats",
     "tame_array",
     "element_margin_ok",
+    "Decoder",
+    "decoder",
+    "BYTES_PER_ELEMENT",
     "DRAW_MARGIN",
     "CHECK_MARGIN",
     "NICE",
@@ -176,6 +180,102 @@ def domain_floats(domain, *, min_magnitude: float = 1e-3, max_magnitude: float =
         moderate.map(allowed.project),
         wide.map(allowed.project),
     )
+
+
+BYTES_PER_ELEMENT = 4
+# What the first byte of an element selects (out of 256), by range; all-zero bytes decode to the
+# first simple value of the domain (1.0 for most), which is where shrinking heads.
+_NICE_END, _MODERATE_END, _LOGMAG_END, _WIDE_END = 77, 179, 229, 250  # then: repeat an earlier element
+_UNIT = float(2**24)
+
+
+def _project(v: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Each value itself if inside one of the intervals ``[lo_k, hi_k]``, else the nearest interval end."""
+    d = np.maximum(np.maximum(lo[None, :] - v[:, None], v[:, None] - hi[None, :]), 0.0)
+    k = np.argmin(d, axis=1)
+    return np.clip(v, lo[k], hi[k]) + 0.0  # + 0.0 turns -0.0 into 0.0
+
+
+class Decoder:
+    """Turns ``BYTES_PER_ELEMENT`` bytes per element into floats of one :class:`Allowed` set.
+
+    This is how leaf values are drawn: ONE Hypothesis bytes choice per leaf (few wide choices are what
+    Hypothesis generates and shrinks fastest), mapped here without any rejection.  Byte 0 of an element
+    picks the kind of value -- simple (``NICE``: exact 0, +-1, 2, 0.5 ... ~30%), moderate (uniform over
+    the allowed part of [-10, 10], ~40%), log-uniform magnitudes from tiny to large (~20%), anything up
+    to the largest magnitude (~8%), or an exact repeat of an earlier element (~2%, ties) -- and the
+    other three bytes the value within that kind.  Zero bytes decode to the first simple value the
+    set allows, so Hypothesis' shrinking (bytes towards zero) shrinks values towards 1.0.
+    """
+
+    def __init__(self, allowed: Allowed, min_magnitude: float, max_magnitude: float):
+        self.allowed = allowed
+        ivs = allowed.intervals
+        self.lo = np.array([x for x, _ in ivs])
+        self.hi = np.array([y for _, y in ivs])
+        self.nice = np.array(allowed.nice())
+        self.lo_e, self.hi_e = math.log10(min_magnitude), math.log10(max_magnitude)
+        self.max_magnitude = max_magnitude
+        self.moderate = self._pieces(-10.0, 10.0)
+
+    def _pieces(self, a: float, b: float):
+        """Interval pieces of the set within [a, b] (the whole set if that part has no length)."""
+        lo, hi = np.maximum(self.lo, a), np.minimum(self.hi, b)
+        keep = hi > lo
+        if not keep.any():
+            lo, hi = self.lo, self.hi
+            keep = hi > lo
+            if not keep.any():  # isolated points only (e.g. exact 0)
+                return self.lo, self.lo, np.zeros(len(self.lo))
+        lo, hi = lo[keep], hi[keep]
+        return lo, hi, np.cumsum(hi - lo)
+
+    def _from_unit(self, u: np.ndarray, pieces) -> np.ndarray:
+        lo, hi, cum = pieces
+        if cum[-1] == 0:
+            return np.full(u.shape, lo[0])
+        t = u * cum[-1]
+        k = np.minimum(np.searchsorted(cum, t, side="right"), len(cum) - 1)
+        start = cum[k] - (hi[k] - lo[k])
+        return np.minimum(lo[k] + (t - start), hi[k])
+
+    def __call__(self, raw: bytes, n: int) -> np.ndarray:
+        """``n`` float64 values from ``raw`` (missing bytes count as zero)."""
+        need = n * BYTES_PER_ELEMENT
+        buf = np.zeros(need, dtype=np.uint8)
+        got = np.frombuffer(raw[:need], dtype=np.uint8)
+        buf[: got.size] = got
+        b = buf.reshape(n, BYTES_PER_ELEMENT).astype(np.int64)
+        kind = b[:, 0]
+        payload = (b[:, 1] << 16) | (b[:, 2] << 8) | b[:, 3]
+        u = payload / _UNIT
+        out = self.nice[payload % len(self.nice)]
+        m = (kind >= _NICE_END) & (kind < _MODERATE_END)
+        if m.any():
+            out[m] = self._from_unit(u[m], self.moderate)
+        m = (kind >= _MODERATE_END) & (kind < _LOGMAG_END)
+        if m.any():
+            sign = np.where(kind[m] % 2 == 1, -1.0, 1.0)
+            out[m] = _project(sign * 10.0 ** (self.lo_e + (self.hi_e - self.lo_e) * u[m]), self.lo, self.hi)
+        m = (kind >= _LOGMAG_END) & (kind < _WIDE_END)
+        if m.any():
+            out[m] = _project((2 * u[m] - 1) * self.max_magnitude, self.lo, self.hi)
+        for i in np.flatnonzero(kind >= _WIDE_END):
+            if i:  # an exact repeat of an earlier element: ties inside one array
+                out[i] = out[int(payload[i]) % i]
+        return out
+
+
+@functools.lru_cache(maxsize=4096)
+def decoder(domains: tuple, min_magnitude: float = 1e-3, max_magnitude: float = 1e3) -> Decoder:
+    """The (cached) decoder for values inside every domain of ``domains``; ValueError if none exist."""
+    allowed = Allowed.of(list(domains), min_magnitude, max_magnitude)
+    if allowed.empty:
+        raise ValueError(
+            f"no float in {[d.describe() for d in domains if d is not None]} with magnitude 0 or in "
+            f"[{min_magnitude:g}, {max_magnitude:g}] (after the {DRAW_MARGIN:g} relative margin)"
+        )
+    return Decoder(allowed, min_magnitude, max_magnitude)
 
 
 def tame_array(rng: np.random.Generator, shape: tuple, domains, *, min_magnitude: float = 1e-3,

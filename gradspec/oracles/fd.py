@@ -36,6 +36,7 @@ import math
 
 import numpy as np
 
+from .._private.kinks import exclusion
 from .._private.prologue import oracle_call
 from ._base import Oracle, OracleError
 
@@ -445,7 +446,8 @@ class FiniteDifferences(Oracle):
         nonfinite = [l.name for l in case.leaves if l.value.dtype.kind == "f" and not np.isfinite(l.value).all()]
         if nonfinite:
             return False, f"finite differences: leaf values of {', '.join(nonfinite)} are not finite"
-        return True, ""
+        why = exclusion(case, "finite differences")
+        return (False, why) if why else (True, "")
 
     def result(self, case, check_reach: bool = True) -> FDResult:
         return fd_gradient(case, check_reach=check_reach)

@@ -15,6 +15,7 @@ import dataclasses
 
 import numpy as np
 
+from .._private.kinks import exclusion
 from .._private.prologue import oracle_call
 from ._base import Oracle, OracleError
 
@@ -150,7 +151,8 @@ class JacobianOracle(Oracle):
         n = case.n_inputs
         if n > self.max_inputs:
             return False, f"jacobian: {n} input elements exceed the dense limit of {self.max_inputs}"
-        return True, ""
+        why = exclusion(case, "jacobian")
+        return (False, why) if why else (True, "")
 
     def vjp(self, case):
         return jacobian(case, self.max_inputs).vjp

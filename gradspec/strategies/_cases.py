@@ -1,0 +1,230 @@
+"""Values and seeds for a graph: leaf values (one bytes choice per leaf), the hard-region plant,
+the domain/kink check at the actual intermediate values, repairs, and one seed per root."""
+
+from __future__ import annotations
+
+import functools
+import warnings
+from typing import Mapping
+
+import numpy as np
+from hypothesis import assume
+from hypothesis import strategies as st
+
+from .._private import values as _values
+from ..case import Case
+from . import _hard
+from ._graph import Graph, GraphLeaf, _Builder, _Cfg, _numel
+from ._shapes import ints
+
+CHECK_MARGIN = _values.CHECK_MARGIN
+_MAX_ABS = 1e8  # intermediate values beyond this make finite differences meaningless
+_REPAIRS = 4  # value repairs per case before the case is rejected
+_SEED_BITS = 2**32 - 1
+_BPE = _values.BYTES_PER_ELEMENT
+
+
+# ---------------------------------------------------------------------------------------------
+# values and seeds
+# ---------------------------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=4096)
+def _raw(nbytes: int):
+    return st.binary(min_size=nbytes, max_size=nbytes)
+
+
+def draw_array(draw, shape: tuple, doms, dtype: str, min_magnitude: float = 1e-3, max_magnitude: float = 1e3):
+    """One bytes choice -> an array of ``shape`` in every domain of ``doms`` (see ``values.Decoder``)."""
+    n = _numel(shape)
+    dec = _values.decoder(tuple(dict.fromkeys(doms)), min_magnitude, max_magnitude)
+    raw = draw(_raw(n * _BPE)) if n else b""
+    return dec(raw, n).astype(dtype).reshape(shape)
+
+
+@functools.lru_cache(maxsize=4096)
+def _values_strategy_cached(shape: tuple, doms: tuple, dtype: str, min_magnitude: float, max_magnitude: float):
+    n = _numel(shape)
+    dec = _values.decoder(doms, min_magnitude, max_magnitude)
+    return _raw(n * _BPE).map(lambda raw: dec(raw, n).astype(dtype).reshape(shape))
+
+
+def _values_strategy(shape, doms, dtype: str, min_magnitude: float, max_magnitude: float):
+    # Strategies are cached: building and validating a fresh one per leaf dominates generation time.
+    return _values_strategy_cached(tuple(shape), tuple(dict.fromkeys(doms)), dtype, min_magnitude, max_magnitude)
+
+
+def draw_bools(draw, shape: tuple) -> np.ndarray:
+    """One bytes choice -> a bool array (odd byte = True; shrinks to all False)."""
+    n = _numel(shape)
+    raw = draw(_raw(n)) if n else b""
+    return (np.frombuffer(raw, dtype=np.uint8) & 1).astype(bool).reshape(shape)
+
+
+_SEED_KINDS = ("ones", "ones", "zeros", "onehot", "integers", "random", "random", "random", "random", "random")
+_SEED_KIND = ints(0, len(_SEED_KINDS) - 1)
+_OTHER_DTYPE = ints(0, 5)
+_SMALL_INTS = np.array([0.0, 1.0, -1.0, 2.0, -2.0, 3.0, -3.0])
+
+
+@st.composite
+def _seeds(draw, shape, dtype, implicit, mixed_dtypes):
+    n = _numel(shape)
+    k = draw(_SEED_KIND)
+    if implicit and n == 1 and k <= 3:
+        return None
+    kind = _SEED_KINDS[k]
+    if kind == "ones" or n == 0:
+        a = np.ones(shape)
+    elif kind == "zeros":
+        a = np.zeros(shape)
+    elif kind == "onehot":  # one row of the Jacobian
+        a = np.zeros(n)
+        a[draw(ints(0, n - 1))] = 1.0
+        a = a.reshape(shape)
+    elif kind == "integers":
+        a = _SMALL_INTS[np.frombuffer(draw(_raw(n)), dtype=np.uint8) % 7].reshape(shape)
+    else:
+        a = draw_array(draw, shape, (), "float64")
+    dt = dtype
+    if mixed_dtypes and draw(_OTHER_DTYPE) == 5:
+        dt = "float32" if dtype == "float64" else "float64"  # cast by backward, as torch does
+    return a.astype(dt)
+
+
+# ---------------------------------------------------------------------------------------------
+# the check at the actual values, and repairs
+# ---------------------------------------------------------------------------------------------
+
+
+def _first_bad_node(g: Graph, vals: Mapping[str, np.ndarray], allow=frozenset()):
+    """``(index, values, slots)`` of the first node whose inputs leave its domain (``slots``: which
+    inputs), sit near a kink/tie, or whose output is not finite (or absurdly large); index None
+    if every node is fine.  Nodes in ``allow`` (a planted tie/kink) may sit exactly on their kink --
+    at distance 0, not merely near it."""
+    env = dict(vals)
+    for idx, n in enumerate(g.nodes):
+        spec = g.spec(n.op)
+        args = [env[i] for i in n.inputs]
+        doms = spec.domains_for(len(args))
+        scale = 1.0
+        slots = []
+        for j, (a, d) in enumerate(zip(args, doms, strict=False)):
+            a = np.asarray(a)
+            if a.dtype.kind != "f":
+                continue
+            if idx not in allow and not _values.element_margin_ok(d, a):
+                slots.append(j)
+            if a.size:
+                scale = max(scale, float(np.max(np.abs(a))))
+        if slots:
+            return idx, env, slots
+        try:
+            with np.errstate(all="ignore"), warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                if idx in allow:
+                    kd = spec.singular_distance(args, n.params)
+                    if not (kd == 0 or kd >= CHECK_MARGIN * scale):
+                        return idx, env, []
+                elif spec.kink_distance is not None:
+                    kd = float(spec.kink_distance(*args, **n.params))
+                    if not kd >= CHECK_MARGIN * scale:
+                        return idx, env, []
+                out = np.asarray(spec.forward(*args, **n.params))
+        except Exception:  # noqa: BLE001 - treat as invalid values; the repair redraws them
+            return idx, env, []
+        if out.dtype.kind == "f" and out.size:
+            if not np.all(np.isfinite(out)) or float(np.max(np.abs(out))) > _MAX_ABS:
+                return idx, env, []
+        env[n.name] = out
+    return None, env, []
+
+
+def _detach_input(g: Graph, idx: int, slots: list, vals: dict, rng, cfg: _Cfg) -> bool:
+    """Feed node ``idx`` a fresh leaf instead of a node output it gets degenerate values from.
+
+    Some structures defeat any value repair: ``relu(relu(x))`` (exact zeros at relu's kink),
+    ``minimum(minimum(a, b), a)`` (a tie by construction), ``relu(x - x)``, ``exp(exp(exp(x)))``.
+    Replacing the offending input by a new leaf of the same shape (tame values in the slot's
+    domain) keeps the node and its op; it needs a free leaf slot (``max_leaves``)."""
+    node = g.nodes[idx]
+    spec = g.spec(node.op)
+    leaf_names = {l.name for l in g.leaves}
+    cand = [j for j in (slots or range(len(node.inputs)))
+            if node.inputs[j] not in leaf_names and spec.input_differentiable(j)]
+    if not cand or len(g.leaves) >= cfg.max_leaves:
+        return False
+    j = cand[-1]
+    shape = tuple(g.shapes[node.inputs[j]])
+    dom = spec.domains_for(len(node.inputs))[j]
+    dtype = np.asarray(vals[node.inputs[j]]).dtype.name if node.inputs[j] in vals else g.leaves[0].dtype
+    dtype = dtype if dtype in ("float32", "float64") else "float64"
+    name = f"x{len(g.leaves)}"
+    while name in g.shapes:
+        name += "_"
+    g.leaves.append(GraphLeaf(name, shape, dtype, True, [dom]))
+    g.shapes[name] = shape
+    node.inputs[j] = name
+    vals[name] = _values.tame_array(rng, shape, [dom], dtype=dtype)
+    g.requires_grad[name] = True
+    for n in g.nodes:  # a node fed by the new leaf may now require grad
+        sp = g.spec(n.op)
+        g.requires_grad[n.name] = g.requires_grad[n.name] or any(
+            g.requires_grad[i] for k, i in enumerate(n.inputs) if sp.input_differentiable(k))
+    return True
+
+
+def _ancestor_leaves(g: Graph, idx: int) -> set[str]:
+    leaves = {l.name for l in g.leaves}
+    producers = {n.name: n for n in g.nodes}
+    out, stack = set(), list(g.nodes[idx].inputs)
+    while stack:
+        m = stack.pop()
+        if m in leaves:
+            out.add(m)
+        elif m in producers:
+            stack.extend(producers[m].inputs)
+    return out
+
+
+def _repair(draw, g: Graph, vals: dict, cfg: _Cfg) -> dict:
+    """Make every node's inputs valid and clean (see ``_first_bad_node``); returns the evaluated values."""
+    for attempt in range(_REPAIRS + 1):
+        bad, env, slots = _first_bad_node(g, vals)
+        if bad is None:
+            return env
+        assume(attempt < _REPAIRS)
+        rng = np.random.default_rng(draw(ints(0, _SEED_BITS)))
+        # First redraw the leaves behind the failing node with tame values; if that did not
+        # help, the structure is degenerate: detach the node from the offending input; last,
+        # redraw every float leaf.
+        if attempt >= 1 and _detach_input(g, bad, slots, vals, rng, cfg):
+            continue
+        redo = _ancestor_leaves(g, bad) if attempt < 2 else {l.name for l in g.leaves}
+        for l in g.leaves:
+            if l.name in redo and l.is_float:
+                vals[l.name] = _values.tame_array(rng, l.shape, l.domains, dtype=l.dtype)
+    raise AssertionError("unreachable")  # pragma: no cover - assume() above ends the loop
+
+
+@st.composite
+def _cases(draw, cfg: _Cfg) -> Case:
+    builder = _Builder(draw, cfg)
+    g = builder.build()
+    vals: dict[str, np.ndarray] = {}
+    for l in g.leaves:
+        if l.is_float:
+            vals[l.name] = draw_array(draw, l.shape, l.domains, l.dtype)
+        else:
+            vals[l.name] = draw_bools(draw, l.shape)
+    env = _repair(draw, g, vals, cfg)
+    vals, hard = _hard.maybe_plant(draw, g, vals, _first_bad_node)
+    if hard:
+        env = _first_bad_node(g, vals, allow={i for i, n in enumerate(g.nodes) if n.name == hard[0]["node"]})[1]
+    sd = [draw(_seeds(tuple(np.shape(env[r])), np.asarray(env[r]).dtype.name, True, True)) for r in g.roots]
+    case = g.case(vals, sd)
+    case.meta["generator"] = "gradspec.strategies.cases"
+    case.meta["dtype"] = builder.dtype_mode
+    if hard:
+        case.meta["hard"] = hard
+    return case
