@@ -265,7 +265,7 @@ class _Builder:
         return tuple(out)
 
     def _choose(self, plan: list[_Slot], i: int, spec: OpSpec, dom, fits, make, strict: bool = True) -> _Slot | None:
-        return self._choose_here(plan, i, spec, dom, fits, make, strict)
+        return self.draw(_span(self, self._choose_here, plan, i, spec, dom, fits, make, strict))
 
     def _choose_here(self, plan: list[_Slot], i: int, spec: OpSpec, dom, fits, make, strict: bool) -> _Slot | None:
         """Slot ``i``: reuse an existing tensor whose shape ``fits`` (latest first: the shrink target),
@@ -456,7 +456,7 @@ class _Builder:
                 cores = None
         templates = _shape_templates(spec) if cores is None else None
         for _ in range(_ATTEMPTS):
-            res = self._attempt(spec, cores, templates)
+            res = self.draw(_span(self, self._attempt, spec, cores, templates))
             if res is not None:
                 return res
         return None
@@ -626,7 +626,7 @@ class _Builder:
         return roots
 
 
-_MORE = st.integers(0, 5)  # 0 (the shrink target) stops adding nodes
+_MORE = st.integers(0, 7)  # 0 (the shrink target) stops adding nodes
 _MIX_PICK = st.integers(0, 15)  # which float leaf starts the float32 set of a mixed graph
 
 

@@ -17,20 +17,22 @@ def ints(lo: int, hi: int):
 
 
 def _draw_side(draw, lo: int, hi: int, zero_odds: int) -> int:
-    """A side in [lo, hi] from ONE integer choice: 1 for the lowest ~30% of its range, then lo..hi in
-    order (the mapping is monotone, so shrinking the choice shrinks the side), 0 for its top value
-    only (1 in ``2 * zero_odds``), so an empty tensor is rare and never where a shrink heads."""
+    """A side in [lo, hi], mostly from ONE integer choice r in 0..15: 1 for r < 4 (25%), lo..hi in
+    order for r = 4..14 (the mapping is monotone, so shrinking r shrinks the side), and for r = 15 a
+    second choice that makes it 0 only rarely (1 in ``2 * zero_odds`` overall): an empty tensor is
+    rare and never where a shrink heads."""
     if lo == hi:
         return lo
-    top = 2 * zero_odds - 1
-    r = draw(ints(0, top))
-    if r == top and lo == 0:
-        return 0
+    r = draw(ints(0, 15))
     lo1 = max(lo, 1)
-    ones = (3 * top) // 10 if lo1 == 1 else 0
-    if r < ones:
+    if r == 15:
+        if lo == 0 and draw(ints(0, zero_odds // 8 - 1)) == 0:
+            return 0
+        return hi
+    if lo1 == 1 and r < 4:
         return 1
-    return lo1 + (r - ones) * (hi - lo1 + 1) // (top - ones + 1)
+    k = r - 4 if lo1 == 1 else r
+    return lo1 + k * (hi - lo1 + 1) // (11 if lo1 == 1 else 15)
 
 
 @st.composite
