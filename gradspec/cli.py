@@ -107,6 +107,10 @@ def _parser() -> argparse.ArgumentParser:
     f.add_argument("--case-timeout", type=_positive_float, default=60.0, metavar="S",
                    help="an oracle or engine taking longer than this on one case is a 'timeout' discrepancy "
                         "(default 60)")
+    f.add_argument("--dtype", default="any", choices=["float64", "float32", "mixed", "any"],
+                   help="precision of the generated graphs: float32 and float64 leaves together ('mixed', promoted "
+                        "where an op mixes them, as torch does) or 'any' (default: float64 60%%, float32 20%%, mixed "
+                        "20%%)")
     f.add_argument("--shrink-seconds", type=_positive_float, default=60.0, metavar="S",
                    help="time spent shrinking one discrepancy before it is reported as is (default 60)")
     f.add_argument("--junitxml", default=None, metavar="FILE",
@@ -365,7 +369,7 @@ def _fuzz(args) -> int:
                           max_examples=args.max_examples, seconds=args.seconds, seed=args.seed,
                           report_dir=args.report_dir, database=args.database, case_timeout=args.case_timeout,
                           shrink_seconds=args.shrink_seconds, workers=args.workers, tx=args.tx,
-                          argv=["gradspec"] + args.argv)
+                          dtype=args.dtype, argv=["gradspec"] + args.argv)
     except ValueError as e:  # e.g. an empty --database
         raise _UsageError(str(e)) from None
     try:

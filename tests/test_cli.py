@@ -274,6 +274,22 @@ def test_clean_campaign_exits_0_with_summary_and_index(tmp_path):
     assert "no discrepancy" in proc.stdout
 
 
+@pytest.mark.parametrize("dtype, want", [("float32", {"float32"}), ("mixed", {"mixed", "float64"})])
+def test_fuzz_dtype_picks_the_precision_and_summary_counts_it(tmp_path, dtype, want):
+    # --dtype reaches the strategies; summary.json counts cases per precision and the tie/kink exclusions
+    # ("mixed" falls back to float64 for a graph whose ops all need one dtype, e.g. a single leaf)
+    from gradspec import cli
+
+    out = tmp_path / "r"
+    rc = cli.main(["fuzz", "--ops", "add,mul,maximum,relu,sum", "--max-examples", "40", "--dtype", dtype,
+                   "--oracles", "reference,jacobian,finite-differences,torch-cpu", "--seed", "1",
+                   "--report-dir", str(out), "-q"])
+    hard = summary(out)["hard_regions"]
+    assert rc == 0 and hard["cases"] == 40 and sum(hard["dtypes"].values()) == 40
+    assert set(hard["dtypes"]) <= want and dtype in hard["dtypes"], hard
+    assert set(hard["excluded_at_ties_kinks"].values()) <= {hard["tie_kink_cases"]}, hard
+
+
 USAGE_ERRORS = {
     "unknown-op": (["fuzz", "--ops", "exp,nosuchop"], "nosuchop"),
     "unknown-engine": (["fuzz", "--engine", "nosuchengine"], "unknown engine"),
@@ -287,6 +303,7 @@ USAGE_ERRORS = {
     "report-dir-under-file": (["fuzz", "--report-dir", "afile/sub"], "not writable"),
     "report-dir-is-file": (["fuzz", "--report-dir", "afile"], "not a directory"),
     "no-command": ([], "required"),
+    "unknown-dtype": (["fuzz", "--dtype", "float16"], "invalid choice: 'float16'"),
 }
 # These go through a real `python -m gradspec.cli` (all at once: two cores); the others through
 # gradspec.cli.main in this process, which is the same code without an interpreter start each.

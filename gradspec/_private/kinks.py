@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["exact_kinks", "exclusion", "EXCLUDED"]
+__all__ = ["exact_kinks", "exclusion", "tally", "summarise", "EXCLUDED"]
 
 EXCLUDED = "exact tie/kink"
 
@@ -74,3 +74,28 @@ def _distance(spec, args, params) -> float:
     if spec.kink_distance is not None:
         d = min(d, float(spec.kink_distance(*args, **params)))
     return d
+
+
+def tally(case, skipped: dict) -> list[str]:
+    """What one checked case adds to a campaign's hard-region counts: its precision
+    (``case.meta["dtype"]``, else from its leaves), whether it carries an exact tie/kink, and
+    which oracles stepped aside because of one."""
+    dt = case.meta.get("dtype")
+    if dt is None:
+        dts = {l.value.dtype.name for l in case.leaves if l.value.dtype.kind == "f"}
+        dt = "mixed" if len(dts) > 1 else (dts.pop() if dts else "float64")
+    out = [f"dtype {dt}"]
+    if case.meta.get("hard") or any(EXCLUDED in why for why in skipped.values()):
+        out.append("tie/kink")
+    out += [f"excluded {name}" for name, why in skipped.items() if EXCLUDED in why]
+    return out
+
+
+def summarise(counts, cases: int) -> dict:
+    """``summary.json["hard_regions"]`` from the summed ``tally`` keys."""
+    return {
+        "cases": cases,
+        "dtypes": {k[6:]: v for k, v in sorted(counts.items()) if k.startswith("dtype ")},
+        "tie_kink_cases": counts.get("tie/kink", 0),
+        "excluded_at_ties_kinks": {k[9:]: v for k, v in sorted(counts.items()) if k.startswith("excluded ")},
+    }

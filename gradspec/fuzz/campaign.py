@@ -19,6 +19,7 @@ import warnings
 from collections import Counter
 from typing import Any, Callable
 
+from .._private.kinks import tally
 from .._private.records import discrepancy_id, read_records
 from ..case import Case
 from ..check import Discrepancy, Verdict
@@ -198,6 +199,7 @@ class _Campaign:
             s.pair_agree[key] += int(comp.agreed)
         for name, why in verdict.skipped.items():
             s.skipped[f"{name}: {why.split(':', 1)[1].strip() if ':' in why else why}"[:100]] += 1
+        s.hard.update(tally(case, verdict.skipped))
         s.timeouts += sum(d.kind == "timeout" for d in verdict.discrepancies)
 
     def record(self, d: Discrepancy, verdict: Verdict, note: str = "") -> None:
@@ -312,7 +314,7 @@ class _Campaign:
             print_blob=False,
             derandomize=False,
         )
-        @given(strategies.cases(ops=self.ops))
+        @given(strategies.cases(ops=self.ops, dtype=self.cfg.dtype))
         def gradspec_campaign(case):
             self.one(case)
 

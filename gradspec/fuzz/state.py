@@ -60,6 +60,7 @@ class Config:
     started: float = 0.0
     argv: list[str] | None = None
     replay_saved: bool = True  # start with a replay round of the example database's saved failures
+    dtype: str = "any"  # gradspec.strategies.cases(dtype=...): float64, float32, mixed or any (the mix)
 
     def __post_init__(self) -> None:
         if not self.run_id:
@@ -117,6 +118,7 @@ class Config:
             "budget": budget,
             "workers": self.workers if not self.tx else f"{self.workers} shards over --tx {' '.join(self.tx)}",
             "seed": self.seed,
+            "precision": self.dtype if self.dtype != "any" else "any (float64, float32 and mixed)",
             "case timeout": "none" if not self.case_timeout else f"{self.case_timeout:g} s",
             "shrink time per discrepancy": f"{self.shrink_seconds:g} s",
             "example database": self.db_dir,
@@ -154,6 +156,7 @@ class Stats:
     pair_counts: Counter = dataclasses.field(default_factory=Counter)
     pair_agree: Counter = dataclasses.field(default_factory=Counter)
     skipped: Counter = dataclasses.field(default_factory=Counter)
+    hard: Counter = dataclasses.field(default_factory=Counter)  # gradspec._private.kinks.tally keys
     timeouts: int = 0
     found: dict = dataclasses.field(default_factory=dict)  # report id -> record (see _record)
     interrupted: bool = False
@@ -169,7 +172,7 @@ class Stats:
 
     def to_json(self) -> dict:
         d = dataclasses.asdict(self)
-        for k in ("op_counts", "pair_counts", "pair_agree", "skipped"):
+        for k in ("op_counts", "pair_counts", "pair_agree", "skipped", "hard"):
             d[k] = dict(getattr(self, k))
         return d
 
@@ -187,7 +190,7 @@ class Stats:
         self.replayed += other.replayed
         self.shrink_runs += other.shrink_runs
         self.seconds = max(self.seconds, other.seconds)
-        for k in ("op_counts", "pair_counts", "pair_agree", "skipped"):
+        for k in ("op_counts", "pair_counts", "pair_agree", "skipped", "hard"):
             getattr(self, k).update(getattr(other, k))
         self.timeouts += other.timeouts
         for rid, rec in other.found.items():
@@ -262,6 +265,7 @@ def summary_json(cfg: Config, stats: Stats, previous: list | None = None, ops: l
         "shrink_runs": stats.shrink_runs,
         "timeouts": stats.timeouts,
         "skipped": dict(stats.skipped.most_common()),
+        "hard_regions": hard_regions(stats.hard, stats.cases),
         "interrupted": stats.interrupted,
         "stop_reason": stats.stop_reason,
         "errors": list(stats.errors),
@@ -272,6 +276,13 @@ def summary_json(cfg: Config, stats: Stats, previous: list | None = None, ops: l
         "superseded": superseded,
         "previous": previous or [],
     }
+
+
+def hard_regions(counts: Counter, cases: int) -> dict:
+    """Cases per precision, tie/kink cases and the oracles that stepped aside there (summary.json)."""
+    from .._private.kinks import summarise
+
+    return summarise(counts, cases)
 
 
 def write_summary(cfg: Config, summary: dict) -> str:
