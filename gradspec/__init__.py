@@ -17,6 +17,7 @@ from . import domains, engines, ops, oracles
 from . import functional as _functional
 from .case import Case, CaseError
 from .check import Discrepancy, Verdict, check
+from . import diagnose as _diagnose  # noqa: E402,F401  (registers the localisation with check())
 from .engine import (
     Tensor,
     backward,

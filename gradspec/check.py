@@ -25,7 +25,17 @@ from . import outcome as _outcome
 from .case import Case
 from .causes import Cause
 
-__all__ = ["check", "Verdict", "Discrepancy", "Comparison"]
+__all__ = ["check", "Verdict", "Discrepancy", "Comparison", "register_explainer"]
+
+# Called with (verdict, {oracle name: oracle}) on every disagreement, to set Discrepancy.cause:
+# gradspec.diagnose (one layer up: it runs check() on one-node cases) registers itself on import.
+_EXPLAINERS: list = []
+
+
+def register_explainer(fn) -> None:
+    """Have ``fn(verdict, oracles)`` explain every disagreement ``check()`` finds (sets ``Discrepancy.cause``)."""
+    if fn not in _EXPLAINERS:
+        _EXPLAINERS.append(fn)
 
 
 @dataclasses.dataclass
@@ -244,8 +254,11 @@ def check(case: Case, oracles=None) -> Verdict:
     if directional is not None and results:
         _compare_directional(case, directional, results, kinds, dtype, comparisons, discrepancies, skipped)
     _discount_mismatched_twins(case, dtype, kinds, comparisons, discrepancies, errors, excused, notes)
-    return Verdict(case, results, comparisons, discrepancies, skipped, errors, jac, fd_errs.get("finite-differences"),
-                   notes, excused)
+    verdict = Verdict(case, results, comparisons, discrepancies, skipped, errors, jac, fd_errs.get("finite-differences"),
+                      notes, excused)
+    for explain in _EXPLAINERS if discrepancies else ():
+        explain(verdict, kinds)
+    return verdict
 
 
 def _discount_mismatched_twins(case, dtype, kinds, comparisons, discrepancies, errors, excused, notes) -> None:
