@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 
-__all__ = ["Cause", "ENGINE_IDS", "NODE_IDS", "NOTE_IDS", "PATTERNS", "ALL_IDS"]
+__all__ = ["Cause", "ENGINE_IDS", "NODE_IDS", "NOTE_IDS", "OTHER_IDS", "PATTERNS", "ALL_IDS"]
 
 # Engine-level ids: a backward() rule of CONTRACT §5 that the engine breaks.  The text is the
 # meaning each id keeps (CONTRACT §8); reports and docs quote it.
@@ -44,6 +44,14 @@ ENGINE_IDS = {
 # Node-level ids: a gradient-value discrepancy localised to the first node whose VJP is wrong.
 NODE_IDS = {
     "wrong-vjp": "the first node whose VJP is wrong, checked locally at its real inputs and upstream gradient",
+    "wrong-jvp": "a user op's declared jvp is wrong at the node (its vjp agrees with finite differences)",
+}
+
+# Findings that no single node or backward() rule explains.
+OTHER_IDS = {
+    "not-localised": "every node's rule agrees with its twin on its own: the error comes from how the graph "
+                     "combines them, or from an oracle",
+    "forward-raised": "the forward of the code under test raised",
 }
 
 # Notes, never failures.
@@ -60,7 +68,7 @@ PATTERNS = {
     "other": "no simple pattern",
 }
 
-ALL_IDS = {**ENGINE_IDS, **NODE_IDS, **NOTE_IDS}
+ALL_IDS = {**ENGINE_IDS, **NODE_IDS, **NOTE_IDS, **OTHER_IDS}
 
 
 @dataclasses.dataclass

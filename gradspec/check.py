@@ -28,7 +28,8 @@ from .causes import Cause
 __all__ = ["check", "Verdict", "Discrepancy", "Comparison", "register_explainer"]
 
 # Called with (verdict, {oracle name: oracle}) on every disagreement, to set Discrepancy.cause:
-# gradspec.diagnose (one layer up: it runs check() on one-node cases) registers itself on import.
+# gradspec.diagnose (same layer; it runs check() itself on one-node cases, so check() cannot import it)
+# registers itself when the package is imported.
 _EXPLAINERS: list = []
 
 
@@ -112,6 +113,7 @@ class Verdict:
     fd_error: dict | None = None
     notes: list = dataclasses.field(default_factory=list)  # str or Cause (e.g. twin-mismatch)
     excused: dict = dataclasses.field(default_factory=dict)  # oracle name -> why its raise is no discrepancy
+    oracles: dict = dataclasses.field(default_factory=dict, repr=False)  # name -> the Oracle used (for diagnosis)
 
     @property
     def status(self) -> str:
@@ -255,7 +257,7 @@ def check(case: Case, oracles=None) -> Verdict:
         _compare_directional(case, directional, results, kinds, dtype, comparisons, discrepancies, skipped)
     _discount_mismatched_twins(case, dtype, kinds, comparisons, discrepancies, errors, excused, notes)
     verdict = Verdict(case, results, comparisons, discrepancies, skipped, errors, jac, fd_errs.get("finite-differences"),
-                      notes, excused)
+                      notes, excused, kinds)
     for explain in _EXPLAINERS if discrepancies else ():
         explain(verdict, kinds)
     return verdict

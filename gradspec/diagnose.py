@@ -31,6 +31,7 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import itertools
 from fractions import Fraction
@@ -41,11 +42,12 @@ from .check import check as _run_check
 from .check import register_explainer
 from . import engine as E
 from .case import Case, Leaf, NodeDef
-from .causes import Cause
+from .causes import ENGINE_IDS, Cause
 from .oracles import jacobian as _jac
+from .oracles.engine_oracle import EngineOracle
 from .oracles.reference import build_engine_graph
 
-__all__ = ["attach", "localise", "classify", "name_factor", "EXPLAINED"]
+__all__ = ["attach", "explain", "deferred", "localise", "classify", "name_factor", "explain_finding", "EXPLAINED"]
 
 # A hypothesis "explains" a wrong gradient when what is left of the error under it is at most this
 # fraction of the error itself: the hypotheses are exact transformations of J^T g (a sign, a factor,
@@ -58,6 +60,8 @@ EXPLAINED = 1e-2
 _RATIONAL_RTOL = 1e-7
 
 _ACTIVE: contextvars.ContextVar = contextvars.ContextVar("gradspec_diagnosing", default=False)
+_ENGINES: contextvars.ContextVar = contextvars.ContextVar("gradspec_engine_oracles", default=frozenset())
+_DEFERRED: contextvars.ContextVar = contextvars.ContextVar("gradspec_diagnosis_deferred", default=False)
 _LOCALISED_KINDS = ("value", "nan-inf-pattern", "shape", "none-vs-zeros")
 
 
@@ -66,15 +70,48 @@ _LOCALISED_KINDS = ("value", "nan-inf-pattern", "shape", "none-vs-zeros")
 # =============================================================================================
 
 
+@contextlib.contextmanager
+def deferred():
+    """Inside, ``check()`` leaves causes unset (a search shrinking a failure re-checks it hundreds of times;
+    the finding it keeps is explained once, by :func:`explain`)."""
+    token = _DEFERRED.set(True)
+    try:
+        yield
+    finally:
+        _DEFERRED.reset(token)
+
+
+def explain(d) -> Cause | None:
+    """The cause of finding ``d`` (a check() discrepancy or a ``verify_*`` finding), computed once and kept."""
+    if d.cause is None:
+        v = getattr(d, "verdict", None)
+        if d.case is not None and v is not None and d.kind in _LOCALISED_KINDS + ("raised",) and not _ACTIVE.get():
+            token = _ACTIVE.set(True)
+            oracles = getattr(v, "oracles", None) or {}
+            etoken = _ENGINES.set(_engine_names(oracles))
+            try:
+                d.cause = localise(d.case, d, oracles, v)
+            except Exception as e:  # noqa: BLE001 - a diagnosis must never hide the finding itself
+                d.cause = Cause("not-localised", f"the localisation itself failed ({type(e).__name__}: {e})",
+                                evidence=d.message)
+            finally:
+                _ENGINES.reset(etoken)
+                _ACTIVE.reset(token)
+        if d.cause is None:
+            d.cause = explain_finding(d)
+    return d.cause
+
+
 def attach(verdict, oracles: dict) -> None:
     """Give every discrepancy of ``verdict`` (from ``check()``) a :class:`Cause` where it has none.
 
     ``oracles`` maps the oracle names used by the check to the oracle objects (an engine under
     test is one).  Discrepancies that blame the same oracle share one localisation.
     """
-    if _ACTIVE.get():
-        return  # a one-node check made by the localisation itself
+    if _ACTIVE.get() or _DEFERRED.get():
+        return  # a one-node check made by the localisation itself, or a search that explains what it keeps
     token = _ACTIVE.set(True)
+    etoken = _ENGINES.set(_engine_names(oracles))
     try:
         done: dict = {}
         for d in verdict.discrepancies:
@@ -89,7 +126,12 @@ def attach(verdict, oracles: dict) -> None:
                                       "the finding stands, see its numbers", evidence=d.message)
             d.cause = done[key]
     finally:
+        _ENGINES.reset(etoken)
         _ACTIVE.reset(token)
+
+
+def _engine_names(oracles: dict) -> frozenset:
+    return frozenset(n for n, o in oracles.items() if isinstance(o, EngineOracle))
 
 
 def localise(case: Case, d, oracles: dict, verdict=None) -> Cause:
@@ -100,7 +142,7 @@ def localise(case: Case, d, oracles: dict, verdict=None) -> Cause:
     suspects = _suspects(d.oracles)
     if d.kind == "none-vs-zeros":
         return _none_vs_zeros(d)
-    if suspect.startswith("engine:") and verdict is not None:
+    if _is_engine(suspect) and verdict is not None:
         c = _engine_seed_ignored(case, suspect, verdict)
         if c is not None:
             return c
@@ -122,9 +164,16 @@ def localise(case: Case, d, oracles: dict, verdict=None) -> Cause:
     return _unlocalised(case, d, suspect)
 
 
+def _is_engine(name: str) -> bool:
+    return name.startswith("engine:") or name in _ENGINES.get()
+
+
 def _suspects(pair) -> list:
     """The sides of an oracle pair that run code under test (VJP rules, an engine, a torch twin, a JVP)."""
-    out = [n for n in pair if n == "reference" or n.startswith(("engine:", "torch"))]
+    engines = [n for n in pair if _is_engine(n)]
+    if engines:
+        return engines[:1]  # an engine under test: the reference and the jacobian are its witnesses
+    out = [n for n in pair if n == "reference" or n.startswith("torch")]
     return out or (["jacobian"] if "jacobian" in pair else list(pair[:1]))
 
 
@@ -132,7 +181,7 @@ def _suspect(pair, oracles: dict) -> str:
     """The side of an oracle pair that runs the code under test (VJP rules, an engine, a torch twin)."""
     a, b = pair
     for name in (a, b):
-        if name.startswith("engine:"):
+        if _is_engine(name):
             return name
     if "reference" in (a, b):
         return "reference"
@@ -201,9 +250,13 @@ def _check_node(case: Case, mini: Case, node: NodeDef, suspects: list, oracles: 
     spec = case.spec(node.op)
     code = [s for s in suspects if s != "jacobian"] or ["reference"]
     names = [oracles.get(s) or s for s in code] + ["jacobian"]
-    if spec.user or "jacobian" in suspects or any(s.startswith("torch") for s in suspects):
-        names.append("finite-differences")  # a third witness decides which side is wrong
     v = _run_check(mini, oracles=names)
+    if not v.discrepancies and not v.errors:
+        return None
+    if (spec.user and spec.jvp_source == "declared") or "jacobian" in suspects or any(
+            s.startswith("torch") for s in suspects):
+        # The twin is the user's own jvp, or the suspect is a torch twin: finite differences decide which side is wrong.
+        v = _run_check(mini, oracles=names + ["finite-differences"])
     for s in code:
         if s in v.errors:
             return _raised_at(node, spec, s, v.errors[s])
@@ -231,7 +284,7 @@ def _check_node(case: Case, mini: Case, node: NodeDef, suspects: list, oracles: 
 
 
 def _node_cause(mini, node, spec, suspect, v, twin, first) -> Cause:
-    if suspect.startswith("engine:") and len(set(node.inputs)) < len(node.inputs):
+    if _is_engine(suspect) and len(set(node.inputs)) < len(node.inputs):
         c = _repeated_dropped(mini, node, spec, suspect, v.results[suspect])
         if c is not None:
             return c
@@ -354,7 +407,8 @@ def _unlocalised(case, d, suspect) -> Cause:
     if any(s.startswith("torch") for s in d.oracles) and repeated:
         op = repeated[0]
         first = next(n for n in case.nodes if n.op == op)
-        return Cause("wrong-vjp", f"{_where(first, case.spec(op))}: right when called alone, wrong when called "
+        return Cause("wrong-vjp", f"{_where(first, case.spec(op))}: {_whose(case.spec(op), 'torch-cpu')} is right "
+                     f"when called alone, wrong when called "
                      f"{calls[op]} times in one graph: the code keeps state between calls (class attributes, "
                      "globals) where it should keep it on ctx", node=first.name, op=op, evidence=d.message,
                      pattern="other")
@@ -640,7 +694,7 @@ def _where(node: NodeDef, spec) -> str:
 
 
 def _whose(spec, suspect: str) -> str:
-    if str(suspect).startswith("engine:"):
+    if _is_engine(str(suspect)):
         return f"the engine's backward for {spec.name!r}"
     if spec.user and getattr(spec, "torch_name", None) and spec.name.startswith("torch_"):
         return f"your backward ({spec.name[6:]}.backward)"
@@ -667,6 +721,104 @@ def _evidence(mini, leaves, u, t, g, suspect, twin="J^T·g from the twin (JVP ru
     return "; ".join(parts)
 
 
+
+
+# =============================================================================================
+# findings that are not value discrepancies of check(): a user op's contract, a Function run twice,
+# an engine rule (the engine-level diagnosis of each rule may replace these with sharper causes)
+# =============================================================================================
+
+_ENGINE_KIND_IDS = {
+    "seed-shape": "seed-shape-accepted",
+    "accumulation": "accumulation-overwrite",
+    "reset": "reset-ignored",
+    "freeing": "no-freeing",
+    "retain-graph": "no-freeing",
+    "repeated-argument": "repeated-input-dropped",
+    "none-before-backward": "none-vs-zeros",
+    "none-vs-zeros": "none-vs-zeros",
+    "error-type": "error-type",
+    "requires-grad": "error-type",
+}
+
+
+def explain_finding(d) -> Cause | None:
+    """A cause for a finding made outside ``check()``'s value comparison (None only for ``timeout``)."""
+    if d.kind == "timeout":
+        return None
+    msg = d.message or ""
+    case = d.case
+    node = _node_named_in(case, msg) if case is not None else None
+    spec = case.spec(node.op) if node is not None else None
+    if d.kind.startswith("vjp-") or d.kind == "jvp-raised":
+        pattern = "other"
+        if d.kind == "vjp-shape":
+            pattern = _shape_pattern(case, node, msg)
+        what = {"vjp-raised": "raised", "vjp-count": "returned the wrong number of gradients",
+                "vjp-shape": "returned a gradient of the wrong shape", "vjp-dtype": "returned a gradient of the wrong "
+                "dtype", "vjp-writes-input": "wrote into an array it was given (its upstream gradient or an input)",
+                "jvp-raised": "(the declared jvp) raised"}.get(d.kind, d.kind)
+        where = _where(node, spec) if node is not None else "the op under test"
+        code = _whose(spec, "reference") if spec is not None else "your vjp"
+        cid = "wrong-jvp" if d.kind == "jvp-raised" else "wrong-vjp"
+        return Cause(cid, f"{where}: {code} {what} — {msg.split(': ', 2)[-1][:300]}", node=None if node is None else
+                     node.name, op=None if node is None else node.op, evidence=msg[:600], pattern=pattern)
+    if d.kind == "forward-raised":
+        return Cause("forward-raised", f"the forward of the code under test raised: {msg[:300]}", evidence=msg[:600])
+    if d.kind == "accumulation" and d.check_name == "backward twice" and case is not None:
+        return _twice_cause(case, d)
+    if d.kind == "raised":
+        return _raised_cause(case, d) if case is not None else Cause("not-localised", msg[:300], evidence=msg[:600])
+    if d.kind == "implicit-seed":
+        cid = "implicit-seed-refused" if "refus" in msg or "numel() == 1" in msg and "raised" in msg else \
+            "implicit-seed-non-scalar"
+        return Cause(cid, f"{ENGINE_IDS[cid]} — {msg[:300]}", evidence=msg[:600])
+    cid = _ENGINE_KIND_IDS.get(d.kind)
+    if cid is not None:
+        return Cause(cid, f"{ENGINE_IDS[cid]} — {msg[:300]}", evidence=msg[:600])
+    return Cause("not-localised", f"{d.kind}: {msg[:300]}", evidence=msg[:600])
+
+
+def _node_named_in(case: Case, msg: str) -> NodeDef | None:
+    for n in case.nodes:
+        if f"{n.op!r}" in msg:
+            return n
+    user = [n for n in case.nodes if case.spec(n.op).user]
+    return user[0] if user else None
+
+
+def _shape_pattern(case, node, msg) -> str:
+    import re
+
+    m = re.search(r"shape (\([^)]*\)) for input (\d+), whose shape is (\([^)]*\))", msg)
+    if not m:
+        return "broadcast-reduction" if "broadcast axes" in msg else "other"
+    got, want = (tuple(int(x) for x in s.strip("()").split(",") if x.strip()) for s in (m.group(1), m.group(3)))
+    if sorted(got) == sorted(want):
+        return "permuted"
+    if "broadcast axes" in msg and int(np.prod(got)) > int(np.prod(want)):
+        return "broadcast-reduction"
+    return "other"
+
+
+def _twice_cause(case: Case, d) -> Cause:
+    node = next((n for n in case.nodes if case.spec(n.op).user), None)
+    factor = None
+    if d.values is not None:
+        twice, got = (float(v) for v in d.values)
+        once = twice / 2
+        if once:
+            factor = (got - once) / once
+    spec = case.spec(node.op) if node is not None else None
+    where = _where(node, spec) if node is not None else "the Function"
+    detail = f" (the second call gave {factor:.6g} times the first)" if factor is not None else ""
+    return Cause("wrong-vjp", f"{where}: {_whose(spec, 'torch-cpu') if spec else 'its backward'} gives another answer "
+                 f"when the same graph is backpropagated a second time (retain_graph=True){detail}: it modifies what "
+                 "it saved on ctx or keeps state between calls; leave ctx unchanged in backward",
+                 node=None if node is None else node.name, op=None if node is None else node.op, evidence=d.message,
+                 pattern="scale" if factor is not None else "other", factor=factor)
+
+
 # The comparison layer calls the explainers registered with it on every disagreement (it does not
-# import this module: the localisation runs check() itself, one layer up).
+# import this module: the localisation runs check() itself, so check() cannot import it).
 register_explainer(attach)

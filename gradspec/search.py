@@ -24,6 +24,7 @@ import numpy as np
 
 from ._private.hypothesis_env import fixed_constants
 from .case import Case
+from .diagnose import deferred, explain
 from .result import Result
 
 __all__ = ["DEFAULT_MAX_EXAMPLES", "SHRINK_CALLS", "SHRINK_SECONDS"]
@@ -119,7 +120,7 @@ class _Runner:
 
             prop = hyp_seed(R.seed + 7919 * rounds)(prop)
             try:
-                with warnings.catch_warnings(), fixed_constants():
+                with warnings.catch_warnings(), fixed_constants(), deferred():
                     warnings.simplefilter("ignore")
                     prop()
                 break  # a whole round without anything new: done
@@ -148,6 +149,7 @@ class _Runner:
 
     def _record(self, found: list) -> None:
         for d in found:
+            explain(d)  # CONTRACT §8, once per kept finding (check() defers it while the search shrinks)
             if d.signature not in self.found:
                 self.found[d.signature] = d
                 self.result.discrepancies.append(d)

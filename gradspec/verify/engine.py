@@ -21,6 +21,7 @@ from .. import engines as _engines
 from .._private import result_sink
 from ..case import Case
 from ..check import Discrepancy, check
+from ..diagnose import explain
 from ..oracles.engine_oracle import EngineOracle
 from ..result import Result, VerifyDiscrepancy
 from ..search import DEFAULT_MAX_EXAMPLES, _check_budget, _resolve_seed, _Runner
@@ -95,6 +96,8 @@ def verify_engine(engine, *, max_examples: int | None = None, seconds: float | N
         runner.run(strategy, evaluate)
         result.checks["values on random graphs (J^T . seed)"] = (
             "failed" if any(d.check_name == "values" for d in result.discrepancies) else "passed")
+    for d in result.discrepancies:  # CONTRACT §8: findings made outside check() get their cause here
+        explain(d)
     result.seconds = time.perf_counter() - started
     result_sink.emit(result)
     return result
