@@ -447,11 +447,13 @@ def _fuzz(args) -> int:
         run = fuzz._Campaign(cfg, 0, progress=progress, on_found=on_found, oracles=oracles, found=stats.found).run()
     if printer is not None and getattr(printer, "tty", False):
         printer(run, final=True)
+    rule_status = _fuzz_rules(cfg, _engine, run, ops, err)  # with --engine, every §5 rule too (CONTRACT §6)
     run.found = {**stats.found, **run.found}
     run.crashed = stats.crashed + run.crashed
     run.errors = stats.errors + run.errors
     run.seconds = max(run.seconds, 1e-9)
     summary = fuzz.summary_json(cfg, run, previous, ops)
+    summary["rules"] = rule_status
     old = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not lose the summary
     try:
         try:
@@ -496,6 +498,26 @@ def _write_ci_outputs(args, cfg, summary: dict) -> None:
         ci_outputs.write_summary_md(args.summary_md, summary, cfg.report_dir)
 
 
+def _fuzz_rules(cfg, engine, run, ops, err) -> dict:
+    """The §5 rule searches (gradspec.fuzz.rules), each finding announced like the campaign's."""
+    from . import report
+    from .fuzz.rules import run_rules
+
+    if run.interrupted or run.stop_reason == "report-dir":
+        return {"*": {"status": "skipped", "reason": f"the campaign stopped early ({run.stop_reason})"}}
+
+    def announce(rid, d):
+        print(f"gradspec fuzz: discrepancy {rid}: backward() rule '{d.rule}': {d.cause.summary[:160]} "
+              f"[{d.cause.id}]", file=err)
+        print(f"  report: {os.path.join(cfg.report_dir, rid, 'index.html')}", file=err)
+
+    try:
+        return run_rules(cfg, engine, run, write=report.campaign_writer(cfg), announce=announce, ops=ops)
+    except KeyboardInterrupt:
+        run.interrupted = True
+        return {"*": {"status": "skipped", "reason": "interrupted"}}
+
+
 def _print_summary(cfg, s: dict, index: str | None, ops: list[str]) -> None:
     from . import caseio
 
@@ -517,6 +539,14 @@ def _print_summary(cfg, s: dict, index: str | None, ops: list[str]) -> None:
         print("  agreement: " + "; ".join(pairs), file=out)
     if s["replayed"] or s["shrink_runs"]:
         print(f"  replayed {s['replayed']} saved case(s); {s['shrink_runs']} shrink runs", file=out)
+    rules = s.get("rules") or {}
+    if rules and any(r["status"] != "skipped" for r in rules.values()):
+        failed = [f"{n} ({', '.join(r.get('causes', []))})" for n, r in rules.items() if r["status"] == "failed"]
+        skipped = [f"{n} ({r.get('reason', '')})" for n, r in rules.items() if r["status"] == "skipped"]
+        line = f"  backward() rules (§5): {sum(r['status'] == 'passed' for r in rules.values())} passed"
+        line += f"; failed: {'; '.join(failed)}" if failed else ""
+        line += f"; skipped: {'; '.join(skipped)}" if skipped else ""
+        print(line, file=out)
     for e in s["errors"][:5]:
         print(f"  problem: {e}", file=out)
     if n:

@@ -60,8 +60,6 @@ class Mini:
         return T(v, requires_grad=requires_grad, is_leaf=True)
 
     def apply(self, op, *args, **params):
-        if params:
-            raise TypeError(f"mini: {op} takes no params")
         v = [a.value for a in args]
         if op == "add":
             out, fns = v[0] + v[1], [lambda g: g, lambda g: g]
@@ -83,9 +81,15 @@ class Mini:
             out, fns = v[0] * v[0], [lambda g: 2 * g * v[0]]
         elif op == "sum":
             shape = v[0].shape
-            out, fns = np.sum(v[0]), [lambda g: np.broadcast_to(g, shape).copy()]
+            dim = params.pop("dim", None)
+            keep = params.pop("keepdim", False)
+            axes = tuple(range(len(shape))) if dim is None or dim == () else tuple(np.atleast_1d(dim) % max(len(shape), 1))
+            out = np.sum(v[0], axis=axes, keepdims=keep)
+            fns = [lambda g: np.broadcast_to(np.expand_dims(g, axes) if not keep else g, shape).copy()]
         else:
             raise NotImplementedError(op)
+        if params:
+            raise TypeError(f"mini: {op} does not take {sorted(params)}")
         out = np.asarray(out, dtype=np.float64)
         parents = tuple((a, (lambda g, f=f, s=a.shape: _unbroadcast(np.asarray(f(g)), s)))
                         for a, f in zip(args, fns) if a.requires_grad)

@@ -209,6 +209,10 @@ class _Campaign:
             return
         info = {"run_id": self.cfg.run_id, "shard": self.shard, "seed": self.cfg.seed, "engine": self.cfg.engine,
                 "note": note, "covers": covers, "found_at": time.time()}
+        if self.engine is not None and self.cfg.engine not in BUILTIN_ENGINES:
+            from ..rules import explain_engine_finding  # CONTRACT §8: the engine-level cause, when one matches
+
+            explain_engine_finding(self.engine, d, self.cfg.case_timeout)
         rec = {
             "id": rid,
             "kind": d.kind,
@@ -218,6 +222,7 @@ class _Campaign:
             "covers": covers,
             "note": note,
             "shard": self.shard,
+            "cause": None if d.cause is None else d.cause.to_json(),
         }
         self.stats.found[rid] = rec
         if self.on_found is not None and not self.report_failed:

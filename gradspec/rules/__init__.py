@@ -32,10 +32,10 @@ import numpy as np
 from .. import engines as _engines
 from ..causes import Cause
 from . import diagnosis as _ws
-from .scenario import Scenario, Step, Trace, first_difference, run
+from .scenario import Scenario, ScenarioTimeout, Step, Trace, first_difference, run, timed_out
 
 __all__ = ["RULES", "RuleFinding", "RulesResult", "check_rules", "DEFAULT_EXAMPLES", "diagnose_case", "KIND",
-           "STRICT_ONLY"]
+           "STRICT_ONLY", "explain_engine_finding"]
 
 DEFAULT_EXAMPLES = 40  # per rule: every planted broken rule is found within ~10 (tests/test_engine_rules.py)
 # The discrepancy kind (gs.Result.kinds, report titles) of each cause a rule search can give.
@@ -393,8 +393,14 @@ class _Stop(BaseException):
     """Out of Hypothesis at once: shrinking or the time budget is spent."""
 
 
-def vocab(eng) -> Vocab:
+class _Hung(BaseException):
+    """The engine ran past the per-scenario timeout: no rule can be trusted to finish."""
+
+
+def vocab(eng, ops=None) -> Vocab:
     def ok(op):
+        if ops is not None and op not in ops:
+            return False
         try:
             return bool(eng.supports(op))
         except Exception:  # noqa: BLE001 - a supports() that raises: treated as unsupported
@@ -406,8 +412,10 @@ def vocab(eng) -> Vocab:
 class _Search:
     """One rule's search: rounds of Hypothesis, each ending at a failure with a new cause."""
 
-    def __init__(self, rule: Rule, eng, ctx, known: dict, strict: bool, budget: int, deadline, seed: int):
+    def __init__(self, rule: Rule, eng, ctx, known: dict, strict: bool, budget: int, deadline, seed: int,
+                 timeout: float | None = None):
         self.rule, self.eng, self.ctx, self.known, self.strict = rule, eng, ctx, known, strict
+        self.timeout = timeout
         self.budget, self.deadline, self.seed = budget, deadline, seed
         self.ref = _engines.ReferenceEngine()
         self.examples = 0
@@ -416,12 +424,17 @@ class _Search:
         self.errors: list = []
 
     def evaluate(self, sc: Scenario) -> RuleFinding | None:
-        got, want = run(sc, self.eng), run(sc, self.ref)
+        got, want = run(sc, self.eng, self.timeout), run(sc, self.ref)
+        if timed_out(got):
+            raise _Hung()
         if want.build is not None:
             return None  # the drawn graph is not valid for the reference either: not a scenario
         if first_difference(sc, got, want, none_is_zeros=not self.strict, types=self.strict) is None:
             return None
-        cause = _ws.diagnose(sc, got, want, self.ctx, strict=self.strict)
+        try:
+            cause = _ws.diagnose(sc, got, want, self.ctx, strict=self.strict)
+        except ScenarioTimeout:
+            raise _Hung() from None
         if cause is None:
             return None
         return RuleFinding(self.rule.name, cause, sc, got, want, self.examples, time.perf_counter() - self.t0)
@@ -469,6 +482,8 @@ class _Search:
                 prop()
             except (_Found, _Stop):
                 pass
+            except _Hung:
+                raise
             except Exception as e:  # noqa: BLE001 - Hypothesis itself gave up (flaky engine, health)
                 if st["last"] is None:
                     self.errors.append(f"{self.rule.name}: Hypothesis stopped: {type(e).__name__}: {str(e)[:200]}")
@@ -485,19 +500,23 @@ class _Search:
 
 
 def check_rules(engine, *, max_examples: int | None = None, seconds: float | None = None, seed: int | None = 0,
-                strict: bool = True, rules=None, on_finding: Callable | None = None) -> RulesResult:
+                strict: bool = True, rules=None, on_finding: Callable | None = None, ops=None,
+                timeout: float | None = None) -> RulesResult:
     """Run every §5 rule's search on ``engine`` (an Engine, a built-in name or ``"module:attr"``).
 
     ``max_examples`` is per rule (default :data:`DEFAULT_EXAMPLES`); ``seconds`` bounds the whole
     run.  With ``strict=False`` torch-specific details (freeing, None vs zeros) are not checked.
-    ``on_finding(finding)`` is called for every distinct finding as soon as it is shrunk.
+    ``on_finding(finding)`` is called for every distinct finding as soon as it is shrunk.  ``ops``
+    restricts the ops scenarios may use; ``timeout`` (seconds) cuts an engine that hangs on a
+    scenario, and the rules left are skipped with the reason.
     """
     t0 = time.perf_counter()
     eng = _engines.get(engine)
-    V = vocab(eng)
+    V = vocab(eng, None if ops is None else set(ops))
+    hung = None
     deadline = None if seconds is None else t0 + float(seconds)
     budget = DEFAULT_EXAMPLES if max_examples is None else max(1, int(max_examples))
-    ctx = _ws.Context(eng, V.unary + V.binary + V.reduce)
+    ctx = _ws.Context(eng, V.unary + V.binary + V.reduce, timeout)
     known: dict = {}
     status: dict = {}
     findings: list = []
@@ -513,8 +532,18 @@ def check_rules(engine, *, max_examples: int | None = None, seconds: float | Non
         if deadline is not None and time.perf_counter() > deadline:
             status[name] = {"status": "skipped", "reason": "the time budget was spent before this rule ran"}
             continue
-        s = _Search(rule, eng, ctx, known, strict, budget, deadline, int(seed or 0) + 7919 * len(status))
-        new = s.run(strategy)
+        if hung is not None:
+            status[name] = {"status": "skipped", "reason": f"the engine hung on a scenario of rule {hung} "
+                            f"(timeout {timeout:g} s)"}
+            continue
+        s = _Search(rule, eng, ctx, known, strict, budget, deadline, int(seed or 0) + 7919 * len(status), timeout)
+        try:
+            new = s.run(strategy)
+        except _Hung:
+            hung = name
+            status[name] = {"status": "skipped", "reason": f"the engine ran past the per-scenario timeout of "
+                            f"{timeout:g} s (cut; nothing concluded)", "title": rule.title}
+            continue
         for f in new:
             findings.append(f)
             if on_finding is not None:
@@ -529,15 +558,29 @@ def check_rules(engine, *, max_examples: int | None = None, seconds: float | Non
     return RulesResult(status, findings, time.perf_counter() - t0)
 
 
-def diagnose_case(engine, case) -> Cause | None:
+def explain_engine_finding(engine, d, timeout: float | None = None) -> None:
+    """Set ``d.cause`` (a value discrepancy of ``engine`` on a case) to the engine-level cause that
+    reproduces the engine's numbers exactly, when there is one; otherwise leave it as it is."""
+    if getattr(d, "case", None) is None or (d.cause is not None and d.cause.is_engine_level):
+        return
+    if d.kind in ("timeout", "crash"):
+        return
+    cause = diagnose_case(engine, d.case, timeout)
+    if cause is not None:
+        d.cause = cause
+
+
+def diagnose_case(engine, case, timeout: float | None = None) -> Cause | None:
     """The engine-level cause of an engine's wrong gradients on a value case (the calls the engine
     oracle makes), or None when no known wrong semantics reproduces them exactly (then the
     disagreement is about values: a node's VJP, for the localisation to find)."""
     eng = _engines.get(engine)
     sc = Scenario.from_case(case)
     try:
-        got, want = run(sc, eng), run(sc, _engines.ReferenceEngine())
-        cause = _ws.diagnose(sc, got, want, _ws.Context(eng, [n.op for n in case.nodes]), strict=False)
+        got, want = run(sc, eng, timeout), run(sc, _engines.ReferenceEngine())
+        if timed_out(got):
+            return None
+        cause = _ws.diagnose(sc, got, want, _ws.Context(eng, [n.op for n in case.nodes], timeout), strict=False)
     except Exception:  # noqa: BLE001 - a case the simulator cannot take (e.g. too large): no engine-level cause
         return None
     if cause is None or cause.id in ("unexplained", "wrong-vjp"):

@@ -274,29 +274,37 @@ class Context:
     """What a diagnosis may run besides the failing scenario: the engine itself (discriminating
     probes, cached per engine) and the reference engine."""
 
-    def __init__(self, engine, ops) -> None:
+    def __init__(self, engine, ops, timeout: float | None = None) -> None:
         from ..engines import ReferenceEngine
 
         self.engine = engine
+        self.timeout = timeout
         self.ref = ReferenceEngine()
         self.ops = set(ops)
         self._probes: list | None = None
         self.recent: list = []  # flag sets that explained earlier failures: tried first (one search per bug)
 
     def trace(self, sc):
-        from .scenario import run
+        from .scenario import ScenarioTimeout, run, timed_out
 
-        return run(sc, self.engine), run(sc, self.ref)
+        got = run(sc, self.engine, self.timeout)
+        if timed_out(got):
+            raise ScenarioTimeout("the engine hung on a diagnosis probe")
+        return got, run(sc, self.ref)
 
     def probes(self) -> list:
         """Small fixed scenarios that tell the wrong semantics apart: (scenario, engine, reference)."""
         if self._probes is None:
             self._probes = []
             for sc in _probe_scenarios(self.ops):
+                from .scenario import ScenarioTimeout
+
                 try:
                     got, want = self.trace(sc)
                     if got.build is None and want.build is None:
                         self._probes.append((sc, got, want))
+                except ScenarioTimeout:
+                    raise
                 except Exception:  # noqa: BLE001 - a probe that cannot run tells nothing
                     continue
         return self._probes

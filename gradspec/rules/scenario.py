@@ -17,7 +17,7 @@ import numpy as np
 from .. import tolerances as _tol
 from ..case import Case
 
-__all__ = ["Step", "Scenario", "Obs", "Trace", "run", "raise_reason", "close", "first_difference", "fmt"]
+__all__ = ["Step", "Scenario", "Obs", "Trace", "run", "timed_out", "ScenarioTimeout", "raise_reason", "close", "first_difference", "fmt"]
 
 
 @dataclasses.dataclass
@@ -140,8 +140,38 @@ def _read(eng, t) -> np.ndarray | None:
     return a
 
 
-def run(sc: Scenario, eng) -> Trace:
-    """Run the scenario on ``eng``; every exception is recorded, none escapes."""
+class ScenarioTimeout(Exception):
+    """A scenario ran past its timeout (raised inside the engine's code, so its traceback shows where)."""
+
+
+def run(sc: Scenario, eng, timeout: float | None = None) -> Trace:
+    """Run the scenario on ``eng``; every exception is recorded, none escapes.  With ``timeout``
+    (main thread only: a SIGALRM timer) an engine that hangs is cut and :class:`ScenarioTimeout`
+    recorded where it was."""
+    import signal
+    import threading
+
+    if not timeout or threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
+        return _run(sc, eng)
+
+    def on_alarm(signum, frame):
+        signal.setitimer(signal.ITIMER_REAL, timeout)  # re-armed: whatever runs next is cut as well
+        raise ScenarioTimeout(f"the scenario exceeded its timeout of {timeout:g} s")
+
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, timeout)
+        return _run(sc, eng)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def timed_out(trace: Trace) -> bool:
+    return isinstance(trace.build, ScenarioTimeout) or any(isinstance(o.raised, ScenarioTimeout) for o in trace.obs)
+
+
+def _run(sc: Scenario, eng) -> Trace:
     env: dict[str, Any] = {}
     try:
         for n, v in sc.leaves.items():
