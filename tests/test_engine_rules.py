@@ -8,6 +8,11 @@ The expected ids come from how each engine was planted, never from running grads
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -136,3 +141,49 @@ def test_no_known_cause_says_so_with_the_numbers():
     cause = W.diagnose(sc, run(sc, eng), run(sc, ReferenceEngine()), None)
     assert cause.id == "unexplained" and "no known cause matches" in cause.summary
     assert "engine x.grad" in cause.evidence and "torch semantics" in cause.evidence
+
+
+# --- through the command line ------------------------------------------------------------------
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _fuzz(tmp_path, *args):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
+    out = tmp_path / "rep"
+    proc = subprocess.run([sys.executable, "-m", "gradspec.cli", "fuzz", *args, "--report-dir", str(out), "-q"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    return proc, json.loads((out / "summary.json").read_text()), out
+
+
+def test_fuzz_engine_default_budget_finds_and_diagnoses_a_broken_rule(tmp_path):
+    # the real default budget: 200 value cases and every rule's default search, no --max-examples
+    proc, s, out = _fuzz(tmp_path, "--engine", "tests._planted_engines:root_assigned", "--oracles",
+                         "reference,jacobian", "--seed", "3")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert s["rules"]["accumulate-roots"]["status"] == "failed"
+    assert s["rules"]["accumulate-roots"]["causes"] == ["root-grad-assigned"]
+    assert {r["status"] for n, r in s["rules"].items() if n != "accumulate-roots"} == {"passed"}, s["rules"]
+    rule = [r for r in s["reports"] if r["kind"].startswith("semantics:")]
+    assert [r["cause"]["id"] for r in rule] == ["root-grad-assigned"]
+    assert (out / rule[0]["id"] / "index.html").exists()
+    page = (out / rule[0]["id"] / "index.html").read_text()
+    assert "root-grad-assigned" in page and "eng.backward(" in page  # the cause and the exact calls
+    # the value campaign's findings on the same engine carry the same engine-level cause
+    values = [r for r in s["reports"] if r["kind"] == "value"]
+    assert values and {r["cause"]["id"] for r in values} == {"root-grad-assigned"}
+    assert "backward() rules (§5): 10 passed; failed: accumulate-roots (root-grad-assigned)" in proc.stdout
+
+
+def test_fuzz_engine_correct_twin_has_no_finding(tmp_path):
+    proc, s, _ = _fuzz(tmp_path, "--engine", "tests._planted_engines:correct", "--oracles", "reference,jacobian",
+                       "--max-examples", "20", "--seed", "3")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert s["discrepancies"] == 0 and {r["status"] for r in s["rules"].values()} == {"passed"}
+
+
+def test_fuzz_reference_engine_skips_the_rules_with_the_reason(tmp_path):
+    proc, s, _ = _fuzz(tmp_path, "--oracles", "reference,jacobian", "--ops", "exp", "--max-examples", "3")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert {r["status"] for r in s["rules"].values()} == {"skipped"}
+    assert "oracle" in s["rules"]["seed-values"]["reason"]
