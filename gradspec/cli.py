@@ -2,6 +2,7 @@
 
 Exit codes: 0 no discrepancy, 1 discrepancies found (each written as a report), 2 usage error
 (bad arguments, an engine or case that cannot be loaded, a report dir that cannot be written),
+3 inconclusive (no case ran, or no pair of oracles was compared; the reason is printed),
 130 interrupted (Ctrl-C) before any discrepancy was found.
 
 Examples::
@@ -26,8 +27,8 @@ import sys
 
 __all__ = ["main"]
 
-EXIT_OK, EXIT_FOUND, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
-EXIT_LOST = 3  # inconclusive (CONTRACT §6): budget lost with a dead worker
+EXIT_OK, EXIT_FOUND, EXIT_USAGE, EXIT_INCONCLUSIVE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+EXIT_LOST = EXIT_INCONCLUSIVE  # inconclusive (CONTRACT §6): budget lost with a dead worker
 
 
 class _UsageError(Exception):
@@ -72,7 +73,7 @@ def _positive_float(text: str) -> float:
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="gradspec", description="Property-based verification of gradients (backward(seed) = J^T . seed).",
                 epilog="exit codes: 0 no discrepancy, 1 discrepancies (each written as a report), 2 usage error, "
-                       "130 interrupted")
+                       "3 inconclusive (nothing ran or nothing was compared; the reason is printed), 130 interrupted")
     sub = p.add_subparsers(dest="cmd", required=True, metavar="{fuzz,replay,ops}")
     f = sub.add_parser("fuzz", help="random graphs, shapes, values and seeds through every oracle; HTML reports",
                        description="A fuzzing campaign: random cases through every applicable oracle; every "
@@ -310,6 +311,8 @@ def _replay_check(args, case, engine, oracles) -> int:
     if args.json:
         print(json.dumps({
             "ok": verdict.ok,
+            "status": verdict.status,
+            "reason": verdict.reason,
             "engine": engine,
             "pairs": [{"oracles": list(c.oracles), "agreed": c.agreed, "max_ratio": c.max_ratio}
                       for c in verdict.comparisons],
@@ -323,9 +326,11 @@ def _replay_check(args, case, engine, oracles) -> int:
         except Exception as e:
             print(f"  (cannot evaluate the case: {type(e).__name__}: {e})")
         print(verdict.summary())
-        if not verdict.ok:
+        if verdict.status == "disagree":
             print("still disagrees (exit 1)")
-    return EXIT_OK if verdict.ok else EXIT_FOUND
+        elif verdict.status == "inconclusive":
+            print("inconclusive (exit 3): nothing was compared")
+    return {"agree": EXIT_OK, "disagree": EXIT_FOUND}.get(verdict.status, EXIT_INCONCLUSIVE)
 
 
 def _supports(engine, op: str) -> bool:
@@ -486,6 +491,8 @@ def _fuzz(args) -> int:
         # Part of the budget never ran (a worker died twice on it): not a clean bill of health.
         print("gradspec fuzz: INCONCLUSIVE: part of the campaign did not run (see 'problem' above)", file=sys.stderr)
         return EXIT_LOST
+    if summary["status"] == "inconclusive":
+        return EXIT_INCONCLUSIVE  # the reason is in the summary printed above
     return EXIT_OK
 
 
@@ -516,6 +523,18 @@ def _fuzz_rules(cfg, engine, run, ops, err) -> dict:
     except KeyboardInterrupt:
         run.interrupted = True
         return {"*": {"status": "skipped", "reason": "interrupted"}}
+
+
+def _print_skipped(s: dict, out) -> None:
+    """What was not compared, and why (oracles skipped, cases that compared nothing)."""
+    if s.get("inconclusive"):
+        print(f"  {s['inconclusive']} of {s['cases']} case(s) compared nothing:", file=out)
+        for why, k in list(s.get("inconclusive_reasons", {}).items())[:3]:
+            print(f"    {k} x {why}", file=out)
+    skipped = list(s.get("skipped", {}).items())
+    if skipped:
+        print("  skipped oracles (cases): " + "; ".join(f"{why} ({k})" for why, k in skipped[:4])
+              + (f"; ... {len(skipped) - 4} more in summary.json" if len(skipped) > 4 else ""), file=out)
 
 
 def _print_summary(cfg, s: dict, index: str | None, ops: list[str]) -> None:
@@ -557,8 +576,11 @@ def _print_summary(cfg, s: dict, index: str | None, ops: list[str]) -> None:
                   file=out)
         if n > 10:
             print(f"    ... and {n - 10} more in the report", file=out)
+    elif s.get("status") == "inconclusive":
+        print(f"  INCONCLUSIVE (exit 3): {s.get('reason')}", file=out)
     else:
         print("  no discrepancy", file=out)
+    _print_skipped(s, out)
     if s.get("superseded"):
         print(f"  ({len(s['superseded'])} more report(s) superseded by a smaller case with the same disagreement: "
               f"{', '.join(r['id'] for r in s['superseded'][:5])})", file=out)

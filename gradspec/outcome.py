@@ -158,7 +158,9 @@ def settle_errors(case, results: dict, errors: dict, oracles: dict) -> tuple[lis
         for name in errors:
             excused[name] = f"the forward raised on this case ({fwd}): no gradient to check"
         return [], excused
-    torch_raised = [n for n in errors if is_torch(oracles[n])]
+    # torch refusing the case itself (its own code raised: "does not require grad", a seed of the wrong
+    # shape...), not user code it ran (a torch Function under test, a twin): what engines must copy.
+    torch_raised = [n for n in errors if is_torch(oracles[n]) and _raised_inside_torch(errors[n][2])]
     returned = [n for n in results if _must_match_torch(oracles[n])]
     refused = [n for n in errors if _must_match_torch(oracles[n])]
     raised = []
@@ -171,7 +173,7 @@ def settle_errors(case, results: dict, errors: dict, oracles: dict) -> tuple[lis
         if torch_raised and not is_torch(o):
             excused[name] = f"{name} raised {etype} ({first}) and so did {torch_raised[0]}: both refuse this case"
             continue
-        if is_torch(o) and refused and not returned:
+        if name in torch_raised and refused and not returned:
             excused[name] = f"{name} raised {etype} ({first}) and so did {refused[0]}: both refuse this case"
             continue
         others = [n for n in returned if n != name] or [n for n in results if n != name]
@@ -181,6 +183,19 @@ def settle_errors(case, results: dict, errors: dict, oracles: dict) -> tuple[lis
             text += f" while {other} returned gradients"
         raised.append((name, other, text, tb))
     return raised, excused
+
+
+def _raised_inside_torch(tb: str) -> bool:
+    """Whether the innermost Python frame of a formatted traceback is in torch's own package."""
+    import os
+
+    import torch
+
+    frames = [ln.strip() for ln in (tb or "").splitlines() if ln.strip().startswith('File "')]
+    if not frames:
+        return True  # no frames to tell: keep the old reading (torch refused)
+    path = frames[-1].split('"')[1]
+    return os.path.abspath(path).startswith(os.path.dirname(os.path.abspath(torch.__file__)) + os.sep)
 
 
 def twin_mismatches(case, dtype: str) -> list:
@@ -271,3 +286,17 @@ def run_notes(notes: list, verdict) -> None:
             key = text
         if not any(str(x).startswith(key) for x in notes):
             notes.append(text)
+
+
+def run_status(cases: int, discrepancies: int, comparisons: int, inconclusive=None, errors=()) -> tuple[str, str]:
+    """``(status, reason)`` of a run (fuzz, verify_*): ``disagree`` on any finding; ``inconclusive`` when
+    no case ran or no pair of oracles was compared on any case (the most common per-case reasons,
+    or the campaign's errors, say why); else ``agree``."""
+    if discrepancies:
+        return DISAGREE, ""
+    if cases and comparisons:
+        return AGREE, ""
+    why = [f"{r} ({k} case{'s' if k != 1 else ''})" for r, k in dict(inconclusive or {}).items()][:3]
+    why += [str(e) for e in errors][:3]
+    head = "no case ran" if not cases else f"no pair of oracles was compared in {cases} case{'s' if cases != 1 else ''}"
+    return INCONCLUSIVE, head + (": " + "; ".join(why) if why else "")

@@ -17,6 +17,7 @@ import collections
 import dataclasses
 from typing import Any, Callable
 
+from . import outcome as _outcome
 from .check import Discrepancy
 
 __all__ = ["Result", "VerifyDiscrepancy", "set_html_writer"]
@@ -102,20 +103,25 @@ class Result:
     pair_agree: collections.Counter = dataclasses.field(default_factory=collections.Counter)
     skipped: collections.Counter = dataclasses.field(default_factory=collections.Counter)
     replay: str = ""
+    inconclusive: collections.Counter = dataclasses.field(default_factory=collections.Counter)  # why -> cases
+    unran: list = dataclasses.field(default_factory=list)  # why the code under test never ran (its first error)
+
+    def _status_reason(self) -> tuple[str, str]:
+        compared = sum(self.pair_counts.values()) + sum(v == "passed" for v in self.checks.values())
+        return _outcome.run_status(self.cases_run, len(self.discrepancies), compared,
+                                   self.inconclusive.most_common(), self.unran)
 
     @property
     def status(self) -> str:
-        """``"agree"``, ``"disagree"`` or ``"inconclusive"`` (CONTRACT §3); ``ok`` is True only for agree."""
-        if self.discrepancies:
-            return "disagree"
-        if not self.cases_run:
-            return "inconclusive"
-        return "agree"
+        """``"agree"``, ``"disagree"`` or ``"inconclusive"`` (CONTRACT §3); ``ok`` is True only for agree.
+
+        Inconclusive: no case ran, or no case compared a pair of oracles (nor passed a backward() rule)."""
+        return self._status_reason()[0]
 
     @property
     def reason(self) -> str:
-        """Why the run was inconclusive ("" otherwise)."""
-        return "no case ran" if self.status == "inconclusive" else ""
+        """Why the run was inconclusive ("" otherwise), with the code under test's error when it never ran."""
+        return self._status_reason()[1]
 
     @property
     def ok(self) -> bool:
@@ -131,7 +137,9 @@ class Result:
 
     def summary(self) -> str:
         n = len(self.discrepancies)
-        head = "OK" if self.ok else f"FAILED ({n} discrepanc{'y' if n == 1 else 'ies'})"
+        status, reason = self._status_reason()
+        head = ("OK" if status == "agree" else f"INCONCLUSIVE ({reason})" if status == "inconclusive"
+                else f"FAILED ({n} discrepanc{'y' if n == 1 else 'ies'})")
         lines = [
             f"gradspec verify {self.what} {self.target}: {head} — {self.cases_run} cases in {self.seconds:.2f} s, "
             f"seed {self.seed}"
@@ -160,6 +168,9 @@ class Result:
             "target": self.target,
             "what": self.what,
             "ok": self.ok,
+            "status": self.status,
+            "reason": self.reason,
+            "inconclusive": dict(self.inconclusive.most_common(10)),
             "seed": self.seed,
             "cases": self.cases_run,
             "shrink_runs": self.shrink_runs,

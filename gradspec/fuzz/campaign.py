@@ -201,6 +201,8 @@ class _Campaign:
             s.skipped[f"{name}: {why.split(':', 1)[1].strip() if ':' in why else why}"[:100]] += 1
         s.hard.update(tally(case, verdict.skipped))
         s.timeouts += sum(d.kind == "timeout" for d in verdict.discrepancies)
+        if verdict.status == "inconclusive":
+            s.inconclusive[verdict.reason[:200]] += 1
 
     def record(self, d: Discrepancy, verdict: Verdict, note: str = "") -> None:
         covers = _covers(d, verdict)

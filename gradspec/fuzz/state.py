@@ -19,6 +19,7 @@ from collections import Counter
 
 import numpy as np
 
+from .. import outcome as _outcome
 from .._private import database as _db
 from .._private.records import atomic_write
 
@@ -157,6 +158,7 @@ class Stats:
     pair_agree: Counter = dataclasses.field(default_factory=Counter)
     skipped: Counter = dataclasses.field(default_factory=Counter)
     hard: Counter = dataclasses.field(default_factory=Counter)  # gradspec._private.kinks.tally keys
+    inconclusive: Counter = dataclasses.field(default_factory=Counter)  # why a case compared nothing -> cases
     timeouts: int = 0
     found: dict = dataclasses.field(default_factory=dict)  # report id -> record (see _record)
     interrupted: bool = False
@@ -172,7 +174,7 @@ class Stats:
 
     def to_json(self) -> dict:
         d = dataclasses.asdict(self)
-        for k in ("op_counts", "pair_counts", "pair_agree", "skipped", "hard"):
+        for k in ("op_counts", "pair_counts", "pair_agree", "skipped", "hard", "inconclusive"):
             d[k] = dict(getattr(self, k))
         return d
 
@@ -190,7 +192,7 @@ class Stats:
         self.replayed += other.replayed
         self.shrink_runs += other.shrink_runs
         self.seconds = max(self.seconds, other.seconds)
-        for k in ("op_counts", "pair_counts", "pair_agree", "skipped", "hard"):
+        for k in ("op_counts", "pair_counts", "pair_agree", "skipped", "hard", "inconclusive"):
             getattr(self, k).update(getattr(other, k))
         self.timeouts += other.timeouts
         for rid, rec in other.found.items():
@@ -248,7 +250,13 @@ def summary_json(cfg: Config, stats: Stats, previous: list | None = None, ops: l
     active, superseded = supersede(stats.found)
     op_counts = {o: 0 for o in (ops or [])}
     op_counts.update(stats.op_counts)
+    status, reason = _outcome.run_status(stats.cases, len(active), sum(stats.pair_counts.values()),
+                                         stats.inconclusive.most_common(), stats.errors)
     return {
+        "status": status,
+        "reason": reason,
+        "inconclusive": sum(stats.inconclusive.values()),
+        "inconclusive_reasons": dict(stats.inconclusive.most_common(10)),
         "cases": stats.cases,
         "discrepancies": len(active),
         "seconds": round(stats.seconds, 3),

@@ -210,7 +210,10 @@ def _check_op_case(case: Case, spec: OpSpec, oracle_names: list, target: str, re
                 continue
             found.append(_wrap_disc(d, target, replay, vv, spec))
     ref_msg = errors.get("reference", (None, ""))[1]
+    excused = {k for vv in verdicts for k in vv.excused}
     for name, (tname, msg, tb) in errors.items():
+        if name in excused:
+            continue  # not a discrepancy (gradspec.outcome: both refuse, the forward raised, FD could not estimate)
         if name != "reference" and ref_msg and msg and msg in ref_msg:
             continue  # the same failure of the same code (fn's backward run by torch): reported once
         kind = ERROR_KINDS.get(tname)
@@ -392,3 +395,5 @@ def _note_verdicts(result: Result, verdicts) -> None:
         for name, why in v.skipped.items():
             result.skipped[f"{name}: {why}"[:100]] += 1
         _outcome.run_notes(result.notes, v)
+        if v.status == "inconclusive":
+            result.inconclusive[v.reason[:200]] += 1

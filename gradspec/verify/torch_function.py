@@ -93,8 +93,15 @@ def _torch_wrap(fn, name: str, layout: CallLayout, signature, shape_fn, domain, 
         return xs, outs, multi
 
     def forward(*arrays, **kw):
-        _, outs, multi = run(arrays, kw, False)
+        try:
+            _, outs, multi = run(arrays, kw, False)
+        except Exception as e:  # the first one is shown if fn never runs (an inconclusive run's reason)
+            if not forward.errors:
+                forward.errors.append(f"fn's forward raised {type(e).__name__}: {e}")
+            raise
         return flat(outs, multi).detach().cpu().numpy().astype(np.float64)
+
+    forward.errors = []
 
     def vjp(g, *rest, **kw):
         arrays = rest[:-1]
@@ -128,6 +135,7 @@ def _torch_wrap(fn, name: str, layout: CallLayout, signature, shape_fn, domain, 
               shape_fn=shape_fn, params=params, domain=domain)
     spec.torch_name = getattr(fn, "__qualname__", repr(fn))
     spec.defining_module = None  # type: ignore[attr-defined]  (wrapped inline: not importable)
+    spec.forward_errors = forward.errors  # type: ignore[attr-defined]
     return spec
 
 
@@ -271,14 +279,20 @@ def verify_torch_function(fn, *, arity: int | None = None, signature: str | None
                               extra=lambda c: _twice_check(c, spec, target, case_replay))
 
     runner = _Runner(result, max_examples, seconds)
-    if plan.model is not None:
-        strategy = fn_shapes.model_cases(spec, plan.model, layout, plan.multi, _wrap)
-    else:
-        strategy = _op_cases(spec, companions, {})
-    runner.run(strategy, evaluate)
-    if not result.cases_run:
-        _no_case(result, "the shape rules admitted no case in the draws"
-                 + ("" if example_inputs is not None else ": pass example_inputs=(...) (one real call's arguments)"))
+        if grad:
+            xs = [x.requires_grad_(True) for x in xs]
+        with torch.enable_grad() if grad else torch.no_grad():
+            outs, multi = outputs(layout.call(fn, xs, kw))
+        return xs, outs, multi
+
+    def forward(*arrays, **kw):
+        try:
+            _, outs, multi = run(arrays, kw, False)
+        except Exception as e:  # the first one is shown if fn never runs (an inconclusive run's reason)
+            if not forward.errors:
+                forward.errors.append(f"fn's forward raised {type(e).__name__}: {e}")
+            raise
+        return flat(outs, multi).detach().cpu().numpy().astype(np.float64)
     result_sink.emit(result)
     return result
 
