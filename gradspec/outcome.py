@@ -158,9 +158,13 @@ def settle_errors(case, results: dict, errors: dict, oracles: dict) -> tuple[lis
         for name in errors:
             excused[name] = f"the forward raised on this case ({fwd}): no gradient to check"
         return [], excused
-    # torch refusing the case itself (its own code raised: "does not require grad", a seed of the wrong
-    # shape...), not user code it ran (a torch Function under test, a twin): what engines must copy.
-    torch_raised = [n for n in errors if is_torch(oracles[n]) and _raised_inside_torch(errors[n][2])]
+    # torch refusing the case itself ("does not require grad", a seed of the wrong shape...): what engines
+    # must copy.  Not when torch ran user code that failed (a torch Function under test, a twin, or torch
+    # rejecting what a Function's backward returned): with user ops in the graph only the refusal of a
+    # graph without gradients counts.
+    has_user = _open_reach(case) is not None
+    torch_raised = [n for n in errors if is_torch(oracles[n]) and _raised_inside_torch(errors[n][2])
+                    and (not has_user or NO_GRAD_MESSAGE in errors[n][1])]
     returned = [n for n in results if _must_match_torch(oracles[n])]
     refused = [n for n in errors if _must_match_torch(oracles[n])]
     raised = []
