@@ -252,6 +252,9 @@ def summary_json(cfg: Config, stats: Stats, previous: list | None = None, ops: l
     op_counts.update(stats.op_counts)
     status, reason = _outcome.run_status(stats.cases, len(active), sum(stats.pair_counts.values()),
                                          stats.inconclusive.most_common(), stats.errors)
+    if stats.lost and status == "agree":  # a dead worker's share never ran: no clean bill of health
+        status, reason = "inconclusive", (f"part of the budget never ran ({sum(x.get('cases', 0) for x in stats.lost)} "
+                                          "cases lost with a worker that died)")
     return {
         "status": status,
         "reason": reason,
