@@ -216,7 +216,7 @@ def _case_file(tmp_path, op_path, op):
 
 def test_replay_exits_1_on_a_broken_vjp(tmp_path):
     p = _case_file(tmp_path, "tests._verdict_ops:two_grads", "vd_two_grads")
-    r = _gradspec("replay", p, cwd=tmp_path)
+    r = _gradspec("replay", p, "--allow-import", "tests._verdict_ops", cwd=tmp_path)
     assert r.returncode == 1, r.stdout + r.stderr
 
 
