@@ -279,20 +279,16 @@ def verify_torch_function(fn, *, arity: int | None = None, signature: str | None
                               extra=lambda c: _twice_check(c, spec, target, case_replay))
 
     runner = _Runner(result, max_examples, seconds)
-        if grad:
-            xs = [x.requires_grad_(True) for x in xs]
-        with torch.enable_grad() if grad else torch.no_grad():
-            outs, multi = outputs(layout.call(fn, xs, kw))
-        return xs, outs, multi
-
-    def forward(*arrays, **kw):
-        try:
-            _, outs, multi = run(arrays, kw, False)
-        except Exception as e:  # the first one is shown if fn never runs (an inconclusive run's reason)
-            if not forward.errors:
-                forward.errors.append(f"fn's forward raised {type(e).__name__}: {e}")
-            raise
-        return flat(outs, multi).detach().cpu().numpy().astype(np.float64)
+    if plan.model is not None:
+        strategy = fn_shapes.model_cases(spec, plan.model, layout, plan.multi, _wrap)
+    else:
+        strategy = _op_cases(spec, companions, {})
+    runner.run(strategy, evaluate)
+    if not result.cases_run and spec.forward_errors:
+        _no_case(result, f"{spec.forward_errors[0]} (on every input tried)")
+    elif not result.cases_run:
+        _no_case(result, "the shape rules admitted no case in the draws"
+                 + ("" if example_inputs is not None else ": pass example_inputs=(...) (one real call's arguments)"))
     result_sink.emit(result)
     return result
 
