@@ -110,7 +110,11 @@ def junit_xml(s: dict, report_dir: str = "reports") -> str:
 
     for rule, outcome in sorted((s.get("rules") or {}).items()):
         tc = _case(suite, "gradspec.rules", rule)
-        text = outcome if isinstance(outcome, str) else str(outcome.get("status", outcome))
+        if isinstance(outcome, dict):  # {"status", "causes", "reason"} as gradspec.fuzz.rules writes it
+            extra = ", ".join(outcome.get("causes") or []) or outcome.get("reason") or ""
+            text = f"{outcome.get('status', '?')}" + (f": {extra}" if extra else "")
+        else:
+            text = str(outcome)
         if text.startswith("failed"):
             _fail(tc, f"backward() rule {rule} failed", text)
         elif text.startswith("skipped"):

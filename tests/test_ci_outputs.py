@@ -45,6 +45,12 @@ TABLE = [
                   "accumulation": "failed: overwrote .grad", "freeing": "skipped: strict=False"}},
                  {("gradspec.rules", "implicit-seed"): "passed", ("gradspec.rules", "accumulation"): "failure",
                   ("gradspec.rules", "freeing"): "skipped"}, id="backward-rules"),
+    pytest.param({**BASE, "discrepancies": 0, "reports": [], "rules": {
+                  "seed-shape": {"status": "passed"},
+                  "accumulation": {"status": "failed", "causes": ["accumulation-overwrite"]},
+                  "freeing": {"status": "skipped", "reason": "strict=False"}}},
+                 {("gradspec.rules", "seed-shape"): "passed", ("gradspec.rules", "accumulation"): "failure",
+                  ("gradspec.rules", "freeing"): "skipped"}, id="backward-rules-as-fuzz-writes-them"),
 ]
 
 
@@ -63,6 +69,13 @@ def test_junit_failure_carries_cause_and_replay():
     f = tc.find("failure")
     assert f.get("message").startswith("wrong-vjp [node v1 = exp]: its VJP is off by a factor 1.5")
     assert "gradspec replay out/reports/d-abc123/case.json" in f.text
+
+
+def test_rule_failure_names_its_cause():
+    s = {**BASE, "discrepancies": 0, "reports": [],
+         "rules": {"accumulation": {"status": "failed", "causes": ["accumulation-overwrite"]}}}
+    _, tc = cases_of(ci.junit_xml(s))[("gradspec.rules", "accumulation")]
+    assert "accumulation-overwrite" in tc.find("failure").text
 
 
 def test_markdown_is_inert_and_links_each_report():
