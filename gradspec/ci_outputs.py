@@ -110,11 +110,7 @@ def junit_xml(s: dict, report_dir: str = "reports") -> str:
 
     for rule, outcome in sorted((s.get("rules") or {}).items()):
         tc = _case(suite, "gradspec.rules", rule)
-        if isinstance(outcome, dict):  # {"status", "causes", "reason"} as gradspec.fuzz.rules writes it
-            extra = ", ".join(outcome.get("causes") or []) or outcome.get("reason") or ""
-            text = f"{outcome.get('status', '?')}" + (f": {extra}" if extra else "")
-        else:
-            text = str(outcome)
+        text = _rule_text(outcome)
         if text.startswith("failed"):
             _fail(tc, f"backward() rule {rule} failed", text)
         elif text.startswith("skipped"):
@@ -130,6 +126,15 @@ def junit_xml(s: dict, report_dir: str = "reports") -> str:
     root.append(suite)
     ET.indent(root)
     return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
+
+
+def _rule_text(outcome) -> str:
+    """``passed`` / ``failed: cause, ...`` / ``skipped: why`` from a rule outcome (a string, or the dict
+    ``{"status", "causes", "reason"}`` that gradspec.fuzz.rules writes)."""
+    if not isinstance(outcome, dict):
+        return str(outcome)
+    extra = ", ".join(outcome.get("causes") or []) or outcome.get("reason") or ""
+    return f"{outcome.get('status', '?')}" + (f": {extra}" if extra else "")
 
 
 def _md(text) -> str:
@@ -165,6 +170,11 @@ def summary_markdown(s: dict, report_dir: str = "reports", link_base: str | None
     if pairs:
         out += ["| oracle pair | agreed / compared |", "| --- | ---: |"]
         out += [f"| {_md(p)} | {(s.get('agreement') or {}).get(p, n)} / {n} |" for p, n in sorted(pairs.items())]
+        out.append("")
+    rules = s.get("rules") or {}
+    if rules:
+        out += ["| backward() rule | outcome |", "| --- | --- |"]
+        out += [f"| {_md(name)} | {_md(_rule_text(outcome))} |" for name, outcome in sorted(rules.items())]
         out.append("")
     never = [o for o, n in (s.get("ops") or {}).items() if not n]
     if never:
