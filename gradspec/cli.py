@@ -360,6 +360,7 @@ def _check_report_dir(path: str) -> None:
 
 def _fuzz(args) -> int:
     from . import fuzz, report
+    from .report_cause import shorten, strip_tolerance
 
     if args.tx and args.workers == 1:  # one shard per xdist node: "3*ssh=host" is three
         args.workers = sum(int(t.split("*", 1)[0]) if "*" in t and t.split("*", 1)[0].isdigit() else 1
@@ -433,7 +434,9 @@ def _fuzz(args) -> int:
         if printer is not None and getattr(printer, "tty", False):
             err.write("\n")
         print(f"gradspec fuzz: discrepancy {rid}: {d.kind} ({' vs '.join(d.oracles)}), ops "
-              f"{', '.join(sorted({n.op for n in d.case.nodes}))}: {d.message.splitlines()[0][:160]}", file=err)
+              f"{', '.join(sorted({n.op for n in d.case.nodes}))}: {shorten(strip_tolerance(d.message), 160)}", file=err)
+        if d.cause is not None:
+            print(f"  cause: {shorten(str(d.cause), 300)}", file=err)
         print(f"  report: {os.path.join(cfg.report_dir, rid, 'index.html')}", file=err)
         camp = progress_state.get("campaign")
         if camp is not None:

@@ -143,7 +143,7 @@ def localise(case: Case, d, oracles: dict, verdict=None) -> Cause:
     if d.kind == "none-vs-zeros":
         return _none_vs_zeros(d)
     if _is_engine(suspect) and verdict is not None:
-        c = _engine_seed_ignored(case, suspect, verdict)
+        c = _engine_seed_ignored(case, suspect, verdict) or _engine_overwrite(case, suspect, verdict)
         if c is not None:
             return c
     try:
@@ -445,6 +445,34 @@ def _engine_seed_ignored(case: Case, suspect: str, verdict) -> Cause | None:
     return None
 
 
+def _engine_overwrite(case: Case, suspect: str, verdict) -> Cause | None:
+    """Several roots, each back-propagated by its own backward() call: .grad holds only the last roots' part."""
+    got = verdict.results.get(suspect)
+    if got is None or len(case.roots) < 2:
+        return None
+    try:
+        J = _jac.jacobian(case)
+    except Exception:  # noqa: BLE001
+        return None
+    leaves = case.grad_leaves()
+    uu = np.concatenate([np.zeros(l.value.size) if got.get(l.name) is None else
+                         np.asarray(got[l.name], dtype=np.float64).reshape(-1) for l in leaves])
+    parts, row = [], 0
+    for _, shape in J.row_blocks:
+        n = int(np.prod(shape))
+        parts.append(J.matrix[row: row + n].T @ J.seed_vector[row: row + n])
+        row += n
+    full = sum(parts)
+    for k in range(1, len(parts)):
+        tail = sum(parts[k:])
+        if _explains(uu, tail, full):
+            return Cause("accumulation-overwrite", f"the engine's .grad holds only what the last {len(parts) - k} of "
+                         f"{len(parts)} backward() calls (one per root) contributed: each backward replaced .grad "
+                         "instead of adding to it", evidence=f"engine {_fmt(uu)}; last roots only {_fmt(tail)}; "
+                         f"all roots {_fmt(full)}")
+    return None
+
+
 # =============================================================================================
 # naming the error
 # =============================================================================================
@@ -490,7 +518,7 @@ def classify(mini: Case, node: NodeDef, spec, leaves, u: dict, t: dict, J, g) ->
         c = _snap(c, _dims(mini, node)) if name else c
         small = abs(c - 1) < 1e-3
         text = f"it is (1 {'+' if c > 1 else '-'} {abs(c - 1):.2g}) times J^T·g: a small relative error in the formula" \
-            if small else f"it is {c:.6g}{' = ' + name if name and name != f'{c:g}' else ''} times J^T·g"
+            if small else f"it is {c:.6g} × J^T·g{' (' + f'{c:.6g}' + ' = ' + name + ')' if name and name != f'{c:g}' else ''}"
         return "scale", float(c), text + "; remove that factor"
     flip = np.abs(uu + tt) < np.abs(err)
     if flip.any() and _explains(uu, np.where(flip, -tt, tt), tt):

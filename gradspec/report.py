@@ -34,6 +34,7 @@ import uuid
 
 import numpy as np
 
+from . import report_cause as _cause
 from ._private.inert import docstring, literal
 from ._private.version import __version__
 from .caseio import replay_command
@@ -68,6 +69,8 @@ pre{background:#f6f6f6;padding:.7em;overflow:auto;max-height:34em;font-size:.88e
 .bar{display:inline-block;height:.8em;background:#7aa6e0;vertical-align:middle}.bar.z{background:#e05050;width:3px}
 .kind{display:inline-block;padding:0 .4em;border-radius:4px;background:#eee;font-size:.9em}
 .status-fixed{color:#1b7f3b}.status-present{color:#b00020}
+.headline{border:2px solid #c03030;border-radius:8px;background:#fff4f2;padding:.6em 1em;margin:.8em 0}.htitle{font-size:1.2em;font-weight:600;color:#a01818}
+.headline p{margin:.35em 0}.yours{display:inline-block;background:#ffe08a;border-radius:3px;padding:0 .3em;font-size:.8em;font-weight:600}
 """
 
 _env = None
@@ -91,6 +94,7 @@ def _jinja():
         _env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True,
                                   lstrip_blocks=True)
         _env.filters["num"] = _fmt
+        _env.filters["untol"] = _cause.strip_tolerance
     return _env
 
 
@@ -271,11 +275,17 @@ def _norm_record(r: dict) -> dict:
 # one discrepancy
 # ---------------------------------------------------------------------------------------------
 
-_DISC = """<!doctype html><html lang="en"><head><meta charset="utf-8"><title>gradspec {{ id }}: {{ d.kind }} ({{ d.oracles|join(' vs ') }})</title>
+_DISC = """<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{{ run_title }} — {{ head.title if head else d.kind }} ({{ id }})</title>
 <style>{{ css }}</style></head><body>
 <p class="small"><a href="../index.html">&larr; run summary</a></p>
+<p id="run-title" class="small"><b>{{ run_title }}</b></p>
 <h1>{{ id }}: <span class="kind">{{ d.kind }}</span> {{ d.oracles|join(' vs ') }} <span class="small">ops {{ ops|join(', ') }}</span></h1>
-<pre id="message" class="wrap">{{ d.message }}</pre>
+{% if head %}<div id="headline" class="headline"><div class="htitle">{{ head.title }}</div>
+<p id="cause-summary">{{ head.summary }}</p>
+{% if head.fix %}<p id="cause-fix"><b>Fix:</b> {{ head.fix }}</p>{% endif %}
+{% if head.evidence %}<details><summary>The numbers that decided it</summary><pre class="wrap small">{{ head.evidence }}</pre></details>{% endif %}
+<p class="small">cause <code>{{ head.id }}</code>{% if head.meaning %}: {{ head.meaning }}{% endif %}{% if head.pattern %}; pattern: {{ head.pattern }}{% endif %} (CONTRACT §8)</p></div>{% endif %}
+<pre id="message" class="wrap">{{ message }}</pre>
 {% if info.note %}<p class="small">{{ info.note }}</p>{% endif %}
 <div class="card"><b>Reproduce</b>
 <ul><li>replay with every oracle: <code>{{ replay_cmd }}</code></li>
@@ -284,6 +294,7 @@ _DISC = """<!doctype html><html lang="en"><head><meta charset="utf-8"><title>gra
 
 <h2>The graph</h2>
 <div id="graph">{{ svg|safe }}</div>
+<p class="small">Roots have an orange border and say <b>root</b>{% if head and head.title and d.cause and d.cause.node %}; the node the cause blames is red{% endif %}; blue leaves require grad.</p>
 <h3>The shrunk case</h3>
 <pre id="case-text">{{ case_text }}</pre>
 
@@ -296,12 +307,14 @@ _DISC = """<!doctype html><html lang="en"><head><meta charset="utf-8"><title>gra
 
 {% if grads %}<h2>Gradients per oracle</h2>
 <p class="small">Columns in order: the two oracles that disagree ({{ pair|join(' and ') }}), then the others. |difference| is between the first two; the heatmap colours each element by |difference| relative to the largest one.</p>
-<table id="gradients"><tr><th class="l">leaf[element]</th><th>input</th>{% for o in order %}<th>{{ o }}</th>{% endfor %}<th>|difference|</th></tr>
+<table id="gradients"><tr><th class="l">leaf[element]</th><th>input</th>{% for o in order %}<th>{{ o }}{% if o in mine %}<br><span class="yours">your code</span>{% endif %}</th>{% endfor %}<th>|difference|</th></tr>
 {% for g in grads %}{% for row in g.rows %}<tr class="{{ 'bad' if row.bad else '' }}"><td class="l">{{ g.name }}[{{ row.index }}]</td><td>{{ row.x|num }}</td>{% for v in row.vals %}<td>{{ v|num }}</td>{% endfor %}<td style="background:{{ row.heat }}">{{ row.diff|num }}</td></tr>
 {% endfor %}{% if g.more %}<tr><td class="l small" colspan="{{ order|length + 3 }}">&hellip; {{ g.more }} more elements of {{ g.name }}</td></tr>{% endif %}{% endfor %}
 </table>
 <h3>Error heatmaps</h3>
-<div class="grid">{% for g in grads %}<div class="card"><b>{{ g.name }}</b> <span class="small">{{ g.shape }}: |{% for p in pair %}{{ p }}{{ ' \u2212 ' if not loop.last }}{% endfor %}|, max {{ g.maxdiff|num }}</span><br>{{ g.svg|safe }}</div>{% endfor %}</div>
+{% if ratios %}<p class="small">Each element coloured by |{{ pair|join(' \u2212 ') }}| / tolerance: white 0, green up to the tolerance (1), red above it and darker with every factor of 10 (the rounding-noise allowance of gs.check is left out here, so a ratio can be slightly higher than gs.check's).</p>
+<div class="grid" id="ratio-maps">{% for g in ratios %}<div class="card"><b>{{ g.name }}</b> <span class="small">{{ g.shape }}: max |difference| / tolerance {{ g.max|num }}, {{ g.outside }} of {{ g.size }} element(s) above 1</span><br>{{ g.svg|safe }}</div>{% endfor %}</div>
+{% else %}<div class="grid">{% for g in grads %}<div class="card"><b>{{ g.name }}</b> <span class="small">{{ g.shape }}: |{% for p in pair %}{{ p }}{{ ' \u2212 ' if not loop.last }}{% endfor %}|, max {{ g.maxdiff|num }}</span><br>{{ g.svg|safe }}</div>{% endfor %}</div>{% endif %}
 {% endif %}
 {% if worst %}<h2>The worst elements</h2>
 <table id="worst"><tr><th class="l">leaf[element]</th><th>{{ pair[0] }}</th><th>{{ pair[1] }}</th><th>|difference|</th><th>relative</th></tr>
@@ -322,7 +335,7 @@ _DISC = """<!doctype html><html lang="en"><head><meta charset="utf-8"><title>gra
 {% if jac.worked %}<p>Worked out for {{ jac.worked.label }}: {{ jac.worked.expr }} = <b>{{ jac.worked.value|num }}</b>{% for o, v in jac.worked.claims %}; {{ o }} says {{ v|num }}{% endfor %}.</p>{% endif %}
 {% endif %}
 
-{% if all_d|length > 1 %}<h2>Every discrepancy of this case</h2><ul>{% for x in all_d %}<li><span class="kind">{{ x.kind }}</span> {{ x.oracles|join(' vs ') }}: <span class="small">{{ x.message|truncate(400) }}</span></li>{% endfor %}</ul>{% endif %}
+{% if all_d|length > 1 %}<h2>Every discrepancy of this case</h2><ul>{% for x in all_d %}<li><span class="kind">{{ x.kind }}</span> {{ x.oracles|join(' vs ') }}: <span class="small">{{ x.message|untol|truncate(400) }}</span></li>{% endfor %}</ul>{% endif %}
 {% if skipped %}<h2>Oracles not used</h2><ul>{% for n, why in skipped %}<li><b>{{ n }}</b>: {{ why }}</li>{% endfor %}</ul>{% endif %}
 {% for name, tb in tracebacks %}<h2>Traceback: {{ name }}</h2><pre>{{ tb }}</pre>{% endfor %}
 <p class="small">gradspec {{ version }}, numpy {{ np_version }}, Python {{ py_version }}; written {{ now }}.</p>
@@ -331,8 +344,9 @@ _DISC = """<!doctype html><html lang="en"><head><meta charset="utf-8"><title>gra
 _GRAPH_W, _GRAPH_H, _COL, _ROW = 150, 34, 200, 56
 
 
-def graph_svg(case) -> str:
-    """The case's DAG as inline SVG: leaves on the left, one column per depth, roots highlighted."""
+def graph_svg(case, blamed: str | None = None) -> str:
+    """The case's DAG as inline SVG: leaves on the left, one column per depth, roots marked "root",
+    the node a cause blames (``blamed``) in red."""
     from markupsafe import escape
 
     try:
@@ -368,7 +382,7 @@ def graph_svg(case) -> str:
                          'stroke="#888" marker-end="url(#arrow)"/>')
     for name, (x, y) in pos.items():
         if name in nodes:
-            fill = "#ffe2b8" if name in roots else "#f1f1f1"
+            fill = "#f4a6a6" if name == blamed else "#ffe2b8" if name in roots else "#f1f1f1"
             label = f"{name} = {nodes[name].op}"
         else:
             leaf = next(l for l in case.leaves if l.name == name)
@@ -376,12 +390,19 @@ def graph_svg(case) -> str:
             label = f"{name} (leaf)"
         shape = shapes.get(name)
         sub = "" if shape is None else str(tuple(shape))
-        stroke = "#c05000" if name in roots else "#555"
+        stroke = "#b00000" if name == blamed else "#c05000" if name in roots else "#555"
         parts.append(f'<g class="node"><title>{escape(label)} {escape(sub)}</title>'
                      f'<rect x="{x}" y="{y}" width="{_GRAPH_W}" height="{_GRAPH_H}" rx="5" fill="{fill}" '
                      f'stroke="{stroke}"/>')
         parts.append(f'<text x="{x + 6}" y="{y + 14}">{escape(_clip(label, 20))}</text>')
-        parts.append(f'<text x="{x + 6}" y="{y + 28}" fill="#666" font-size="10">{escape(_clip(sub, 24))}</text></g>')
+        parts.append(f'<text x="{x + 6}" y="{y + 28}" fill="#666" font-size="10">{escape(_clip(sub, 24))}</text>')
+        if name in roots:
+            parts.append(f'<text x="{x + _GRAPH_W - 6}" y="{y + 28}" text-anchor="end" fill="#c05000" font-size="10" '
+                         'font-weight="bold">root</text>')
+        if name == blamed:
+            parts.append(f'<text x="{x + _GRAPH_W}" y="{y - 3}" text-anchor="end" fill="#b00000" font-size="10" '
+                         'font-weight="bold">cause</text>')
+        parts.append("</g>")
     parts.append("</svg>")
     return "".join(parts)
 
@@ -705,7 +726,12 @@ def write_discrepancy_report(directory: str, d, verdict=None, info: dict | None 
             engine=engine,
             replay_cmd=replay_command(os.path.join(folder, "case.json"), saved.engine, saved.user_ops),
             repro_path=os.path.join(folder, "repro.py"),
-            svg=graph_svg(case),
+            svg=graph_svg(case, getattr(d.cause, "node", None)),
+            head=_cause.headline(d.cause),
+            run_title=_cause.run_title(info, d),
+            message=_cause.strip_tolerance(d.message),
+            mine=_cause.your_code(case, order),
+            ratios=_safe(_ratio_views, case, verdict, d) or [],
             case_text=case_text,
             leaves_in=leaves_in,
             roots=roots,
@@ -731,6 +757,30 @@ def write_discrepancy_report(directory: str, d, verdict=None, info: dict | None 
         if os.path.isdir(staging):
             shutil.rmtree(staging, ignore_errors=True)
     return folder
+
+
+def _ratio_views(case, verdict, d) -> list:
+    from . import oracles as _oracles
+    from . import tolerances as _tol
+
+    def kind(n):
+        o = (getattr(verdict, "oracles", None) or {}).get(n)
+        if o is None:
+            try:
+                o = _oracles.get(n)
+            except KeyError:
+                return "exact"
+        return o.kind
+
+    dts = {l.value.dtype for l in case.leaves if np.issubdtype(l.value.dtype, np.floating)}
+    tol = _tol.lookup("float32" if np.dtype(np.float32) in dts else "float64", kind(d.oracles[0]), kind(d.oracles[1]))
+    out = []
+    for name, r in _cause.ratio_maps(case, verdict, d, tol).items():
+        fin = r[np.isfinite(r)]
+        out.append({"name": name, "shape": tuple(r.shape), "svg": _cause.ratio_heatmap_svg(r, tuple(r.shape)),
+                    "max": float(fin.max()) if fin.size == r.size and r.size else float("inf") if r.size else 0.0,
+                    "outside": int(np.sum(~(r <= 1))), "size": int(r.size)})
+    return out
 
 
 def _safe(fn, *args):

@@ -18,7 +18,7 @@ import html as _html
 import json
 import os
 
-from . import report
+from . import report, report_cause
 from ._private.records import atomic_write
 from .result import VerifyDiscrepancy, set_html_writer
 
@@ -32,13 +32,14 @@ def write_result_html(self, directory: str) -> str:
     for d in self.discrepancies:
         if d.case is not None:
             try:
-                folder = report.write_discrepancy_report(directory, d, d.verdict)
+                folder = report.write_discrepancy_report(directory, d, d.verdict,
+                                                         info={"run": self.what, "target": self.target})
             except Exception as e:  # noqa: BLE001 - fall back to a plain page rather than no page
                 folder = _write_plain_page(directory, d, f"(the full report failed: {type(e).__name__}: {e})")
             _append_html(os.path.join(folder, "index.html"), _replay_html(d))
             ops = ", ".join(sorted({n.op for n in d.case.nodes}))
         else:
-            folder = _write_plain_page(directory, d)
+            folder = _write_plain_page(directory, d, run=report_cause.run_title({"run": self.what, "target": self.target}))
             ops = d.check_name or ""
         items.append({"id": os.path.basename(folder), "kind": d.kind, "oracles": " vs ".join(d.oracles),
                       "ops": ops, "message": d.message})
@@ -73,6 +74,22 @@ def write_result_html(self, directory: str) -> str:
     return index
 
 
+def _headline_html(head: dict | None) -> str:
+    """The cause block of a page without a case (an engine's backward() rule): every string escaped."""
+    if not head:
+        return ""
+    e = _html.escape
+    parts = [f"<div id='headline' class='headline'><div class='htitle'>{e(head['title'])}</div>",
+             f"<p id='cause-summary'>{e(head['summary'])}</p>"]
+    if head["fix"]:
+        parts.append(f"<p id='cause-fix'><b>Fix:</b> {e(head['fix'])}</p>")
+    if head["evidence"]:
+        parts.append(f"<details><summary>The numbers that decided it</summary><pre class='wrap small'>"
+                     f"{e(head['evidence'])}</pre></details>")
+    parts.append(f"<p class='small'>cause <code>{e(head['id'])}</code>: {e(head['meaning'])} (CONTRACT §8)</p></div>")
+    return "".join(parts)
+
+
 def _append_html(path: str, fragment: str) -> None:
     with open(path, encoding="utf-8") as f:
         text = f.read()
@@ -89,15 +106,19 @@ def _replay_html(d: VerifyDiscrepancy) -> str:
     return "\n".join(parts)
 
 
-def _write_plain_page(directory: str, d: VerifyDiscrepancy, extra: str = "") -> str:
+def _write_plain_page(directory: str, d: VerifyDiscrepancy, extra: str = "", run: str = "gradspec") -> str:
     did = "d-" + hashlib.sha1(repr((d.kind, d.check_name, d.message)).encode()).hexdigest()[:10]
     folder = os.path.join(directory, did)
     os.makedirs(folder, exist_ok=True)
+    head = report_cause.headline(d.cause)
     body = (
-        "<!doctype html><html><head><meta charset='utf-8'><title>gradspec discrepancy</title></head><body>"
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{_html.escape(run)} — "
+        f"{_html.escape(head['title'] if head else d.kind)}</title><style>{report._CSS}</style></head><body>"
         "<p><a href='../index.html'>&larr; run summary</a></p>"
+        f"<p id='run-title' class='small'><b>{_html.escape(run)}</b></p>"
         f"<h1>{_html.escape(d.kind)}{' (' + _html.escape(d.check_name) + ')' if d.check_name else ''}</h1>"
-        f"<pre>{_html.escape(d.message)}</pre>{_html.escape(extra)}{_replay_html(d)}</body></html>"
+        f"{_headline_html(head)}"
+        f"<pre id='message' class='wrap'>{_html.escape(d.message)}</pre>{_html.escape(extra)}{_replay_html(d)}</body></html>"
     )
     atomic_write(os.path.join(folder, "index.html"), body)
     return folder
