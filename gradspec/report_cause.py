@@ -98,8 +98,9 @@ def run_title(info: dict | None, d=None) -> str:
     return f"gradspec fuzz: engine {engine}"
 
 
-def your_code(case, names) -> set:
-    """The oracles among ``names`` that run the user's own backward (their column says "your code")."""
+def your_code(case, names, oracles: dict | None = None) -> set:
+    """The oracles among ``names`` that run the user's own backward (their column says "your code");
+    ``oracles`` (name -> Oracle, from the verdict) tells engines under test apart."""
     try:
         specs = [case.spec(n.op) for n in case.nodes]
     except Exception:  # noqa: BLE001
@@ -111,7 +112,7 @@ def your_code(case, names) -> set:
             out.add(n)  # the engine runs the user op's vjp (or the Function's backward)
         elif n.startswith("torch") and any(s.name.startswith("torch_") for s in user):
             out.add(n)  # a torch Function under test: torch runs its backward
-        elif n not in ("reference", "jacobian", "finite-differences") and not n.startswith("torch"):
+        elif type((oracles or {}).get(n)).__name__ == "EngineOracle" or n.startswith("engine:"):
             out.add(n)  # an engine under test
     return out
 

@@ -70,10 +70,11 @@ def test_every_section_of_a_value_report(value_report):
     assert "leaf <code>x</code>" in html and "seed of root <code>y</code>" in html
     table = html[html.index('<table id="gradients">'):]
     table = table[: table.index("</table>")]
-    for oracle in ("reference", "off-by-half", "jacobian"):
+    for oracle in ("reference", "jacobian"):
         assert f"<th>{oracle}</th>" in table
+    assert '<th>off-by-half<br><span class="yours">your code</span></th>' in table  # the engine under test
     assert table.count("<tr") == 1 + 6 + 3  # header + x's 6 elements + w's 3
-    assert html.count('class="heatmap"') == 2
+    assert html.count('class="ratiomap"') == 2  # one |difference| / tolerance map per leaf
     assert '<table id="worst">' in html
     tol = html[html.index('<table id="tolerance">'):]
     assert "rtol" in tol and "allowance" in tol
