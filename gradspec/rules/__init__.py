@@ -191,6 +191,16 @@ def _seed(rng, shape):
     return rng.uniform(0.5, 2.0, shape) * rng.choice([-1.0, 1.0], shape)
 
 
+def _seed_or_implicit(draw, rng, shape):
+    """A random seed, or (numel 1) sometimes the implicit one: engines whose backward() without a
+    seed takes another path (micrograd's root.backward() assigns the root's gradient) show it here."""
+    from hypothesis import strategies as st
+
+    if int(np.prod(shape, dtype=np.int64)) == 1 and draw(st.booleans()):
+        return None
+    return _seed(rng, shape)
+
+
 def _s_implicit_scalar(V):
     from hypothesis import strategies as st
 
@@ -258,11 +268,11 @@ def _s_calls(V):
 
     @st.composite
     def draw(draw):
-        shape = draw(st.sampled_from(SHAPES))
+        shape = draw(st.sampled_from(NUMEL1[:3] + SHAPES))  # one-element roots: implicit seeds too
         leaves, nodes, rng = _graph(draw, V, shape, min_depth=2, max_nodes=4)
         root = nodes[-1][0]
         n = draw(st.integers(2, 3))
-        steps = [Step("backward", root, _seed(rng, shape), True) for _ in range(n)]
+        steps = [Step("backward", root, _seed_or_implicit(draw, rng, shape), True) for _ in range(n)]
         return Scenario(leaves, nodes, steps, "accumulate-calls")
 
     return draw()
@@ -273,7 +283,8 @@ def _s_roots(V):
 
     @st.composite
     def draw(draw):
-        shape = draw(st.sampled_from(SHAPES))
+        # one-element roots half the time: their implicit seed is where engines take another path
+        shape = draw(st.sampled_from(NUMEL1[:3] + SHAPES))
         leaves, nodes, rng = _graph(draw, V, shape, min_depth=2, max_nodes=4)
         # roots: the last node, maybe a node it uses (a root used again inside the graph), maybe a leaf
         others = []
@@ -282,7 +293,7 @@ def _s_roots(V):
         if not others or draw(st.booleans()):
             others.append(draw(st.sampled_from(list(leaves))))
         roots = draw(st.permutations([nodes[-1][0]] + others))
-        steps = [Step("backward", r, _seed(rng, shape), True) for r in roots]
+        steps = [Step("backward", r, _seed_or_implicit(draw, rng, shape), True) for r in roots]
         return Scenario(leaves, nodes, steps, "accumulate-roots")
 
     return draw()
@@ -305,12 +316,12 @@ def _s_reset(V):
 
     @st.composite
     def draw(draw):
-        shape = draw(st.sampled_from(SHAPES))
+        shape = draw(st.sampled_from(NUMEL1[:3] + SHAPES))  # one-element roots: implicit seeds too
         leaves, nodes, rng = _graph(draw, V, shape, min_depth=draw(st.integers(1, 2)), max_nodes=3)
         root = nodes[-1][0]
         reset = draw(st.lists(st.sampled_from(list(leaves)), min_size=1, unique=True))
-        steps = [Step("backward", root, _seed(rng, shape), True)] + [Step("zero_grad", x) for x in reset]
-        steps.append(Step("backward", root, _seed(rng, shape), False))
+        steps = [Step("backward", root, _seed_or_implicit(draw, rng, shape), True)] + [Step("zero_grad", x) for x in reset]
+        steps.append(Step("backward", root, _seed_or_implicit(draw, rng, shape), False))
         return Scenario(leaves, nodes, steps, "reset")
 
     return draw()
@@ -492,6 +503,7 @@ class _Search:
                 break  # a whole round without a new cause: the budget is spent or nothing more to find
             f = st["last"]
             self.known[f.key] = f
+            self.ctx.known_ids.add(f.cause.id)
             found.append(f)
         return found
 

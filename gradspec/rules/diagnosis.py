@@ -45,6 +45,9 @@ FLAGS = {
                                           "flow again: reset every non-leaf's gradient at the start of each backward"),
     "root-assigned": ("root-grad-assigned", "backward(root) sets the root's gradient to the seed instead of adding "
                                             "it: a root that is a leaf (or already holds a gradient) loses what it had"),
+    "root-assigned-implicit": ("root-grad-assigned", "backward(root) without a seed sets the root's gradient to ones "
+                                                     "instead of adding them (micrograd's self.grad = 1): a root that "
+                                                     "is a leaf, or holds a gradient from an earlier call, loses it"),
     "not-updated": ("grad-not-updated", ".grad of the leaves is never updated by backward()"),
     "not-updated-0d": ("grad-not-updated", "a 0-d leaf (shape ()) never receives a gradient, while leaves of other "
                                            "shapes do: make 0-d leaves part of the graph like any other tensor"),
@@ -128,6 +131,7 @@ class _Sim:
         self.shapes = sc.shapes()
         self.leaf_grad = {n: None for n in sc.leaves}
         self.node_grad: dict = {}
+        self.implicit = False
 
     def frozen(self, leaf) -> bool:
         f, shape = self.flags, self.shapes[leaf]
@@ -155,7 +159,8 @@ class _Sim:
             self.leaf_grad = {n: None for n in sc.leaves}
         if root in sc.leaves:
             if sc.rg(root):
-                if "root-assigned" in f and not self.frozen(root):
+                assign = "root-assigned" in f or ("root-assigned-implicit" in f and self.implicit)
+                if assign and not self.frozen(root):
                     self.leaf_grad[root] = seed.copy()
                     return
                 contrib[root].append(seed)
@@ -163,7 +168,8 @@ class _Sim:
         anc = _ancestors(sc, root)
         stale = "stale" in f
         g = {n: self.node_grad[n].copy() for n in anc if stale and n in self.node_grad}
-        g[root] = seed.copy() if ("root-assigned" in f or root not in g) else g[root] + seed
+        assign = "root-assigned" in f or ("root-assigned-implicit" in f and self.implicit)
+        g[root] = seed.copy() if (assign or root not in g) else g[root] + seed
         for name, _op, ins, _p in reversed(sc.nodes):
             if name not in anc or name not in g:
                 continue
@@ -226,6 +232,7 @@ def simulate(sc: Scenario, flags, ref: Trace, absolute: bool = False) -> Trace:
             if not excused:
                 obs.append(Obs(ref_raised, sim.snapshot()))
                 continue
+        sim.implicit = s.seed is None
         sim.backward(s.target, sim.seed(s))
         obs.append(Obs(None, sim.snapshot()))
     return Trace(None, obs)
@@ -264,7 +271,8 @@ def matches(sc: Scenario, got: Trace, ref: Trace, flags, strict: bool = False) -
 # ---------------------------------------------------------------------------------------------
 
 _EXCLUSIVE = [{"seed-ignored", "seed-mean"}, {"overwrite", "overwrite-clears", "overwrite-edge-last", "overwrite-edge-first"},
-              {"not-updated", "not-updated-0d", "not-updated-numel1"}, {"repeated-drop-first", "repeated-drop-second"}]
+              {"not-updated", "not-updated-0d", "not-updated-numel1"}, {"repeated-drop-first", "repeated-drop-second"},
+              {"root-assigned", "root-assigned-implicit"}]
 _PAIRS = [p for p in itertools.combinations(VALUE_FLAGS, 2) if not any(set(p) <= g for g in _EXCLUSIVE)]
 UNARY = ("exp", "tanh", "sin", "sigmoid", "square", "cos", "neg")
 BINARY = ("mul", "add", "sub")
@@ -283,6 +291,7 @@ class Context:
         self.ops = set(ops)
         self._probes: list | None = None
         self.recent: list = []  # flag sets that explained earlier failures: tried first (one search per bug)
+        self.known_ids: set = set()  # causes already reported (a pair names the other one first)
 
     def trace(self, sc):
         from .scenario import ScenarioTimeout, run, timed_out
@@ -301,7 +310,8 @@ class Context:
 
                 try:
                     got, want = self.trace(sc)
-                    if got.build is None and want.build is None:
+                    same_raises = [o.raised is None for o in got.obs] == [o.raised is None for o in want.obs]
+                    if got.build is None and want.build is None and same_raises:  # values only
                         self._probes.append((sc, got, want))
                 except ScenarioTimeout:
                     raise
@@ -332,6 +342,9 @@ def _probe_scenarios(ops) -> list:
     if b is not None:
         out.append(Scenario({"x": v((2,))}, [("h1", u, ("x",), {}), ("h2", b, ("x", "h1"), {}), ("y", b, ("h2", "h2"), {})],
                             [B("y", (2,))], "probe"))
+    imp = lambda r: Step("backward", r, None, True)  # noqa: E731
+    out.append(Scenario({"x": v((1,))}, [("h", u, ("x",), {}), ("y", u, ("h",), {})],
+                        [imp("y"), imp("y"), imp("x"), B("y", (1,))], "probe"))
     return out
 
 
@@ -408,6 +421,15 @@ def _raise_cause(sc, got, ref, k) -> Cause:
             return Cause("error-type", "backward on a root that does not require grad (no leaf of its graph requires "
                          "grad) did not raise; torch raises 'element 0 of tensors does not require grad'",
                          evidence=ev + "\n" + sc.code())
+        idle = _idle_leaves(sc, got, k)
+        if why in ("implicit", "shape") and idle:
+            # nothing was computed for these leaves (e.g. tinygrad's 0-d leaves are constants): the engine
+            # had no gradient to check the seed against; that, not the seed rule, is the bug
+            zero_d = all(sc.shapes()[n] == () for n in idle)
+            f = "not-updated-0d" if zero_d else "not-updated"
+            return Cause(FLAGS[f][0], FLAGS[f][1], evidence=ev + f"\nthe call computed no gradient at all: "
+                         f"{', '.join(idle)} {'is' if len(idle) == 1 else 'are'} unchanged, so the engine had nothing "
+                         "to check the seed against\n" + sc.code())
         flag = {"implicit": "implicit-any-shape", "shape": "seed-broadcast", "freeing": "no-freeing"}[why]
         cid, summary = FLAGS[flag]
         sim = simulate(sc, {flag}, ref)
@@ -429,30 +451,71 @@ def _raise_cause(sc, got, ref, k) -> Cause:
     return Cause(cid, summary, evidence=ev + "\n" + sc.code())
 
 
+def _idle_leaves(sc, got, k) -> list:
+    """Leaves the accepted call ``k`` should have reached (torch's rule: the root's graph) whose
+    grad the engine left unchanged: every one of them, or [] when anything moved."""
+    from .scenario import _requires_grad
+
+    step = sc.steps[k - 1]
+    inputs = {n: i for n, _op, i, _p in sc.nodes}
+    reach, todo = set(), [step.target]
+    while todo:
+        n = todo.pop()
+        if n in sc.leaves:
+            if sc.rg(n):
+                reach.add(n)
+            continue
+        todo.extend(i for i in inputs[n] if _requires_grad(sc, i))
+    before, after = got.obs[k - 1].grads, got.obs[k].grads
+    same = [n for n in sorted(reach) if (before.get(n) is None and after.get(n) is None) or (
+        before.get(n) is not None and after.get(n) is not None and np.array_equal(before[n], after[n]))]
+    return same if reach and len(same) == len(reach) else []
+
+
+def _raise_flags(sc, got, ref) -> set:
+    """The raise-rule flags that explain every call the engine accepted where torch refuses."""
+    out = set()
+    for k, (g, w) in enumerate(zip(got.obs[1:], ref.obs[1:])):
+        if w.raised is not None and g.raised is None:
+            why = raise_reason(sc, k)
+            if why in ("implicit", "shape", "freeing"):
+                out.add({"implicit": "implicit-any-shape", "shape": "seed-broadcast", "freeing": "no-freeing"}[why])
+    return out
+
+
 def _value_cause(sc, got, ref, k, leaf, ctx) -> Cause:
     base = (f"{_where(sc, k)}: engine {leaf}.grad = {_obs_text(sc, got, k, leaf)}; torch semantics "
             f"(J^T . seed, accumulated) give {_obs_text(sc, ref, k, leaf)}")
+    probes = ctx.probes() if ctx is not None else []
+
+    extra = _raise_flags(sc, got, ref)  # e.g. no freeing, on a later call than this value difference
+
+    def explaining(cands) -> list:
+        # Only an explanation that also reproduces the engine on every probe counts: a single flag
+        # or a pair can match one graph's numbers by coincidence, the probes tell them apart.
+        return [c for c in cands if matches(sc, got, ref, set(c) | extra) and all(_probe_ok(p, c) for p in probes)]
+
     try:
-        found = [c for c in (ctx.recent if ctx is not None else []) if matches(sc, got, ref, set(c))][:1]
+        found = explaining(ctx.recent if ctx is not None else [])[:1]
         if not found:
-            found = [(f,) for f in VALUE_FLAGS if matches(sc, got, ref, {f})]
+            found = explaining([(f,) for f in VALUE_FLAGS])
         if not found:
-            found = [p for p in _PAIRS if matches(sc, got, ref, set(p))]
+            found = explaining(_PAIRS)
     except TooBig as e:
         return Cause("unexplained", f"no known cause matches (not simulated: {e}); here are the numbers", evidence=base)
-    if len(found) > 1 and ctx is not None:  # the candidate that also explains most probes first
-        score = {c: sum(_probe_ok(p, c) for p in ctx.probes()) for c in found}
-        found = sorted(found, key=lambda c: -score[c])
     if found:
         flags = found[0]
         if ctx is not None and flags not in ctx.recent:
             ctx.recent.append(flags)
         primary = flags[0]
-        if len(flags) > 1:  # a pair: blame the one that alone already breaks this scenario
-            alone = [f for f in flags if not matches(sc, ref, ref, {f})]
-            primary = alone[0] if alone else flags[0]
+        if len(flags) > 1:
+            # a pair: both are at work here.  Name one not reported yet (so the second bug gets its own
+            # finding), else the one that alone explains the engine the longest (its first failure).
+            known = ctx.known_ids if ctx is not None else set()
+            matter = [f for f in flags if not matches(sc, got, ref, (set(flags) - {f}) | extra)] or list(flags)
+            primary = max(matter, key=lambda f: (FLAGS[f][0] not in known, _agrees_until(sc, got, ref, f)))
         cid, summary = FLAGS[primary]
-        sim = simulate(sc, set(flags), ref)
+        sim = simulate(sc, set(flags) | extra, ref)
         ev = base + f"; with {_who(flags)}: {_obs_text(sc, sim, k, leaf)} (matches every call exactly)"
         if len(flags) > 1:
             other = [f for f in flags if f != primary][0]
@@ -462,6 +525,11 @@ def _value_cause(sc, got, ref, k, leaf, ctx) -> Cause:
             ev += "\nequally consistent with: " + "; ".join(others)
         return Cause(cid, summary, evidence=ev + "\n" + sc.code())
     return _unmatched(sc, got, ref, k, leaf, ctx, base)
+
+
+def _agrees_until(sc, got, ref, flag) -> float:
+    d = first_difference(sc, got, simulate(sc, {flag}, ref), none_is_zeros=True)
+    return float("inf") if d is None else d[0]
 
 
 def _probe_ok(probe, flags) -> bool:
@@ -483,10 +551,50 @@ def _unmatched(sc, got, ref, k, leaf, ctx, base) -> Cause:
                     "uses the mean of the seed for every element", "uses the seed, but not as J^T . seed") +
                     ": with a seed of ones the same calls give the right gradients",
                     evidence=base + "\n" + sc.code())
+        confirmed = _confirmed(sc, got, ref, ctx)
+        if confirmed is not None:
+            return confirmed
         node = _wrong_node(sc, ctx)
         if node is not None:
             return node
     return Cause("unexplained", "no known cause matches; here are the numbers", evidence=base + "\n" + sc.code())
+
+
+_ACROSS_CALLS = {"stale", "overwrite", "overwrite-clears", "reset-ignored", "root-assigned", "root-assigned-implicit"}
+
+
+def _confirmed(sc, got, ref, ctx) -> Cause | None:
+    """A wrong semantics carried across calls that the probes reproduce exactly, when this graph's
+    numbers cannot be: the engine builds some of this graph's ops from several internal nodes
+    (micrograd's sub is x + (-1 * y), its sum a chain of adds), each keeping its own stale gradient,
+    which a node-level simulation does not see.  Blamed only when the first call is right and a
+    later one is wrong, which is what carried-over state does."""
+    if "confirmed" not in ctx.__dict__:
+        ctx.confirmed = None
+        probes = ctx.probes()
+        broken = [p for p in probes if first_difference(p[0], p[1], p[2], none_is_zeros=True) is not None]
+        if broken:
+            for c in [(f,) for f in VALUE_FLAGS] + _PAIRS:
+                if set(c) & _ACROSS_CALLS and all(_probe_ok(p, c) for p in probes):
+                    ctx.confirmed = c
+                    break
+    c = ctx.confirmed
+    calls = [k for k, s in enumerate(sc.steps, 1) if s.kind == "backward"]
+    if c is None or len(calls) < 2:
+        return None
+    if first_difference(Scenario(sc.leaves, sc.nodes, sc.steps[:calls[0]], sc.rule, sc.requires_grad),
+                        Trace(None, got.obs[:calls[0] + 1]), Trace(None, ref.obs[:calls[0] + 1]),
+                        none_is_zeros=True) is not None:
+        return None
+    primary = next((f for f in c if f in ("stale",)), c[0])
+    probe = next(p for p in ctx.probes() if first_difference(p[0], p[1], p[2], none_is_zeros=True) is not None)
+    return Cause(FLAGS[primary][0], FLAGS[primary][1],
+                 evidence=f"the first backward is right, a later one is not; on this graph the numbers are not "
+                          f"reproduced exactly (the engine builds some of its ops from several internal nodes), but "
+                          f"{_who(c)} reproduces the engine exactly on a probe:\n{probe[0].code()}\n"
+                          f"engine: {_obs_text(probe[0], probe[1], len(probe[0].steps), next(iter(probe[0].leaves)))}; "
+                          f"torch: {_obs_text(probe[0], probe[2], len(probe[0].steps), next(iter(probe[0].leaves)))}"
+                          f"\nthis graph: {_where(sc, len(sc.steps))}\n{sc.code()}")
 
 
 def _wrong_node(sc, ctx) -> Cause | None:
@@ -508,6 +616,11 @@ def _wrong_node(sc, ctx) -> Cause | None:
         got, want = ctx.trace(one)
         d = first_difference(one, got, want, none_is_zeros=True)
         if d is not None and d[1] == "grad":
+            flag = next((f for f in VALUE_FLAGS if matches(one, got, want, {f})), None)
+            if flag is not None:  # not the op: a wrong semantics shows even on one node
+                return Cause(FLAGS[flag][0], FLAGS[flag][1], evidence=f"on one node: engine "
+                             f"{_obs_text(one, got, 1, d[2])}; torch: {_obs_text(one, want, 1, d[2])}; with "
+                             f"{_who([flag])}: the same\n{one.code()}\nthe graph where it showed:\n{sc.code()}")
             a, b = got.obs[-1].grads.get(d[2]), want.obs[-1].grads.get(d[2])
             pattern, factor = "other", None
             if a is not None and b is not None and a.shape == b.shape and np.all(b != 0):
