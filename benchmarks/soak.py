@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import seed as hyp_seed
 
 import gradspec as gs
+from gradspec._private.kinks import summarise, tally
 
 
 def main(argv=None):
@@ -32,6 +33,7 @@ def main(argv=None):
     stats = collections.Counter()
     ops = collections.Counter()
     skips = collections.Counter()
+    hard = collections.Counter()
     bad = []
     t0 = time.time()
 
@@ -45,6 +47,7 @@ def main(argv=None):
         stats["comparisons"] += len(v.comparisons)
         for n in {n.op for n in case.nodes}:
             ops[n] += 1
+        hard.update(tally(case, v.skipped))
         for name, why in v.skipped.items():
             skips[f"{name}: {why.split('(')[0][:70]}"] += 1
         if not v.ok:
@@ -62,7 +65,8 @@ def main(argv=None):
     el = time.time() - t0
     res = {"cases": stats["cases"], "disagreements": len(bad), "seconds": round(el, 1),
            "cases_per_second": round(stats["cases"] / el, 2), "comparisons": stats["comparisons"],
-           "ops_covered": len(ops), "ops_in_table": len(gs.ops.names()), "ops": dict(ops.most_common()),
+           "hard_regions": summarise(hard, stats["cases"]), "ops_covered": len(ops),
+           "ops_in_table": len(gs.ops.names()), "ops": dict(ops.most_common()),
            "skipped": dict(skips.most_common()), "failures": bad}
     print(json.dumps({k: v for k, v in res.items() if k not in ("ops", "failures")}, indent=1))
     if a.json:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import threading
 import warnings
 from typing import Any, Mapping, Sequence
 
@@ -152,6 +153,7 @@ def _probe_array(shape: tuple, kind: str, domain, dtype: str) -> np.ndarray:
 
 
 _PARAM_CACHE: dict = {}
+_PROBE_CACHE: dict = {}  # (op, planned shapes/kinds/domains, params, out, dtype) -> probe verdict
 
 
 def _param_strategy(spec: OpSpec, shapes: tuple):
@@ -265,7 +267,7 @@ class _Builder:
         return tuple(out)
 
     def _choose(self, plan: list[_Slot], i: int, spec: OpSpec, dom, fits, make, strict: bool = True) -> _Slot | None:
-        return self.draw(_span(self, self._choose_here, plan, i, spec, dom, fits, make, strict))
+        return _span(self, self._choose_here, plan, i, spec, dom, fits, make, strict)
 
     def _choose_here(self, plan: list[_Slot], i: int, spec: OpSpec, dom, fits, make, strict: bool) -> _Slot | None:
         """Slot ``i``: reuse an existing tensor whose shape ``fits`` (latest first: the shrink target),
@@ -456,7 +458,7 @@ class _Builder:
                 cores = None
         templates = _shape_templates(spec) if cores is None else None
         for _ in range(_ATTEMPTS):
-            res = self.draw(_span(self, self._attempt, spec, cores, templates))
+            res = _span(self, self._attempt, spec, cores, templates)
             if res is not None:
                 return res
         return None
@@ -488,7 +490,25 @@ class _Builder:
 
     def _probe(self, spec: OpSpec, plan: list[_Slot], params: dict, out: tuple) -> str | None:
         """Run forward once on tame values of the planned shapes: rejects shapes/params where the
-        op is undefined everywhere (var of one element, an exception) before any value is drawn."""
+        op is undefined everywhere (var of one element, an exception) before any value is drawn.
+        The probe's inputs depend on shapes, kinds, domains and dtype only, so its verdict is cached."""
+        try:
+            key = (id(spec), tuple((tuple(s.shape), s.kind, s.domain) for s in plan), repr(sorted(params.items())),
+                   out, self.dtype)
+            hash(key)
+        except TypeError:  # an unhashable domain: probe every time
+            key = None
+        hit = _PROBE_CACHE.get(key) if key is not None else None
+        if hit is not None and hit[0] is spec:
+            return hit[1]
+        kind = self._probe_now(spec, plan, params, out)
+        if key is not None:
+            if len(_PROBE_CACHE) > 50000:
+                _PROBE_CACHE.clear()
+            _PROBE_CACHE[key] = (spec, kind)
+        return kind
+
+    def _probe_now(self, spec: OpSpec, plan: list[_Slot], params: dict, out: tuple) -> str | None:
         arrays = [_probe_array(tuple(s.shape), s.kind, s.domain, self.dtype) for s in plan]
         try:
             with np.errstate(all="ignore"), warnings.catch_warnings():
@@ -555,7 +575,7 @@ class _Builder:
         # One sub-strategy per node, with its own "one more node?" flag (as st.lists does): the
         # shrinker can then delete any node's choices as a block, so graphs shrink to fewer nodes.
         while len(self.nodes) < c.max_nodes:
-            if not self.draw(_span(self, _node_step, self, len(self.nodes) >= c.min_nodes)):
+            if not _span(self, _node_step, self, len(self.nodes) >= c.min_nodes):
                 break
         assume(len(self.nodes) >= c.min_nodes)
         while len(self.leaves) < c.min_leaves or not any(l.is_float for l in self.leaves):
@@ -630,17 +650,41 @@ _MORE = st.integers(0, 7)  # 0 (the shrink target) stops adding nodes
 _MIX_PICK = st.integers(0, 15)  # which float leaf starts the float32 set of a mixed graph
 
 
+_PENDING = threading.local()  # (builder, fn, args) handed to the next draw of _SPAN
+
+
 @st.composite
-def _span(draw, builder: "_Builder", fn, *args):
+def _span_strategy(draw):
     """Run ``fn(*args)`` with the builder drawing inside a sub-strategy: each node, planning
     attempt and input slot becomes one block of choices that the shrinker can delete whole (e.g.
-    the second input's choices when an op shrinks from ``maximum`` to ``neg``)."""
+    the second input's choices when an op shrinks from ``maximum`` to ``neg``), and that Hypothesis'
+    mutator can copy onto another block (how ``x * x`` and fan-out come about)."""
+    builder, fn, args = _PENDING.stack.pop()
     outer = builder.draw
     builder.draw = draw
     try:
         return fn(*args)
     finally:
         builder.draw = outer
+
+
+# ONE strategy object for every block: a fresh composite per call was validated by Hypothesis on
+# its first draw, which cost more than everything the block drew.
+_SPAN = _span_strategy()
+
+
+def _span(builder: "_Builder", fn, *args):
+    """Draw ``fn(*args)`` as one block (see ``_span_strategy``)."""
+    stack = getattr(_PENDING, "stack", None)
+    if stack is None:
+        stack = _PENDING.stack = []
+    entry = (builder, fn, args)
+    stack.append(entry)
+    try:
+        return builder.draw(_SPAN)
+    finally:
+        if stack and stack[-1] is entry:  # the draw stopped before the block ran (Hypothesis' StopTest)
+            stack.pop()
 
 
 def _node_step(builder: "_Builder", optional: bool) -> bool:

@@ -1,0 +1,343 @@
+"""Fuzz throughput against a bare Hypothesis loop, case distribution and time to a shrunk report.
+
+    python benchmarks/throughput.py [--before DIR] [--cases N] [--rounds R] [--json FILE]
+
+``--before DIR``: a checkout of older gradspec code (``git worktree add DIR <commit>``) measured in the
+same run, each version in its own subprocesses (``PYTHONPATH`` points at the version's root), rounds
+alternating between versions so both see the same machine.
+
+* **rate**: ``gradspec fuzz --engine reference --workers 1`` (all CPU oracles) verified cases per CPU
+  second, and in the same process a bare Hypothesis loop drawing two float64 arrays of
+  ``mutually_broadcastable_shapes(num_shapes=2, max_dims=3, max_side=4)`` with floats in [-10, 10];
+  the ratio of the two.  CPU time (``time.process_time``), not wall time: the machine is shared and
+  wall time mostly measures the other tenants.  A 20-case campaign warms the caches first.
+* **split**: the CPU time of a campaign spent drawing cases (inside the strategy), checking them
+  (``gs.check`` and its guard) and the rest (Hypothesis' engine, bookkeeping, reports).
+* **distribution**: ``gradspec.strategies.cases()`` sampled (the default mix): ops per case, leaves,
+  ranks, float elements, broadcasting, fan-out, x*x, non-ones seeds, float32 / mixed, multi-root, exact
+  tie/kink cases.
+* **shrink**: planted bugs of ``tests/_planted.py`` under ``gradspec fuzz``: wall seconds from the first
+  failing check to the first report folder written (shrinking and writing), median over the bugs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+SHRINK_BUGS = {  # id -> gradspec fuzz arguments (value bugs fuzz must find and shrink)
+    "op-broadcast-first-slice": ["--ops", "tests._planted:pl_mul_slice,add,exp", "--allow-import", "tests"],
+    "op-seed-mean": ["--ops", "tests._planted:pl_sq_seedmean,add,exp", "--allow-import", "tests"],
+    "op-normalisation": ["--ops", "tests._planted:pl_mean_norm,add,exp", "--allow-import", "tests"],
+    "op-sign-negative": ["--ops", "tests._planted:pl_xabsx_sign,add,exp", "--allow-import", "tests"],
+    "engine-seed-ignored": ["--engine", "tests._planted:SeedIgnored", "--ops", "add,mul,exp,sum"],
+    "engine-sum-relative-1e-6": ["--engine", "tests._planted:SumScaled", "--ops", "add,mul,exp,sum"],
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# workers (run in a subprocess with the version under test on PYTHONPATH)
+# ---------------------------------------------------------------------------------------------
+
+
+def _bare_rate(n: int) -> float:
+    import numpy as np
+    from hypothesis import HealthCheck, Phase, given, settings
+    from hypothesis import strategies as st
+    from hypothesis.extra import numpy as hnp
+
+    @st.composite
+    def two_arrays(draw):
+        bs = draw(hnp.mutually_broadcastable_shapes(num_shapes=2, max_dims=3, max_side=4))
+        return [draw(hnp.arrays(np.float64, s, elements=st.floats(-10, 10))) for s in bs.input_shapes]
+
+    @settings(max_examples=n, database=None, deadline=None, phases=[Phase.generate],
+              suppress_health_check=list(HealthCheck))
+    @given(two_arrays())
+    def loop(arrays):
+        pass
+
+    t0 = time.process_time()
+    loop()
+    return n / (time.process_time() - t0)
+
+
+def _fuzz(n: int, seed: int, extra=()) -> tuple[dict, float]:
+    from gradspec import cli
+
+    with tempfile.TemporaryDirectory() as d:
+        t0 = time.process_time()
+        with open(os.devnull, "w") as null:
+            out, err = sys.stdout, sys.stderr
+            sys.stdout = sys.stderr = null
+            try:
+                cli.main(["fuzz", "--engine", "reference", "--workers", "1", "--max-examples", str(n), "--seed",
+                          str(seed), "--report-dir", os.path.join(d, "r"), "-q", *extra])
+            finally:
+                sys.stdout, sys.stderr = out, err
+        cpu = time.process_time() - t0
+        with open(os.path.join(d, "r", "summary.json")) as f:
+            return json.load(f), cpu
+
+
+def worker_rate(n: int, seed: int) -> dict:
+    import torch  # noqa: F401
+
+    import gradspec  # noqa: F401 - imports (torch too) before any timing
+
+    _fuzz(20, seed + 1000)  # warm-up: shape templates, strategy caches, torch's first calls
+    bare1 = _bare_rate(n)
+    s, cpu = _fuzz(n, seed)
+    bare2 = _bare_rate(n)
+    bare = (bare1 + bare2) / 2
+    rate = s["cases"] / cpu
+    return {"bare_per_s": bare, "fuzz_per_s": rate, "ratio": rate / bare, "cases": s["cases"]}
+
+
+def worker_split(n: int, seed: int) -> dict:
+    """CPU time of one campaign spent drawing, checking, and elsewhere."""
+    from hypothesis import strategies as st
+
+    from gradspec import strategies
+
+    acc = {"draw": 0.0, "check": 0.0}
+    orig_cases = strategies.cases
+
+    def timed_cases(**kw):
+        inner = orig_cases(**kw)
+
+        @st.composite
+        def timed(draw):
+            t0 = time.process_time()
+            try:
+                return draw(inner)
+            finally:
+                acc["draw"] += time.process_time() - t0
+
+        return timed()
+
+    strategies.cases = timed_cases
+    orig_check = importlib.import_module("gradspec.check").check
+
+    def timed_check(*a, **k):
+        t0 = time.process_time()
+        try:
+            return orig_check(*a, **k)
+        finally:
+            acc["check"] += time.process_time() - t0
+
+    for mod in list(sys.modules.values()):  # every module that imported check() by name
+        if mod is not None and getattr(mod, "check", None) is orig_check and mod.__name__.startswith("gradspec"):
+            mod.check = timed_check
+    _fuzz(20, seed + 1000)
+    acc.update(draw=0.0, check=0.0)
+    s, cpu = _fuzz(n, seed)
+    return {"cpu": cpu, "draw": acc["draw"], "check": acc["check"], "other": cpu - acc["draw"] - acc["check"],
+            "cases": s["cases"]}
+
+
+def worker_distribution(n: int, seed: int) -> dict:
+    import numpy as np
+
+    import gradspec as gs
+    from gradspec._private.sampling import sample
+
+    cases = sample(gs.strategies.cases(), n, seed)
+    m = {k: [] for k in ("ops", "leaves", "elements", "max_rank", "broadcast", "fan_out", "x*x", "non_ones_seed",
+                         "float32", "mixed", "multi_root", "tie_kink")}
+    for c in cases:
+        env = c.evaluate()
+        uses: dict = {}
+        for nd in c.nodes:
+            for i in nd.inputs:
+                uses[i] = uses.get(i, 0) + 1
+        floats = [l for l in c.leaves if l.value.dtype.kind == "f"]
+        dts = {l.value.dtype.name for l in floats}
+        m["ops"].append(len(c.nodes))
+        m["leaves"].append(len(c.leaves))
+        m["elements"].append(sum(l.value.size for l in floats))
+        m["max_rank"].append(max(l.value.ndim for l in c.leaves))
+        m["broadcast"].append(any(len({np.shape(env[i]) for i in nd.inputs}) > 1 and c.spec(nd.op).broadcasting
+                                  for nd in c.nodes))
+        m["fan_out"].append(any(u > 1 for u in uses.values()))
+        m["x*x"].append(any(len(set(nd.inputs)) < len(nd.inputs) for nd in c.nodes))
+        m["non_ones_seed"].append(any(s is not None and not np.all(s == 1) for s in c.seeds))
+        m["float32"].append(dts == {"float32"})
+        m["mixed"].append(len(dts) > 1)
+        m["multi_root"].append(len(c.roots) > 1)
+        hit = False
+        for nd in c.nodes:  # exactly on a kink/tie (the same test as gradspec._private.kinks, inlined for old code)
+            spec = c.spec(nd.op)
+            try:
+                with np.errstate(all="ignore"):
+                    hit |= spec.singular_distance([env[i] for i in nd.inputs], nd.params) == 0
+            except Exception:  # noqa: BLE001
+                pass
+        m["tie_kink"].append(hit)
+    out = {k: float(np.mean(v)) for k, v in m.items()}
+    out["rank_histogram"] = {int(r): int(k) for r, k in zip(*np.unique(m["max_rank"], return_counts=True))}
+    out["cases"] = len(cases)
+    return out
+
+
+def worker_shrink(bug: str, seed: int) -> dict:
+
+    first = []
+    orig_check = importlib.import_module("gradspec.check").check
+
+    def watch(*a, **k):
+        v = orig_check(*a, **k)
+        if v.discrepancies and not first:
+            first.append(time.time())
+        return v
+
+    for mod in list(sys.modules.values()):
+        if mod is not None and getattr(mod, "check", None) is orig_check and mod.__name__.startswith("gradspec"):
+            mod.check = watch
+    with tempfile.TemporaryDirectory() as d:
+        rd = os.path.join(d, "r")
+        from gradspec import cli
+
+        args = list(SHRINK_BUGS[bug])
+        if "--allow-import" not in open(cli.__file__).read() and "--allow-import" in args:  # older code
+            i = args.index("--allow-import")
+            del args[i:i + 2]
+
+        t0 = time.time()
+        with open(os.devnull, "w") as null:
+            out, err = sys.stdout, sys.stderr
+            sys.stdout = sys.stderr = null
+            try:
+                rc = cli.main(["fuzz", "--max-examples", "400", "--seed", str(seed), "--report-dir", rd, "-q",
+                               "--oracles", "reference,jacobian,finite-differences", *args])
+            finally:
+                sys.stdout, sys.stderr = out, err
+        t1 = time.time()
+        folders = [os.path.join(rd, f) for f in os.listdir(rd) if f.startswith("d-")]
+        written = min((os.path.getmtime(os.path.join(f, "case.json")) for f in folders
+                       if os.path.exists(os.path.join(f, "case.json"))), default=None)
+        with open(os.path.join(rd, "summary.json")) as f:
+            summ = json.load(f)
+    found = bool(first) and written is not None
+    return {"rc": rc, "found": found, "cases": summ["cases"], "run_seconds": t1 - t0,
+            "to_first_failure": (first[0] - t0) if first else None,
+            "first_failure_to_report": (written - first[0]) if found else None,
+            "reports": summ["discrepancies"]}
+
+
+# ---------------------------------------------------------------------------------------------
+# orchestration
+# ---------------------------------------------------------------------------------------------
+
+
+def _run(version_root: str, *args) -> dict:
+    env = dict(os.environ, PYTHONPATH=version_root, PYTHONDONTWRITEBYTECODE="1")
+    proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--worker", *map(str, args)], cwd=version_root,
+                          env=env, capture_output=True, text=True, timeout=3600)
+    if proc.returncode != 0:
+        raise RuntimeError(f"worker {args} in {version_root} failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _med(rows, key):
+    vals = [r[key] for r in rows if r.get(key) is not None]
+    return statistics.median(vals) if vals else None
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--before", default=None, help="root of an older checkout to measure side by side")
+    p.add_argument("--cases", type=int, default=400, help="cases per fuzz rate measurement")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--sample", type=int, default=1000, help="cases sampled for the distribution")
+    p.add_argument("--no-shrink", action="store_true")
+    p.add_argument("--json", default=None)
+    p.add_argument("--worker", nargs="+", default=None, help=argparse.SUPPRESS)
+    a = p.parse_args(argv)
+    if a.worker:
+        kind, *rest = a.worker
+        fn = {"rate": worker_rate, "split": worker_split, "dist": worker_distribution, "shrink": worker_shrink}[kind]
+        args = [int(x) if x.isdigit() else x for x in rest]
+        print(json.dumps(fn(*args)))
+        return 0
+    versions = {"after": ROOT}
+    if a.before:
+        versions["before"] = os.path.abspath(a.before)
+    res: dict = {v: {"rate": [], "split": None, "dist": None, "shrink": {}} for v in versions}
+    for r in range(a.rounds):
+        for v, root in (versions.items() if r % 2 == 0 else reversed(list(versions.items()))):
+            row = _run(root, "rate", a.cases, 100 + r)
+            res[v]["rate"].append(row)
+            print(f"[round {r}] {v}: fuzz {row['fuzz_per_s']:.0f} cases/CPU-s, bare {row['bare_per_s']:.0f}/CPU-s, "
+                  f"ratio {row['ratio']:.2f}", file=sys.stderr)
+    for v, root in versions.items():
+        res[v]["split"] = _run(root, "split", a.cases, 7)
+        res[v]["dist"] = _run(root, "dist", a.sample, 0)
+        if not a.no_shrink:
+            for bug in SHRINK_BUGS:
+                try:
+                    res[v]["shrink"][bug] = _run(root, "shrink", bug, 3)
+                except RuntimeError as e:
+                    res[v]["shrink"][bug] = {"error": str(e)[-300:]}
+    for v in versions:
+        rates = res[v]["rate"]
+        res[v]["summary"] = {"ratio_median": _med(rates, "ratio"), "fuzz_per_cpu_s": _med(rates, "fuzz_per_s"),
+                             "bare_per_cpu_s": _med(rates, "bare_per_s"),
+                             "first_failure_to_report_median_s": _med(list(res[v]["shrink"].values()),
+                                                                      "first_failure_to_report")}
+    _print(res)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(res, f, indent=1)
+    return 0
+
+
+def _print(res):
+    vs = list(res)
+    print("| measure | " + " | ".join(vs) + " |")
+    print("|---|" + "---|" * len(vs))
+
+    def row(name, fn):
+        print(f"| {name} | " + " | ".join(fn(res[v]) for v in vs) + " |")
+
+    row("fuzz cases / CPU s (median)", lambda r: f"{r['summary']['fuzz_per_cpu_s']:.0f}")
+    row("bare Hypothesis loop / CPU s", lambda r: f"{r['summary']['bare_per_cpu_s']:.0f}")
+    row("**ratio** (goal >= 0.7)", lambda r: f"**{r['summary']['ratio_median']:.2f}**")
+    for k in ("draw", "check", "other"):
+        row(f"CPU share: {k}", lambda r, k=k: f"{r['split'][k] / r['split']['cpu']:.0%}")
+    row("CPU ms per case: draw", lambda r: f"{1e3 * r['split']['draw'] / r['split']['cases']:.2f}")
+    row("CPU ms per case: check", lambda r: f"{1e3 * r['split']['check'] / r['split']['cases']:.2f}")
+    for k in ("ops", "leaves", "elements", "broadcast", "fan_out", "x*x", "non_ones_seed", "float32", "mixed",
+              "multi_root", "tie_kink"):
+        row(f"dist: {k}", lambda r, k=k: f"{r['dist'][k]:.3g}")
+    row("dist: max leaf rank 0/1/2/3", lambda r: "/".join(str(r["dist"]["rank_histogram"].get(str(i), r["dist"][
+        "rank_histogram"].get(i, 0))) for i in range(4)))
+    for bug in SHRINK_BUGS:
+        row(f"first failure -> report s: {bug}", lambda r, b=bug: _fmt(r["shrink"].get(b, {})))
+    row("**median first failure -> report s** (goal <= 5)",
+        lambda r: "n/a" if r["summary"]["first_failure_to_report_median_s"] is None
+        else f"**{r['summary']['first_failure_to_report_median_s']:.1f}**")
+
+
+def _fmt(s):
+    if not s:
+        return "-"
+    if "error" in s:
+        return "error"
+    if not s.get("found"):
+        return f"not found ({s.get('cases')} cases)"
+    return f"{s['first_failure_to_report']:.1f}"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
