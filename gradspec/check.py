@@ -23,6 +23,7 @@ from . import oracles as _oracles
 from . import tolerances as _tol
 from . import outcome as _outcome
 from .case import Case
+from ._private.kinks import EXCLUDED as _EXCLUDED
 from .causes import Cause
 
 __all__ = ["check", "Verdict", "Discrepancy", "Comparison", "register_explainer"]
@@ -114,6 +115,7 @@ class Verdict:
     notes: list = dataclasses.field(default_factory=list)  # str or Cause (e.g. twin-mismatch)
     excused: dict = dataclasses.field(default_factory=dict)  # oracle name -> why its raise is no discrepancy
     oracles: dict = dataclasses.field(default_factory=dict, repr=False)  # name -> the Oracle used (for diagnosis)
+    unjudged: str = ""  # why nothing on this case is compared although oracles ran (a kink found numerically)
 
     @property
     def status(self) -> str:
@@ -129,6 +131,8 @@ class Verdict:
         """Why the verdict is inconclusive ("" otherwise)."""
         if self.status != "inconclusive":
             return ""
+        if self.unjudged:
+            return self.unjudged
         why = [f"{n}: {w}" for n, w in self.excused.items()] + [f"{n}: {w}" for n, w in self.skipped.items()]
         got = sorted(self.results)
         head = "no pair of oracles produced gradients to compare"
@@ -256,11 +260,28 @@ def check(case: Case, oracles=None) -> Verdict:
     if directional is not None and results:
         _compare_directional(case, directional, results, kinds, dtype, comparisons, discrepancies, skipped)
     _discount_mismatched_twins(case, dtype, kinds, comparisons, discrepancies, errors, excused, notes)
+    unjudged = _discount_numerical_kinks(case, kinds, comparisons, discrepancies)
     verdict = Verdict(case, results, comparisons, discrepancies, skipped, errors, jac, fd_errs.get("finite-differences"),
-                      notes, excused, kinds)
+                      notes, excused, kinds, unjudged)
     for explain in _EXPLAINERS if discrepancies else ():
         explain(verdict, kinds)
     return verdict
+
+
+def _discount_numerical_kinks(case, kinds, comparisons, discrepancies) -> str:
+    """A witness (finite differences, the jacobian) disagreed on a case with user ops that declare no
+    kinks: if one of them is not differentiable at this very point (found numerically), no oracle's
+    gradient means anything there -- the case is inconclusive with that reason (CONTRACT §3)."""
+    witnesses = {n for n, o in kinds.items() if o.kind == "fd" or n == "jacobian"}
+    if not any(set(d.oracles) & witnesses for d in discrepancies if d.kind != "raised"):
+        return ""
+    at = _outcome.numerical_kinks(case)
+    if not at:
+        return ""
+    comparisons[:] = []
+    discrepancies[:] = [d for d in discrepancies if d.kind == "raised"]
+    return (f"{_EXCLUDED} detected numerically at {'; '.join(at[:3])}{' ...' if len(at) > 3 else ''}: the op is not "
+            "differentiable at this point (one-sided slopes differ), so no gradient is compared on this case")
 
 
 def _discount_mismatched_twins(case, dtype, kinds, comparisons, discrepancies, errors, excused, notes) -> None:

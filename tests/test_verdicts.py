@@ -255,3 +255,28 @@ def test_verify_op_with_a_twin_that_is_another_function_passes_with_a_twin_misma
     r = gs.verify_op(pl_sin_badtorch, max_examples=15, seed=0)
     assert r.status == "agree", r.summary()
     assert any(n.startswith("twin-mismatch on op 'pl_sin_badtorch'") for n in r.notes)
+
+
+def test_a_kink_of_a_user_op_found_numerically_is_inconclusive_not_a_discrepancy():
+    # where(c > 0, a, c) at c = 0 with a = 0: continuous, with slopes 1 and 0 on either side.  The vjp's
+    # convention (b's side) and the jacobian's central difference (the average) both describe no derivative.
+    case = gs.Case.build({"x0": np.array([0.0, 1.0, -1.0]), "x1": np.array([0.0, 3.0, 4.0])},
+                         [("v1", "vd_where", ["x0", "x1", "x0"], {})], ["v1"], [np.ones(3)])
+    v = gs.check(case)
+    assert v.status == "inconclusive", v.summary()
+    assert "detected numerically at v1[0]" in v.reason and "kink" in v.reason
+
+
+def test_a_wrong_vjp_away_from_kinks_is_still_found():
+    # the same op shape, off the tie: the wrong vjp of vd_softplus_wrong is found by FD and the jacobian
+    case = gs.Case.build({"x": np.array([0.5, -2.0])}, [("y", "vd_softplus_wrong", ["x"], {})], ["y"], [np.ones(2)])
+    assert gs.check(case).status == "disagree"
+
+
+# Seeds whose runs raised a false alarm before (a tie c == a == 0 of where at case 40 of seed 3; softplus
+# above its twin's threshold): each must now agree.
+@pytest.mark.parametrize("op, seed, n", [(V.where, 3, 100), (V.softplus, 5, 40)],
+                         ids=["where-zeros-for-c-and-ties", "softplus-twin-threshold"])
+def test_verify_op_raises_no_false_alarm_on_correct_user_code(op, seed, n):
+    r = gs.verify_op(op, max_examples=n, seed=seed)
+    assert r.status == "agree", r.summary()
