@@ -77,3 +77,8 @@ __all__ += ["Result", "verify_op", "verify_torch_function", "verify_engine"]
 from .testing import assert_engine, assert_gradients, assert_op, assert_torch_function  # noqa: E402
 
 __all__ += ["assert_gradients", "assert_op", "assert_torch_function", "assert_engine"]
+
+# -- what backward(gradient) computes, element by element (gradspec.explain) ------------------
+from .explain import explain  # noqa: E402
+
+__all__ += ["explain"]

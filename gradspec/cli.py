@@ -74,7 +74,7 @@ def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="gradspec", description="Property-based verification of gradients (backward(seed) = J^T . seed).",
                 epilog="exit codes: 0 no discrepancy, 1 discrepancies (each written as a report), 2 usage error, "
                        "3 inconclusive (nothing ran or nothing was compared; the reason is printed), 130 interrupted")
-    sub = p.add_subparsers(dest="cmd", required=True, metavar="{fuzz,replay,ops}")
+    sub = p.add_subparsers(dest="cmd", required=True, metavar="{fuzz,replay,ops,explain}")
     f = sub.add_parser("fuzz", help="random graphs, shapes, values and seeds through every oracle; HTML reports",
                        description="A fuzzing campaign: random cases through every applicable oracle; every "
                                    "discrepancy is shrunk, deduplicated and written as an HTML report at once.")
@@ -131,6 +131,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="per-case timeout (default 60)")
     r.add_argument("--json", action="store_true", help="machine-readable verdict")
     _data_flags(r)
+    sub.add_parser("explain", add_help=False,
+                   help="print J, the seed, J^T·seed and each element's contributions for an expression or a "
+                        "case file (gradspec explain \"mm(x, a)\" --x ones:2,3 --a ones:3,4 --seed ...)")
     o = sub.add_parser("ops", help="list the op table: name, signature, domain, oracles that apply")
     o.add_argument("--json", action="store_true", help="machine-readable output")
     return p
@@ -153,6 +156,9 @@ def _allowed(args) -> list[str]:
 
 
 def main(argv=None) -> int:
+    raw = list(sys.argv[1:] if argv is None else argv)
+    if raw[:1] == ["explain"]:  # its inputs are options named by the expression (--x SPEC): parsed on their own
+        return _explain(raw[1:])
     args = _parser().parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
     # Like `python -m`, make modules in the current directory importable (--engine mymod:engine).
@@ -192,6 +198,69 @@ def _split(text: str | None) -> list[str] | None:
         return None
     items = [t.strip() for t in text.split(",") if t.strip()]
     return items or None
+
+
+# ---------------------------------------------------------------------------------------------
+# gradspec explain
+# ---------------------------------------------------------------------------------------------
+
+
+def _explain(argv: list) -> int:
+    p = _Parser(prog="gradspec explain", allow_abbrev=False, description="What backward(seed) computes: J, the seed, J^T·seed and each "
+                "input element's contributions. Inputs of an expression are options named after them: "
+                "--NAME SPEC with SPEC ones:2,3 | zeros:4 | arange:2,3 | randn:2,3 | full:0.5:2,3 | a number | "
+                "a nested list.", epilog='example: gradspec explain "mm(x, a)" --x ones:2,3 --a ones:3,4 '
+                '--seed "[[1,2,3,4],[5,6,7,8]]"')
+    p.add_argument("what", help="an expression of table ops (e.g. \"mm(x, a)\", \"sum(x * w, dim=1)\") or a case.json")
+    p.add_argument("--seed", default=None, metavar="SPEC", help="the gradient passed to backward (default: none, "
+                   "allowed only for one-element outputs)")
+    p.add_argument("--const", action="append", default=[], metavar="NAME", help="an input that does not require grad")
+    p.add_argument("--limit", type=_positive_int, default=24, metavar="N", help="input elements whose contributions "
+                   "are spelled out (default 24)")
+    p.add_argument("--allow-import", action="append", default=[], metavar="MODULE",
+                   help="a module a case file may import (its user ops); without it nothing is imported")
+    args, rest = p.parse_known_args(argv)
+    from .explain import ExplainError, explain, parse_array
+
+    try:
+        inputs = _explain_inputs(rest)
+        if args.what.endswith(".json") or os.path.isfile(args.what):
+            if inputs or args.seed is not None:
+                raise ExplainError("a case file carries its own values and seeds: give no --NAME / --seed with it")
+            from ._private import imports
+
+            with imports.allowing(list(args.allow_import)):
+                ex = explain(_load_case(args.what))
+        else:
+            seed = None if args.seed is None else parse_array(args.seed)
+            ex = explain(args.what, seed=seed, requires_grad={c: False for c in args.const}, **inputs)
+    except (ExplainError, _UsageError) as e:
+        return _err(str(e))
+    try:
+        print(ex.text(limit=args.limit))
+    except BrokenPipeError:  # `gradspec explain ... | head`
+        sys.stdout = open(os.devnull, "w")
+    return EXIT_OK
+
+
+def _explain_inputs(rest: list) -> dict:
+    from .explain import ExplainError, parse_array
+
+    inputs, k = {}, 0
+    while k < len(rest):
+        opt = rest[k]
+        if not opt.startswith("--") or len(opt) < 3:
+            raise ExplainError(f"unexpected argument {opt!r}: inputs are given as --NAME SPEC (e.g. --x ones:2,3)")
+        name, eq, value = opt[2:].partition("=")
+        if not eq:
+            if k + 1 >= len(rest):
+                raise ExplainError(f"--{name} needs a value (e.g. --{name} ones:2,3)")
+            value, k = rest[k + 1], k + 1
+        if not name.isidentifier():
+            raise ExplainError(f"--{name}: an input name must be a Python identifier")
+        inputs[name] = parse_array(value)
+        k += 1
+    return inputs
 
 
 # ---------------------------------------------------------------------------------------------
