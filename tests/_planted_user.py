@@ -8,7 +8,9 @@ only (so the two provably share their forward).  ``USER_BUGS`` maps a readable i
   shapes tie m and n across them (by ``example_inputs`` and by a ``shape_fn``);
 * tuple outputs: ``(sin x, cos x)`` and ``(a * b, a + b)``: each output its own seed;
 * a positional non-tensor argument: ``Fn.apply(x, k, "mean")`` (``Function.apply`` takes no keywords);
-* a backward that computes gradients only when the first input needs one (``ctx.needs_input_grad[0]``).
+* a backward that computes gradients only when the first input needs one (``ctx.needs_input_grad[0]``);
+* modern torch: a ``torch.library.custom_op`` with ``register_autograd`` (a forgotten scale), and an
+  ``nn.Module`` whose custom linear layer loses its weights' gradients on data inputs.
 """
 
 from __future__ import annotations
@@ -176,6 +178,82 @@ class MulAddFirstOnly(MulAdd):
 MULADD_EXAMPLE = (torch.randn(3, 2, dtype=torch.float64), torch.randn(3, 2, dtype=torch.float64))
 
 # ---------------------------------------------------------------------------------------------
+# modern torch: a torch.library.custom_op with register_autograd, and an nn.Module
+# ---------------------------------------------------------------------------------------------
+
+
+def _cube_setup(ctx, inputs, output):
+    x, k = inputs
+    ctx.save_for_backward(x)
+    ctx.k = k
+
+
+@torch.library.custom_op("gradspec_planted::scaled_cube", mutates_args=())
+def scaled_cube(x: torch.Tensor, k: float) -> torch.Tensor:
+    return k * x ** 3
+
+
+@torch.library.custom_op("gradspec_planted::scaled_cube_noscale", mutates_args=())
+def scaled_cube_noscale(x: torch.Tensor, k: float) -> torch.Tensor:
+    return k * x ** 3
+
+
+def _cube_bwd(ctx, g):
+    (x,) = ctx.saved_tensors
+    return 3 * ctx.k * x ** 2 * g, None
+
+
+def _cube_bwd_noscale(ctx, g):
+    (x,) = ctx.saved_tensors
+    return 3 * x ** 2 * g, None  # BUG: k forgotten (right only for k == 1)
+
+
+scaled_cube.register_autograd(_cube_bwd, setup_context=_cube_setup)
+scaled_cube_noscale.register_autograd(_cube_bwd_noscale, setup_context=_cube_setup)
+CUBE_EXAMPLE = (torch.randn(2, 3, dtype=torch.float64), 1.5)
+
+
+class LinearFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, W, b):
+        ctx.save_for_backward(x, W)
+        return x @ W.T + b
+
+    @staticmethod
+    def backward(ctx, g):
+        x, W = ctx.saved_tensors
+        return g @ W, g.T @ x, g.sum(0)
+
+
+class LinearFnFirstOnly(LinearFn):
+    """The weights' gradients only when the layer's INPUT needs one: lost on data inputs."""
+
+    @staticmethod
+    def backward(ctx, g):
+        x, W = ctx.saved_tensors
+        if not ctx.needs_input_grad[0]:
+            return None, None, None
+        return g @ W, g.T @ x, g.sum(0)
+
+
+class TinyNet(torch.nn.Module):
+    """tanh(custom linear(x)) * scale: parameters W (2, 3), b (2,), scale (2,) and the input x (4, 3)."""
+
+    def __init__(self, fn):
+        super().__init__()
+        g = torch.Generator().manual_seed(0)
+        self.W = torch.nn.Parameter(torch.randn(2, 3, generator=g))
+        self.b = torch.nn.Parameter(torch.randn(2, generator=g))
+        self.scale = torch.nn.Parameter(torch.randn(2, generator=g))
+        self.fn = fn
+
+    def forward(self, x):
+        return torch.tanh(self.fn.apply(x, self.W, self.b)) * self.scale
+
+
+NET_EXAMPLE = (torch.randn(4, 3, dtype=torch.float64),)
+
+# ---------------------------------------------------------------------------------------------
 # the table: id -> (buggy, correct, kwargs, kinds)
 # ---------------------------------------------------------------------------------------------
 
@@ -192,4 +270,7 @@ USER_BUGS = {
                              "args": {1: st.integers(1, 3), 2: st.sampled_from(["mean", "sum"])}}, _VAL),
     "needs-input-grad-first-only": (MulAddFirstOnly.apply, MulAdd.apply, {"example_inputs": MULADD_EXAMPLE},
                                     ("value", "none-vs-zeros")),
+    "custom-op-register-autograd": (scaled_cube_noscale, scaled_cube, {"example_inputs": CUBE_EXAMPLE}, _VAL),
+    "nn-module-weights-lost": (TinyNet(LinearFnFirstOnly), TinyNet(LinearFn), {"example_inputs": NET_EXAMPLE},
+                               ("value", "none-vs-zeros")),
 }

@@ -18,6 +18,12 @@ EXAMPLES = [
                             "buggy: bug found", "fixed: clean", "replay"]),
     ("user_op.py", ["gradspec verify op 'soft_threshold': OK", "soft_threshold: verified clean",
                     "weighted_power_sum: verified clean"]),
+    ("custom_op.py", ["gradspec_examples::scaled_tanh_buggy: torch.library.opcheck: passes",
+                      "gradspec_examples::scaled_tanh_buggy: gradspec: bug found",
+                      "gradspec_examples::scaled_tanh: gradspec: clean",
+                      "opcheck passes both; gradspec finds the buggy backward and passes the correct one: True"]),
+    ("nn_module.py", ["smoke test out.backward(torch.ones_like(out)) passes for the buggy layer: True",
+                      "gradspec verify module TwoLayerNet: FAILED", "buggy: bug found", "fixed: clean"]),
     ("tiny_engine.py", ["gradspec verify engine tiny: OK", "backward() rules: 12 passed",
                         "TinyEngine passes verify_engine"]),
 ]

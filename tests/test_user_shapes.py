@@ -151,3 +151,31 @@ def test_one_way_model_never_broadcasts_input_zero():
         assert np.broadcast_shapes(a[:-1], b[:-1]) == a[:-1], (a, b)
 
     check()
+
+
+# ---------------------------------------------------------------------------------------------
+# modern torch: custom ops and modules
+# ---------------------------------------------------------------------------------------------
+
+
+def test_custom_op_needs_its_non_tensor_argument():
+    with pytest.raises(gs.UserOpError, match=r"takes a non-tensor argument 'k' \(float\) at position 1.*args=\{1: "):
+        gs.verify_torch_function(U.scaled_cube, max_examples=2)
+    r = gs.verify_torch_function(U.scaled_cube, args={1: st.floats(0.5, 2.0)}, max_examples=10, seed=0)
+    assert r.status == "agree" and r.target == "gradspec_planted::scaled_cube", str(r)
+
+
+def test_verify_module_names_the_leaves_and_keeps_parameter_shapes():
+    r = gs.verify_module(U.TinyNet(U.LinearFn), example_inputs=U.NET_EXAMPLE, max_examples=8, seed=0)
+    assert r.status == "agree" and r.what == "module", str(r)
+    assert "leaves: x0 = W, x1 = b, x2 = scale, x3 = input 0" in r.notes
+    assert any("x0: (2, 3), x1: (2,), x2: (2,), x3: (d0, 3)" in n for n in r.notes), r.notes
+    assert r.replay.startswith("gs.verify_module(TinyNet")
+
+
+def test_verify_module_does_not_touch_the_users_module():
+    net = U.TinyNet(U.LinearFn)
+    before = {k: v.clone() for k, v in net.state_dict().items()}
+    gs.verify_module(net, example_inputs=(torch.randn(4, 3),), max_examples=3, seed=0)
+    assert all(v.dtype == torch.float32 and torch.equal(v, before[k]) for k, v in net.state_dict().items())
+    assert all(p.grad is None for p in net.parameters())

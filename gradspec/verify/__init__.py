@@ -18,6 +18,8 @@ to run it again.
   VJP is fn's own backward (``torch.autograd.grad``) and whose torch twin is fn itself, so the
   backward is checked both call by call and inside whole torch graphs (fn called several times,
   inputs used twice), plus backward twice (accumulation, state kept between calls).
+* ``verify_module(module, example_inputs=...)``: a ``torch.nn.Module`` as a function of its
+  trainable parameters and its float inputs (all leaves), through ``verify_torch_function``.
 * ``verify_engine(engine)``: an :class:`gradspec.engines.Engine` adapter on random graphs of
   the ops it supports, plus every backward() rule of CONTRACT §5 as a check of its own
   (implicit seeds, seed shapes, J^T seed, accumulation across calls/roots/uses, reset,
@@ -39,13 +41,14 @@ from ..result import Result, VerifyDiscrepancy
 from ..search import DEFAULT_MAX_EXAMPLES, SHRINK_CALLS, SHRINK_SECONDS
 from .engine import verify_engine
 from .op import COMPANIONS, verify_op
-from .torch_function import verify_torch_function
+from .torch_function import verify_module, verify_torch_function
 
 __all__ = [
     "Result",
     "VerifyDiscrepancy",
     "verify_op",
     "verify_torch_function",
+    "verify_module",
     "verify_engine",
     "fd_jacobian_error",
     "FDJacobianOracle",

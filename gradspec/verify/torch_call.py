@@ -29,7 +29,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-__all__ = ["CallLayout", "outputs", "flat", "blocks", "ARG_PREFIX"]
+__all__ = ["CallLayout", "outputs", "flat", "blocks", "ARG_PREFIX", "label_of", "schema_of"]
 
 ARG_PREFIX = "arg"
 
@@ -187,3 +187,41 @@ def blocks(outs: list) -> list[tuple]:
         out.append((at, at + n, tuple(o.shape)))
         at += n
     return out
+
+
+def _op_schema(fn):
+    """The schema of a torch.library custom op / OpOverload(Packet), or None."""
+    for obj in (getattr(fn, "_opoverload", None), fn, getattr(fn, "default", None)):
+        schema = getattr(obj, "_schema", None)
+        if schema is not None and hasattr(schema, "arguments"):
+            return schema
+    return None
+
+
+def label_of(fn) -> str:
+    """How a user names fn: ``Fn.apply``, ``ns::op`` for a custom op, ``Net`` for a module, else its qualname."""
+    owner = getattr(fn, "__self__", None)
+    if isinstance(owner, type):
+        return f"{owner.__name__}.apply"
+    qual = getattr(fn, "_qualname", None)
+    if isinstance(qual, str):
+        return qual
+    schema = _op_schema(fn)
+    if schema is not None:
+        return str(schema.name)
+    return getattr(fn, "__qualname__", None) or type(fn).__name__
+
+
+def schema_of(fn) -> tuple[list, list] | None:
+    """For a custom op: (positions of its Tensor arguments, [(position, name, type) of required
+    non-tensor ones]) from its schema; None for other callables."""
+    schema = _op_schema(fn)
+    if schema is None:
+        return None
+    tensors, others = [], []
+    for i, a in enumerate(schema.arguments):
+        if str(a.type) == "Tensor":
+            tensors.append(i)
+        elif not a.has_default_value() and not getattr(a, "kwarg_only", False):
+            others.append((i, a.name, str(a.type)))
+    return tensors, others

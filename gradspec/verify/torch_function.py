@@ -25,18 +25,18 @@ from ..spec.opspec import OpSpec
 from ..ops.user import Op, UserOpError
 from ..result import Result, VerifyDiscrepancy
 from ..search import _check_budget, _resolve_seed, _Runner
-from .torch_call import CallLayout, blocks, flat, outputs
+from .torch_call import CallLayout, blocks, flat, label_of, outputs, schema_of
 from . import fn_shapes
 from .op import COMPANIONS, _budget_text, _check_op_case, _count, _op_cases, _wrap
 
-__all__ = ["verify_torch_function"]
+__all__ = ["verify_torch_function", "verify_module"]
 
 
 _TORCH_FN_NAMES: dict = {}
 
 
 def _torch_fn_name(fn) -> str:
-    base = getattr(getattr(fn, "__self__", None), "__name__", None) or getattr(fn, "__qualname__", None) or "fn"
+    base = label_of(fn).split("::")[-1].removesuffix(".apply") or "fn"
     base = "".join(ch if ch.isalnum() else "_" for ch in str(base)).strip("_") or "fn"
     if base[0].isdigit():
         base = "f_" + base
@@ -219,6 +219,9 @@ def verify_torch_function(fn, *, arity: int | None = None, signature: str | None
     _check_budget(max_examples, seconds)
     if not callable(fn):
         raise TypeError(f"verify_torch_function expects a callable on torch tensors, got {type(fn).__name__}")
+    if _is_module(fn):  # parameters and inputs as leaves (gs.verify_module)
+        return verify_module(fn, example_inputs=example_inputs, max_examples=max_examples, seconds=seconds,
+                             seed=seed, domain=domain, broadcast=broadcast)
     params = dict(params or {})
     layout = _layout(fn, arity, signature, params, example_inputs, args)
     try:
@@ -236,8 +239,7 @@ def verify_torch_function(fn, *, arity: int | None = None, signature: str | None
     if plan.model is not None:
         spec._gs_out_blocks = out_blocks  # type: ignore[attr-defined]
     s = _resolve_seed(seed)
-    owner = getattr(fn, "__self__", None)
-    label = f"{owner.__name__}.apply" if isinstance(owner, type) else getattr(fn, "__qualname__", name)
+    label = label_of(fn)
     budget = _budget_text(max_examples, seconds)
     extra = [f"arity={layout.arity}"]
     if signature is not None:
@@ -293,6 +295,28 @@ def verify_torch_function(fn, *, arity: int | None = None, signature: str | None
     return result
 
 
+def verify_module(module, *, example_inputs=None, max_examples: int | None = None, seconds: float | None = None,
+                  seed: int | None = None, domain=None, broadcast: str = "auto", **kw) -> Result:
+    """Verify a ``torch.nn.Module``'s gradients w.r.t. its trainable parameters and its float inputs
+    (:mod:`gradspec.verify.torch_module`).  ``example_inputs``: the arguments of one real forward call
+    (non-tensor ones passed again as given); other keywords go to ``verify_torch_function``."""
+    from . import torch_module
+
+    fn, example, labels = torch_module.module_function(module, example_inputs)
+    with result_sink.suppressed():  # emitted below, once it is labelled as a module
+        r = verify_torch_function(fn, example_inputs=example, max_examples=max_examples, seconds=seconds, seed=seed,
+                                  domain=domain, broadcast=broadcast, **kw)
+    torch_module.finish(r, labels)
+    result_sink.emit(r)
+    return r
+
+
+def _is_module(fn) -> bool:
+    import torch
+
+    return isinstance(fn, torch.nn.Module)
+
+
 def _no_case(result: Result, why: str) -> None:
     """A run whose shape rules admit no case is inconclusive with this reason (never an OK)."""
     unran = getattr(result, "unran", None)
@@ -319,6 +343,14 @@ def _layout(fn, arity, signature, params, example_inputs, args) -> CallLayout:
             raise UserOpError(f"verify_torch_function: arity={arity} but example_inputs has {layout.arity} float "
                               "tensor(s)")
         return layout
+    schema = schema_of(fn)
+    if schema is not None and arity is None:
+        tensors, others = schema
+        if others and not args:
+            pos, nm, ty = others[0]
+            raise UserOpError(f"verify_torch_function: {label_of(fn)} takes a non-tensor argument {nm!r} ({ty}) at "
+                              f"position {pos}: pass example_inputs=(...) (one real call) or args={{{pos}: value}}")
+        arity = len(tensors)
     if args:
         if arity is None:
             total = _torch_arity(fn, params)

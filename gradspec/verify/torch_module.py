@@ -1,0 +1,69 @@
+"""``gs.verify_module`` (defined in :mod:`gradspec.verify.torch_function`, which calls this module): a ``torch.nn.Module``'s gradients, its parameters and its inputs as leaves.
+
+A user's module (a two-layer net, a layer with a custom ``autograd.Function`` inside, a module whose
+forward detaches something it should not) is run as a function of *all* its trainable parameters
+and its float inputs, ``torch.func.functional_call(module, params, inputs)``, on a float64 copy (the
+user's module is not touched).  That function goes through ``gs.verify_torch_function`` with the
+parameters and ``example_inputs`` as one real call: the parameters keep their shapes (the module's
+structure), the input dims not tied to a parameter (batch, sequence...) vary, seeds are random
+(not only ``out.backward(torch.ones_like(out))``), and each parameter and input sometimes does not
+require grad.  ``verify_torch_function(module, example_inputs=...)`` does the same.
+
+The leaves of a finding are named in the result's notes (``x0 = fc1.weight`` ...).
+
+Example::
+
+    >>> import torch, gradspec as gs
+    >>> net = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Tanh(), torch.nn.Linear(4, 2))
+    >>> r = gs.verify_module(net, example_inputs=(torch.randn(5, 3),), max_examples=5, seed=0)
+    >>> r.status
+    'agree'
+"""
+
+from __future__ import annotations
+
+import copy
+
+from ..ops.user import UserOpError
+
+__all__ = ["module_function", "finish"]
+
+
+def module_function(module, example_inputs):
+    """(fn, example, names): ``fn(*params, *inputs)`` calls a float64 copy of ``module`` functionally;
+    ``example`` is the trainable parameters followed by ``example_inputs`` (float tensors in float64);
+    ``names`` labels each float tensor of the example."""
+    import torch
+
+    if not isinstance(module, torch.nn.Module):
+        raise TypeError(f"verify_module expects a torch.nn.Module, got {type(module).__name__}")
+    if example_inputs is None:
+        raise UserOpError("verify_module: pass example_inputs=(...) (the arguments of one real forward call)")
+    if isinstance(example_inputs, torch.Tensor) or not isinstance(example_inputs, (tuple, list)):
+        example_inputs = (example_inputs,)
+    mod = copy.deepcopy(module).to(torch.float64)
+    names = [n for n, p in mod.named_parameters() if p.requires_grad]
+    params = [p.detach().clone() for n, p in mod.named_parameters() if p.requires_grad]
+    k = len(params)
+
+    shapes = [tuple(p.shape) for p in params]
+
+    def fn(*args):
+        if [tuple(a.shape) for a in args[:k]] != shapes:
+            # the module's structure fixes its parameters' shapes: only the inputs' free dims vary
+            raise ValueError("parameter shapes differ from the module's")
+        return torch.func.functional_call(mod, dict(zip(names, args[:k])), tuple(args[k:]))
+
+    fn.__qualname__ = type(module).__name__
+    inputs = [x.detach().to(torch.float64) if isinstance(x, torch.Tensor) and x.is_floating_point() else x
+              for x in example_inputs]
+    labels = names + [f"input {i}" for i, x in enumerate(inputs)
+                      if isinstance(x, torch.Tensor) and x.is_floating_point()]
+    return fn, tuple(params) + tuple(inputs), labels
+
+
+def finish(result, labels: list) -> None:
+    """A module's result: named as such, its leaves listed, its replay through verify_module."""
+    result.what = "module"
+    result.note("leaves: " + ", ".join(f"x{i} = {n}" for i, n in enumerate(labels)))
+    result.replay = result.replay.replace("gs.verify_torch_function(", "gs.verify_module(", 1)
