@@ -179,3 +179,26 @@ def test_verify_module_does_not_touch_the_users_module():
     gs.verify_module(net, example_inputs=(torch.randn(4, 3),), max_examples=3, seed=0)
     assert all(v.dtype == torch.float32 and torch.equal(v, before[k]) for k, v in net.state_dict().items())
     assert all(p.grad is None for p in net.parameters())
+
+
+# ---------------------------------------------------------------------------------------------
+# verify_op(example_inputs=...): the same learnt ties for a gs.Op
+# ---------------------------------------------------------------------------------------------
+
+
+def _affine4_shape(a, x, b, c):
+    return U.affine_shape(a, x, b, c)
+
+
+affine4_ok = gs.Op("affine4_ok", forward=lambda A, x, b, c: (A @ x + b) * c, shape_fn=_affine4_shape,
+                   vjp=lambda g, A, x, b, c, out: (np.outer(g * c, x), A.T @ (g * c), g * c, g * (A @ x + b)))
+affine4_bad = gs.Op("affine4_bad", forward=lambda A, x, b, c: (A @ x + b) * c, shape_fn=_affine4_shape,
+                    vjp=lambda g, A, x, b, c, out: (np.outer(g * c, x), A.T @ (g * c), g, g * (A @ x + b)))
+AFFINE_NP = tuple(t.numpy() for t in U.AFFINE_EXAMPLE)
+
+
+@pytest.mark.parametrize("op, found", [(affine4_bad, True), (affine4_ok, False)], ids=["buggy", "correct"])
+def test_verify_op_with_example_inputs_keeps_four_input_ties(op, found):
+    r = gs.verify_op(op, example_inputs=AFFINE_NP, max_examples=20, seed=0)
+    assert r.cases_run == 20 and (r.status == "disagree") == found and (found or r.ok), str(r)
+    assert any("x0: (d0, d1), x1: (d1,), x2: (d0,), x3: (d0,)" in n for n in r.notes), r.notes

@@ -45,7 +45,7 @@ from ..case import Case
 from ..spec.opspec import OpSpec
 from .torch_call import CallLayout, outputs
 
-__all__ = ["Plan", "plan", "model_cases", "out_rules"]
+__all__ = ["Plan", "plan", "model_cases", "out_rules", "op_example_cases"]
 
 MAX_FN_SIDE = 5  # sizes drawn for a learnt model (the example's sizes are also drawn, as the shrink target)
 
@@ -230,6 +230,34 @@ def _detect(full: _sl.ShapeModel, probe) -> str:
     if all(alone):
         return "full"
     return "one-way" if alone[0] else "none"
+
+
+def op_example_cases(spec: OpSpec, example_inputs, broadcast: str, wrap):
+    """(strategy, note) for ``verify_op(op, example_inputs=...)``: the ties learnt by probing the op's
+    shape rule and numpy forward around the example arrays, then :func:`model_cases`."""
+    arrays = [np.asarray(a) for a in (example_inputs if isinstance(example_inputs, (tuple, list))
+                                      else (example_inputs,))]
+    if spec.arity is not None and len(arrays) != spec.arity:
+        raise ValueError(f"op {spec.name!r} takes {spec.arity} inputs; example_inputs has {len(arrays)}")
+    doms = spec.domains_for(len(arrays))
+
+    def probe(shapes):
+        params = _first(spec.param_strategy(tuple(shapes))) if spec.param_strategy is not None else {}
+        canon = spec.canonical(shapes, params)
+        if spec.out_shape(shapes, canon) is None:
+            return False
+        rng = np.random.default_rng(0)
+        xs = [_values.tame_array(rng, tuple(s), [d]) for s, d in zip(shapes, doms, strict=True)]
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            y = np.asarray(spec.forward(*xs, **canon))
+        return tuple(y.shape) == tuple(spec.out_shape(shapes, canon)) and bool(np.all(np.isfinite(y)))
+
+    shapes = [a.shape for a in arrays]
+    if not probe(shapes):
+        raise ValueError(f"op {spec.name!r} rejects its own example_inputs (shapes {shapes})")
+    model = _sl.learn(shapes, probe, broadcast=broadcast, explore=broadcast != "auto")
+    return model_cases(spec, model, None, False, wrap), f"shapes learnt from example_inputs: {model.describe()}"
 
 
 # ---------------------------------------------------------------------------------------------

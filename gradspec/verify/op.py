@@ -319,11 +319,14 @@ def _resolve_op(op) -> OpSpec:
 
 
 def verify_op(op, *, max_examples: int | None = None, seconds: float | None = None, oracles=None,
-              seed: int | None = None, companions=COMPANIONS) -> Result:
+              seed: int | None = None, companions=COMPANIONS, example_inputs=None, broadcast: str = "auto") -> Result:
     """Verify a user op's VJP (and JVP / torch twin, if declared) on random graphs.
 
     Budget: ``max_examples`` generated cases and/or ``seconds`` (default
     ``DEFAULT_MAX_EXAMPLES`` cases, a few seconds).  Deterministic for a given ``seed``.
+    ``example_inputs``: one array per input of a real call; the dims tied across inputs are learnt
+    from it by probing the op's shape rule and forward, and the cases keep those ties
+    (``broadcast`` as in ``verify_torch_function``).
 
     Example::
 
@@ -361,7 +364,14 @@ def verify_op(op, *, max_examples: int | None = None, seconds: float | None = No
         return _check_op_case(case, spec, names, f"op {spec.name!r}", _case_replay(path, s, run_replay), result)
 
     runner = _Runner(result, max_examples, seconds)
-    runner.run(_op_cases(spec, companions, user_ops), evaluate)
+    if example_inputs is None:
+        strategy = _op_cases(spec, companions, user_ops)
+    else:
+        from . import fn_shapes
+
+        strategy, why = fn_shapes.op_example_cases(spec, example_inputs, broadcast, _wrap)
+        result.note(why)
+    runner.run(strategy, evaluate)
     result_sink.emit(result)
     return result
 
