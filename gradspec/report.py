@@ -146,6 +146,7 @@ _INDEX = """<!doctype html><html lang="en"><head><meta charset="utf-8"><title>gr
 <b class="{{ 'ok' if not this_run else 'bad' }}">{{ this_run|length }} discrepanc{{ 'y' if this_run|length == 1 else 'ies' }}</b>
 {% if s.interrupted %}<b class="bad">interrupted</b> (results of what ran){% endif %}
 {% if s.stop_reason %}<span class="small">stopped: {{ s.stop_reason }}</span>{% endif %}</p>{% endif %}
+{% if s.status == "inconclusive" %}<div class="card"><b class="bad">INCONCLUSIVE</b> (exit 3): {{ s.reason }}</div>{% endif %}
 {% if s.errors %}<div class="card"><b>Problems during the run</b><ul>{% for e in s.errors %}<li>{{ e }}</li>{% endfor %}</ul></div>{% endif %}
 
 <h2>Discrepancies</h2>
@@ -171,6 +172,8 @@ _INDEX = """<!doctype html><html lang="en"><head><meta charset="utf-8"><title>gr
 {% endfor %}</table>{% else %}<p>No comparisons.</p>{% endif %}
 {% if skipped %}<h3>Oracles not used, and why</h3><table><tr><th class="l">reason</th><th>cases</th></tr>
 {% for why, n in skipped %}<tr><td class="l">{{ why }}</td><td>{{ n }}</td></tr>{% endfor %}</table>{% endif %}
+{% if s.inconclusive_reasons %}<h3>Cases that compared nothing ({{ s.inconclusive }}), and why</h3><table><tr><th class="l">reason</th><th>cases</th></tr>
+{% for why, n in s.inconclusive_reasons.items() %}<tr><td class="l">{{ why }}</td><td>{{ n }}</td></tr>{% endfor %}</table>{% endif %}
 </div><div>
 <h2>Coverage per op</h2>
 <p class="small">{{ covered }} of {{ ops|length }} ops appeared in at least one case; red: never generated.</p>
@@ -198,6 +201,8 @@ def write_run_report(directory: str, summary: dict, discrepancies=None, title: s
     s.setdefault("stop_reason", "")
     s.setdefault("errors", [])
     s.setdefault("source", "fuzz")
+    for k, v in (("status", ""), ("reason", ""), ("inconclusive", 0), ("inconclusive_reasons", {})):
+        s.setdefault(k, v)  # (summaries of older versions lack them)
     s.setdefault("run_id", None)
     run_id = s.get("run_id")
     status = {p["id"]: p["status"] for p in s.get("previous", []) or []}
@@ -240,7 +245,8 @@ def write_run_report(directory: str, summary: dict, discrepancies=None, title: s
     html = _jinja().from_string(_INDEX).render(
         css=_CSS,
         title=title,
-        headline=f"{len(this_run)} discrepancies" if this_run else "no discrepancy",
+        headline=(f"{len(this_run)} discrepancies" if this_run else "inconclusive" if s.get("status") == "inconclusive"
+                  else "no discrepancy"),
         s=s,
         this_run=this_run,
         superseded=superseded,

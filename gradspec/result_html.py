@@ -55,10 +55,14 @@ def write_result_html(self, directory: str) -> str:
         "agreement": s["agreement"],
         "ops": s["ops"],
         "skipped": s["skipped"],
+        "status": s["status"],
+        "reason": s["reason"],
+        "inconclusive": sum(self.inconclusive.values()),
+        "inconclusive_reasons": s["inconclusive"],
     }
     index = report.write_run_report(directory, summary, items)
     extra = [f"<h2>gradspec verify {_html.escape(self.what)} <code>{_html.escape(self.target)}</code>: "
-             f"{'OK' if self.ok else 'FAILED'}</h2>"]
+             f"{ {'agree': 'OK', 'disagree': 'FAILED'}.get(self.status, 'INCONCLUSIVE')}</h2>"]
     if self.checks:
         extra.append("<h2>backward() rules</h2><table><tr><th class='l'>rule</th><th class='l'>outcome</th></tr>")
         for k, v in self.checks.items():

@@ -194,11 +194,13 @@ def test_a_wrong_vjp_is_still_found_when_the_twin_is_discounted():
 # ---------------------------------------------------------------------------------------------
 
 
-def test_verify_torch_function_whose_forward_always_raises_is_inconclusive_with_the_error():
+def test_verify_torch_function_whose_forward_always_raises_is_inconclusive_with_the_error(tmp_path):
     r = gs.verify_torch_function(V.ForwardRaises.apply, max_examples=5, seed=1)
     assert r.status == "inconclusive" and not r.ok
     assert "planted: this forward always raises" in r.reason
     assert "INCONCLUSIVE" in r.summary() and "planted: this forward always raises" in r.summary()
+    html = open(r.write_html(str(tmp_path))).read()
+    assert "INCONCLUSIVE" in html and "planted: this forward always raises" in html
 
 
 # ---------------------------------------------------------------------------------------------
@@ -280,3 +282,15 @@ def test_a_wrong_vjp_away_from_kinks_is_still_found():
 def test_verify_op_raises_no_false_alarm_on_correct_user_code(op, seed, n):
     r = gs.verify_op(op, max_examples=n, seed=seed)
     assert r.status == "agree", r.summary()
+
+
+def test_fuzz_index_and_summary_say_what_was_compared_and_what_was_not(tmp_path):
+    from gradspec import report
+
+    summary = {"cases": 4, "seconds": 1.0, "engine": "reference", "status": "inconclusive",
+               "reason": "no pair of oracles was compared in 4 cases: torch-cuda: no CUDA device (4 cases)",
+               "oracles": {}, "skipped": {"torch-cuda: no CUDA device": 4}, "inconclusive": 4,
+               "inconclusive_reasons": {"no pair of oracles produced gradients (only reference did)": 4}}
+    html = open(report.write_run_report(str(tmp_path), summary)).read()
+    assert "INCONCLUSIVE" in html and "no pair of oracles was compared in 4 cases" in html
+    assert "Cases that compared nothing (4)" in html and "torch-cuda: no CUDA device" in html
