@@ -103,5 +103,5 @@ class Cause:
         return cls(**{k: v for k, v in d.items() if k in fields})
 
     def __str__(self) -> str:
-        where = f" [node {self.node} = {self.op}]" if self.node else ""
+        where = f" [node {self.node} = {self.op}]" if self.node and not self.summary.startswith(f"node {self.node} ") else ""
         return f"{self.id}{where}: {self.summary}"

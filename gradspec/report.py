@@ -151,7 +151,7 @@ _INDEX = """<!doctype html><html lang="en"><head><meta charset="utf-8"><title>gr
 
 <h2>Discrepancies</h2>
 {% if this_run %}<table><tr><th class="l">report</th><th class="l">kind</th><th class="l">oracles</th><th class="l">ops</th><th class="l">message</th></tr>
-{% for r in this_run %}<tr class="bad"><td class="l id"><a href="{{ r.id }}/index.html">{{ r.id }}</a></td><td class="l">{{ r.kind }}</td><td class="l">{{ r.oracles|join(' vs ') }}</td><td class="l">{{ r.ops|join(', ') }}</td><td class="l">{{ r.message|truncate(220) }}{% if r.note %} <span class="small">({{ r.note }})</span>{% endif %}</td></tr>
+{% for r in this_run %}<tr class="bad"><td class="l id"><a href="{{ r.id }}/index.html">{{ r.id }}</a></td><td class="l">{{ r.kind }}</td><td class="l">{{ r.oracles|join(' vs ') }}</td><td class="l">{{ r.ops|join(', ') }}</td><td class="l">{% if r.cause %}<b class="cause">{{ r.cause|truncate(300) }}</b><br>{% endif %}{{ r.message|untol|truncate(220) }}{% if r.note %} <span class="small">({{ r.note }})</span>{% endif %}</td></tr>
 {% endfor %}</table>{% else %}<p>None in this run.</p>{% endif %}
 {% if superseded %}<h3>Superseded</h3><p class="small">The same disagreement (kind and oracle pair) on a case with more ops than the one listed above; kept for reference.</p>
 <table><tr><th class="l">report</th><th class="l">kind</th><th class="l">oracles</th><th class="l">ops</th><th class="l">superseded by</th></tr>
@@ -271,6 +271,8 @@ def _norm_record(r: dict) -> dict:
     r["ops"] = [o.strip() for o in ops.split(",") if o.strip()] if isinstance(ops, str) else list(ops)
     r.setdefault("message", "")
     r.setdefault("note", "")
+    cause = r.get("cause") or (r.get("discrepancy") or {}).get("cause")
+    r["cause"] = cause.get("summary", "") if isinstance(cause, dict) else str(cause or "")
     r.setdefault("engine", "reference")
     t = r.get("first_found") or r.get("found_at")
     r["when"] = time.strftime("%Y-%m-%d %H:%M", time.localtime(t)) if t else ""

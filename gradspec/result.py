@@ -56,6 +56,8 @@ class VerifyDiscrepancy(Discrepancy):
 
     def describe(self) -> str:
         lines = [f"[{self.kind}] {self.message}"]
+        if self.cause is not None:  # CONTRACT §8: what is wrong and where, before the case
+            lines.append(f"  cause: {self.cause}")
         if self.case is not None:
             lines.append("  case:")
             try:

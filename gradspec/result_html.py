@@ -42,7 +42,7 @@ def write_result_html(self, directory: str) -> str:
             folder = _write_plain_page(directory, d, run=report_cause.run_title({"run": self.what, "target": self.target}))
             ops = d.check_name or ""
         items.append({"id": os.path.basename(folder), "kind": d.kind, "oracles": " vs ".join(d.oracles),
-                      "ops": ops, "message": d.message})
+                      "ops": ops, "message": d.message, "cause": d.cause.summary if d.cause is not None else ""})
     s = self.to_json()
     summary = {
         "engine": self.target if self.what == "engine" else "reference",
