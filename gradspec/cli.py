@@ -106,8 +106,9 @@ def _parser() -> argparse.ArgumentParser:
                         "between machines (needs gradspec[redis]); prefix 'ro:' for read-only; repeat to combine "
                         "(saved failures are read from all, written to the writable ones)")
     f.add_argument("--case-timeout", type=_positive_float, default=60.0, metavar="S",
-                   help="an oracle or engine taking longer than this on one case is a 'timeout' discrepancy "
-                        "(default 60)")
+                   help="seconds each oracle's own call may take on one case (imports and a warm-up run before "
+                        "the first timed case); the engine under test taking longer is a 'timeout' discrepancy, a "
+                        "witness taking longer is skipped for that case (default 60)")
     f.add_argument("--dtype", default="any", choices=["float64", "float32", "mixed", "any"],
                    help="precision of the generated graphs: float32 and float64 leaves together ('mixed', promoted "
                         "where an op mixes them, as torch does) or 'any' (default: float64 60%%, float32 20%%, mixed "
@@ -121,6 +122,7 @@ def _parser() -> argparse.ArgumentParser:
                         "CI job summary page")
     f.add_argument("-q", "--quiet", action="store_true", help="no progress line")
     _data_flags(f)
+    _isolate_flag(f)
     r = sub.add_parser("replay", help="re-run a saved case.json with every oracle; exit 1 while it still disagrees")
     r.add_argument("case", help="path to a case.json written by gradspec (a report folder's case.json)")
     r.add_argument("--engine", default=None, metavar="NAME|module:attr",
@@ -131,12 +133,20 @@ def _parser() -> argparse.ArgumentParser:
                    help="per-case timeout (default 60)")
     r.add_argument("--json", action="store_true", help="machine-readable verdict")
     _data_flags(r)
+    _isolate_flag(r)
     sub.add_parser("explain", add_help=False,
                    help="print J, the seed, J^T·seed and each element's contributions for an expression or a "
                         "case file (gradspec explain \"mm(x, a)\" --x ones:2,3 --a ones:3,4 --seed ...)")
     o = sub.add_parser("ops", help="list the op table: name, signature, domain, oracles that apply")
     o.add_argument("--json", action="store_true", help="machine-readable output")
     return p
+
+
+def _isolate_flag(p) -> None:
+    p.add_argument("--isolate", action="store_true",
+                   help="check each case in a child process that a watchdog kills when an oracle overruns "
+                        "--case-timeout (cuts hangs in C code, which the default alarm signal cannot; costs a fork "
+                        "per case)")
 
 
 def _data_flags(p) -> None:
@@ -376,7 +386,10 @@ def _replay(args) -> int:
 def _replay_check(args, case, engine, oracles) -> int:
     from . import fuzz
 
-    verdict = fuzz.guarded_check(case, oracles, args.case_timeout)
+    from .guard import warm_up
+
+    warm_up(case, oracles, cap=args.case_timeout, isolate=args.isolate)
+    verdict = fuzz.guarded_check(case, oracles, args.case_timeout, under_test=engine, isolate=args.isolate)
     if args.json:
         print(json.dumps({
             "ok": verdict.ok,
@@ -444,7 +457,7 @@ def _fuzz(args) -> int:
                           max_examples=args.max_examples, seconds=args.seconds, seed=args.seed,
                           report_dir=args.report_dir, database=args.database, case_timeout=args.case_timeout,
                           shrink_seconds=args.shrink_seconds, workers=args.workers, tx=args.tx,
-                          dtype=args.dtype, argv=["gradspec"] + args.argv)
+                          dtype=args.dtype, argv=["gradspec"] + args.argv, isolate=args.isolate)
     except ValueError as e:  # e.g. an empty --database
         raise _UsageError(str(e)) from None
     try:

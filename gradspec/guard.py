@@ -1,9 +1,31 @@
 """``gs.check`` with faults contained: never raises (except KeyboardInterrupt), never hangs.
 
 Used by every entry point that runs code under test on generated cases (``gradspec fuzz``,
-``gradspec replay``, ``assert_gradients``).  An oracle that hangs is cut by the per-case timeout
-(``signal.setitimer`` in the main thread, a watchdog thread elsewhere: only Python code can be
-interrupted, a C loop is cut when it returns to Python) and recorded as a ``timeout`` discrepancy.
+``gradspec replay``, ``assert_gradients``).
+
+Timeouts that do not lie
+------------------------
+``timeout`` is a budget for *each oracle's own call* on the case (its ``vjp`` / ``result`` /
+``jacobian``): the timer is armed when the oracle starts and disarmed when it returns, so the
+comparison code between oracles, imports (``import torch`` took 1.2 s to 13 s on a loaded machine
+and was charged to the first case) and one-time set-up are never counted.  :func:`warm_up` runs
+the first case once, untimed, before the first timed check, so lazy imports and first-call costs
+are paid there.  An oracle cut by the timer is a ``timeout`` discrepancy only when it is code under
+test (``under_test``: the engine of the campaign; by default every oracle); a witness (finite
+differences, the Jacobian, torch when it is not the engine under test) that runs out of time is
+*skipped* for the case with the reason, never a finding against the code under test.
+
+Two mechanisms cut a case, and the report says which:
+
+* the **alarm signal** (``SIGALRM`` via ``signal.setitimer``, main thread): ``CaseTimeout`` is
+  raised inside the oracle, so the traceback shows where it was; only Python code can be
+  interrupted this way (a loop in C runs on until it returns to Python);
+* the **watchdog** (``isolate=True``, ``--isolate``): the case is checked in a forked child process
+  that reports which oracle it is in; when an oracle overruns its budget by :data:`GRACE` the
+  child is killed (SIGKILL), which also cuts a hang in C code.  A child that dies (segfault,
+  abort) is a ``crash`` discrepancy of the oracle it was in.
+
+Off the main thread (no signals) a watchdog thread bounds the whole check instead.
 
 Example::
 
@@ -12,18 +34,31 @@ Example::
     >>> case = gs.Case.build({"x": np.array([1.0, 2.0])}, [("y", "exp", ["x"], {})], ["y"], [np.ones(2)])
     >>> guarded_check(case, ["reference", "jacobian"], timeout=5.0).ok
     True
+    >>> guarded_check(case, ["reference", "jacobian"], timeout=5.0, isolate=True).ok
+    True
 """
 
 from __future__ import annotations
 
+import copy
+import os
 import signal
 import threading
+import time
 import traceback
 
+from . import oracles as _oracles
+from ._private import isolate as _isolate
 from .case import Case
 from .check import Discrepancy, Verdict, check
 
-__all__ = ["CaseTimeout", "guarded_check"]
+__all__ = ["CaseTimeout", "guarded_check", "warm_up", "ALARM", "WATCHDOG", "GRACE"]
+
+ALARM = "the alarm signal (SIGALRM, in-process)"
+WATCHDOG = "the watchdog (--isolate: the process checking the case was killed)"
+# How long past an oracle's budget the watchdog waits before killing the child: the alarm inside
+# the child gets the first chance (it gives a traceback), the kill is for what it cannot interrupt.
+GRACE = 0.5
 
 
 class CaseTimeout(Exception):
@@ -34,21 +69,109 @@ def _main_thread() -> bool:
     return threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer")
 
 
-def guarded_check(case: Case, oracles, timeout: float | None = None) -> Verdict:
+def _resolve(oracles) -> list:
+    return [o if isinstance(o, _oracles.Oracle) else _oracles.get(o) for o in (oracles or _oracles.all_oracles())]
+
+
+def _under_test(chosen, under_test) -> set:
+    """Names of the oracles whose time is the code under test's: all of them unless told."""
+    names = {o.name for o in chosen}
+    if under_test is None:
+        return names
+    wanted = {under_test} if isinstance(under_test, str) else set(under_test)
+    return {o.name for o in chosen if o.name in wanted or getattr(o, "spec", None) in wanted}
+
+
+def guarded_check(case: Case, oracles, timeout: float | None = None, *, under_test=None,
+                  isolate: bool = False) -> Verdict:
     """``gs.check(case, oracles)`` that never raises (except KeyboardInterrupt) and never hangs.
 
-    An oracle that raises is recorded by ``check`` itself; one that exceeds ``timeout`` seconds
-    gets :class:`CaseTimeout` raised inside it (so its traceback shows where it hung) and becomes
-    a ``timeout`` discrepancy; a failure of ``check`` itself becomes a ``check-error`` discrepancy.
+    ``timeout``: seconds for each oracle's own call (see the module docstring); ``under_test``: the
+    oracle name(s) (or engine spec) whose timeout is a finding; ``isolate``: check in a child process
+    that a watchdog kills when an oracle overruns (cuts hangs in C code too).
     """
-    if timeout and _main_thread():
-        verdict = _check_with_alarm(case, oracles, timeout)
+    chosen = _resolve(oracles)
+    mine = _under_test(chosen, under_test)
+    if isolate and timeout and hasattr(os, "fork"):
+        verdict = _isolate.run(lambda report: _timed_check(case, chosen, timeout, mine, report),
+                               budget=timeout + GRACE)
+        verdict = _settle_child(case, verdict, timeout, mine)
+    elif timeout and _main_thread():
+        verdict = _timed_check(case, chosen, timeout, mine)
     elif timeout:
-        verdict = _check_with_watchdog(case, oracles, timeout)
+        verdict = _check_with_watchdog(case, chosen, timeout, len(chosen))
     else:
-        verdict = _check_safely(case, oracles)
-    _retag_timeouts(verdict, timeout)
+        verdict = _check_safely(case, chosen)
+    _retag_timeouts(verdict, timeout, mine)
     return verdict
+
+
+def warm_up(case: Case, oracles, cap: float = 120.0, isolate: bool = False) -> None:
+    """Check ``case`` once and discard the verdict, before the first timed case: imports (torch),
+    allocator set-up and first-call costs are paid here, not charged to a case.  Bounded by ``cap``
+    seconds (the alarm; with ``isolate`` the case is first tried in a child the watchdog kills, and
+    the warm-up in this process happens only if the child came back) so a case that really hangs or
+    crashes cannot stall or kill the start."""
+    chosen = _resolve(oracles)
+    if any(o.name.startswith("torch") for o in chosen):
+        try:  # never under a timer: an import cut half-way leaves a broken module behind (and a crash at exit)
+            import torch  # noqa: F401
+        except ImportError:
+            pass  # the torch oracles say so themselves
+    for o in chosen:
+        try:
+            o.available()
+        except Exception:  # noqa: BLE001 - check() reports an oracle that cannot run
+            pass
+    if isolate and hasattr(os, "fork"):
+        kind = _isolate.run(lambda report: _check_safely(case, chosen), budget=cap, between=cap)[0]
+        if kind != "verdict":
+            return
+    try:
+        if _main_thread():
+            previous = signal.signal(signal.SIGALRM, _Alarm(cap))
+            try:
+                signal.setitimer(signal.ITIMER_REAL, cap)
+                _check_safely(case, chosen)
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+                signal.signal(signal.SIGALRM, previous)
+        else:
+            _check_with_watchdog(case, chosen, cap, 1)
+    except CaseTimeout:
+        pass
+
+
+def _in_import(frame) -> bool:
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib"):
+            return True
+        frame = frame.f_back
+    return False
+
+
+class _Alarm:
+    """The SIGALRM handler.  An import is never cut: a module interrupted half-way stays broken for
+    every later case (torch imports sympy lazily inside its first calls: 'module sympy has no
+    attribute core' on every case after).  When the budget runs out inside an import, the import
+    finishes and the call gets its budget again from there: import time is not the code's time."""
+
+    POLL = 0.02  # seconds between looks while an import runs
+
+    def __init__(self, budget: float) -> None:
+        self.budget = budget
+        self.deferred = False
+
+    def __call__(self, signum, frame):
+        if _in_import(frame):
+            self.deferred = True
+            signal.setitimer(signal.ITIMER_REAL, self.POLL)
+            return
+        if self.deferred:
+            self.deferred = False
+            signal.setitimer(signal.ITIMER_REAL, self.budget)
+            return
+        raise CaseTimeout(f"exceeded the per-case timeout of {self.budget:g} s (--case-timeout)")
 
 
 def _synthetic(case, kind, pair, message, tb=None) -> Verdict:
@@ -66,47 +189,93 @@ def _check_safely(case, oracles) -> Verdict:
                           f"gs.check itself raised {type(e).__name__}: {e}", traceback.format_exc())
 
 
-def _check_with_alarm(case, oracles, timeout) -> Verdict:
-    def on_alarm(signum, frame):
-        # Re-armed so that whatever runs next (the next oracle) is cut as well.
-        signal.setitimer(signal.ITIMER_REAL, timeout)
-        raise CaseTimeout(f"exceeded the per-case timeout of {timeout:g} s (--case-timeout)")
+def _timed(o, timeout: float, witness: bool, report):
+    """A copy of oracle ``o`` whose gradient calls run under their own ``timeout`` (and tell the
+    watchdog, through ``report``, which oracle is running)."""
+    w = copy.copy(o)
 
-    previous = signal.signal(signal.SIGALRM, on_alarm)
-    try:
-        try:
+    def arm(fn):
+        def call(*args, **kw):
+            if report is not None:
+                report("start", o.name)
             signal.setitimer(signal.ITIMER_REAL, timeout)
-            return _check_safely(case, oracles)
-        finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            signal.signal(signal.SIGALRM, previous)
-    except CaseTimeout:
-        return _synthetic(case, "timeout", ("gradspec.check", "case-timeout"),
-                          f"checking the case exceeded the per-case timeout of {timeout:g} s outside any oracle",
-                          traceback.format_exc())
+            try:
+                return fn(*args, **kw)
+            except CaseTimeout:
+                if witness:  # gradspec's own witness ran out of time: it says nothing about the code under test
+                    raise _oracles.OracleError(
+                        f"{o.name} took longer than the per-case timeout of {timeout:g} s on this case (a witness, "
+                        "not the code under test: not compared)") from None
+                raise
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+                if report is not None:
+                    report("end", o.name)
+        return call
+
+    for meth in ("vjp", "result", "jacobian"):
+        fn = getattr(o, meth, None)
+        if callable(fn):
+            setattr(w, meth, arm(fn))
+    return w
 
 
-def _check_with_watchdog(case, oracles, timeout) -> Verdict:
+def _timed_check(case, chosen, timeout, mine, report=None) -> Verdict:
+    previous = signal.signal(signal.SIGALRM, _Alarm(timeout))
+    try:
+        timed = [_timed(o, timeout, o.name not in mine, report) for o in chosen]
+        return _check_safely(case, timed)
+    except CaseTimeout:  # the timer fired just as an oracle returned: no finding, the case says nothing
+        return Verdict(case, {}, [], [], {"gradspec.check": "interrupted by the case timeout between two oracles "
+                                                            "(not the code under test): nothing compared"}, {})
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _check_with_watchdog(case, oracles, timeout, n) -> Verdict:
     box: list = []
     t = threading.Thread(target=lambda: box.append(_check_safely(case, oracles)), daemon=True)
     t.start()
-    t.join(timeout)
+    t.join(timeout * max(1, n))
     if box:
         return box[0]
     # The thread cannot be killed; it is abandoned (a daemon thread) and the campaign moves on.
     return _synthetic(case, "timeout", ("gradspec.check", "case-timeout"),
-                      f"checking the case exceeded the per-case timeout of {timeout:g} s (watchdog thread: "
-                      "the hung oracle keeps running in the background)")
+                      f"checking the case exceeded {max(1, n)} x the per-case timeout of {timeout:g} s; cut by a "
+                      "watchdog thread (no signals off the main thread): the hung call keeps running in the background")
 
 
-def _retag_timeouts(verdict: Verdict, timeout) -> None:
-    for name, (etype, _msg, tb) in verdict.errors.items():
+def _settle_child(case, outcome, timeout, mine) -> Verdict:
+    """The verdict of an isolated check, or what its watchdog saw: a kill while an oracle ran, a crash."""
+    kind, value, running, seconds = outcome
+    if kind == "verdict":
+        return value
+    name = running or "gradspec.check"
+    if kind == "killed":
+        text = (f"{name} exceeded the per-case timeout of {timeout:g} s (its own time: {seconds:.3g} s when cut); "
+                f"cut by {WATCHDOG}: the alarm signal could not interrupt it (a loop in C code?)")
+        if running is not None and name not in mine:
+            v = Verdict(case, {}, [], [], {name: f"{name} took longer than the per-case timeout of {timeout:g} s on "
+                                             f"this case (a witness, not the code under test: not compared; cut by "
+                                             f"{WATCHDOG})"}, {})
+            return v
+        return _synthetic(case, "timeout", (name, "case-timeout"), text)
+    # The child died (a signal or os._exit) or could not send its verdict back.
+    return _synthetic(case, "crash", ("process", name),
+                      f"the process checking this case (--isolate) {value} while {name} was running", None)
+
+
+def _retag_timeouts(verdict: Verdict, timeout, mine) -> None:
+    for name, (etype, _msg, tb) in list(verdict.errors.items()):
         if etype != CaseTimeout.__name__:
             continue
-        mine = [d for d in verdict.discrepancies if d.kind == "raised" and d.oracles[0] == name]
-        text = f"{name} exceeded the per-case timeout of {timeout:g} s (--case-timeout); it was cut here"
-        for d in mine:
-            d.kind, d.message, d.traceback = "timeout", text, tb
-        if not mine:
+        text = (f"{name} exceeded the per-case timeout of {timeout:g} s (--case-timeout, its own call alone: imports "
+                f"and warm-up are not counted); cut by {ALARM} here")
+        matched = [d for d in verdict.discrepancies if d.kind == "raised" and d.oracles[0] == name]
+        for d in matched:
+            d.kind, d.message, d.traceback, d.cause = "timeout", text, tb, None
+        verdict.excused.pop(name, None)  # a timeout is never "both refuse the case"
+        if not matched:
             verdict.discrepancies.append(Discrepancy(kind="timeout", oracles=(name, "case-timeout"), message=text,
                                                      case=verdict.case, traceback=tb))

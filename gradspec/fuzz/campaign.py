@@ -23,7 +23,7 @@ from .._private.kinks import tally
 from .._private.records import discrepancy_id, read_records
 from ..case import Case
 from ..check import Discrepancy, Verdict
-from ..guard import _main_thread, guarded_check
+from ..guard import _main_thread, guarded_check, warm_up
 from ..oracles import Oracle
 from ..oracles.engine_oracle import EngineOracle
 from .state import BUILTIN_ENGINES, SNAPSHOT_EVERY, Config, ReportDirError, Stats, _atomic_json, _sig_from_key, _sig_key, covered
@@ -152,6 +152,7 @@ class _Campaign:
     def __init__(self, cfg: Config, shard: int, progress=None, on_found=None, oracles=None, found=None) -> None:
         self.cfg = cfg
         self.shard = shard
+        self._warm = not cfg.case_timeout  # untimed checks need no warm-up
         self.progress = progress
         self.on_found = on_found
         resolved, self.ops, self.engine = resolve(cfg)
@@ -257,7 +258,12 @@ class _Campaign:
                 f.write(case.to_json(indent=None))
         except OSError:
             pass
-        verdict = guarded_check(case, self.oracles, self.cfg.case_timeout)
+        if not self._warm:  # imports and first-call costs, before the first timed check (gradspec.guard)
+            self._warm = True
+            # Bounded, so a first case that really hangs costs seconds, not minutes, before it is cut.
+            warm_up(case, self.oracles, cap=min(120.0, max(5.0, 10 * self.cfg.case_timeout)), isolate=self.cfg.isolate)
+        verdict = guarded_check(case, self.oracles, self.cfg.case_timeout, under_test=self.cfg.engine,
+                                isolate=self.cfg.isolate)
         try:
             os.unlink(self.inflight)  # only a case being checked is "in flight" (see report_crashes)
         except OSError:

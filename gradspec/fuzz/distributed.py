@@ -188,7 +188,7 @@ def replay_previous(cfg: Config, oracles, stats: Stats, limit: int = 50) -> list
             try:
                 case = caseio.load(os.path.join(cfg.report_dir, rid, "case.json"))
                 case.engine = cfg.engine
-                verdict = guarded_check(case, oracles, cfg.case_timeout)
+                verdict = guarded_check(case, oracles, cfg.case_timeout, under_test=cfg.engine, isolate=cfg.isolate)
                 same = [d for d in verdict.discrepancies if discrepancy_id(d.signature) == rid]
                 if same or verdict.discrepancies:
                     status = "still present"

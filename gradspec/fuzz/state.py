@@ -62,6 +62,7 @@ class Config:
     argv: list[str] | None = None
     replay_saved: bool = True  # start with a replay round of the example database's saved failures
     dtype: str = "any"  # gradspec.strategies.cases(dtype=...): float64, float32, mixed or any (the mix)
+    isolate: bool = False  # check each case in a child process a watchdog kills (gradspec.guard)
 
     def __post_init__(self) -> None:
         if not self.run_id:
@@ -120,7 +121,9 @@ class Config:
             "workers": self.workers if not self.tx else f"{self.workers} shards over --tx {' '.join(self.tx)}",
             "seed": self.seed,
             "precision": self.dtype if self.dtype != "any" else "any (float64, float32 and mixed)",
-            "case timeout": "none" if not self.case_timeout else f"{self.case_timeout:g} s",
+            "case timeout": "none" if not self.case_timeout else (
+                f"{self.case_timeout:g} s per oracle call, "
+                + ("watchdog process (--isolate)" if self.isolate else "alarm signal")),
             "shrink time per discrepancy": f"{self.shrink_seconds:g} s",
             "example database": self.db_dir,
             "run id": self.run_id,

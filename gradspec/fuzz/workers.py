@@ -276,7 +276,7 @@ def _rebuild(finding: dict, oracles, cfg: Config) -> tuple[Discrepancy, Verdict]
         return None
     case = Case.from_json(finding["case"])
     dj = finding["discrepancy"]
-    verdict = guarded_check(case, oracles, cfg.case_timeout)
+    verdict = guarded_check(case, oracles, cfg.case_timeout, under_test=cfg.engine, isolate=cfg.isolate)
     for d in verdict.discrepancies:
         if d.kind == dj["kind"] and sorted(d.oracles) == sorted(dj["oracles"]):
             return d, verdict

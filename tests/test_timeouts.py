@@ -1,0 +1,160 @@
+"""Timeouts that do not lie: ``--case-timeout`` counts the code under test only, and says what cut it.
+
+* imports and first-call costs are paid by a warm-up before the first timed case;
+* each oracle's call has its own budget (time spent in other oracles is not charged to it);
+* a witness (not the code under test) running out of time is skipped, never a finding;
+* a hang the alarm signal cannot interrupt (signals blocked, as in a loop in C) is cut by the
+  ``--isolate`` watchdog, and the report names the mechanism.
+"""
+
+from __future__ import annotations
+
+import signal
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+import gradspec as gs
+from gradspec.oracles import Oracle, get
+from tests.test_cli import gradspec, plant, summary
+
+pytestmark = pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="per-case timeouts need signal.setitimer")
+
+SLOW_SRC = textwrap.dedent('''
+    """Engines whose time is not what the code under test spends on a case."""
+    import signal
+    import time
+
+    from gradspec.engines import ReferenceEngine
+
+
+    class FirstCallSlow(ReferenceEngine):
+        """Pays a one-time set-up cost (like `import torch` inside the first call), then is fast."""
+        name = "first-call-slow"
+        ready = False
+
+        def apply(self, op, *args, **params):
+            if not FirstCallSlow.ready:
+                time.sleep(1.5)
+                FirstCallSlow.ready = True
+            return super().apply(op, *args, **params)
+
+
+    class CHang(ReferenceEngine):
+        """Hangs on exp where no signal reaches Python (as a loop in C code would)."""
+        name = "c-hang"
+
+        def apply(self, op, *args, **params):
+            if op == "exp":
+                signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
+                time.sleep(600)
+            return super().apply(op, *args, **params)
+
+
+    first_call_slow = FirstCallSlow()
+    c_hang = CHang()
+''')
+
+
+def _case():
+    return gs.Case.build({"x": np.array([0.5, 2.0])}, [("y", "exp", ["x"], {})], ["y"], [np.ones(2)])
+
+
+class _Sleeps(Oracle):
+    """The reference's gradient after a sleep (a correct but slow oracle)."""
+
+    def __init__(self, name, seconds, block_alarm=False):
+        self.name, self.seconds, self.block = name, seconds, block_alarm
+
+    def vjp(self, case):
+        if self.block:
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
+        time.sleep(self.seconds)
+        return get("reference").vjp(case)
+
+
+def test_each_oracle_has_its_own_budget():
+    """Two oracles of 0.3 s each fit a 0.5 s timeout: the time of one is not charged to the other."""
+    from gradspec.guard import guarded_check
+
+    v = guarded_check(_case(), [get("reference"), _Sleeps("slow-a", 0.3), _Sleeps("slow-b", 0.3)], timeout=0.5)
+    assert v.ok and not v.discrepancies, v.summary()
+
+
+def test_a_slow_witness_is_skipped_not_reported():
+    from gradspec.guard import guarded_check
+
+    v = guarded_check(_case(), [get("reference"), get("jacobian"), _Sleeps("slow-witness", 5)], timeout=0.3,
+                      under_test="reference")
+    assert not v.discrepancies and v.ok, v.summary()
+    assert "not the code under test" in v.skipped["slow-witness"]
+    # The same oracle as the code under test: a timeout finding, cut by the alarm signal.
+    v = guarded_check(_case(), [get("reference"), _Sleeps("slow-engine", 5)], timeout=0.3, under_test="slow-engine")
+    (d,) = v.discrepancies
+    assert d.kind == "timeout" and d.oracles[0] == "slow-engine" and "alarm signal" in d.message
+    assert "time.sleep" in d.traceback
+
+
+def test_a_hang_the_alarm_cannot_cut_is_cut_by_the_isolate_watchdog():
+    from gradspec.guard import guarded_check
+
+    t0 = time.monotonic()
+    v = guarded_check(_case(), [get("reference"), _Sleeps("c-hang", 600, block_alarm=True)], timeout=0.5, isolate=True)
+    assert time.monotonic() - t0 < 30
+    (d,) = v.discrepancies
+    assert d.kind == "timeout" and d.oracles[0] == "c-hang" and "watchdog" in d.message and "--isolate" in d.message
+    assert signal.pthread_sigmask(signal.SIG_BLOCK, set()) == set()  # this process's signals are untouched
+
+
+def test_isolate_turns_a_dying_oracle_into_a_crash_finding():
+    import os
+
+    from gradspec.guard import guarded_check
+
+    class Dies(Oracle):
+        name = "dies"
+
+        def vjp(self, case):
+            os._exit(7)
+
+    v = guarded_check(_case(), [get("reference"), Dies()], timeout=5, isolate=True)
+    (d,) = v.discrepancies
+    assert d.kind == "crash" and d.oracles == ("process", "dies") and "status 7" in d.message
+
+
+def test_one_time_setup_is_not_charged_to_the_first_case(tmp_path):
+    env = plant(tmp_path)
+    (tmp_path / "gsslow.py").write_text(SLOW_SRC)
+    out = tmp_path / "r"
+    p = gradspec("fuzz", "--engine", "gsslow:first_call_slow", "--ops", "exp,mul", "--max-examples", 8,
+                 "--oracles", "reference,jacobian", "--seed", 1, "--case-timeout", "0.5", "--report-dir", out,
+                 cwd=tmp_path, env=env)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert summary(out)["discrepancies"] == 0
+
+
+def test_fuzz_isolate_cuts_a_c_hang_and_says_so(tmp_path):
+    env = plant(tmp_path)
+    (tmp_path / "gsslow.py").write_text(SLOW_SRC)
+    out = tmp_path / "r"
+    t0 = time.monotonic()
+    p = gradspec("fuzz", "--engine", "gsslow:c_hang", "--ops", "exp,mul", "--max-examples", 6, "--isolate",
+                 "--oracles", "reference,jacobian", "--seed", 2, "--case-timeout", "0.5", "--shrink-seconds", "2",
+                 "--report-dir", out, cwd=tmp_path, env=env, timeout=170)
+    assert time.monotonic() - t0 < 160
+    assert p.returncode == 1, p.stdout + p.stderr
+    (rep,) = [r for r in summary(out)["reports"] if r["kind"] == "timeout"]
+    assert rep["oracles"][0] == "c-hang" and "watchdog" in rep["message"], rep
+
+
+def test_a_short_timeout_with_torch_gives_no_false_report_and_no_crash(tmp_path):
+    """`import torch` (1-13 s) used to be charged to the first case: a false report, a broken half-imported
+    torch for every later case, and a segfault at exit."""
+    env = plant(tmp_path)
+    out = tmp_path / "r"
+    p = gradspec("fuzz", "--ops", "exp,mul,sum", "--max-examples", 6, "--oracles", "reference,torch-cpu",
+                 "--seed", 3, "--case-timeout", "0.5", "--report-dir", out, cwd=tmp_path, env=env)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert summary(out)["discrepancies"] == 0
