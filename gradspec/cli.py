@@ -179,7 +179,9 @@ def main(argv=None) -> int:
             return _ops(args)
         from ._private import imports, limits
 
-        with imports.allowing(_allowed(args)), limits.limiting(args.max_elements):
+        from ._private import isolate
+
+        with imports.allowing(_allowed(args)), limits.limiting(args.max_elements), isolate.enabling(args.isolate):
             return _replay(args) if args.cmd == "replay" else _fuzz(args)
     except _UsageError as e:
         return _err(str(e))

@@ -93,9 +93,12 @@ def guarded_check(case: Case, oracles, timeout: float | None = None, *, under_te
     chosen = _resolve(oracles)
     mine = _under_test(chosen, under_test)
     if isolate and timeout and hasattr(os, "fork"):
-        verdict = _isolate.run(lambda report: _timed_check(case, chosen, timeout, mine, report),
+        verdict = _isolate.run(lambda report: _portable(_timed_check(case, chosen, timeout, mine, report)),
                                budget=timeout + GRACE)
         verdict = _settle_child(case, verdict, timeout, mine)
+        if getattr(verdict, "oracles", None):  # names only came back: the objects are this process's own
+            plain = {o.name: o for o in chosen}
+            verdict.oracles = {n: plain.get(n, o) for n, o in verdict.oracles.items() if plain.get(n, o) is not None}
     elif timeout and _main_thread():
         verdict = _timed_check(case, chosen, timeout, mine)
     elif timeout:
@@ -224,7 +227,12 @@ def _timed_check(case, chosen, timeout, mine, report=None) -> Verdict:
     previous = signal.signal(signal.SIGALRM, _Alarm(timeout))
     try:
         timed = [_timed(o, timeout, o.name not in mine, report) for o in chosen]
-        return _check_safely(case, timed)
+        verdict = _check_safely(case, timed)
+        # The verdict keeps the oracles it used (for the diagnosis, which may call them again):
+        # give it the plain ones, never a timed copy whose timer would outlive this handler.
+        plain = {o.name: o for o in chosen}
+        verdict.oracles = {n: plain.get(n, o) for n, o in (getattr(verdict, "oracles", None) or {}).items()}
+        return verdict
     except CaseTimeout:  # the timer fired just as an oracle returned: no finding, the case says nothing
         return Verdict(case, {}, [], [], {"gradspec.check": "interrupted by the case timeout between two oracles "
                                                             "(not the code under test): nothing compared"}, {})
@@ -244,6 +252,19 @@ def _check_with_watchdog(case, oracles, timeout, n) -> Verdict:
     return _synthetic(case, "timeout", ("gradspec.check", "case-timeout"),
                       f"checking the case exceeded {max(1, n)} x the per-case timeout of {timeout:g} s; cut by a "
                       "watchdog thread (no signals off the main thread): the hung call keeps running in the background")
+
+
+def _portable(verdict: Verdict) -> Verdict:
+    """The verdict as the child sends it back: oracle objects (a user's engine may not pickle) by name
+    only, except those made inside check() (not in the parent's list), which go as they are if they can."""
+    import pickle
+
+    for name, o in list((getattr(verdict, "oracles", None) or {}).items()):
+        try:
+            pickle.dumps(o)
+        except Exception:  # noqa: BLE001 - an unpicklable oracle: the parent has its own by this name
+            verdict.oracles[name] = None
+    return verdict
 
 
 def _settle_child(case, outcome, timeout, mine) -> Verdict:

@@ -20,7 +20,25 @@ import struct
 import sys
 import time
 
-__all__ = ["run"]
+__all__ = ["run", "enabled", "enabling"]
+
+_ENABLED = [False]  # --isolate for the whole command (set once by the command line)
+
+
+def enabled() -> bool:
+    """Whether the command line asked for --isolate (code under test run in watched child processes)."""
+    return _ENABLED[0] and hasattr(os, "fork")
+
+
+class enabling:
+    def __init__(self, on: bool) -> None:
+        self.on, self.before = bool(on), None
+
+    def __enter__(self):
+        self.before, _ENABLED[0] = _ENABLED[0], self.on or _ENABLED[0]
+
+    def __exit__(self, *exc):
+        _ENABLED[0] = self.before
 
 _HEAD = struct.Struct("!cI")
 

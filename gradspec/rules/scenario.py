@@ -153,6 +153,22 @@ def run(sc: Scenario, eng, timeout: float | None = None) -> Trace:
 
     if not timeout or threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
         return _run(sc, eng)
+    from .._private import isolate
+
+    if isolate.enabled():  # --isolate: a child the watchdog kills also cuts a hang in C code
+        kind, value, _step, seconds = isolate.run(lambda report: _alarmed(sc, eng, timeout), budget=timeout + 0.5,
+                                                   between=timeout + 0.5)
+        if kind == "verdict":
+            return value
+        if kind == "killed":
+            return Trace(ScenarioTimeout(f"the scenario exceeded its timeout of {timeout:g} s; cut by the watchdog "
+                                         f"(--isolate: the process running it was killed after {seconds:.3g} s)"), [])
+        return Trace(RuntimeError(f"the process running the scenario (--isolate) {value}"), [])
+    return _alarmed(sc, eng, timeout)
+
+
+def _alarmed(sc: Scenario, eng, timeout: float) -> Trace:
+    import signal
 
     def on_alarm(signum, frame):
         signal.setitimer(signal.ITIMER_REAL, timeout)  # re-armed: whatever runs next is cut as well
