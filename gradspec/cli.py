@@ -177,9 +177,7 @@ def main(argv=None) -> int:
     try:
         if args.cmd == "ops":
             return _ops(args)
-        from ._private import imports, limits
-
-        from ._private import isolate
+        from ._private import imports, isolate, limits
 
         with imports.allowing(_allowed(args)), limits.limiting(args.max_elements), isolate.enabling(args.isolate):
             return _replay(args) if args.cmd == "replay" else _fuzz(args)
