@@ -572,8 +572,10 @@ def check_rules(engine, *, max_examples: int | None = None, seconds: float | Non
 
 def explain_engine_finding(engine, d, timeout: float | None = None) -> None:
     """Set ``d.cause`` (a value discrepancy of ``engine`` on a case) to the engine-level cause that
-    reproduces the engine's numbers exactly, when there is one; otherwise leave it as it is."""
-    if getattr(d, "case", None) is None or (d.cause is not None and d.cause.is_engine_level):
+    reproduces the engine's numbers exactly on this case and on the probes, when there is one; it
+    replaces a cheaper guess (an ambiguous case: a leaf root's gradient replaced is both 'overwrite'
+    and 'root assigned' until a probe tells them apart); otherwise ``d.cause`` is left as it is."""
+    if getattr(d, "case", None) is None:
         return
     if d.kind in ("timeout", "crash"):
         return

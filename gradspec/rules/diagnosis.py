@@ -8,6 +8,21 @@ under a set of flags, with every node's local Jacobian taken from the reference 
 numbers a wrong engine would produce on the very same calls are known exactly.  :func:`diagnose`
 compares the engine's trace with every single flag, then every pair (micrograd is two at once),
 and names the CONTRACT §8 cause that reproduces the engine's numbers, with the numbers.
+
+Example (an engine whose second backward replaces ``.grad``)::
+
+    >>> import numpy as np
+    >>> from gradspec.engines import ReferenceEngine
+    >>> from gradspec.rules.diagnosis import diagnose, simulate
+    >>> from gradspec.rules.scenario import Scenario, Step, run
+    >>> sc = Scenario({"x": np.array([1.0, 2.0])}, [("y", "mul", ("x", "x"), {})],
+    ...               [Step("backward", "y", np.ones(2)), Step("backward", "y", np.ones(2))])
+    >>> ref = run(sc, ReferenceEngine())
+    >>> wrong = simulate(sc, {"overwrite"}, ref)          # what such an engine reads back
+    >>> wrong.obs[2].grads["x"], ref.obs[2].grads["x"]
+    (array([2., 4.]), array([4., 8.]))
+    >>> diagnose(sc, wrong, ref).id
+    'accumulation-overwrite'
 """
 
 from __future__ import annotations
@@ -39,6 +54,9 @@ FLAGS = {
                                                    "and let only zero_grad reset it"),
     "overwrite-edge-last": ("accumulation-overwrite", "a leaf used by several ops keeps only one use's gradient "
                                                       "(the last one delivered is assigned): add every use's gradient"),
+    "overwrite-edge-dfs": ("accumulation-overwrite", "a leaf used by several ops keeps only one use's gradient "
+                                                     "(the last one delivered in depth-first order is assigned): add "
+                                                     "every use's gradient"),
     "overwrite-edge-first": ("accumulation-overwrite", "a leaf used by several ops keeps only one use's gradient "
                                                        "(the first one delivered): add every use's gradient"),
     "stale": ("stale-intermediate-grads", "gradients of intermediate nodes are kept from the previous backward and "
@@ -170,7 +188,7 @@ class _Sim:
         g = {n: self.node_grad[n].copy() for n in anc if stale and n in self.node_grad}
         assign = "root-assigned" in f or ("root-assigned-implicit" in f and self.implicit)
         g[root] = seed.copy() if (assign or root not in g) else g[root] + seed
-        for name, _op, ins, _p in reversed(sc.nodes):
+        for name, _op, ins, _p in self.order(root):
             if name not in anc or name not in g:
                 continue
             G = g[name].ravel()
@@ -191,6 +209,26 @@ class _Sim:
             self.node_grad.update(g)
         self._leaves(contrib)
 
+    def order(self, root: str) -> list:
+        """Nodes in the order their gradients are pushed: reverse creation order, or (for the
+        DFS variant) the reverse of a depth-first topological sort from the root, inputs in order,
+        as micrograd-style engines build it; only the edge-overwrite variants can tell."""
+        if "overwrite-edge-dfs" not in self.flags:
+            return list(reversed(self.sc.nodes))
+        by = {n[0]: n for n in self.sc.nodes}
+        topo, seen = [], set()
+
+        def visit(n):
+            if n in seen or n not in by:
+                return
+            seen.add(n)
+            for i in by[n][2]:
+                visit(i)
+            topo.append(by[n])
+
+        visit(root)
+        return list(reversed(topo))
+
     def _leaves(self, contrib: dict) -> None:
         f = self.flags
         for leaf, cs in contrib.items():
@@ -198,7 +236,7 @@ class _Sim:
                 continue
             total = np.sum(cs, axis=0)
             old = self.leaf_grad[leaf]
-            if "overwrite-edge-last" in f:
+            if "overwrite-edge-last" in f or "overwrite-edge-dfs" in f:
                 self.leaf_grad[leaf] = cs[-1].copy()
             elif "overwrite-edge-first" in f:
                 self.leaf_grad[leaf] = cs[0].copy()
@@ -270,7 +308,8 @@ def matches(sc: Scenario, got: Trace, ref: Trace, flags, strict: bool = False) -
 # diagnosis
 # ---------------------------------------------------------------------------------------------
 
-_EXCLUSIVE = [{"seed-ignored", "seed-mean"}, {"overwrite", "overwrite-clears", "overwrite-edge-last", "overwrite-edge-first"},
+_EXCLUSIVE = [{"seed-ignored", "seed-mean"}, {"overwrite", "overwrite-clears", "overwrite-edge-last", "overwrite-edge-first",
+               "overwrite-edge-dfs"},
               {"not-updated", "not-updated-0d", "not-updated-numel1"}, {"repeated-drop-first", "repeated-drop-second"},
               {"root-assigned", "root-assigned-implicit"}]
 _PAIRS = [p for p in itertools.combinations(VALUE_FLAGS, 2) if not any(set(p) <= g for g in _EXCLUSIVE)]

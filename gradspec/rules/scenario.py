@@ -5,6 +5,17 @@ about the same thing: an engine builds a graph with ``leaf``/``apply``, then a s
 ``backward(root, seed, retain_graph)`` and ``zero_grad(leaf)`` calls runs, and every leaf's
 ``grad`` is read back before the first call and after each one.  A :class:`Trace` is what was
 observed; two traces (engine and reference) are compared call by call.
+
+Example::
+
+    >>> import numpy as np
+    >>> from gradspec.engines import ReferenceEngine
+    >>> from gradspec.rules.scenario import Scenario, Step, run
+    >>> sc = Scenario({"x": np.array([1.0, 2.0])}, [("y", "mul", ("x", "x"), {})],
+    ...               [Step("backward", "y", np.ones(2)), Step("zero_grad", "x")])
+    >>> t = run(sc, ReferenceEngine())
+    >>> t.obs[0].grads["x"], t.obs[1].grads["x"], t.obs[2].grads["x"]
+    (None, array([2., 4.]), None)
 """
 
 from __future__ import annotations
