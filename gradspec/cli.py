@@ -442,6 +442,7 @@ def _check_report_dir(path: str) -> None:
 
 def _fuzz(args) -> int:
     from . import fuzz, report
+    from .fuzz import liveness
     from .report_cause import shorten, strip_tolerance
 
     if args.tx and args.workers == 1:  # one shard per xdist node: "3*ssh=host" is three
@@ -466,11 +467,14 @@ def _fuzz(args) -> int:
         raise _UsageError(str(e)) from None
     cfg.ops = cfg.ops and ops  # user ops given by import path are recorded by name
     _check_report_dir(cfg.report_dir)
+    last = liveness.last_run(cfg.report_dir)  # before this run replaces its summary
     try:
         cfg.open_database(check=True)  # a wrong path or an unreachable server is a usage error now, not mid-run
     except ValueError as e:
         raise _UsageError(str(e)) from None
     err = sys.stderr
+    if last is not None:
+        print(f"gradspec fuzz: {last['message']}", file=err)
     budget = cfg.describe()["budget"]
     print(f"gradspec fuzz: engine {cfg.engine}, {len(ops)} ops, oracles {', '.join(o.name for o in oracles)}; "
           f"{budget}, {cfg.workers} worker{'s' if cfg.workers > 1 else ''}, seed {cfg.seed}; "
@@ -504,7 +508,8 @@ def _fuzz(args) -> int:
         try:
             merged = fuzz.Stats.from_json(current.to_json())
             merged.merge(fuzz.Stats.from_json({"found": stats.found}))
-            s = fuzz.summary_json(cfg, merged, previous, ops)
+            s = liveness.mark_running(fuzz.summary_json(cfg, merged, previous, ops))
+            s["last_run"] = last
             fuzz.write_summary(cfg, s)
             report.write_run_report(cfg.report_dir, s)
         except OSError:
@@ -529,6 +534,7 @@ def _fuzz(args) -> int:
         if printer is not None:
             printer(obj)
 
+    rewrite_index(fuzz.Stats(shards=cfg.workers))  # "running" from the start: a run that dies says so
     if cfg.workers > 1 or cfg.tx:
         # Workers share nothing with this process but the xdist channel: findings (and the cases
         # dead workers were on) come back here and are written by on_found, in this process only.
@@ -542,8 +548,9 @@ def _fuzz(args) -> int:
     run.crashed = stats.crashed + run.crashed
     run.errors = stats.errors + run.errors
     run.seconds = max(run.seconds, 1e-9)
-    summary = fuzz.summary_json(cfg, run, previous, ops)
+    summary = liveness.mark_final(fuzz.summary_json(cfg, run, previous, ops))
     summary["rules"] = rule_status
+    summary["last_run"] = last
     old = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not lose the summary
     try:
         try:
