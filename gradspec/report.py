@@ -146,8 +146,8 @@ _INDEX = """<!doctype html><html lang="en"><head><meta charset="utf-8"><title>gr
 <b class="{{ 'ok' if not this_run else 'bad' }}">{{ this_run|length }} discrepanc{{ 'y' if this_run|length == 1 else 'ies' }}</b>
 {% if s.interrupted %}<b class="bad">interrupted</b> (results of what ran){% endif %}
 {% if s.stop_reason %}<span class="small">stopped: {{ s.stop_reason }}</span>{% endif %}</p>{% endif %}
-{% if s.state == "running" %}<div class="card" id="running"><b class="bad">RUNNING</b>: {{ s.reason }}</div>{% endif %}
-{% if s.last_run %}<div class="card" id="last-run"><b class="bad">The previous run did not finish</b>: {{ s.last_run.message }}</div>{% endif %}
+{% if s.get("state") == "running" %}<div class="card" id="running"><b class="bad">RUNNING</b>: {{ s.reason }}</div>{% endif %}
+{% if s.get("last_run") %}<div class="card" id="last-run"><b class="bad">The previous run did not finish</b>: {{ s.last_run.message }}</div>{% endif %}
 {% if s.status == "inconclusive" %}<div class="card"><b class="bad">INCONCLUSIVE</b> (exit 3): {{ s.reason }}</div>{% endif %}
 {% if s.errors %}<div class="card"><b>Problems during the run</b><ul>{% for e in s.errors %}<li>{{ e }}</li>{% endfor %}</ul></div>{% endif %}
 
