@@ -57,10 +57,20 @@ class Discrepancy:
     tolerance_why: str | None = None
     traceback: str | None = None
     cause: Cause | None = None  # CONTRACT §8: what is wrong and where (set by the diagnosis)
+    culprit: str | None = None  # op of the smallest failing node, once localised (gradspec.findings)
 
     @property
     def signature(self) -> tuple:
-        ops = tuple(sorted({n.op for n in self.case.nodes})) if self.case is not None else ()
+        """What deduplicates findings (gradspec/findings.py): ``(cause id, (pattern,), (op,))`` when
+        the diagnosis named a cause, else ``(kind, oracle pair, ops)`` with ops the culprit op once
+        localised, the case's op set before."""
+        c = self.cause
+        if c is not None and c.id != "twin-mismatch":
+            return (c.id, (c.pattern or "",), (c.op,) if c.op else ())
+        if self.culprit is not None:
+            ops = (self.culprit,)
+        else:
+            ops = tuple(sorted({n.op for n in self.case.nodes})) if self.case is not None else ()
         return (self.kind, tuple(sorted(self.oracles)), ops)
 
     def to_json(self) -> dict:
@@ -77,6 +87,7 @@ class Discrepancy:
             "tolerance_why": self.tolerance_why,
             "traceback": self.traceback,
             "cause": None if self.cause is None else self.cause.to_json(),
+            "culprit": self.culprit,
         }
 
 

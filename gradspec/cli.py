@@ -663,7 +663,9 @@ def _print_summary(cfg, s: dict, index: str | None, ops: list[str]) -> None:
     if n:
         print(f"  {n} discrepanc{'y' if n == 1 else 'ies'}:", file=out)
         for r in s["reports"][:10]:
-            print(f"    {r['id']}  {r['kind']:<16} {' vs '.join(r['oracles']):<36} ops {', '.join(r['ops'])}", file=out)
+            where = f"culprit {r['culprit']}" if r.get("culprit") else f"ops {', '.join(r['ops'])}"
+            seen = f" ({r['cases']} cases)" if r.get("cases", 1) > 1 else ""
+            print(f"    {r['id']}  {r['kind']:<16} {' vs '.join(r['oracles']):<36} {where}{seen}", file=out)
             print(f"      {caseio.replay_command(os.path.join(cfg.report_dir, r['id'], 'case.json'), s['engine'])}",
                   file=out)
         if n > 10:

@@ -48,11 +48,16 @@ class VerifyDiscrepancy(Discrepancy):
     check_name: str | None = None
     verdict: Any = dataclasses.field(default=None, repr=False)
 
+    cases_showing: int = 1  # generated cases that showed this finding (gradspec.search counts them)
+    note: str = ""  # e.g. the shrink budget ran out
+
     @property
     def signature(self) -> tuple:
-        # One finding per kind of failure and oracle pair (or engine rule): the same bug seen in
-        # another graph is the same finding, so the search moves on to something new.
-        return (self.kind, tuple(sorted(self.oracles)), self.check_name or "")
+        # A finding on a case is deduplicated like every finding (Discrepancy.signature: the cause,
+        # or kind + oracle pair + culprit op once localised); an engine rule by its check.
+        if self.case is not None:
+            return super().signature
+        return (self.kind, tuple(sorted(self.oracles)), (self.check_name or "",))
 
     def describe(self) -> str:
         lines = [f"[{self.kind}] {self.message}"]
@@ -67,6 +72,10 @@ class VerifyDiscrepancy(Discrepancy):
         if self.snippet:
             lines.append("  what happened:")
             lines += ["    " + ln for ln in self.snippet.splitlines()]
+        if self.cases_showing > 1:
+            lines.append(f"  shown by {self.cases_showing} generated cases (one finding: the same culprit)")
+        if self.note:
+            lines.append(f"  note: {self.note}")
         if self.replay:
             lines.append("  replay: " + self.replay.replace("\n", "\n          "))
         return "\n".join(lines)

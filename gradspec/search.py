@@ -1,19 +1,33 @@
-"""The Hypothesis round driver behind ``verify_op``, ``verify_torch_function`` and ``verify_engine``.
+"""The one Hypothesis round driver behind ``gradspec fuzz``, ``verify_*`` and the pytest plugin.
 
-Hypothesis stops at the first failure of a test; a search runs it in *rounds*: each round ends
-at a new finding (shrunk, within a bounded number of shrink calls and seconds), which joins the
-known set; the next round looks for something else, until a round finds nothing new or the
-budget (cases or seconds) is spent.
+Hypothesis stops a test at its first failure.  The driver runs it in *rounds*, the way
+``hypothesis.find`` drives a search: each round is a ``@given`` test with ``phases`` (generate +
+shrink; a first round of the *reuse* phase alone replays an example database), ``max_examples``
+= what is left of the budget and ``deadline=None`` (the driver enforces its own budget of
+cases or seconds).  In a round a case is a failure only when it shows a discrepancy that no
+known finding covers (:func:`gradspec.findings.covered`); the first one fixes the round's target
+(kind + oracle pair) and, while Hypothesis shrinks, a smaller case is a failure only if it still
+shows the target.  Shrinking is bounded (``shrink_calls`` calls and ``shrink_seconds``); the
+shrunk case is then localised (:func:`gradspec.findings.localise`: dead nodes dropped, cut at the
+smallest failing node), its signature is the finding's, and a finding whose signature is known
+only adds to the count of cases that showed it: one bug, one report.
 
 Example::
 
-    >>> from gradspec.search import _resolve_seed
-    >>> _resolve_seed(3)
-    3
+    >>> import numpy as np, gradspec as gs
+    >>> from gradspec.search import Driver
+    >>> from gradspec import strategies as gst
+    >>> def evaluate(case, mode):
+    ...     v = gs.check(case, oracles=["reference", "jacobian"])
+    ...     return v.discrepancies, v
+    >>> drv = Driver(gst.cases(ops=["exp", "mul"], max_nodes=3), evaluate, max_examples=5, seed=0)
+    >>> drv.run(), drv.cases, len(drv.findings)
+    ('budget', 5, 0)
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import random
 import time
@@ -25,134 +39,330 @@ import numpy as np
 from ._private.hypothesis_env import fixed_constants
 from .case import Case
 from .diagnose import deferred, explain
+from .findings import covered, covers, localise, search_signature
 from .result import Result
 
-__all__ = ["DEFAULT_MAX_EXAMPLES", "SHRINK_CALLS", "SHRINK_SECONDS"]
+__all__ = ["Driver", "Finding", "DEFAULT_MAX_EXAMPLES", "SHRINK_CALLS", "SHRINK_SECONDS", "LOCALISE_CALLS"]
 
 DEFAULT_MAX_EXAMPLES = 60  # ~1-4 s for a user op, a few seconds for an engine
-SHRINK_CALLS = 120  # shrinking attempts per failure before the smallest case so far is kept (deterministic)
+SHRINK_CALLS = 120  # Hypothesis shrinking calls per finding; the smallest case so far is kept (deterministic)
 SHRINK_SECONDS = 10.0  # and a safety net in time, for very slow cases
+LOCALISE_CALLS = 40  # checks of the deterministic reduction after shrinking (one per node of a small case)
+LOCALISE_SECONDS = 5.0
+_STOPS = ("time", "interrupted", "error", "report-dir", "budget")
 
 
 class _Found(Exception):
-    pass
+    """Raised in the test body: this case shows the round's target (one raise site: Hypothesis
+    tells failures apart by where they were raised)."""
 
 
-class _StopShrinking(BaseException):
-    """Raised out of Hypothesis when the shrinking time is up (a BaseException, so Hypothesis
-    lets it through at once instead of trying more candidates)."""
+class Stop(BaseException):
+    """Ends a round at once with ``reason`` (a BaseException: Hypothesis lets it through)."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
 
 
-class _OutOfBudget(BaseException):
-    """Raised out of Hypothesis when the time budget is spent."""
+@dataclasses.dataclass
+class Finding:
+    """One bug: its first discrepancy (localised), the verdict of that case, the signatures it
+    covers, how many generated cases showed it, and a note (e.g. the shrink budget ran out)."""
+
+    discrepancy: object
+    verdict: object
+    covers: list
+    cases: int = 1
+    note: str = ""
+    shrink_exhausted: bool = False
+
+    @property
+    def signature(self) -> tuple:
+        return self.discrepancy.signature
 
 
-class _Runner:
-    """Runs Hypothesis over ``strategy`` calling ``evaluate(case) -> [VerifyDiscrepancy]``."""
+class Driver:
+    """Rounds of Hypothesis over ``strategy``; ``evaluate(case, mode) -> (discrepancies, verdict)``
+    with mode ``generate`` / ``shrink`` / ``replay`` / ``localise``.
 
-    def __init__(self, result: Result, max_examples: int | None, seconds: float | None):
-        self.result = result
+    ``max_examples`` / ``seconds``: the budget (generated cases, wall time); ``seed``: the seed
+    of round 0 (``round_seed(rnd)`` overrides it); ``database`` / ``database_key``: Hypothesis'
+    example database (failures saved there replay first with ``run(replay=True)``);
+    ``known``: signatures found earlier (not hunted again; ``known_source()`` adds more at each
+    round); ``on_found(finding)``: called at once
+    for each new finding; ``before(case, mode)``: called before each case (may raise
+    :class:`Stop`); ``progress(driver)``: after each case; ``explain(discrepancy)``: more diagnosis
+    of a kept finding, before it is deduplicated by its signature.
+    """
+
+    def __init__(self, strategy, evaluate: Callable, *, max_examples: int | None = None, seconds: float | None = None,
+                 seed: int = 0, round_seed: Callable[[int], int] | None = None, shrink_calls: int | None = None,
+                 shrink_seconds: float | None = None, database=None, database_key: bytes | None = None,
+                 known=(), known_source: Callable | None = None, on_found: Callable | None = None,
+                 before: Callable | None = None, progress: Callable | None = None,
+                 explain: Callable | None = None) -> None:
+        self.strategy = strategy
+        self.evaluate = evaluate
         self.started = time.perf_counter()
-        if max_examples is None and seconds is None:
-            max_examples = DEFAULT_MAX_EXAMPLES
         self.max_examples = max_examples
         self.deadline = None if seconds is None else self.started + float(seconds)
-        self.found: dict = {}  # signature -> VerifyDiscrepancy
-        self.memo: dict = {}
+        self.round_seed = round_seed or (lambda rnd: int(seed) + 7919 * rnd)
+        self.shrink_calls = SHRINK_CALLS if shrink_calls is None else shrink_calls
+        self.shrink_seconds = SHRINK_SECONDS if shrink_seconds is None else shrink_seconds
+        self.database, self.database_key = database, database_key
+        self.known: set = set(known)
+        self.known_source = known_source  # signatures found elsewhere meanwhile (other shards)
+        self.on_found, self.before, self.progress = on_found, before, progress
+        self.explain = explain  # more diagnosis of a kept finding (e.g. an engine-level cause), before dedup
+        self.findings: dict = {}  # signature -> Finding
+        self.cases = self.shrink_runs = self.replayed = self.localise_runs = 0
+        self.time_to_first: float | None = None
+        self.cases_to_first: int | None = None
+        self.errors: list[str] = []
+        self.stop_reason = ""
+        self.mode = "generate"
+        self._pending: dict = {}  # signature -> (discrepancy, found, verdict): met while shrinking another
+        self._memo: dict = {}
 
+    # -- budget ----------------------------------------------------------------------------
     def elapsed(self) -> float:
         return time.perf_counter() - self.started
 
-    def out_of_budget(self) -> bool:
+    def _spent(self) -> str | None:
         if self.deadline is not None and time.perf_counter() > self.deadline:
-            return True
-        return self.max_examples is not None and self.result.cases_run >= self.max_examples
+            return "time"
+        if self.max_examples is not None and self.cases >= self.max_examples:
+            return "budget"
+        return None
+
+    # -- the test body ---------------------------------------------------------------------
+    def _one(self, case: Case) -> None:
+        mode = self.mode
+        if mode == "generate" and self._spent():
+            raise Stop(self._spent())
+        if mode == "shrink":
+            self._shrink_calls += 1
+            if self._shrink_calls > self.shrink_calls or time.perf_counter() > self._shrink_until:
+                self._shrink_exhausted = True
+                raise Stop("shrink-budget")
+            if self.deadline is not None and time.perf_counter() > self.deadline:
+                self._shrink_exhausted = True
+                raise Stop("time")
+        if self.before is not None:
+            self.before(case, mode)
+        found, verdict = self._evaluate(case, mode)
+        if self.progress is not None:
+            self.progress(self)
+        if mode == "replay":
+            if not found:
+                return
+            self._finish(case, found[:1], found, verdict, "replayed from the example database")
+            raise _Found()
+        new = [d for d in found if not covered(search_signature(d), self._frozen)]
+        if mode == "generate" and found and not new:
+            self._count(found[0])
+        if not new:
+            return
+        if mode == "generate":
+            if self.time_to_first is None:
+                self.time_to_first, self.cases_to_first = self.elapsed(), self.cases
+            self._target = (new[0].kind, tuple(sorted(new[0].oracles)))
+            self.mode = "shrink"
+            self._shrink_until = time.perf_counter() + self.shrink_seconds
+        hit = [d for d in new if (d.kind, tuple(sorted(d.oracles))) == self._target]
+        for d in new:
+            if d not in hit:
+                self._pending.setdefault(search_signature(d), (d, found, verdict))
+        if hit:
+            self._last = (case, hit, found, verdict)
+            raise _Found()
+
+    def _evaluate(self, case: Case, mode: str):
+        if mode == "generate":
+            self.cases += 1
+        elif mode == "shrink":
+            self.shrink_runs += 1
+            key = _case_key(case)
+            if key in self._memo:
+                return self._memo[key]
+        elif mode == "replay":
+            self.replayed += 1
+        else:
+            self.localise_runs += 1
+        out = self.evaluate(case, mode)
+        if mode == "shrink":
+            self._memo[key] = out
+        return out
+
+    def _count(self, d) -> None:
+        sig = search_signature(d)
+        for f in self.findings.values():
+            if covered(sig, f.covers):
+                f.cases += 1
+                return
+
+    # -- after shrinking: localise, deduplicate, report --------------------------------------
+    def _finish(self, case, hit, found, verdict, note: str = "") -> None:
+        target = (hit[0].kind, tuple(sorted(hit[0].oracles)))
+        if hit[0].case is not None:
+            case = hit[0].case  # the memo may hand back an equal case object of an earlier call
+        box = {"verdict": verdict, "found": found}
+
+        def reproduces(c):
+            got, v = self._evaluate(c, "localise")
+            same = [d for d in got if (d.kind, tuple(sorted(d.oracles))) == target]
+            if same:
+                box["verdict"], box["found"] = v, got
+            return same
+
+        loc = localise(case, hit, reproduces, max_calls=LOCALISE_CALLS, seconds=LOCALISE_SECONDS)
+        if loc.case is not case:
+            hit = loc.found
+        found = box["found"] if loc.case is not case else found
+        for d in found:
+            if loc.culprit is not None and d.case is loc.case:
+                d.culprit = loc.culprit
+        d = hit[0]
+        if getattr(d, "verdict", None) is None and box["verdict"] is not None:
+            d.verdict = box["verdict"]  # what the diagnosis re-checks (verify_* findings carry their own)
+        explain(d)  # CONTRACT §8, once per kept finding, on the localised case
+        if self.explain is not None:
+            self.explain(d)
+        exhausted = getattr(self, "_shrink_exhausted", False) or loc.exhausted
+        if exhausted:
+            why = (f"the shrink budget ran out ({self.shrink_calls} calls / {self.shrink_seconds:g} s of Hypothesis "
+                   f"shrinking, {LOCALISE_CALLS} reduction checks): the case may not be minimal")
+            note = f"{note}; {why}" if note else why
+        sig = d.signature
+        if sig in self.findings:
+            self.findings[sig].cases += 1
+            return
+        f = Finding(d, box["verdict"], covers(d, found), note=note, shrink_exhausted=exhausted)
+        self.findings[sig] = f
+        self.known |= set(f.covers)
+        if self.on_found is not None:
+            self.on_found(f)
+
+    # -- rounds ----------------------------------------------------------------------------
+    def _prop(self, phases, max_examples: int, rnd: int, multiple: bool):
+        from hypothesis import HealthCheck, Verbosity, given, settings
+
+        @settings(max_examples=max(1, max_examples), deadline=None, database=self.database, phases=phases,
+                  suppress_health_check=list(HealthCheck), verbosity=Verbosity.quiet, report_multiple_bugs=multiple,
+                  print_blob=False, derandomize=False)
+        @given(self.strategy)
+        def gradspec_search(case):
+            self._one(case)
+
+        # What @seed does, minus its side effect of switching the example database off; both
+        # attributes are the ones hypothesis.find() and @seed set.
+        gradspec_search._hypothesis_internal_use_seed = self.round_seed(rnd)
+        if self.database_key is not None:
+            gradspec_search._hypothesis_internal_database_key = self.database_key
+        return gradspec_search
+
+    def _round(self, prop) -> str | None:
+        """One Hypothesis round; a stop reason, or None to go on."""
+        self._last = None
+        self._shrink_calls, self._shrink_exhausted = 0, False
+        with warnings.catch_warnings(), fixed_constants(), deferred():
+            # fixed_constants: the same seed draws the same cases whatever code is loaded;
+            # deferred: check() leaves causes unset while the search runs (explained once per finding).
+            warnings.simplefilter("ignore")  # e.g. Hypothesis' "overly large repr" of big cases
+            try:
+                prop()
+                reason = "done"
+            except _Found:
+                reason = None
+            except Stop as e:
+                reason = e.reason
+            except KeyboardInterrupt:
+                raise
+            except Exception as e:  # Flaky (a nondeterministic engine or a timeout), Unsatisfiable...
+                if self._last is None and self.mode != "replay":
+                    self.errors.append(f"Hypothesis stopped a round: {type(e).__name__}: {str(e)[:300]}")
+                    return "error"
+                reason = None
+        if self._last is not None:
+            self._finish(*self._last)
+            self._last = None
+        return None if reason == "shrink-budget" else reason
+
+    def run(self, replay: bool = False) -> str:
+        """Run rounds until the budget is spent or a round finds nothing new; returns why it stopped."""
+        from hypothesis import Phase
+
+        reason = None
+        if replay and self.database is not None:
+            self.mode, self._frozen = "replay", set(self.known)
+            reason = self._round(self._prop([Phase.reuse], 1000, 0, True))
+            if reason == "done":
+                reason = None
+        rnd = 0
+        while reason not in _STOPS:
+            if self._spent():
+                reason = self._spent()
+                break
+            rnd += 1
+            if self.known_source is not None:
+                self.known |= set(self.known_source())
+            self.mode, self._frozen = "generate", set(self.known)
+            before = self.cases
+            remaining = 10**9 if self.max_examples is None else self.max_examples - self.cases
+            reason = self._round(self._prop([Phase.generate, Phase.shrink], remaining, rnd, False))
+            if reason == "done":
+                # Hypothesis ended the round by itself: the budget is spent, or the strategy rejected
+                # too much; another round (another seed) only helps in the second case.
+                reason = None if before < self.cases and not self._spent() else "budget"
+        self.mode = "done"
+        for sig, (d, found, verdict) in list(self._pending.items()):
+            if not covered(sig, self.known):
+                self._finish(d.case, [d], found, verdict, "not shrunk: seen while shrinking another discrepancy")
+        self.stop_reason = reason or "budget"
+        return self.stop_reason
+
+
+class _Runner:
+    """``verify_*``'s use of the :class:`Driver`: ``evaluate(case) -> [VerifyDiscrepancy]`` (each
+    carrying its verdict), findings appended to the Result as they come."""
+
+    def __init__(self, result: Result, max_examples: int | None, seconds: float | None):
+        self.result = result
+        if max_examples is None and seconds is None:
+            max_examples = DEFAULT_MAX_EXAMPLES
+        self.max_examples, self.seconds = max_examples, seconds
+        self.found: dict = {}  # signature -> VerifyDiscrepancy found before the search (known)
 
     def run(self, strategy, evaluate: Callable[[Case], list]) -> None:
-        from hypothesis import HealthCheck, Phase, Verbosity, given, settings
-        from hypothesis import seed as hyp_seed
-        from hypothesis.errors import Flaky
-
         R = self.result
-        rounds = 0
-        while not self.out_of_budget():
-            rounds += 1
-            state = {"shrinking": False, "since": None, "last": None, "calls": 0, "target": set()}
 
-            def one(case):
-                key = _case_key(case)
-                if state["shrinking"]:
-                    R.shrink_runs += 1
-                    state["calls"] += 1
-                    if state["calls"] > SHRINK_CALLS or time.perf_counter() - state["since"] > SHRINK_SECONDS:
-                        raise _StopShrinking()  # keep the smallest failing case found so far
-                    if key in self.memo:
-                        new = self.memo[key]
-                    else:
-                        new = self._new(evaluate(case))
-                        self.memo[key] = new
-                    # Shrink towards a smaller case of the SAME failure; others wait for a later round.
-                    new = [d for d in new if d.signature in state["target"]]
-                else:
-                    if self.out_of_budget():
-                        raise _OutOfBudget()
-                    R.cases_run += 1
-                    new = self._new(evaluate(case))
-                    self.memo[key] = new
-                    if new and R.time_to_first is None:
-                        R.time_to_first = self.elapsed()
-                        R.cases_to_first = R.cases_run
-                if new:
-                    if not state["shrinking"]:
-                        state["shrinking"], state["since"] = True, time.perf_counter()
-                        state["target"] = {d.signature for d in new}
-                    state["last"] = new
-                    raise _Found(new)
+        def on_found(f: Finding) -> None:
+            d = f.discrepancy
+            d.cases_showing = f.cases
+            if f.note:
+                d.note = f.note
+            R.discrepancies.append(d)
 
-            remaining = 10**9 if self.max_examples is None else max(1, self.max_examples - R.cases_run)
+        drv = Driver(strategy, lambda case, mode: (evaluate(case), None), max_examples=self.max_examples,
+                     seconds=self.seconds, seed=R.seed, known={tuple(s) for s in self.found}, on_found=on_found)
+        try:
+            drv.run()
+        except Exception as e:  # noqa: BLE001 - e.g. strategies could not build any case
+            from hypothesis.errors import Unsatisfiable
 
-            @settings(max_examples=remaining, deadline=None, database=None, derandomize=False,
-                      phases=[Phase.generate, Phase.shrink], suppress_health_check=list(HealthCheck),
-                      verbosity=Verbosity.quiet, print_blob=False, report_multiple_bugs=False)
-            @given(strategy)
-            def prop(case):
-                one(case)
-
-            prop = hyp_seed(R.seed + 7919 * rounds)(prop)
-            try:
-                with warnings.catch_warnings(), fixed_constants(), deferred():
-                    warnings.simplefilter("ignore")
-                    prop()
-                break  # a whole round without anything new: done
-            except _Found as f:
-                self._record(f.args[0])
-            except _StopShrinking:
-                self._record(state["last"])
-            except _OutOfBudget:
-                break
-            except Flaky:
-                if state["last"]:
-                    self._record(state["last"])
-                else:
-                    break
-            except Exception as e:  # noqa: BLE001 - e.g. strategies could not build any case
-                from hypothesis.errors import Unsatisfiable
-
-                if isinstance(e, Unsatisfiable) or "Unsatisfiable" in type(e).__name__:
-                    R.note(f"Hypothesis could not generate cases: {e}")
-                    break
+            if not (isinstance(e, Unsatisfiable) or "Unsatisfiable" in type(e).__name__):
                 raise
-        R.seconds = self.elapsed()
-
-    def _new(self, found: list) -> list:
-        return [d for d in found if d.signature not in self.found]
-
-    def _record(self, found: list) -> None:
-        for d in found:
-            explain(d)  # CONTRACT §8, once per kept finding (check() defers it while the search shrinks)
-            if d.signature not in self.found:
-                self.found[d.signature] = d
-                self.result.discrepancies.append(d)
+            R.note(f"Hypothesis could not generate cases: {e}")
+        for f in drv.findings.values():
+            f.discrepancy.cases_showing = f.cases
+        for e in drv.errors:
+            R.note(e)
+        R.cases_run += drv.cases
+        R.shrink_runs += drv.shrink_runs + drv.localise_runs
+        if drv.time_to_first is not None and R.time_to_first is None:
+            R.time_to_first, R.cases_to_first = drv.time_to_first, drv.cases_to_first
+        R.seconds = drv.elapsed()
 
 
 def _case_key(case: Case) -> str:

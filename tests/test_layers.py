@@ -63,6 +63,7 @@ MODULES = {
     "gradspec.result": SEARCH,
     "gradspec.search": SEARCH,
     "gradspec.semantics": SEARCH,
+    "gradspec.findings": SEARCH,
     "gradspec.report": REPORT,
     "gradspec.result_html": REPORT,
     "gradspec.report_cause": REPORT,

@@ -2,16 +2,16 @@
 
 How a campaign keeps going after a discrepancy
 ----------------------------------------------
-Hypothesis stops at the first failure of a test (after shrinking it).  A campaign therefore runs
-Hypothesis in *rounds*.  In each round a case is a failure only when it shows a discrepancy that
-no earlier round already covers; the first such discrepancy fixes the round's *target* (its kind
-and oracle pair), and while Hypothesis shrinks, a smaller case is a failure only if it still shows
-an uncovered discrepancy of that target.  The shrunk discrepancy is written as a report at once,
-and its signature (kind + oracle pair + ops) joins the known set.  A known signature covers every
-case of the same kind and oracle pair whose ops include its ops: once ``exp`` alone is known to be
-wrong against torch, a case with ``exp`` and ``mul`` disagreeing the same way is not hunted again.
-Discrepancies seen while shrinking another one are kept (unshrunk) so nothing is lost if the
-campaign ends before they are hunted.
+The campaign is a :class:`gradspec.search.Driver` (the one round driver of ``verify_*`` too):
+Hypothesis rounds, each ending at a new failure, shrunk within a bounded number of calls
+(``--shrink-seconds`` in time), then localised (:mod:`gradspec.findings`: dead nodes dropped, the
+smallest failing node found by cutting the graph, the culprit alone on its real inputs).  A
+finding's signature is its cause (``Discrepancy.cause``) when the diagnosis named one, else kind +
+oracle pair + culprit op: the report is written at once and the signatures it covers join the
+known set (a case of the same kind and pair that contains the culprit op is not hunted again; it
+counts as one more case showing that finding).  One bug, one report, which says how many cases
+showed it; a second bug, in another op, gets its own.  Discrepancies seen while shrinking another
+one are localised and kept at the end, so nothing is lost.
 
 Replaying saved failures
 ------------------------

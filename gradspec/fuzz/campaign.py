@@ -15,32 +15,19 @@ import os
 import signal
 import sys
 import time
-import warnings
-from collections import Counter
 from typing import Any, Callable
 
 from .._private.kinks import tally
-from .._private.records import discrepancy_id, read_records
+from .._private.records import discrepancy_id, read_records, update_record
 from ..case import Case
 from ..check import Discrepancy, Verdict
 from ..guard import _main_thread, guarded_check, warm_up
 from ..oracles import Oracle
 from ..oracles.engine_oracle import EngineOracle
-from .state import BUILTIN_ENGINES, SNAPSHOT_EVERY, Config, ReportDirError, Stats, _atomic_json, _sig_from_key, _sig_key, covered
+from ..search import Driver, Finding, Stop
+from .state import BUILTIN_ENGINES, SNAPSHOT_EVERY, Config, ReportDirError, Stats, _atomic_json, _sig_from_key, _sig_key
 
 __all__ = ["resolve", "run_campaign", "run_shard"]
-
-
-class _Found(Exception):
-    """Raised in the Hypothesis test body: this case shows a discrepancy worth shrinking."""
-
-
-class _Stop(BaseException):
-    """Ends a round at once (not a test failure: Hypothesis lets BaseException through)."""
-
-    def __init__(self, reason: str):
-        super().__init__(reason)
-        self.reason = reason
 
 
 def resolve(cfg: Config) -> tuple[list, list[str], Any]:
@@ -159,11 +146,7 @@ class _Campaign:
         self.oracles = oracles if oracles is not None else resolved
         self.stats = Stats(shards=1)
         self.stats.found.update(found or {})  # already reported (e.g. earlier runs' cases still failing)
-        self.mode = "generate"
-        self.target = None
-        self.last: tuple | None = None
-        self.pending: dict = {}  # signature -> (discrepancy, verdict): seen while shrinking something else
-        self.shrink_deadline = None
+        self.driver: Driver | None = None
         self.report_failed = False
         self.interrupt_requested = False
         self.t0 = time.time()
@@ -205,17 +188,13 @@ class _Campaign:
         if verdict.status == "inconclusive":
             s.inconclusive[verdict.reason[:200]] += 1
 
-    def record(self, d: Discrepancy, verdict: Verdict, note: str = "") -> None:
-        covers = _covers(d, verdict)
+    def record(self, d: Discrepancy, verdict: Verdict, note: str = "", covers: list | None = None) -> None:
+        covers = [_sig_key(c) for c in (covers or [d.signature])]
         rid = discrepancy_id(d.signature)
         if rid in self.stats.found:
             return
         info = {"run_id": self.cfg.run_id, "shard": self.shard, "seed": self.cfg.seed, "engine": self.cfg.engine,
                 "note": note, "covers": covers, "found_at": time.time()}
-        if self.engine is not None and self.cfg.engine not in BUILTIN_ENGINES:
-            from ..rules import explain_engine_finding  # CONTRACT §8: the engine-level cause, when one matches
-
-            explain_engine_finding(self.engine, d, self.cfg.case_timeout)
         rec = {
             "id": rid,
             "kind": d.kind,
@@ -225,6 +204,8 @@ class _Campaign:
             "covers": covers,
             "note": note,
             "shard": self.shard,
+            "cases": 1,
+            "culprit": d.culprit,
             "cause": None if d.cause is None else d.cause.to_json(),
         }
         self.stats.found[rid] = rec
@@ -240,18 +221,16 @@ class _Campaign:
             rec["case"] = d.case.to_json(indent=None) if d.case is not None else None
         self.snapshot(force=True)
 
-    # -- the Hypothesis test body ------------------------------------------------------------
-    def one(self, case: Case) -> None:
+    # -- what the driver calls ---------------------------------------------------------------
+    def _before(self, case: Case, mode: str) -> None:
         if self.interrupt_requested:
             # The KeyboardInterrupt itself may have been swallowed (raised in a gc callback or a
             # __del__, or caught by an engine): the flag is what makes Ctrl-C reliable.
             raise KeyboardInterrupt
-        now = time.time()
-        deadline = self.cfg.deadline
-        if deadline is not None and now > deadline:
-            raise _Stop("time")
-        if self.mode == "shrink" and now > self.shrink_deadline:
-            raise _Stop("shrink-time")
+        if self.report_failed:
+            raise Stop("report-dir")
+
+    def _evaluate(self, case: Case, mode: str):
         case.engine = self.cfg.engine
         try:
             with open(self.inflight, "w", encoding="utf-8") as f:
@@ -269,98 +248,43 @@ class _Campaign:
         except OSError:
             pass
         s = self.stats
-        if self.mode == "generate":
+        if mode == "generate":
             s.cases += 1
             self.count(case, verdict)
-        elif self.mode == "replay":
+        elif mode == "replay":
             s.replayed += 1
+        elif mode == "localise":
+            s.localise_runs += 1
         else:
             s.shrink_runs += 1
         if self.progress is not None:
             self.progress(self)
         self.snapshot()
-        if self.mode == "replay":
-            if not verdict.discrepancies:
-                return
-            self.record(verdict.discrepancies[0], verdict, "replayed from the example database")
-            if self.report_failed:
-                raise _Stop("report-dir")
-            hit = verdict.discrepancies[:1]  # a failure: Hypothesis keeps the saved case in its database
-        else:
-            new = [d for d in verdict.discrepancies if not covered(d.signature, self._frozen_known)]
-            if not new:
-                return
-            if self.mode == "generate":
-                self.target = (new[0].kind, tuple(sorted(new[0].oracles)))
-                self.mode = "shrink"
-                self.shrink_deadline = now + self.cfg.shrink_seconds
-            hit = [d for d in new if (d.kind, tuple(sorted(d.oracles))) == self.target]
-            for d in new:
-                if d not in hit:
-                    self.pending.setdefault(d.signature, (d, verdict))
-            if not hit:
-                return
-            self.last = (hit[0], verdict)
-        # One raise site: Hypothesis tells failures apart by where they were raised.
-        raise _Found()
+        return verdict.discrepancies, verdict
 
-    # -- rounds ------------------------------------------------------------------------------
+    def _explain(self, d) -> None:
+        """An engine's value finding gets the engine-level cause that reproduces its numbers (CONTRACT
+        §8), before the driver deduplicates it by its signature."""
+        if self.engine is not None and self.cfg.engine not in BUILTIN_ENGINES:
+            from ..rules import explain_engine_finding
+
+            explain_engine_finding(self.engine, d, self.cfg.case_timeout)
+
+    def _on_found(self, f: Finding) -> None:
+        self.record(f.discrepancy, f.verdict, f.note, f.covers)
+
+    @property
+    def mode(self) -> str:
+        return "shrink" if self.driver is not None and self.driver.mode in ("shrink", "localise") else "generate"
+
     def _database(self):
         # One connection per campaign process, opened on first use (workers open their own).
         if getattr(self, "_db", None) is None:
             self._db = self.cfg.open_database()
         return self._db
 
-    def _prop(self, phases, max_examples, rnd: int, multiple: bool):
-        from hypothesis import HealthCheck, Verbosity, given, settings
-
-        from .. import strategies
-
-        @settings(
-            max_examples=max(1, max_examples),
-            deadline=None,
-            database=self._database(),
-            phases=phases,
-            suppress_health_check=list(HealthCheck),
-            verbosity=Verbosity.quiet,
-            report_multiple_bugs=multiple,
-            print_blob=False,
-            derandomize=False,
-        )
-        @given(strategies.cases(ops=self.ops, dtype=self.cfg.dtype))
-        def gradspec_campaign(case):
-            self.one(case)
-
-        prop = gradspec_campaign
-        # What @seed does, minus its side effect of switching the example database off (the
-        # database is how saved failures replay and how shards share them).  Both attributes are
-        # the ones hypothesis.find() and @seed set.
-        prop._hypothesis_internal_use_seed = _round_seed(self.cfg.seed, self.shard, rnd)
-        prop._hypothesis_internal_database_key = _db_key(self.cfg, self.ops)
-        return prop
-
-    def _run_round(self, prop) -> str | None:
-        """Run one Hypothesis round; returns a stop reason, or None to go on."""
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # e.g. Hypothesis' "overly large repr" of big cases
-            try:
-                prop()
-                return "done"
-            except _Found:
-                return None
-            except _Stop as e:
-                return e.reason
-            except KeyboardInterrupt:
-                self.stats.interrupted = True
-                return "interrupted"
-            except Exception as e:  # Flaky (a nondeterministic engine or a timeout), health checks...
-                if self.last is None and self.mode != "replay":
-                    self.stats.errors.append(f"Hypothesis stopped a round: {type(e).__name__}: {str(e)[:300]}")
-                    return "error"
-                return None
-
     def run(self) -> Stats:
-        from hypothesis import Phase
+        from .. import strategies
 
         fh = _enable_faulthandler(self.cfg.state_dir)
         previous_sigint = None
@@ -370,39 +294,17 @@ class _Campaign:
                 raise KeyboardInterrupt
 
             previous_sigint = signal.signal(signal.SIGINT, on_sigint)
+        cfg = self.cfg
         try:
             self.snapshot(force=True)  # records this process's pid from the start
-            self._frozen_known = self.known()
-            self.mode = "replay"
+            seconds = None if cfg.deadline is None else max(0.0, cfg.deadline - time.time())
+            self.driver = Driver(
+                strategies.cases(ops=self.ops, dtype=cfg.dtype), self._evaluate, max_examples=self.budget, seconds=seconds,
+                round_seed=lambda rnd: _round_seed(cfg.seed, self.shard, rnd), shrink_seconds=cfg.shrink_seconds,
+                database=self._database(), database_key=_db_key(cfg, self.ops), known=self.known(),
+                known_source=self.known, on_found=self._on_found, before=self._before, explain=self._explain)
             # Saved failures replay once per process: later chunks of a worker skip it (gradspec.fuzz.workers).
-            reason = self._run_round(self._prop([Phase.reuse], 1000, 0, True)) if self.cfg.replay_saved else None
-            rnd = 0
-            while reason not in ("time", "interrupted", "error", "report-dir"):
-                remaining = self.budget - self.stats.cases
-                if remaining <= 0:
-                    reason = "budget"
-                    break
-                rnd += 1
-                self.mode, self.target, self.last = "generate", None, None
-                self._frozen_known = self.known()
-                before = self.stats.cases
-                reason = self._run_round(self._prop([Phase.generate, Phase.shrink], remaining, rnd, False))
-                if self.last is not None:
-                    self.record(*self.last, note="" if reason is None else f"shrinking stopped early ({reason})")
-                    if self.report_failed:
-                        reason = "report-dir"
-                        break
-                    if reason == "shrink-time":
-                        reason = None
-                if reason == "done":
-                    # Hypothesis ended the round by itself: the budget is spent, or the strategy
-                    # rejected too much; another round (another seed) only helps in the second case.
-                    reason = None if before < self.stats.cases < self.budget else "budget"
-            self.stats.stop_reason = reason or "budget"
-            # Discrepancies met while shrinking another one, never hunted down on their own: keep them.
-            for sig, (d, verdict) in self.pending.items():
-                if not covered(sig, self.stats.known()):
-                    self.record(d, verdict, note="not shrunk: seen while shrinking another discrepancy")
+            self.stats.stop_reason = self.driver.run(replay=bool(cfg.replay_saved))
         except KeyboardInterrupt:
             self.stats.interrupted = True
             self.stats.stop_reason = "interrupted"
@@ -412,6 +314,7 @@ class _Campaign:
             if self.interrupt_requested:
                 self.stats.interrupted = True
                 self.stats.stop_reason = "interrupted"
+            self._record_counts()
             self.stats.seconds = time.time() - self.t0
             self.stats.processes = [{"shard": self.shard, "pid": os.getpid(), "cases": self.stats.cases,
                                      "seconds": round(self.stats.seconds, 3)}]
@@ -424,28 +327,21 @@ class _Campaign:
             self.snapshot(force=True)
         return self.stats
 
-
-_ONE_SIDED = ("raised", "timeout", "crash", "check-error")  # the first oracle of the pair is the one that failed
-
-
-def _covers(d: Discrepancy, verdict: Verdict) -> list[str]:
-    """Signatures one report stands for: the discrepancies of its case that share its culprit.
-
-    A wrong engine disagrees with every oracle at once (engine vs reference, vs jacobian, vs
-    torch...): one report, not four.  The culprit is the oracle that failed (raised, timed out)
-    or, for a disagreement, the side of the pair involved in most of the case's disagreements.
-    """
-    if d.kind in _ONE_SIDED:
-        culprit = d.oracles[0]
-    else:
-        count = Counter(o for x in verdict.discrepancies if x.kind not in _ONE_SIDED for o in x.oracles)
-        culprit = max(d.oracles, key=lambda o: count[o])
-    keys = {_sig_key(d.signature)}
-    for x in verdict.discrepancies:
-        involved = x.oracles[:1] if x.kind in _ONE_SIDED else x.oracles
-        if culprit in involved:
-            keys.add(_sig_key(x.signature))
-    return sorted(keys)
+    def _record_counts(self) -> None:
+        """How many generated cases showed each finding (known only at the end): into the stats and
+        the report records."""
+        if self.driver is None:
+            return
+        for f in self.driver.findings.values():
+            rid = discrepancy_id(f.signature)
+            rec = self.stats.found.get(rid)
+            if rec is None or rec.get("shard") != self.shard:
+                continue
+            rec["cases"] = f.cases
+            try:
+                update_record(self.cfg.report_dir, rid, {"cases": f.cases})
+            except (OSError, ValueError):
+                pass  # no report folder (no writer, or the report dir failed): the stats carry it
 
 
 def _enable_faulthandler(state_dir: str):

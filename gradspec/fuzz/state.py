@@ -22,6 +22,7 @@ import numpy as np
 from .. import outcome as _outcome
 from .._private import database as _db
 from .._private.records import atomic_write
+from ..findings import covered  # noqa: F401  (re-exported: gradspec.fuzz.covered)
 
 __all__ = ["Config", "Stats", "ReportDirError", "covered", "summary_json", "write_summary", "supersede",
            "progress_printer", "BUILTIN_ENGINES", "STATE", "DEFAULT_EXAMPLES"]
@@ -141,13 +142,6 @@ def _sig_from_key(key: str) -> tuple:
     return (kind, tuple(pair.split(" vs ")), tuple(o for o in ops.split(",") if o))
 
 
-def covered(sig, known) -> bool:
-    """Is ``sig`` covered by a known signature: same kind and oracle pair, ops a subset?"""
-    kind, pair, ops = sig
-    ops = set(ops)
-    return any(k == kind and p == pair and set(o) <= ops for k, p, o in known)
-
-
 @dataclasses.dataclass
 class Stats:
     """What a campaign (or one shard of it) did; shards merge by adding up."""
@@ -155,6 +149,7 @@ class Stats:
     cases: int = 0
     replayed: int = 0
     shrink_runs: int = 0
+    localise_runs: int = 0  # checks of the reduction after shrinking (gradspec.findings.localise)
     seconds: float = 0.0
     op_counts: Counter = dataclasses.field(default_factory=Counter)
     pair_counts: Counter = dataclasses.field(default_factory=Counter)
@@ -194,6 +189,7 @@ class Stats:
         self.cases += other.cases
         self.replayed += other.replayed
         self.shrink_runs += other.shrink_runs
+        self.localise_runs += other.localise_runs
         self.seconds = max(self.seconds, other.seconds)
         for k in ("op_counts", "pair_counts", "pair_agree", "skipped", "hard", "inconclusive"):
             getattr(self, k).update(getattr(other, k))
@@ -277,6 +273,7 @@ def summary_json(cfg: Config, stats: Stats, previous: list | None = None, ops: l
         "config": cfg.describe(),
         "replayed": stats.replayed,
         "shrink_runs": stats.shrink_runs,
+        "localise_runs": stats.localise_runs,
         "timeouts": stats.timeouts,
         "skipped": dict(stats.skipped.most_common()),
         "hard_regions": hard_regions(stats.hard, stats.cases),
