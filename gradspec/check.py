@@ -66,7 +66,11 @@ class Discrepancy:
         localised, the case's op set before."""
         c = self.cause
         if c is not None and c.id != "twin-mismatch":
-            return (c.id, (c.pattern or "",), (c.op,) if c.op else ())
+            # An engine-level cause names no op: the failing side (one-sided kinds) and the culprit
+            # op tell two such findings apart (an oracle raising is not the engine raising).
+            who = self.oracles[0] if self.kind in ("raised", "timeout", "crash", "check-error") else ""
+            where = (c.op,) if c.op else ((self.culprit,) if self.culprit else ())
+            return (c.id, (c.pattern or who,), where)
         if self.culprit is not None:
             ops = (self.culprit,)
         else:

@@ -305,6 +305,7 @@ class _Campaign:
                 known_source=self.known, on_found=self._on_found, before=self._before, explain=self._explain)
             # Saved failures replay once per process: later chunks of a worker skip it (gradspec.fuzz.workers).
             self.stats.stop_reason = self.driver.run(replay=bool(cfg.replay_saved))
+            self.stats.errors += [e for e in self.driver.errors if e not in self.stats.errors]
         except KeyboardInterrupt:
             self.stats.interrupted = True
             self.stats.stop_reason = "interrupted"
