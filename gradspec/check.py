@@ -44,7 +44,7 @@ def register_explainer(fn) -> None:
 class Discrepancy:
     """One disagreement between two oracles (or an oracle that failed) on one case."""
 
-    kind: str  # value | shape | none-vs-zeros | nan-inf-pattern | raised
+    kind: str  # value | shape | dtype | none-vs-zeros | nan-inf-pattern | raised
     oracles: tuple[str, str]
     message: str
     case: Case | None = None
@@ -244,6 +244,10 @@ def check(case: Case, oracles=None) -> Verdict:
     raised, excused = _outcome.settle_errors(case, results, errors, kinds)
     for name, other, text, tb in raised:
         discrepancies.append(Discrepancy(kind="raised", oracles=(name, other), message=text, case=case, traceback=tb))
+    for name, leaf, got, want in _outcome.dtype_mismatches(case, results, kinds):
+        other = next((n for n in results if n != name), name)
+        discrepancies.append(Discrepancy(kind="dtype", oracles=(name, other), case=case, leaf=leaf, message=(
+            f"{name} returned a {got} gradient for leaf {leaf!r}, whose dtype is {want} (torch's .grad has the leaf's dtype)")))
     leaves = case.grad_leaves()
     m = None if jac is None else _path_scale(jac)
     M = None  # m per leaf, for the leaf-by-leaf comparison of pairs the fast path did not settle

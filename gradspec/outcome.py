@@ -355,3 +355,20 @@ def numerical_kinks(case, h_rel: float = 1e-6, shrink: float = 8.0) -> list[str]
             at = f"{n.name}[{', '.join(map(str, idx))}]" if idx else n.name
             out.append(f"{at} = {n.op}({', '.join(n.inputs)}) ({kind})")
     return out
+
+
+def dtype_mismatches(case, results: dict, oracles: dict) -> list[tuple[str, str, str, str]]:
+    """``(oracle, leaf, got, want)`` for each gradient an engine-like oracle (the reference, torch, an
+    engine under test) returned in another dtype than its leaf's: torch's ``.grad`` has the leaf's dtype,
+    and so must every engine's (CONTRACT §3: a wrong dtype is a discrepancy)."""
+    want = {l.name: l.value.dtype for l in case.grad_leaves()}
+    out = []
+    for name, res in results.items():
+        o = oracles.get(name)
+        if o is None or not (_must_match_torch(o) or is_torch(o)):
+            continue
+        for leaf, g in res.items():
+            dt = getattr(g, "dtype", None)
+            if g is not None and leaf in want and dt is not None and dt != want[leaf]:
+                out.append((name, leaf, str(dt), str(want[leaf])))
+    return out

@@ -78,3 +78,16 @@ raising_fwd = gs.Op("vd_raising_fwd", forward=_refuse, arity=1, vjp=lambda g, x,
 # The same twin as `softplus`, with a vjp that is really wrong (the sigmoid of 2x, not of x).
 softplus_wrong = gs.Op("vd_softplus_wrong", forward=lambda x: np.logaddexp(0.0, x),
                        vjp=lambda g, x, out: (g / (1.0 + np.exp(-2 * x)),), torch=lambda x: F.softplus(x))
+
+
+class Float32Grads(ReferenceEngine):
+    """An engine whose gradients come back in float32 whatever the leaf's dtype."""
+
+    name = "float32-grads"
+
+    def grad(self, leaf):
+        g = super().grad(leaf)
+        return None if g is None else g.astype(np.float32)
+
+
+float32_grads = Float32Grads()

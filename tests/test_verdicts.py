@@ -294,3 +294,10 @@ def test_fuzz_index_and_summary_say_what_was_compared_and_what_was_not(tmp_path)
     html = open(report.write_run_report(str(tmp_path), summary)).read()
     assert "INCONCLUSIVE" in html and "no pair of oracles was compared in 4 cases" in html
     assert "Cases that compared nothing (4)" in html and "torch-cuda: no CUDA device" in html
+
+
+def test_an_engine_returning_gradients_of_another_dtype_is_a_discrepancy():
+    v = gs.check(_sin_case("sin"), oracles=["finite-differences", "jacobian", EngineOracle(V.float32_grads)])
+    assert v.status == "disagree"
+    (d,) = [d for d in v.discrepancies if d.kind == "dtype"]
+    assert "float32-grads" in d.oracles[0] and d.leaf == "x" and "float32" in d.message and "float64" in d.message
