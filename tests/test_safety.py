@@ -214,3 +214,14 @@ def test_python_api_loads_user_ops_only_when_allowed_or_already_imported():
 
     assert caseio.replay_command("r/case.json", "os:abort", {"f": "a.b:c"}) == \
         "gradspec replay r/case.json --allow-import a.b --allow-import os"
+
+
+def test_the_dense_jacobian_obeys_the_limit_of_the_command_line():
+    from gradspec._private import limits
+    from gradspec.oracles import OracleError
+    from gradspec.oracles.jacobian import jacobian
+
+    case = gs.Case.build({"x": np.linspace(0.1, 2.0, 20)}, [("y", "exp", ["x"], {})], ["y"], [np.ones(20)])
+    assert jacobian(case).matrix.shape == (20, 20)  # 400 elements: no limit in force in Python
+    with limits.limiting(399), pytest.raises(OracleError, match="above the dense limit of 399 .--max-elements."):
+        jacobian(case)

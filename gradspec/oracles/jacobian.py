@@ -15,6 +15,7 @@ import dataclasses
 
 import numpy as np
 
+from .._private import limits as _limits
 from .._private.kinks import exclusion
 from .._private.prologue import oracle_call
 from ._base import Oracle, OracleError
@@ -69,10 +70,13 @@ def jacobian(case, max_inputs: int = 4096) -> Jacobian:
     row_blocks = [(r, values[r].shape) for r in case.roots]  # (evaluate gives arrays)
     col_blocks = [(l.name, l.shape) for l in leaves]
     sizes = [values[r].size for r in case.roots]
-    if sum(sizes) * n > MAX_DENSE_ELEMENTS:
+    # A command line's --max-elements (a case read from a file) lowers the dense limit with it.
+    dense = min(MAX_DENSE_ELEMENTS, _limits.current() or MAX_DENSE_ELEMENTS)
+    if sum(sizes) * n > dense:
         raise OracleError(
             f"jacobian: J would be {sum(sizes)} x {n} = {sum(sizes) * n:,} elements "
-            f"({sum(sizes) * n * 8 / 2**30:.1f} GiB), above the dense limit of {MAX_DENSE_ELEMENTS:,}"
+            f"({sum(sizes) * n * 8 / 2**30:.1f} GiB), above the dense limit of {dense:,}"
+            + (" (--max-elements)" if dense < MAX_DENSE_ELEMENTS else "")
         )
     J = np.zeros((sum(sizes), n))
     biggest = max([v.size for v in values.values()] + [1])
