@@ -52,8 +52,10 @@ def _cause(rec: dict) -> str:
     return f"{rec.get('kind', '?')}: {(rec.get('message') or '').splitlines()[0] if rec.get('message') else ''}"
 
 
-def _replay(rec: dict, report_dir: str) -> str:
-    return f"gradspec replay {os.path.join(report_dir, rec['id'], 'case.json')}"
+def _replay(rec: dict, report_dir: str, engine: str | None = None) -> str:
+    from .caseio import replay_command  # with the --allow-import a user engine's case needs
+
+    return replay_command(os.path.join(report_dir, rec["id"], "case.json"), rec.get("engine") or engine)
 
 
 def _case(suite, classname: str, name: str, seconds: float = 0.0):
@@ -87,7 +89,7 @@ def junit_xml(s: dict, report_dir: str = "reports") -> str:
 
     for rec in reports:
         tc = _case(suite, "gradspec.findings", rec["id"])
-        text = "\n".join([_cause(rec), (rec.get("message") or ""), "", "replay: " + _replay(rec, report_dir),
+        text = "\n".join([_cause(rec), (rec.get("message") or ""), "", "replay: " + _replay(rec, report_dir, s.get("engine")),
                           "report: " + os.path.join(report_dir, rec["id"], "index.html")])
         _fail(tc, _cause(rec), text)
 
