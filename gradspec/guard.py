@@ -93,9 +93,7 @@ def guarded_check(case: Case, oracles, timeout: float | None = None, *, under_te
     chosen = _resolve(oracles)
     mine = _under_test(chosen, under_test)
     if isolate and timeout and hasattr(os, "fork"):
-        verdict = _isolate.run(lambda report: _portable(_timed_check(case, chosen, timeout, mine, report)),
-                               budget=timeout + GRACE)
-        verdict = _settle_child(case, verdict, timeout, mine)
+        verdict = _isolated(case, chosen, timeout, mine)
         if getattr(verdict, "oracles", None):  # names only came back: the objects are this process's own
             plain = {o.name: o for o in chosen}
             verdict.oracles = {n: plain.get(n, o) for n, o in verdict.oracles.items() if plain.get(n, o) is not None}
@@ -127,6 +125,12 @@ def warm_up(case: Case, oracles, cap: float = 120.0, isolate: bool = False) -> N
         except Exception:  # noqa: BLE001 - check() reports an oracle that cannot run
             pass
     if isolate and hasattr(os, "fork"):
+        try:  # forked children and OpenMP do not mix: a child that used torch's thread pool could hang in it
+            import torch
+
+            torch.set_num_threads(1)
+        except ImportError:
+            pass
         kind = _isolate.run(lambda report: _check_safely(case, chosen), budget=cap, between=cap)[0]
         if kind != "verdict":
             return
@@ -252,6 +256,23 @@ def _check_with_watchdog(case, oracles, timeout, n) -> Verdict:
     return _synthetic(case, "timeout", ("gradspec.check", "case-timeout"),
                       f"checking the case exceeded {max(1, n)} x the per-case timeout of {timeout:g} s; cut by a "
                       "watchdog thread (no signals off the main thread): the hung call keeps running in the background")
+
+
+def _isolated(case, chosen, timeout, mine) -> Verdict:
+    """The check in a watched child; a witness the watchdog had to kill is dropped and the case checked
+    again without it (its kill took the other oracles' results with it)."""
+    dropped: dict = {}
+    left = list(chosen)
+    while True:
+        outcome = _isolate.run(lambda report: _portable(_timed_check(case, left, timeout, mine, report)),
+                               budget=timeout + GRACE)
+        verdict = _settle_child(case, outcome, timeout, mine)
+        killed = outcome[0] == "killed" and outcome[2] is not None and outcome[2] not in mine
+        if not killed or len(left) <= 2:
+            verdict.skipped.update(dropped)
+            return verdict
+        dropped.update(verdict.skipped)
+        left = [o for o in left if o.name != outcome[2]]
 
 
 def _portable(verdict: Verdict) -> Verdict:

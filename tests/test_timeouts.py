@@ -158,3 +158,12 @@ def test_a_short_timeout_with_torch_gives_no_false_report_and_no_crash(tmp_path)
                  "--seed", 3, "--case-timeout", "0.5", "--report-dir", out, cwd=tmp_path, env=env)
     assert p.returncode == 0, p.stdout + p.stderr
     assert summary(out)["discrepancies"] == 0
+
+
+def test_a_witness_the_watchdog_kills_is_dropped_and_the_rest_still_compared():
+    from gradspec.guard import guarded_check
+
+    v = guarded_check(_case(), [get("reference"), get("jacobian"), _Sleeps("stuck-witness", 600, block_alarm=True)],
+                      timeout=0.5, under_test="reference", isolate=True)
+    assert v.ok and [c.oracles for c in v.comparisons] == [("reference", "jacobian")], v.summary()
+    assert "watchdog" in v.skipped["stuck-witness"] and "not the code under test" in v.skipped["stuck-witness"]
