@@ -35,8 +35,9 @@ def check_engine_rules(eng, label: str, result: Result, strict: bool, seed: int,
     """
     t0 = time.perf_counter()
     per_rule = _rules.DEFAULT_EXAMPLES if max_examples is None else min(max_examples, _rules.DEFAULT_EXAMPLES)
+    first: list = []  # when the first finding was shrunk (Result.time_to_first)
     res = _rules.check_rules(eng, max_examples=per_rule, seconds=None if seconds is None else seconds / 2,
-                             seed=seed, strict=True)
+                             seed=seed, strict=True, on_finding=lambda f: first.append(time.perf_counter() - t0))
     noted = set()
     for f in res.findings:
         title = _rules.RULES[f.rule].title
@@ -50,8 +51,8 @@ def check_engine_rules(eng, label: str, result: Result, strict: bool, seed: int,
                               f.message(eng.name), case, snippet=f.snippet(), replay=result.replay,
                               check_name=title, cause=f.cause)
         result.discrepancies.append(d)
-        if result.time_to_first is None:
-            result.time_to_first = time.perf_counter() - t0
+        if result.time_to_first is None and first:
+            result.time_to_first = first[0]
             result.cases_to_first = result.cases_run
     for name, st in res.status.items():
         title = _rules.RULES[name].title

@@ -477,10 +477,12 @@ class _Search:
                 f = self.evaluate(sc)
                 if f is None:
                     return
-                self.causes.append(f.cause.id) if f.cause.id not in self.causes else None
+                if f.cause.id not in self.causes:
+                    self.causes.append(f.cause.id)
                 if f.key in self.known and f.key != st["target"]:
-                    self.known[f.key].also.append(self.rule.name) if self.rule.name not in \
-                        self.known[f.key].also and self.known[f.key].rule != self.rule.name else None
+                    first = self.known[f.key]  # the same bug, already reported by another rule
+                    if self.rule.name != first.rule and self.rule.name not in first.also:
+                        first.also.append(self.rule.name)
                     return
                 if st["target"] is None:
                     st["target"], st["until"] = f.key, time.perf_counter() + SHRINK_SECONDS
