@@ -144,9 +144,11 @@ class Case:
                 from .spec.opspec import OpSpec
 
                 try:
-                    spec = load_from_case(self.user_ops[op], f"user op {op!r} at", expect=OpSpec)
+                    spec = load_from_case(self.user_ops[op], f"user op {op!r} at", expect=(OpSpec, type))
                 except ImportSpecError as e:
                     raise CaseError(str(e)) from None
+                if not isinstance(spec, OpSpec):  # e.g. a torch Function (gradspec.verify.torch_function)
+                    spec = _registry.resolve(op, spec, next((n for n in self.nodes if n.op == op), None), self.meta) or spec
                 if not isinstance(spec, OpSpec):
                     raise CaseError(f"user op {op!r}: {self.user_ops[op]!r} is a {type(spec).__name__}, not a "
                                     "gradspec op (gs.Op(...))")

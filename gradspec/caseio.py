@@ -117,6 +117,9 @@ def engine_for(case: Case, engine: str | None = None, *, allow_import=(), source
     name = case.engine or "reference"
     if name in BUILTIN_ENGINES:
         return name
+    if ":" not in name:
+        raise CaseError(f"{source}: the case was saved from engine {name[:80]!r}, defined inline (no import path), "
+                        "so replay cannot rebuild it: give --engine package.module:attr")
     try:
         with allowing(allow_import):
             load_from_case(name, "engine")

@@ -862,7 +862,6 @@ def repro_script(case, oracles=("reference", "torch-cpu"), verdict=None, d=None,
             a = np.asarray(s)
             seeds.append(f"_arr({[float(x).hex() for x in a.astype(np.float64).ravel()]!r}, {tuple(a.shape)!r}, {a.dtype.name!r})")
     grad_leaves = [l.name for l in case.grad_leaves()]
-    user_imports = "\n".join(f"_import({literal(p)})  # user op {literal(op)}" for op, p in sorted(case.user_ops.items()))
     inline = case.meta.get("inline_ops") if isinstance(case.meta, dict) else None
     title = f"{d.kind} ({' vs '.join(d.oracles)})" if d is not None else " vs ".join(names)
     message = (d.message.splitlines()[0] if d is not None and d.message else "")
@@ -875,17 +874,24 @@ def repro_script(case, oracles=("reference", "torch-cpu"), verdict=None, d=None,
 
     {message}
 
-Run:  python repro.py     (needs numpy, torch and gradspec; gradspec only maps op names to torch calls)
-It prints torch's gradient (computed now), a finite-difference estimate (computed now, with torch)
-and what the two disagreeing oracles returned when the report was written (torch-cpu's side is
-recomputed now), then the disagreement; exit status 1 while there is one.
+Run:  python repro.py     (needs numpy and gradspec; torch for the torch listing)
+Where every op has a torch twin it prints torch's gradient (computed now), a finite-difference
+estimate (computed now, with torch) and what the two disagreeing oracles returned when the report
+was written.  Then it checks the case again with the same oracles (gs.check, the engine and user
+ops imported by their import paths) and says what it finds now:
+exit 1: the disagreement is still there; exit 0: it is gone; exit 2: the case cannot run here
+(a module that cannot be imported, an op defined inline, nothing to compare), with the reason.
 """
 import importlib
 import json
 import sys
 
 import numpy as np
-import torch
+
+try:
+    import torch
+except ImportError:  # the torch listing is skipped; the re-check does not need torch
+    torch = None
 
 import gradspec as gs
 
@@ -898,10 +904,10 @@ def _import(path):
     return obj
 
 
-{user_imports}
+USER_OPS = {literal(dict(case.user_ops))}
+ENGINE = {literal(case.engine)}
+CASE_JSON = {literal(case.to_json(indent=None))}
 INLINE_OPS = {literal(inline)}
-if INLINE_OPS:
-    sys.exit(f"this case uses op(s) {{INLINE_OPS}} defined inline (no import path): define them in an importable module")
 
 
 def _arr(hexes, shape, dtype):
@@ -909,7 +915,10 @@ def _arr(hexes, shape, dtype):
 
 
 def T(op):
-    return gs.ops.get(op).torch
+    twin = gs.ops.get(op).torch
+    if twin is None:
+        raise LookupError(f"op {{op!r}} has no torch twin (torch=)")
+    return twin
 
 
 VALUES = {{}}
@@ -939,7 +948,8 @@ def _decode(rec):
     return np.array([float.fromhex(h) for h in rec["hex"]]).reshape(rec["shape"])
 
 
-def main():
+def show():
+    """The torch listing: torch's gradient, finite differences and the recorded gradients, per leaf."""
     env = build(VALUES)
     roots = [env[r] for r in ROOTS]
     seeds = [None if s is None else torch.from_numpy(s) for s in SEEDS]
@@ -996,23 +1006,84 @@ def main():
                 shown = (name, tuple(int(i) for i in k), float(got[0][k]), float(got[1][k]))
     if torch_error:
         print(f"torch raised {{torch_error}}")
-    errors = {{o: r["error"] for o, r in RECORDED.items() if "error" in r}}
     if shown is not None and worst_gap > 0:
         name, k, a, b = shown
         print(f"DISAGREEMENT: {{PAIR[0]}} vs {{PAIR[1]}} at {{name}}{{list(k)}}: {{a!r}} vs {{b!r}} "
-              f"(|difference| {{worst_gap:.6g}}); torch now says "
+              f"(|difference| {{worst_gap:.6g}}; recorded when the report was written); torch now says "
               f"{{'None' if torch_grads.get(name) is None else repr(float(np.asarray(torch_grads[name])[k]))}}")
+        return True
+    return any("error" in r for r in RECORDED.values())
+
+
+def recheck():
+    """gs.check of the case now, with the oracles of the recorded pair (the engine under test too)."""
+    modules = sorted({{p.partition(":")[0] for p in list(USER_OPS.values()) + [ENGINE] if ":" in p}})
+    case = gs.Case.from_json(CASE_JSON, allow_import=modules)
+    known = set(gs.oracles.names())
+    oracles = [n for n in PAIR if n in known and gs.oracles.get(n).available()[0]]
+    if ENGINE in ("reference", "torch-cpu", "torch-cuda") and any(n not in known for n in PAIR):
+        return None  # an engine object that was not recorded by import path: it cannot be run again here
+    if ENGINE not in ("reference", "torch-cpu", "torch-cuda"):
+        from gradspec.oracles.engine_oracle import EngineOracle
+
+        label = next((n for n in PAIR if n not in known), None)
+        oracles.append(EngineOracle(gs.engines.get(ENGINE), name=label))
+    if len(oracles) < 2:
+        oracles = ["reference", "finite-differences"] + [o for o in oracles if not isinstance(o, str)]
+    return gs.check(case, oracles=oracles)
+
+
+def main():
+    if INLINE_OPS:
+        print(f"cannot run (exit 2): op(s) {{INLINE_OPS}} were defined inline when the report was written (no "
+              "import path); define them at module level in an importable module and find the case again")
+        return 2
+    try:
+        verdict = recheck()
+    except Exception as e:  # an import, an engine or op that cannot be rebuilt here: say so
+        print(f"cannot run (exit 2): {{type(e).__name__}}: {{e}}")
+        return 2
+    missing = [op for op in set(n["op"] for n in json.loads(CASE_JSON)["nodes"]) if gs.ops.get(op).torch is None]
+    recorded = None
+    if torch is None or missing:
+        why = "torch is not installed" if torch is None else f"no torch twin for {{', '.join(sorted(missing))}}"
+        print(f"(the torch listing is skipped: {{why}})")
+    else:
+        try:
+            recorded = show()
+        except Exception as e:  # the listing is an aid; the re-check below decides
+            print(f"(the torch listing could not run: {{type(e).__name__}}: {{e}})")
+    if verdict is None:
+        # The engine was passed as an object (no import path): only the recorded gradients can speak.
+        print(f"the engine of this report ({{', '.join(n for n in PAIR if n not in gs.oracles.names())}}) was not "
+              "recorded by import path, so it is not run again: the verdict is the recorded one")
+        if recorded:
+            print("DISAGREEMENT (recorded, exit 1)")
+            return 1
+        print("cannot decide (exit 2): nothing recorded to compare, and the engine cannot be run here")
+        return 2
+    if verdict.status == "disagree":
+        for d in verdict.discrepancies[:5]:
+            print("DISAGREEMENT: " + d.message.splitlines()[0])
+        for name, (t, m, _tb) in list(verdict.errors.items())[:3]:
+            print(f"  {{name}} raised {{t}}: {{m}}")
         return 1
-    if errors:
-        for o, e in errors.items():
-            print(f"DISAGREEMENT: {{o}} raised {{e}}")
-        return 1
-    print("no disagreement between the recorded gradients (see the report for shape / None differences)")
+    if verdict.status == "inconclusive":
+        print(f"cannot decide (exit 2): {{verdict.reason}}")
+        return 2
+    print("no disagreement any more: " + verdict.summary().splitlines()[0] + " (exit 0)")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        code = main()
+    except KeyboardInterrupt:
+        code = 130
+    except BaseException as e:  # never a bare traceback: the reason, and exit 2
+        print(f"cannot run (exit 2): {{type(e).__name__}}: {{e}}")
+        code = 2
+    sys.exit(code)
 '''
 
 

@@ -27,6 +27,7 @@ import inspect
 import sys
 
 __all__ = ["ImportSpecError", "ImportNotAllowed", "import_object", "load_from_case", "allowing", "allowed_modules",
+           "importable_path",
            "module_of"]
 
 
@@ -126,3 +127,21 @@ def load_from_case(path, what: str, expect: type | tuple | None = None):
             raise ImportNotAllowed(path, what)
         return obj
     return import_object(path)
+
+
+def importable_path(obj) -> str | None:
+    """``"module:QualName"`` under which ``obj`` (a class or function) can be imported again, or None
+    when it was defined inline (in ``__main__``, inside a function) or is not reachable by that name."""
+    mod_name = getattr(obj, "__module__", None)
+    qual = getattr(obj, "__qualname__", None)
+    if not mod_name or mod_name == "__main__" or not isinstance(qual, str) or "<" in qual:
+        return None
+    mod = sys.modules.get(mod_name)
+    if mod is None:
+        return None
+    found = mod
+    for part in qual.split("."):
+        found = inspect.getattr_static(found, part, None)
+        if found is None:
+            return None
+    return f"{mod_name}:{qual}" if found is obj else None

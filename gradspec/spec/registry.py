@@ -14,7 +14,7 @@ import difflib
 
 from .opspec import OpSpec
 
-__all__ = ["register", "lookup", "public_names", "all_specs"]
+__all__ = ["register", "lookup", "public_names", "all_specs", "register_resolver", "resolve"]
 
 _TABLE: dict[str, OpSpec] = {}
 
@@ -41,3 +41,22 @@ def public_names() -> list[str]:
 
 def all_specs() -> dict[str, OpSpec]:
     return _TABLE
+
+
+# Turning what a case file names for a user op into an OpSpec when it is not one already (a torch
+# Function recorded by verify_torch_function): upper layers register the conversion here.
+_RESOLVERS: list = []
+
+
+def register_resolver(fn) -> None:
+    """Have ``fn(name, obj, node, meta) -> OpSpec | None`` turn a case file's user-op object into an op."""
+    if fn not in _RESOLVERS:
+        _RESOLVERS.append(fn)
+
+
+def resolve(name: str, obj, node, meta=None) -> OpSpec | None:
+    for fn in _RESOLVERS:
+        spec = fn(name, obj, node, meta or {})
+        if spec is not None:
+            return spec
+    return None

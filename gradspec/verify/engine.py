@@ -22,6 +22,7 @@ from .._private import result_sink
 from ..case import Case
 from ..check import Discrepancy, check
 from ..diagnose import explain
+from .._private.imports import importable_path
 from ..oracles.engine_oracle import EngineOracle
 from ..result import Result, VerifyDiscrepancy
 from ..search import DEFAULT_MAX_EXAMPLES, _check_budget, _resolve_seed, _Runner
@@ -32,14 +33,15 @@ from .op import _budget_text, _count, _note_verdicts
 __all__ = ["verify_engine", "ENGINE_COMPANIONS"]
 
 
+INLINE_ENGINE = "<your engine object>"  # an engine that has no import path: its findings do not replay
+
+
 def _engine_label(engine_arg, engine) -> str:
+    """How the engine is named in replay commands and case files: the name the user gave, else the
+    import path of its class (``module:QualName``, a callable returning an engine), else inline."""
     if isinstance(engine_arg, str):
         return engine_arg
-    t = type(engine)
-    mod = getattr(t, "__module__", "")
-    if mod and mod != "__main__":
-        return f"{mod}:{t.__qualname__}"
-    return "<your engine object>"
+    return importable_path(type(engine)) or INLINE_ENGINE
 
 
 def verify_engine(engine, *, max_examples: int | None = None, seconds: float | None = None, seed: int | None = None,
@@ -76,6 +78,9 @@ def verify_engine(engine, *, max_examples: int | None = None, seconds: float | N
             ok = False
         if ok and op not in unusable:
             supported.append(op)
+    if label == INLINE_ENGINE:
+        result.note("the engine was defined in __main__ or inside a function: its findings' case.json cannot be "
+                    "replayed with `gradspec replay` (define its class at module level, or pass 'module:attr')")
     if not supported:
         result.note("the engine supports no op of the table: only the semantics checks that need no op could run")
     check_engine_rules(eng, label, result, strict, s, max_examples, seconds)  # §5, drawn by Hypothesis
@@ -85,6 +90,7 @@ def verify_engine(engine, *, max_examples: int | None = None, seconds: float | N
 
         def evaluate(case):
             _count(result, case)
+            case.engine = label  # what case.json records, so that `gradspec replay` runs this engine
             return _check_engine_case(case, eo, result, run_replay, strict)
 
         strategy = _engine_cases(supported)

@@ -22,10 +22,11 @@ from .._private import result_sink
 from ..case import Case, Leaf, NodeDef
 from ..spec import registry as _registry
 from ..spec.opspec import OpSpec
+from .._private.imports import importable_path
 from ..ops.user import Op, UserOpError
 from ..result import Result, VerifyDiscrepancy
 from ..search import _check_budget, _resolve_seed, _Runner
-from .torch_call import CallLayout, blocks, flat, label_of, outputs, schema_of
+from .torch_call import ARG_PREFIX, CallLayout, blocks, flat, label_of, outputs, schema_of
 from . import fn_shapes
 from .op import COMPANIONS, _budget_text, _check_op_case, _count, _op_cases, _wrap
 
@@ -134,7 +135,9 @@ def _torch_wrap(fn, name: str, layout: CallLayout, signature, shape_fn, domain, 
     spec = Op(name, forward=forward, vjp=vjp, torch=torch_fn, arity=layout.arity, signature=signature,
               shape_fn=shape_fn, params=params, domain=domain)
     spec.torch_name = getattr(fn, "__qualname__", repr(fn))
-    spec.defining_module = None  # type: ignore[attr-defined]  (wrapped inline: not importable)
+    spec.defining_module = None  # type: ignore[attr-defined]  (replayed through import_path, see _resolve)
+    owner = getattr(fn, "__self__", None)
+    spec.import_path = importable_path(owner if isinstance(owner, type) else fn)
     spec.forward_errors = forward.errors  # type: ignore[attr-defined]
     return spec
 
@@ -272,11 +275,19 @@ def verify_torch_function(fn, *, arity: int | None = None, signature: str | None
         return result
     names = ["reference", "finite-differences", "jacobian", "torch-cpu"]
     target = f"torch function {label}"
-    case_replay = (f"gs.check(d.case) while {label} is registered (it is, in this process); "
-                   f"or the whole run: {run_replay}")
+    if spec.import_path:
+        case_replay = (f"result.write_html(DIR), then `gradspec replay DIR/<id>/case.json --allow-import "
+                       f"{spec.import_path.partition(':')[0]}`; or the whole run: {run_replay}")
+    else:
+        case_replay = (f"gs.check(d.case) while {label} is registered (it is, in this process); "
+                       f"or the whole run: {run_replay}")
+        result.note(f"{label} was defined in __main__ or inside a function: saved case.json files cannot be "
+                    "replayed with `gradspec replay` in another process; define it at module level for that")
 
     def evaluate(case):
         _count(result, case)
+        if spec.import_path:  # what lets Case.from_json rebuild the op from the Function (see _resolve)
+            case.meta["torch_functions"] = [spec.name]
         return _check_op_case(case, spec, names, target, case_replay, result,
                               extra=lambda c: _twice_check(c, spec, target, case_replay))
 
@@ -394,3 +405,33 @@ def _positional_rule(shape_fn, layout: CallLayout):
         return shape_fn(*a, **kw)
 
     return rule
+
+
+def _resolve(name: str, obj, node, meta):
+    """A case file's user op recorded by ``verify_torch_function`` (listed in its
+    ``meta["torch_functions"]``) as a torch Function (``module:QualName``) or a Python function on
+    torch tensors: wrapped as ``verify_torch_function`` wraps it.  The layout comes from the node:
+    its inputs are the tensors, its ``arg<k>`` params the non-tensor arguments at position k."""
+    import types
+
+    listed = meta.get("torch_functions") if isinstance(meta, dict) else None
+    if node is None or not isinstance(listed, list) or name not in listed:
+        return None
+    try:
+        import torch
+    except ImportError:  # pragma: no cover - torch is a dependency
+        return None
+    if isinstance(obj, type) and issubclass(obj, torch.autograd.Function):
+        fn = obj.apply
+    elif isinstance(obj, types.FunctionType):
+        fn = obj
+    else:
+        return None
+    pos = sorted(int(k[len(ARG_PREFIX):]) for k in node.params if k.startswith(ARG_PREFIX) and k[len(ARG_PREFIX):].isdigit())
+    n = len(node.inputs) + len(pos)
+    layout = CallLayout(n, [i for i in range(n) if i not in pos])
+    spec = _torch_wrap(fn, name, layout, None, None, None, {})
+    return spec
+
+
+_registry.register_resolver(_resolve)
