@@ -245,7 +245,7 @@ def _cause_text(d) -> str:
     cause = getattr(d, "cause", None)
     if cause is not None:
         text = f"{cause.id}: {cause.summary}"
-        if cause.node:
+        if cause.node and f"node {cause.node}" not in cause.summary:
             text += f" [node {cause.node} = {cause.op}]"
         if cause.evidence:
             text += f" (evidence: {cause.evidence})"
