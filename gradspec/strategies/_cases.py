@@ -61,7 +61,7 @@ def draw_bools(draw, shape: tuple) -> np.ndarray:
     return (np.frombuffer(raw, dtype=np.uint8) & 1).astype(bool).reshape(shape)
 
 
-_SEED_KINDS = ("ones", "zeros", "onehot", "integers", "random", "random", "random", "random", "random", "random")
+_SEED_KINDS = ("ones", "ones", "zeros", "onehot", "integers", "random", "random", "random", "random", "random")
 _SEED_KIND = ints(0, len(_SEED_KINDS) - 1)
 _OTHER_DTYPE = ints(0, 5)
 _SMALL_INTS = np.array([0.0, 1.0, -1.0, 2.0, -2.0, 3.0, -3.0])
