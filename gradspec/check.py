@@ -22,6 +22,7 @@ import numpy as np
 from . import oracles as _oracles
 from . import tolerances as _tol
 from . import outcome as _outcome
+from ._private.threads import oracle_threads
 from .case import Case
 from ._private.kinks import EXCLUDED as _EXCLUDED
 from .causes import Cause
@@ -131,6 +132,10 @@ class Verdict:
     excused: dict = dataclasses.field(default_factory=dict)  # oracle name -> why its raise is no discrepancy
     oracles: dict = dataclasses.field(default_factory=dict, repr=False)  # name -> the Oracle used (for diagnosis)
     unjudged: str = ""  # why nothing on this case is compared although oracles ran (a kink found numerically)
+    # Why the case sits at a point where the function is not differentiable ("" if it does not):
+    # estimate-based comparisons (finite differences, finite-difference JVPs) were dropped.
+    nondifferentiable: str = ""
+    accuracy: tuple | None = None  # (rtol, atol) claimed by the code under test (case.meta["accuracy"])
 
     @property
     def status(self) -> str:
@@ -148,6 +153,8 @@ class Verdict:
             return ""
         if self.unjudged:
             return self.unjudged
+        if self.nondifferentiable and not self.results:
+            return f"the case is at a non-differentiable point ({self.nondifferentiable})"
         why = [f"{n}: {w}" for n, w in self.excused.items()] + [f"{n}: {w}" for n, w in self.skipped.items()]
         got = sorted(self.results)
         head = "no pair of oracles produced gradients to compare"
@@ -185,6 +192,11 @@ def _case_dtype(case: Case) -> str:
 
 def check(case: Case, oracles=None) -> Verdict:
     """Run the oracles (default: every available and applicable one) on ``case``; compare all pairs."""
+    with oracle_threads():  # torch's intra-op threads cost more than the oracles' tiny calls do
+        return _check(case, oracles)
+
+
+def _check(case: Case, oracles) -> Verdict:
     if oracles is None:
         chosen = _oracles.all_oracles()
     else:
@@ -195,13 +207,13 @@ def check(case: Case, oracles=None) -> Verdict:
     jac = None
     fd_errs: dict = {}  # oracle name -> per-leaf error estimates (fd-kind oracles only)
     directional = None
+    nondiff = ""
     used = {}
     for o in chosen:
         if o.name == "jacobian" and o.kind == "exact" and _has_fd_jvp(case):
             # A user op without a declared jvp gets a finite-difference JVP: the jacobian is then
             # an estimate and is compared with its own error estimate, like finite differences.
             from .oracles.fd_jacobian import FDJacobianOracle
-
             o = FDJacobianOracle()
         used[o.name] = o
         ok, why = o.available()
@@ -228,15 +240,21 @@ def check(case: Case, oracles=None) -> Verdict:
                 results[o.name] = jac.vjp
             else:
                 results[o.name] = o.vjp(case)
+        except _oracles.NonDifferentiable as e:
+            skipped[o.name] = nondiff = str(e)
         except _oracles.OracleError as e:
             skipped[o.name] = str(e)
         except Exception as e:
             errors[o.name] = (type(e).__name__, str(e), traceback.format_exc())
+    if nondiff:
+        _drop_estimates(results, fd_errs, skipped, used, chosen, nondiff)
+        directional = None
 
     discrepancies: list[Discrepancy] = []
     comparisons: list[Comparison] = []
     dtype = _case_dtype(case)
     kinds = {**{o.name: o for o in chosen}, **used}
+    claim = _tol.accuracy_claim(case.meta)
     # CONTRACT §3: a raise is a discrepancy whichever oracles are left, unless it is excused
     # (torch and the code under test both refuse the case, the forward raised, FD could not estimate).
     gated = _outcome.user_gated_leaves(case)
@@ -258,7 +276,7 @@ def check(case: Case, oracles=None) -> Verdict:
         # The rounding-noise floor only ever loosens a tolerance, and measuring it costs three
         # more backward passes: measure it only when a comparison fails without it.
         comps, founds = [], []
-        fast = _fast_pairs(case, leaves, names, results, kinds, dtype, m, fd_errs, noise, gated)
+        fast = _fast_pairs(case, leaves, names, results, kinds, dtype, m, fd_errs, noise, gated, claim)
         for a, b in pairs:
             if (a, b) in fast:
                 comps.append(Comparison((a, b), True, fast[(a, b)]))
@@ -266,7 +284,8 @@ def check(case: Case, oracles=None) -> Verdict:
             tol = _tol.lookup(dtype, kinds[a].kind, kinds[b].kind)
             if M is None and m is not None:
                 M = _per_leaf(m, leaves)
-            comp, found = _compare(case, a, b, results[a], results[b], kinds, tol, M, fd_errs, noise, gated)
+            comp, found = _compare(case, a, b, results[a], results[b], kinds, tol, M, fd_errs, noise, gated,
+                                   _pair_claim(claim, kinds, a, b))
             comps.append(comp)
             founds.extend(found)
         if not any(d.kind == "value" for d in founds) or attempt:
@@ -277,11 +296,12 @@ def check(case: Case, oracles=None) -> Verdict:
     comparisons.extend(comps)
     discrepancies.extend(founds)
     if directional is not None and results:
-        _compare_directional(case, directional, results, kinds, dtype, comparisons, discrepancies, skipped)
+        _compare_directional(case, directional, results, kinds, dtype, comparisons, discrepancies, skipped, claim)
     _discount_mismatched_twins(case, dtype, kinds, comparisons, discrepancies, errors, excused, notes)
+    _discount_shaky_estimates(kinds, fd_errs, comparisons, discrepancies, notes)
     unjudged = _discount_numerical_kinks(case, kinds, comparisons, discrepancies)
     verdict = Verdict(case, results, comparisons, discrepancies, skipped, errors, jac, fd_errs.get("finite-differences"),
-                      notes, excused, kinds, unjudged)
+                      notes, excused, kinds, unjudged, nondiff, claim)
     for explain in _EXPLAINERS if discrepancies else ():
         explain(verdict, kinds)
     return verdict
@@ -319,6 +339,53 @@ def _discount_mismatched_twins(case, dtype, kinds, comparisons, discrepancies, e
         excused[name] = f"its twin is another function on this case ({causes[0].evidence})"
 
 
+def _discount_shaky_estimates(kinds, fd_errs, comparisons, discrepancies, notes) -> None:
+    """An estimate (finite differences, a finite-difference JVP) whose own error estimate exceeds
+    FD_SHAKY of its value where it disagrees cannot witness against derivative formulas: that pair
+    becomes a note and counts neither way (gradspec.tolerances: FD_SHAKY)."""
+    shaky = []
+    for d in discrepancies:
+        if d.kind != "value" or d.leaf is None or d.index is None or d.values is None:
+            continue
+        est = [i for i, n in enumerate(d.oracles) if kinds[n].kind == "fd" and n in fd_errs]
+        if len(est) != 1 or kinds[d.oracles[1 - est[0]]].kind == "fd":
+            continue
+        err = fd_errs[d.oracles[est[0]]].get(d.leaf)
+        if err is None:
+            continue
+        e, v = float(np.asarray(err)[d.index]), abs(float(d.values[est[0]]))
+        if e > _tol.FD_SHAKY * v:
+            shaky.append(d)
+            notes.append(f"{d.oracles[est[0]]} disagreed with {d.oracles[1 - est[0]]} at {d.leaf}[{_ix(d.index)}] "
+                         f"({float(d.values[0])!r} vs {float(d.values[1])!r}) but its own error estimate there is "
+                         f"{e:.3g}, {e / max(v, 1e-300):.2g} of its value: too shaky to witness alone")
+    if shaky:
+        pairs = {tuple(d.oracles) for d in shaky}
+        discrepancies[:] = [d for d in discrepancies if d not in shaky]
+        still = {tuple(d.oracles) for d in discrepancies}
+        comparisons[:] = [c for c in comparisons if tuple(c.oracles) not in pairs - still]
+
+
+def _drop_estimates(results, fd_errs, skipped, used, chosen, why) -> None:
+    """A non-differentiable point: no derivative exists to estimate, so every estimate-based oracle
+    (finite differences, the jacobian over finite-difference JVPs) is dropped with the reason; the
+    exact oracles (derivative formulas, which follow their own conventions at kinks) still compare."""
+    kinds = {**{o.name: o for o in chosen}, **used}
+    for name in list(results):
+        if kinds[name].kind == "fd":
+            del results[name]
+            fd_errs.pop(name, None)
+            skipped[name] = f"not compared: the case is at a non-differentiable point ({why})"
+
+
+def _pair_claim(claim, kinds, a, b):
+    """The claimed accuracy applies to pairs in which a side runs the code under test (an exact oracle:
+    its derivative formulas); two estimates of the same forward are held to their own error bounds."""
+    if claim is None or (kinds[a].kind == "fd" and kinds[b].kind == "fd"):
+        return None
+    return claim
+
+
 def _digest(case) -> str:
     """A content hash of the case (graph, values, seeds) without its JSON text: directional FD only runs on
     large cases, where encoding every value as JSON took seconds (16 s for a 9-million-element seed)."""
@@ -332,7 +399,8 @@ def _digest(case) -> str:
     return h.hexdigest()
 
 
-def _compare_directional(case, fd, results, kinds, dtype, comparisons, discrepancies, skipped, k: int = 16):
+def _compare_directional(case, fd, results, kinds, dtype, comparisons, discrepancies, skipped, claim=None,
+                         k: int = 16):
     """Large cases: compare <u, g> with FD directional derivatives along k random unit directions."""
     from .oracles.fd import fd_directional
 
@@ -357,6 +425,8 @@ def _compare_directional(case, fd, results, kinds, dtype, comparisons, discrepan
             dot += dirs[l.name].reshape(k, -1) @ g.ravel()
             mag += np.abs(dirs[l.name].reshape(k, -1)) @ np.abs(g.ravel())
         allowed = tol.rtol * np.maximum(mag, np.abs(dot)) + tol.fd_factor * err
+        if _pair_claim(claim, kinds, fd.name, name):
+            allowed = np.maximum(allowed, _tol.claimed_allowance(*claim, np.maximum(mag, np.abs(dot))))
         ratio = np.abs(dot - est) / np.where(allowed > 0, allowed, np.inf)
         r = float(np.max(ratio, initial=0.0))
         pair = (fd.name, name)
@@ -369,7 +439,7 @@ def _compare_directional(case, fd, results, kinds, dtype, comparisons, discrepan
                     pair,
                     f"{fd.name} (directional) vs {name}: direction {j} of {k}: <u, grad> = {float(dot[j])!r} vs finite "
                     f"differences {float(est[j])!r} (abs err {abs(dot[j] - est[j]):.3g}, tolerance {allowed[j]:.3g}) "
-                    f"— tolerance: {tol.describe()}",
+                    f"— tolerance: {tol.describe()}{_tol.describe_claim(_pair_claim(claim, kinds, fd.name, name))}",
                     case,
                     None,
                     (j,),
@@ -377,7 +447,7 @@ def _compare_directional(case, fd, results, kinds, dtype, comparisons, discrepan
                     float(abs(dot[j] - est[j])),
                     float(abs(dot[j] - est[j]) / max(abs(dot[j]), 1e-300)),
                     float(allowed[j]),
-                    tol.describe(),
+                    tol.describe() + _tol.describe_claim(_pair_claim(claim, kinds, fd.name, name)),
                 )
             )
 
@@ -480,9 +550,11 @@ def _pair_tolerances(dtype: str, kinds: tuple, estimates: tuple) -> tuple[np.nda
     return rtol, fdf[..., None]
 
 
-def _allowed(rtol, scale_a, scale_b, m, noise, fd):
+def _allowed(rtol, scale_a, scale_b, m, noise, fd, claim=None):
     """The tolerance model of ``gradspec.tolerances``, element-wise (shared by both comparison paths):
-    ``rtol * max(scale_a, scale_b, m) + floor + NOISE_FACTOR * noise + fd``.
+    ``rtol * max(scale_a, scale_b, m) + floor + NOISE_FACTOR * noise + fd``, or where the code under
+    test claims an accuracy (``claim`` = (rtol, atol), arrays per pair or floats) the larger of that
+    and ``atol + rtol * the same scale``.
 
     ``scale_*`` are each side's max(|g_j|, its leaf's max), ``m`` is ``|J|^T |seed|`` (or None), ``fd``
     the finite-difference allowance.  The absolute floor sits far below any meaningful gradient:
@@ -494,7 +566,10 @@ def _allowed(rtol, scale_a, scale_b, m, noise, fd):
     allowed = rtol * scale + _tol.SUBNORMAL_FLOOR
     if noise is not None:
         allowed = allowed + _tol.NOISE_FACTOR * noise
-    return allowed + fd
+    allowed = allowed + fd
+    if claim is not None:
+        allowed = np.maximum(allowed, _tol.claimed_allowance(claim[0], claim[1], scale))
+    return allowed
 
 
 def _path_scale(jac) -> np.ndarray:
@@ -525,7 +600,7 @@ def _flat(per_leaf: dict, leaves) -> np.ndarray:
     return parts[0].astype(np.float64, copy=False) if len(parts) == 1 else np.concatenate(parts).astype(np.float64, copy=False)
 
 
-def _fast_pairs(case, leaves, names, results, kinds, dtype, M, fd_errs, noise, gated=frozenset()) -> dict:
+def _fast_pairs(case, leaves, names, results, kinds, dtype, M, fd_errs, noise, gated=frozenset(), claim=None) -> dict:
     """The common case for every pair at once: same None-ness, right shapes, all finite, agreeing.
 
     Each oracle's gradients are flattened once into one row of a (k, N) matrix, and all pairs
@@ -586,8 +661,12 @@ def _fast_pairs(case, leaves, names, results, kinds, dtype, M, fd_errs, noise, g
         fd = 0.0
         for (_, name), f in zip(est, fdf):  # an estimate's own error bound is part of each of its pairs' allowance
             fd = fd + f * _flat(fd_errs[name], leaves)
+        pc = None
+        if claim is not None:  # per pair: the claim, or 0 for pairs of two estimates
+            on = np.array([[_pair_claim(claim, kinds, a, b) is not None] for a, b in pairs], dtype=np.float64)
+            pc = (claim[0] * on, claim[1] * on)
         allowed = _allowed(rtol, B[I], B[J], None if M is None else M if isinstance(M, np.ndarray) else _flat(M, leaves),
-                           None if noise is None else _flat(noise, leaves), fd)
+                           None if noise is None else _flat(noise, leaves), fd, pc)
         if not np.isfinite(allowed).all():  # an infinite scale or error bound: let _compare sort it out
             return {}
         worst = (np.abs(R[I] - R[J]) / allowed).max(axis=1)  # allowed >= SUBNORMAL_FLOOR > 0
@@ -595,7 +674,7 @@ def _fast_pairs(case, leaves, names, results, kinds, dtype, M, fd_errs, noise, g
     return {p: float(w) for p, g, w in zip(pairs, good, worst) if g}
 
 
-def _compare(case, a, b, ra, rb, kinds, tol, M, fd_errs, noise=None, gated=frozenset()):
+def _compare(case, a, b, ra, rb, kinds, tol, M, fd_errs, noise=None, gated=frozenset(), claim=None):
     found = []
     worst_ratio = 0.0
     both_none_aware = kinds[a].reports_none and kinds[b].reports_none
@@ -646,7 +725,7 @@ def _compare(case, a, b, ra, rb, kinds, tol, M, fd_errs, noise=None, gated=froze
             allowed = _allowed(
                 tol.rtol, np.maximum(np.abs(fa), leaf_scale), np.abs(fb),
                 None if M is None else np.where(np.isfinite(M[leaf.name]), M[leaf.name], 0.0),
-                None if noise is None else noise.get(leaf.name), _fd_allowance(fd_errs, a, b, leaf.name, tol),
+                None if noise is None else noise.get(leaf.name), _fd_allowance(fd_errs, a, b, leaf.name, tol), claim,
             )
             # An exactly-zero allowance only happens when both sides are exactly 0 everywhere.
             ratio = np.where(fin, err / np.where(allowed > 0, allowed, np.inf), 0.0)
@@ -665,7 +744,7 @@ def _compare(case, a, b, ra, rb, kinds, tol, M, fd_errs, noise=None, gated=froze
                     (a, b),
                     f"{a} vs {b}: leaf {leaf.name!r}[{_ix(idx)}]: {float(fa[idx])!r} vs {float(fb[idx])!r} "
                     f"(abs err {e:.3g}, rel err {rel:.3g}, tolerance {float(allowed[idx]):.3g}; "
-                    f"{nbad} of {fa.size} elements outside) — tolerance: {tol.describe()}",
+                    f"{nbad} of {fa.size} elements outside) — tolerance: {tol.describe()}{_tol.describe_claim(claim)}",
                     case,
                     leaf.name,
                     idx,
@@ -673,7 +752,7 @@ def _compare(case, a, b, ra, rb, kinds, tol, M, fd_errs, noise=None, gated=froze
                     e,
                     rel,
                     float(allowed[idx]),
-                    tol.describe(),
+                    tol.describe() + _tol.describe_claim(claim),
                 )
             )
     return Comparison((a, b), not found, worst_ratio), found

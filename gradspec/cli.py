@@ -70,6 +70,16 @@ def _positive_float(text: str) -> float:
     return v
 
 
+def _nonneg_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not v >= 0 or v == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number >= 0 (e.g. 1e-6)")
+    return v
+
+
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="gradspec", description="Property-based verification of gradients (backward(seed) = J^T . seed).",
                 epilog="exit codes: 0 no discrepancy, 1 discrepancies (each written as a report), 2 usage error, "
@@ -113,6 +123,11 @@ def _parser() -> argparse.ArgumentParser:
                    help="precision of the generated graphs: float32 and float64 leaves together ('mixed', promoted "
                         "where an op mixes them, as torch does) or 'any' (default: float64 60%%, float32 20%%, mixed "
                         "20%%)")
+    f.add_argument("--rtol", type=_nonneg_float, default=None, metavar="R",
+                   help="the accuracy your user ops claim (an iterative solver, a damped rule): comparisons involving "
+                        "their rules allow the larger of gradspec's tolerance and ATOL + R x scale (recorded in each "
+                        "case.json, so replay uses it)")
+    f.add_argument("--atol", type=_nonneg_float, default=None, metavar="A", help="absolute part of --rtol's claim")
     f.add_argument("--shrink-seconds", type=_positive_float, default=60.0, metavar="S",
                    help="time spent shrinking one discrepancy before it is reported as is (default 60)")
     f.add_argument("--junitxml", default=None, metavar="FILE",
@@ -458,7 +473,7 @@ def _fuzz(args) -> int:
                           max_examples=args.max_examples, seconds=args.seconds, seed=args.seed,
                           report_dir=args.report_dir, database=args.database, case_timeout=args.case_timeout,
                           shrink_seconds=args.shrink_seconds, workers=args.workers, tx=args.tx,
-                          dtype=args.dtype, argv=["gradspec"] + args.argv, isolate=args.isolate)
+                          dtype=args.dtype, rtol=args.rtol, atol=args.atol, argv=["gradspec"] + args.argv, isolate=args.isolate)
     except ValueError as e:  # e.g. an empty --database
         raise _UsageError(str(e)) from None
     try:

@@ -52,7 +52,7 @@ from ._private import isolate as _isolate
 from .case import Case
 from .check import Discrepancy, Verdict, check
 
-__all__ = ["CaseTimeout", "guarded_check", "warm_up", "ALARM", "WATCHDOG", "GRACE"]
+__all__ = ["CaseTimeout", "guarded_check", "warm_up", "ALARM", "WATCHDOG", "GRACE", "Alarm"]
 
 ALARM = "the alarm signal (SIGALRM, in-process)"
 WATCHDOG = "the watchdog (--isolate: the process checking the case was killed)"
@@ -225,6 +225,46 @@ def _timed(o, timeout: float, witness: bool, report):
         if callable(fn):
             setattr(w, meth, arm(fn))
     return w
+_NO_RAISE = frozenset({"gc_callback", "__del__", "_callback", "__exit__"})
+
+
+class Alarm:
+    """``with Alarm(timeout, message):`` raises ``exc`` (default :class:`CaseTimeout`, with ``message``)
+    in the main thread after ``timeout`` seconds, re-armed every ``rearm`` seconds (default
+    ``timeout``) so that whatever runs next (the next oracle, which ``gs.check`` would otherwise
+    start after catching the first one) is cut as well; ``.fired`` says whether it went off.  Alarms
+    nest: an inner one (a case) restores the outer one (a whole run's budget) with its time left.
+    The context-manager form of ``_Alarm`` (same CaseTimeout, imports never cut), for the deadlines of ``verify_*``."""
+
+    def __init__(self, timeout: float, message: str, rearm: float | None = None, exc=None):
+        self.timeout, self.message, self.rearm, self.fired = timeout, message, rearm or timeout, False
+        self.exc = exc or CaseTimeout
+
+    def _on_alarm(self, signum, frame):
+        if frame is not None and (frame.f_code.co_name in _NO_RAISE or _in_import(frame)):
+            # An exception raised in a gc callback or a finalizer is swallowed ("unraisable"), one
+            # raised inside an import leaves the module broken (_Alarm): try again a moment later.
+            signal.setitimer(signal.ITIMER_REAL, 0.01)
+            return
+        self.fired = True
+        signal.setitimer(signal.ITIMER_REAL, self.rearm)
+        raise self.exc(self.message)
+
+    def __enter__(self):
+        self._outer = signal.getitimer(signal.ITIMER_REAL)[0]
+        self._t0 = time.monotonic()
+        self._previous = signal.signal(signal.SIGALRM, self._on_alarm)
+        signal.setitimer(signal.ITIMER_REAL, self.timeout)
+        return self
+
+    def __exit__(self, *exc):
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, self._previous)
+        if self._outer:  # an enclosing alarm: give it back the time it had left (at least a moment)
+            signal.setitimer(signal.ITIMER_REAL, max(self._outer - (time.monotonic() - self._t0), 1e-3))
+        return False
+
+
 
 
 def _timed_check(case, chosen, timeout, mine, report=None) -> Verdict:

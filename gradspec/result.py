@@ -116,6 +116,10 @@ class Result:
     replay: str = ""
     inconclusive: collections.Counter = dataclasses.field(default_factory=collections.Counter)  # why -> cases
     unran: list = dataclasses.field(default_factory=list)  # why the code under test never ran (its first error)
+    # cases at a point where the code is not differentiable (kink, jump): skipped, never reported
+    nondifferentiable: int = 0
+    nondifferentiable_reasons: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    accuracy: dict | None = None  # {"rtol", "atol"} the code under test claims
 
     def _status_reason(self) -> tuple[str, str]:
         compared = sum(self.pair_counts.values()) + sum(v == "passed" for v in self.checks.values())
@@ -155,6 +159,11 @@ class Result:
             f"gradspec verify {self.what} {self.target}: {head} — {self.cases_run} cases in {self.seconds:.2f} s, "
             f"seed {self.seed}"
         ]
+        if self.nondifferentiable:
+            lines.append(f"  {self.nondifferentiable} case(s) at non-differentiable points (kinks, jumps) skipped, "
+                         "not judged")
+        if self.accuracy:
+            lines.append(f"  claimed accuracy: rtol={self.accuracy['rtol']:g}, atol={self.accuracy['atol']:g}")
         if self.time_to_first is not None:
             lines.append(f"  first discrepancy after {self.time_to_first:.2f} s ({self.cases_to_first} cases)")
         if self.checks:
@@ -196,6 +205,8 @@ class Result:
             "oracles": {f"{a} vs {b}": n for (a, b), n in sorted(self.pair_counts.items())},
             "agreement": {f"{a} vs {b}": self.pair_agree[(a, b)] for (a, b) in sorted(self.pair_counts)},
             "skipped": dict(self.skipped.most_common()),
+            "nondifferentiable": self.nondifferentiable,
+            "accuracy": self.accuracy,
             "replay": self.replay,
             "items": [
                 {"kind": d.kind, "oracles": list(d.oracles), "message": d.message, "replay": d.replay,

@@ -31,7 +31,9 @@ import functools
 
 import numpy as np
 
-__all__ = ["Tolerance", "TOLERANCES", "lookup", "EXACT_RTOL", "NOISE_ULPS", "NOISE_FACTOR"]
+__all__ = ["Tolerance", "TOLERANCES", "lookup", "EXACT_RTOL", "NOISE_ULPS", "NOISE_FACTOR", "FD_NOISE_POINTS",
+           "FD_NOISE_SPACING", "FD_NOISE_SIGMAS", "FD_FINER_STEPS", "KINK_PERSISTS", "KINK_ROUNDING", "FD_SHAKY",
+           "claimed_allowance", "accuracy_claim", "describe_claim"]
 
 EPS64 = float(np.finfo(np.float64).eps)
 EPS32 = float(np.finfo(np.float32).eps)
@@ -74,3 +76,91 @@ def lookup(dtype: str, kind_a: str, kind_b: str) -> Tolerance:
         kinds = ("fd", "exact")
     dt = "float32" if dtype == "float32" else "float64"
     return TOLERANCES[(dt, *kinds)]
+
+
+# ---------------------------------------------------------------------------------------------
+# Finite differences that know when they cannot be trusted (gradspec.oracles.fd)
+# ---------------------------------------------------------------------------------------------
+#
+# Measured forward noise.  FD's rounding model (ROUNDING_DEPTH eps S in fd.py) assumes each op
+# rounds like an ordinary float op.  Black-box code can be far noisier: a solve with condition
+# number kappa returns x with relative error ~kappa eps (backward-stable LU: exact for A + dA,
+# |dA| ~ eps |A|; Higham, Accuracy and Stability of Numerical Algorithms, thm 7.2), so
+# s = <seed, f> carries ~kappa eps |s| of noise that no model of the graph can predict when the
+# ill-conditioned matrix is internal to the user's code.  It is measured instead: FD_NOISE_POINTS
+# extra evaluations of s on a line x + t (h / FD_NOISE_SPACING) u (t = -7.5 .. 7.5, u random
+# signs), in the same batched pass.  4th differences of those values cancel the smooth part (a
+# cubic exactly; the rest is O((h/4096)^4 f''''), far below the FD truncation term estimated anyway)
+# and leave noise of variance 70 sigma^2; sigma = median |4th difference| / (0.6745 sqrt 70).  The
+# median, not an RMS, because a kink or jump inside the line spoils up to 4 of the 12 windows and
+# must not pass for noise (it would hide itself behind a large error estimate).  Simulated on
+# Gaussian and uniform noise (1e5 lines each), that estimate is >= 0.32 sigma_true in 99% and
+# >= 0.20 sigma_true in 99.9% of lines.  Each s value's error is then bounded by FD_NOISE_SIGMAS
+# sigma: 10 x 0.32 = 3.2 sigma_true (a value beyond that: P = 1.4e-3 for Gaussian noise) in 99% of
+# cases, 2 sigma_true in 99.9%, and the comparison's fd_factor 4 on top (the allowance is then
+# >= 4 x 2.4 x 2 sigma / h, ~27 standard deviations of the central difference's noise, 0.7 sigma / h).
+# For ordinary code sigma ~ eps |s|, far below the ROUNDING_DEPTH model: no loss of sensitivity
+# where FD was trustworthy already.  The spacing h/4096 (~1.5e-9 |x|, still ~7e6 ulps: rounding
+# patterns are uncorrelated from one point to the next) keeps the line 4096x narrower than the
+# stencil: a pole or kink that the stencil straddles is not inside the line, where it would pass
+# for noise and hide behind a large error estimate.
+FD_NOISE_POINTS = 16
+FD_NOISE_SPACING = 4096.0
+FD_NOISE_SIGMAS = 10.0
+# Steps tried, in units of the refused step, when the ordinary refinement (steps of h/16 that
+# must each lower the error estimate) leaves an element too coarse: a kink or a pole at distance
+# d from x spoils every step above ~d, so FD goes on down to h/16^3 (~1.5e-9 |x|, where rounding
+# costs ~2.4 x 256 eps / 1.5e-9 ~ 1e-4 relative: still a usable estimate) before it refuses.
+FD_FINER_STEPS = (1 / 16, 1 / 256, 1 / 4096)
+# Non-differentiable points.  With D+ = (s(x+h) - s(x))/h and D- = (s(x) - s(x-h))/h, a smooth
+# function has D+ - D- = h f'' + O(h^3): it shrinks 4096-fold from h to h/4096.  A kink at (or
+# within h/4096 of) x keeps D+ - D- at the jump in slope, whatever h; a jump of the forward keeps
+# s(x+h) - s(x-h) at the size of the jump, whatever h.  KINK_PERSISTS: the finest step's value
+# must stay within a factor 4 of the coarsest's (smooth: 1/4096 of it, kink or jump: ~1, a function
+# oscillating faster than the step: anything -- three orders of magnitude decide, not a threshold
+# near the data).  KINK_ROUNDING: and it must stand 4x above
+# the rounding error of that difference at the finest step (4 delta / h for D+ - D-, 2 delta for
+# s(x+h) - s(x-h); delta the per-value error bound), so that noise is never taken for a kink.
+KINK_PERSISTS = 0.25
+KINK_ROUNDING = 4.0
+# An FD estimate is "shaky" where its own error estimate exceeds this fraction of the value:
+# FD then cannot witness alone against the code under test (inconclusive, with the reason,
+# instead of a discrepancy).  1e-3: a trustworthy FD estimate is accurate to ~1e-10 relative
+# (fd.py), and the bugs gradspec must find (1e-6 relative and up) are visible to FD only where its
+# error is well below them; an estimate worse than 1e-3 could only witness an O(1) bug, and then
+# its disagreement is still reported as a note.
+FD_SHAKY = 1e-3
+
+
+def claimed_allowance(rtol, atol, scale):
+    """``atol + rtol * scale``: the accuracy the code under test claims (``verify_*(rtol=, atol=)``,
+    ``gradspec fuzz --rtol/--atol``, recorded in ``case.meta["accuracy"]``), element-wise.
+
+    A comparison allows the larger of this and gradspec's own tolerance (CONTRACT §3), only for
+    pairs in which a side runs the code under test (``gradspec.check``).  ``scale`` is the same
+    per-element scale as gradspec's own rtol, max(|a|, |b|, sum of |path terms|, leaf max): a
+    claimed relative accuracy of the op's result carries through the chain rule, each path's
+    contribution being off by at most rtol of its own size, so the sum of |path terms| bounds it.
+    """
+    return atol + rtol * scale
+
+
+def accuracy_claim(meta) -> tuple[float, float] | None:
+    """(rtol, atol) from a case's ``meta["accuracy"]``, or None; ValueError for a malformed claim."""
+    claim = (meta or {}).get("accuracy")
+    if not claim:
+        return None
+    try:
+        rtol, atol = float(claim.get("rtol") or 0.0), float(claim.get("atol") or 0.0)
+    except (TypeError, ValueError, AttributeError):
+        raise ValueError(f"case meta 'accuracy' must be {{'rtol': float, 'atol': float}}, got {claim!r}") from None
+    if not (rtol >= 0 and atol >= 0 and np.isfinite(rtol) and np.isfinite(atol)):
+        raise ValueError(f"rtol and atol must be finite and >= 0, got rtol={rtol!r}, atol={atol!r}")
+    return (rtol, atol) if rtol or atol else None
+
+
+def describe_claim(claim) -> str:
+    if not claim:
+        return ""
+    return (f"; the larger of that and the accuracy the code under test claims: atol={claim[1]:.3g} + "
+            f"rtol={claim[0]:.3g} x the same scale")

@@ -232,6 +232,7 @@ class _Campaign:
 
     def _evaluate(self, case: Case, mode: str):
         case.engine = self.cfg.engine
+        _claim_accuracy(case, self.cfg)
         try:
             with open(self.inflight, "w", encoding="utf-8") as f:
                 f.write(case.to_json(indent=None))
@@ -402,3 +403,10 @@ def run_shard(cfg: Config, shard: int, on_found: Callable | None = None) -> Stat
     """What one pytest item of a distributed campaign runs (in an xdist worker)."""
     return run_campaign(cfg, shard, on_found=on_found)
 
+
+
+def _claim_accuracy(case, cfg) -> None:
+    """``--rtol/--atol``: the accuracy the user ops claim, recorded in cases that contain one (so their
+    reports replay with it); table ops are held to gradspec's own tolerances."""
+    if (cfg.rtol or cfg.atol) and any(getattr(case.spec(op), "user", False) for op in set(case.ops)):
+        case.meta["accuracy"] = {"rtol": float(cfg.rtol or 0.0), "atol": float(cfg.atol or 0.0)}

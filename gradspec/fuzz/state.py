@@ -56,6 +56,8 @@ class Config:
     database: list[str] | str | None = None  # --database specs (gradspec/_private/database.py)
     case_timeout: float | None = 60.0
     shrink_seconds: float = 60.0
+    rtol: float | None = None  # the accuracy user ops claim (--rtol/--atol): case.meta["accuracy"]
+    atol: float | None = None
     workers: int = 1
     tx: list[str] | None = None
     run_id: str = ""
@@ -125,6 +127,8 @@ class Config:
             "case timeout": "none" if not self.case_timeout else (
                 f"{self.case_timeout:g} s per oracle call, "
                 + ("watchdog process (--isolate)" if self.isolate else "alarm signal")),
+            "claimed accuracy of user ops": (f"rtol={self.rtol or 0:g}, atol={self.atol or 0:g}"
+                                             if self.rtol or self.atol else "none (gradspec's own tolerances)"),
             "shrink time per discrepancy": f"{self.shrink_seconds:g} s",
             "example database": self.db_dir,
             "run id": self.run_id,

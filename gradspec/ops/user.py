@@ -43,6 +43,7 @@ from typing import Sequence
 import numpy as np
 
 from .. import domains as _domains
+from .. import tolerances as _tol
 from .._private.signature import SignatureError, elementwise, parse, signature_out_shape
 from ..spec.registry import register
 from ..spec.opspec import OpSpec, align_ranks
@@ -392,13 +393,16 @@ def fd_jvp(spec):
         for start in range(0, active.size, chunk):
             idx = active[start : start + chunk]
             k = idx.size
-            d1, f1 = _stencil(spec, units, xs, params, idx, h[idx], coeffs)
-            d2, f2 = _stencil(spec, units, xs, params, idx, h[idx] / 2, coeffs)
+            d1, f1, d2, f2 = _two_steps(spec, units, xs, params, idx, h, coeffs, out)
             r = (16.0 * d2 - d1) / 15.0
             rng = _NOISE[0]
             if rng is not None:
                 hs = h[idx].reshape((k,) + (1,) * (r.ndim - 1))
-                amp = 3.3 * NOISE_ULPS * np.finfo(np.float64).eps * np.maximum(f1, f2) / hs
+                # the larger of the rounding model and the noise measured on this forward (an
+                # ill-conditioned solve inside the op rounds at kappa eps, not a few ulps)
+                level = np.maximum(NOISE_ULPS * np.finfo(np.float64).eps * np.maximum(f1, f2),
+                                   _tol.FD_NOISE_SIGMAS * _measured_noise(spec, xs, params))
+                amp = 3.3 * level / hs
                 r = r + amp * rng.uniform(-1.0, 1.0, r.shape)
             res[idx] = r * tmax[idx].reshape((k,) + (1,) * (r.ndim - 1))
         return res
@@ -406,7 +410,68 @@ def fd_jvp(spec):
     return jvp
 
 
-def _stencil(spec, tangents, xs, params, idx, h, coeffs):
+def _measured_noise(spec, xs, params) -> np.ndarray:
+    """Per output element, the forward's rounding noise measured on a line of FD_NOISE_POINTS
+    points around the inputs (``gradspec._private.fdstep.noise_sigma``).  The line is spaced like the
+    FD oracle's step (eps^(1/3) |x| / 64: a span of ~1e-7 |x|), not like this JVP's (eps^(1/5)): a
+    kink inside a wider line would read as noise and hide itself; one inside this narrow line is
+    within the FD oracle's own reach, which then finds it."""
+    from .._private import fdstep
+
+    batch = []
+    for x in xs:
+        if not np.issubdtype(np.asarray(x).dtype, np.floating) or not np.size(x):
+            batch.append(np.broadcast_to(x, (_tol.FD_NOISE_POINTS,) + np.shape(x)))
+            continue
+        step = np.finfo(np.float64).eps ** (1 / 3) * np.maximum(1.0, np.abs(x))
+        pat = fdstep.noise_pattern(int(np.size(x))).reshape((-1,) + np.shape(x))
+        batch.append(x[None] + pat * step)
+    with np.errstate(all="ignore"):
+        f = np.asarray(spec.forward_batched(batch, params, 1), dtype=np.float64)
+    return fdstep.noise_sigma(f)
+
+
+class FDStepError(RuntimeError):
+    """No finite-difference step works for a JVP direction (a kink, jump or pole within every step
+    tried, or noise far above its measured level): the jacobian oracle refuses the case.  Whether
+    the case is at a non-differentiable point is the finite-difference oracle's call (it probes
+    the whole function, with one-sided slopes), not this one's."""
+
+
+def _two_steps(spec, units, xs, params, idx, h, coeffs, out):
+    """The 4-point estimates at h and h/2, with a step that adapts to the local scale of the
+    function (``gradspec._private.fdstep``): directions whose second differences do not scale like
+    a smooth function's are retried with smaller steps; ``h`` is updated in place."""
+    from .._private import fdstep
+
+    d1, f1, r1 = _stencil(spec, units, xs, params, idx, h[idx], coeffs, raw=True)
+    d2, f2, r2 = _stencil(spec, units, xs, params, idx, h[idx] / 2, coeffs, raw=True)
+    bad = fdstep.bad_directions(r1, r2, out, NOISE_ULPS)
+    sigma = None
+    if bad.any():  # noisy rather than kinked? measure the forward's noise (16 evaluations) and look again
+        sigma = _measured_noise(spec, xs, params)
+        bad = fdstep.bad_directions(r1, r2, out, NOISE_ULPS, sigma)
+    for _ in range(fdstep.SHRINKS):
+        if not bad.any():
+            return d1, f1, d2, f2
+        sub = idx[bad]
+        h[sub] /= fdstep.SHRINK
+        e1, g1, q1 = _stencil(spec, units, xs, params, sub, h[sub], coeffs, raw=True)
+        e2, g2, q2 = _stencil(spec, units, xs, params, sub, h[sub] / 2, coeffs, raw=True)
+        d1[bad], f1[bad], d2[bad], f2[bad] = e1, g1, e2, g2
+        still = fdstep.bad_directions(q1, q2, out, NOISE_ULPS, sigma)
+        pos = np.flatnonzero(bad)
+        bad = np.zeros_like(bad)
+        bad[pos[still]] = True
+    if bad.any():
+        raise FDStepError(
+            f"finite-difference JVP of {spec.name!r}: no usable step along a direction down to h = "
+            f"{float(h[idx[bad][0]]):.3g}: its second differences do not scale like a smooth function's (a kink, "
+            "jump or pole within every step tried, or noise far above its measured level)")
+    return d1, f1, d2, f2
+
+
+def _stencil(spec, tangents, xs, params, idx, h, coeffs, raw=False):
     k = idx.size
     m = len(coeffs)
     batch = []
@@ -423,7 +488,8 @@ def _stencil(spec, tangents, xs, params, idx, h, coeffs):
     acc = sum(w * f[j] for j, (_, w) in enumerate(coeffs))
     with np.errstate(all="ignore"):
         fmax = np.max(np.abs(f), axis=0)
-    return acc / (12.0 * h.reshape((k,) + (1,) * (acc.ndim - 1))), fmax
+    d = acc / (12.0 * h.reshape((k,) + (1,) * (acc.ndim - 1)))
+    return (d, fmax, f) if raw else (d, fmax)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -20,13 +20,13 @@ Example::
 
 from __future__ import annotations
 
-from ._base import Oracle, OracleError
+from ._base import NonDifferentiable, Oracle, OracleError
 from .fd import FiniteDifferences
 from .jacobian import JacobianOracle
 from .reference import ReferenceOracle
 from .torch_oracle import TorchOracle
 
-__all__ = ["Oracle", "OracleError", "names", "get", "register", "all_oracles"]
+__all__ = ["Oracle", "OracleError", "NonDifferentiable", "names", "get", "register", "all_oracles"]
 
 _ORACLES: dict[str, Oracle] = {}
 

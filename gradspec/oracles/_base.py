@@ -4,11 +4,19 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["Oracle", "OracleError"]
+__all__ = ["Oracle", "OracleError", "NonDifferentiable"]
 
 
 class OracleError(RuntimeError):
     """An oracle could not produce a gradient for a case (the message says why)."""
+
+
+class NonDifferentiable(OracleError):
+    """The case sits at (or within a finite-difference step of) a point where the function is not
+    differentiable: a kink (one-sided slopes that differ beyond their error), a jump in the forward,
+    or a declared kink/domain edge within reach.  No derivative exists to compare there, so the
+    case is skipped (with this reason) rather than judged; ``check`` records it in
+    ``Verdict.nondifferentiable`` and drops every estimate-based comparison of the case."""
 
 
 class Oracle:

@@ -37,8 +37,10 @@ import math
 import numpy as np
 
 from .._private.kinks import exclusion
+from .. import tolerances as _tol
+from .._private.fdstep import noise_pattern, noise_sigma as _noise_sigma
 from .._private.prologue import oracle_call
-from ._base import Oracle, OracleError
+from ._base import NonDifferentiable, Oracle, OracleError
 
 __all__ = ["FiniteDifferences", "FDResult", "fd_gradient", "fd_directional"]
 
@@ -258,6 +260,78 @@ def _leaf_batches(case, x64, leaves, X):
     return batches
 
 
+def _noise_rows(flat, h) -> np.ndarray:
+    return flat + noise_pattern(flat.size) * h
+
+
+def _element_name(leaves, j: int) -> str:
+    off = 0
+    for l in leaves:
+        if j < off + l.value.size:
+            idx = np.unravel_index(j - off, l.shape) if l.shape else ()
+            return f"{l.name}[{', '.join(str(int(i)) for i in idx)}]"
+        off += l.value.size
+    return f"element {j}"
+
+
+def _finer(case, x64, leaves, seeds64, idx, h0, s_first, s0, S0, floor, scale, out) -> int:
+    """Elements the refinement left too coarse: try the steps FD_FINER_STEPS x h0 (a kink or pole
+    at distance d spoils every step above ~d); adopt the first clean one per element.  Where none
+    is clean, refuse: NonDifferentiable for a kink or jump (the one-sided slopes, or the values,
+    disagree by an amount that does not shrink with the step), OracleError otherwise.
+    ``out`` = (r, err, trunc, h), updated in place; returns the evaluations spent."""
+    r, err, trunc, h = out
+    nf = len(FACTORS)
+    evaluations = 0
+    left = np.asarray(idx)
+    fine_s, fine_h = None, None
+    for f in _tol.FD_FINER_STEPS:
+        hk = h0.copy()
+        hk[left] = h0[left] * f
+        batches, nb = _points(x64, leaves, list(left), hk)
+        sk, Sk = _s_values(case._evaluate(batches, 1), case.roots, seeds64, nb)
+        evaluations += nb
+        sk = sk.reshape(nf, left.size)
+        rk, ek, tk = _combine(sk, s0, Sk.reshape(nf, -1).max(axis=0), S0, hk[left], floor)
+        clean = np.isfinite(rk) & np.isfinite(ek) & (
+            (tk <= COARSE * np.maximum(np.abs(rk), scale)) | (tk <= 0.5 * ek))
+        sel = left[clean]
+        r[sel], err[sel], trunc[sel], h[sel] = rk[clean], ek[clean], tk[clean], hk[sel]
+        fine_s, fine_h = sk[:, ~clean], hk[left][~clean]
+        left = left[~clean]
+        if not left.size:
+            return evaluations
+    j = int(left[0])
+    _classify(_element_name(leaves, j), s_first[:, j], h0[j], fine_s[:, 0], fine_h[0], s0, S0, floor,
+              trunc[j], r[j])
+    return evaluations  # not reached: _classify raises
+
+
+def _classify(where, coarse, hc, fine, hf, s0, S0, floor, trunc, deriv) -> None:
+    """Refuse an element no step resolved, saying why (gradspec.tolerances: KINK_PERSISTS...)."""
+    delta = max(ROUNDING_DEPTH * EPS * (S0 + abs(s0)), floor)
+    with np.errstate(all="ignore"):
+        jump_c, jump_f = coarse[0] - coarse[1], fine[0] - fine[1]
+        kink_c, kink_f = (coarse[0] - 2 * s0 + coarse[1]) / hc, (fine[0] - 2 * s0 + fine[1]) / hf
+    def persists(fine_v, coarse_v):  # the same size at both steps, within a factor 1 / KINK_PERSISTS
+        return _tol.KINK_PERSISTS * abs(coarse_v) <= abs(fine_v) <= abs(coarse_v) / _tol.KINK_PERSISTS
+
+    if persists(jump_f, jump_c) and abs(jump_f) > _tol.KINK_ROUNDING * 2 * delta:
+        raise NonDifferentiable(
+            f"finite differences: the forward jumps at {where}: s(x+h) - s(x-h) stays at {jump_f:.3g} from "
+            f"h = {hc:.3g} down to h = {hf:.3g} (rounding error {2 * delta:.3g}): a discontinuity, no derivative there")
+    if persists(kink_f, kink_c) and abs(kink_f) > _tol.KINK_ROUNDING * 4 * delta / hf:
+        right, left = (fine[0] - s0) / hf, (s0 - fine[1]) / hf
+        raise NonDifferentiable(
+            f"finite differences: a kink at {where}: the one-sided slopes {right:.6g} (right) and {left:.6g} (left) "
+            f"differ by {right - left:.3g} at h = {hf:.3g} and by {kink_c:.3g} at h = {hc:.3g} (a smooth function's "
+            f"would shrink with h; rounding error {4 * delta / hf:.3g}): not differentiable there")
+    raise OracleError(
+        f"finite differences: no usable step at {where}: the truncation estimate stays at {trunc:.3g} for a derivative "
+        f"of {deriv:.3g} from h = {hc:.3g} down to h = {hf:.3g} (the function varies too fast, or is too noisy, for "
+        "central differences there)")
+
+
 @oracle_call
 def fd_gradient(case, *, check_reach: bool = True) -> FDResult:
     """Full finite-difference gradient of every differentiable leaf (3n + 1 points, one batched pass per chunk)."""
@@ -266,11 +340,13 @@ def fd_gradient(case, *, check_reach: bool = True) -> FDResult:
     n = int(sum(l.value.size for l in leaves))
     flat = np.concatenate([x64[l.name].ravel() for l in leaves]) if len(leaves) > 1 else x64[leaves[0].name].ravel() if leaves else np.zeros(0)
     h = STEP * np.maximum(1.0, np.abs(flat))
+    h0 = h.copy()  # the first step (refinement changes h)
     nf = len(FACTORS)
     plan = _watch_plan(case) if check_reach else []
     watch = _watched(plan)
     reach: dict[str, np.ndarray] = {}
-    rows = nf * n + 1
+    noise = _noise_rows(flat, h) if n else np.zeros((0, 0))
+    rows = nf * n + 1 + len(noise)
     inline = rows * max([l.value.size for l in case.leaves] + [1]) <= MAX_BATCH_ELEMENTS and (
         rows <= INLINE_ROWS
         or rows <= INLINE_ROWS_CHECKED and rows * max(math.prod(s) for s in case.shapes().values()) <= MAX_BATCH_ELEMENTS
@@ -278,19 +354,21 @@ def fd_gradient(case, *, check_reach: bool = True) -> FDResult:
     if inline:
         # Small n: the centre is row 0 of the one batched pass (the fixed cost of a second
         # evaluation would dominate a graph of a few elements).
-        env = case._evaluate(_leaf_batches(case, x64, leaves, _stencil(flat, h, n)), 1)
+        X = _stencil(flat, h, n)
+        env = case._evaluate(_leaf_batches(case, x64, leaves, np.concatenate([X, noise]) if len(noise) else X), 1)
         center = {name: v[0] for name, v in env.items()}
         vmax = _finite_center_scale(center)
         seeds64 = _seeds64(case, center)
-        s, S = _s_values(env, case.roots, seeds64, nf * n + 1)
+        s, S = _s_values(env, case.roots, seeds64, rows)
         s0, S0 = float(s[0]), float(S[0])
-        s_vals = s[1:].reshape(nf, n)
-        S_max = S[1:].reshape(nf, n).max(axis=0)
+        s_vals = s[1 : nf * n + 1].reshape(nf, n)
+        S_max = S[1 : nf * n + 1].reshape(nf, n).max(axis=0)
+        sigma = _noise_sigma(s[nf * n + 1 :])
         for name in watch if n else ():  # n = 0: the centre alone, nothing moves
             v = env[name]
             if v.dtype.kind == "f" and v[0].size:
-                reach[name] = _reach(v[1:], v[0])
-        evaluations = nf * n + 1
+                reach[name] = _reach(v[1 : nf * n + 1], v[0])
+        evaluations = rows
     else:
         center = case._evaluate(x64, 0)
         vmax = _finite_center_scale(center)
@@ -314,7 +392,12 @@ def fd_gradient(case, *, check_reach: bool = True) -> FDResult:
                 c = np.asarray(center[name])
                 if c.size and c.dtype.kind == "f":
                     reach[name] = np.maximum(reach.get(name, 0.0), _reach(env[name], c))
-    floor = _floor(vmax, seeds64)
+        sigma = 0.0
+        if len(noise):
+            sigma = _noise_sigma(_s_values(case._evaluate(_leaf_batches(case, x64, leaves, noise), 1), case.roots,
+                                           seeds64, len(noise))[0])
+            evaluations += len(noise)
+    floor = max(_floor(vmax, seeds64), _tol.FD_NOISE_SIGMAS * sigma)
     if not np.isfinite(s_vals).all():
         j = int(np.argwhere(~np.isfinite(s_vals))[0][1])
         raise OracleError(
@@ -352,11 +435,7 @@ def fd_gradient(case, *, check_reach: bool = True) -> FDResult:
             coarse = too_coarse(sel)
         still = too_coarse(np.arange(n))
         if still.size:
-            j = int(still[0])
-            raise OracleError(
-                f"finite differences: the function varies too fast for a usable step at input element {j} "
-                f"(truncation estimate {trunc[j]:.3g} for a derivative of {r[j]:.3g} with h = {h[j]:.3g})"
-            )
+            evaluations += _finer(case, x64, leaves, seeds64, still, h0, s_vals, s0, S0, floor, scale, (r, err, trunc, h))
     grads, errors, steps = {}, {}, {}
     off = 0
     for l in leaves:
@@ -400,7 +479,7 @@ def _check_reach(plan, center, reach) -> None:
 
 
 def _refuse(node, d, r):
-    raise OracleError(
+    raise NonDifferentiable(
         f"finite differences: an input of node {node.name!r} ({node.op}) is {d:.3g} from a point where "
         f"{node.op} is not differentiable (kink, tie or domain edge), within 4x the perturbation reach {r:.3g}"
     )

@@ -18,8 +18,8 @@ import math
 
 import numpy as np
 
-from ..ops.user import fd_rounding_noise, fd_step_scale
-from ._base import Oracle
+from ..ops.user import FDStepError, fd_rounding_noise, fd_step_scale
+from ._base import Oracle, OracleError
 from .jacobian import JacobianOracle
 
 __all__ = ["FDJacobianOracle", "fd_jacobian_error"]
@@ -73,8 +73,11 @@ class FDJacobianOracle(Oracle):
     def result(self, case, check_reach: bool = True):
         from .jacobian import jacobian
 
-        g = jacobian(case).vjp
-        return _FDRes(g, fd_jacobian_error(case, g))
+        try:
+            g = jacobian(case).vjp
+            return _FDRes(g, fd_jacobian_error(case, g))
+        except FDStepError as e:  # no step could be trusted: refuse, with the reason
+            raise OracleError(f"jacobian: {e}") from None
 
     def vjp(self, case):
         return self.result(case).grads

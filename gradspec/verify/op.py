@@ -34,6 +34,7 @@ from ..spec.opspec import OpSpec
 from ..ops.user import ERROR_KINDS, FD_JVP_SOURCE, import_path_of
 from ..result import Result, VerifyDiscrepancy
 from ..search import DEFAULT_MAX_EXAMPLES, _check_budget, _resolve_seed, _Runner
+from . import numerics as _num
 
 __all__ = ["verify_op", "COMPANIONS"]
 
@@ -180,7 +181,7 @@ def _check_op_case(case: Case, spec: OpSpec, oracle_names: list, target: str, re
     verdicts = [v]
     errors = dict(v.errors)
     ref_failed = "reference" in errors
-    if fdjac and not ref_failed:
+    if fdjac and not ref_failed and not v.nondifferentiable:  # no FD-JVP through a kink
         try:
             v2 = check(case, oracles=["reference", FDJacobianOracle()])
             verdicts.append(v2)
@@ -189,6 +190,7 @@ def _check_op_case(case: Case, spec: OpSpec, oracle_names: list, target: str, re
         except Exception as e:  # noqa: BLE001
             errors["jacobian"] = (type(e).__name__, str(e), traceback.format_exc())
     _note_verdicts(result, verdicts)
+    _num.count_nondifferentiable(result, verdicts)
     under = _under_test_oracles(spec)
     feeds = _leaves_feeding(case, spec.name)
     jac_bad = {d.leaf for vv in verdicts for d in vv.discrepancies if set(d.oracles) == {"reference", "jacobian"}}
@@ -319,7 +321,8 @@ def _resolve_op(op) -> OpSpec:
 
 
 def verify_op(op, *, max_examples: int | None = None, seconds: float | None = None, oracles=None,
-              seed: int | None = None, companions=COMPANIONS, example_inputs=None, broadcast: str = "auto") -> Result:
+              seed: int | None = None, companions=COMPANIONS, example_inputs=None, broadcast: str = "auto",
+              rtol: float | None = None, atol: float | None = None) -> Result:
     """Verify a user op's VJP (and JVP / torch twin, if declared) on random graphs.
 
     Budget: ``max_examples`` generated cases and/or ``seconds`` (default
@@ -327,6 +330,9 @@ def verify_op(op, *, max_examples: int | None = None, seconds: float | None = No
     ``example_inputs``: one array per input of a real call; the dims tied across inputs are learnt
     from it by probing the op's shape rule and forward, and the cases keep those ties
     (``broadcast`` as in ``verify_torch_function``).
+    ``rtol`` / ``atol``: the accuracy the op claims (an iterative solver, a damped rule); each
+    comparison involving the op's own rules then allows the larger of gradspec's tolerance and
+    ``atol + rtol * scale``.
 
     Example::
 
@@ -337,12 +343,13 @@ def verify_op(op, *, max_examples: int | None = None, seconds: float | None = No
         (False, 'value')
     """
     _check_budget(max_examples, seconds)
+    claim = _num.accuracy(rtol, atol, "verify_op")
     spec = _resolve_op(op)
     names = _choose_oracles(spec, oracles)
     s = _resolve_seed(seed)
     target = f"{spec.name!r}"
     path = import_path_of(spec) if spec.user else None
-    budget = _budget_text(max_examples, seconds)
+    budget = _budget_text(max_examples, seconds) + _num.claim_text(claim)
     if path:
         mod, _, attr = path.partition(":")
         run_replay = f"from {mod} import {attr}; gs.verify_op({attr}, seed={s}, {budget})"
@@ -350,6 +357,7 @@ def verify_op(op, *, max_examples: int | None = None, seconds: float | None = No
         run_replay = f"gs.verify_op({spec.name}, seed={s}, {budget})  # with your op object"
     result = Result(target=target, what="op", seed=s, max_examples=max_examples, budget_seconds=seconds)
     result.replay = run_replay
+    result.accuracy = claim
     if spec.user and spec.jvp_source == FD_JVP_SOURCE and "jacobian" in names:
         result.note(f"op {spec.name!r} declares no jvp: the jacobian oracle composes a finite-difference JVP of its "
                     "forward (4-point central differences + Richardson) and is compared with a finite-difference "
@@ -361,6 +369,7 @@ def verify_op(op, *, max_examples: int | None = None, seconds: float | None = No
 
     def evaluate(case):
         _count(result, case)
+        _num.tag(case, claim)
         return _check_op_case(case, spec, names, f"op {spec.name!r}", _case_replay(path, s, run_replay), result)
 
     runner = _Runner(result, max_examples, seconds)
@@ -371,7 +380,8 @@ def verify_op(op, *, max_examples: int | None = None, seconds: float | None = No
 
         strategy, why = fn_shapes.op_example_cases(spec, example_inputs, broadcast, _wrap)
         result.note(why)
-    runner.run(strategy, evaluate)
+    _num.run_within_budget(runner, strategy,
+                           _num.with_deadline(evaluate, result, seconds, f"op {spec.name!r}", run_replay), seconds)
     result_sink.emit(result)
     return result
 

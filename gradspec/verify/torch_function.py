@@ -29,6 +29,7 @@ from ..search import _check_budget, _resolve_seed, _Runner
 from .torch_call import ARG_PREFIX, CallLayout, blocks, flat, label_of, outputs, schema_of
 from . import fn_shapes
 from .op import COMPANIONS, _budget_text, _check_op_case, _count, _op_cases, _wrap
+from . import numerics as _num
 
 __all__ = ["verify_torch_function", "verify_module"]
 
@@ -80,7 +81,7 @@ def _torch_arity(fn, params: dict) -> int | None:
     return n or None
 
 
-def _torch_wrap(fn, name: str, layout: CallLayout, signature, shape_fn, domain, params):
+def _torch_wrap(fn, name: str, layout: CallLayout, signature, shape_fn, domain, params, kink_distance=None):
     """``fn`` as a user op: numpy in, numpy out; its VJP is fn's own backward.  ``layout`` places
     the tensors and the non-tensor arguments; a tuple of outputs is one flat output (torch_call)."""
     import torch
@@ -133,7 +134,7 @@ def _torch_wrap(fn, name: str, layout: CallLayout, signature, shape_fn, domain, 
         return flat(outs, multi)
 
     spec = Op(name, forward=forward, vjp=vjp, torch=torch_fn, arity=layout.arity, signature=signature,
-              shape_fn=shape_fn, params=params, domain=domain)
+              shape_fn=shape_fn, params=params, domain=domain, kink_distance=kink_distance)
     spec.torch_name = getattr(fn, "__qualname__", repr(fn))
     spec.defining_module = None  # type: ignore[attr-defined]  (replayed through import_path, see _resolve)
     owner = getattr(fn, "__self__", None)
@@ -201,7 +202,8 @@ def _domain_src(d) -> str:
 def verify_torch_function(fn, *, arity: int | None = None, signature: str | None = None, shape_fn=None, domain=None,
                           params: dict | None = None, max_examples: int | None = None, seconds: float | None = None,
                           seed: int | None = None, companions=COMPANIONS, example_inputs=None, args: dict | None = None,
-                          broadcast: str = "auto") -> Result:
+                          broadcast: str = "auto", rtol: float | None = None, atol: float | None = None,
+                          kink_distance=None) -> Result:
     """Verify the backward of torch code ``fn`` (typically ``MyFunction.apply``) in float64.
 
     Its gradients are compared with finite differences of its own forward, the jacobian oracle
@@ -218,8 +220,18 @@ def verify_torch_function(fn, *, arity: int | None = None, signature: str | None
     (``Function.apply`` takes no keywords).  ``broadcast``: ``"auto"`` (probe what fn accepts),
     ``"full"``, ``"one-way"`` (loop dims broadcast towards input 0 only) or ``"none"``.  ``fn``
     may return a tuple of tensors: each output gets its own seed (flattened into one output).
+
+    ``rtol`` / ``atol``: the accuracy fn claims (see ``verify_op``).  Points where fn is not
+    differentiable are detected numerically and skipped (``Result.nondifferentiable``);
+    ``kink_distance(*inputs, **params) -> float`` (torch tensors in) says where the kinks are when
+    you know: values are drawn away from them and cases within a finite-difference step of one are
+    skipped.
     """
     _check_budget(max_examples, seconds)
+    claim = _num.accuracy(rtol, atol, "verify_torch_function")
+    if kink_distance is not None and not callable(kink_distance):
+        raise TypeError("verify_torch_function: kink_distance must be callable (*inputs, **params) -> float "
+                        f"(the distance from the inputs to the nearest kink), got {type(kink_distance).__name__}")
     if not callable(fn):
         raise TypeError(f"verify_torch_function expects a callable on torch tensors, got {type(fn).__name__}")
     if _is_module(fn):  # parameters and inputs as leaves (gs.verify_module)
@@ -238,12 +250,13 @@ def verify_torch_function(fn, *, arity: int | None = None, signature: str | None
         sig, (rule, out_blocks) = None, fn_shapes.out_rules(fn, layout, domain)
     elif rule is not None and layout.positional:
         rule = _positional_rule(rule, layout)
-    spec = _torch_wrap(fn, name, layout, sig, rule, domain, {**params, **layout.strategies()})
+    spec = _torch_wrap(fn, name, layout, sig, rule, domain, {**params, **layout.strategies()},
+                       _num.torch_kinks(kink_distance))
     if plan.model is not None:
         spec._gs_out_blocks = out_blocks  # type: ignore[attr-defined]
     s = _resolve_seed(seed)
     label = label_of(fn)
-    budget = _budget_text(max_examples, seconds)
+    budget = _budget_text(max_examples, seconds) + _num.claim_text(claim)
     extra = [f"arity={layout.arity}"]
     if signature is not None:
         extra.append(f"signature={signature!r}")
@@ -259,9 +272,12 @@ def verify_torch_function(fn, *, arity: int | None = None, signature: str | None
         extra.append("args=<your args>")
     if broadcast != "auto":
         extra.append(f"broadcast={broadcast!r}")
+    if kink_distance is not None:
+        extra.append("kink_distance=<your kink_distance>")
     run_replay = f"gs.verify_torch_function({label}, seed={s}, {budget}, {', '.join(extra)})"
     result = Result(target=label, what="torch function", seed=s, max_examples=max_examples, budget_seconds=seconds)
     result.replay = run_replay
+    result.accuracy = claim
     result.note("fn's backward is checked call by call (torch.autograd.grad of one call, inside gradspec's engine) "
                 "and inside whole torch graphs (the torch-cpu oracle); the jacobian oracle uses a finite-difference "
                 "JVP of fn's forward (compared with a finite-difference tolerance)")
@@ -288,6 +304,7 @@ def verify_torch_function(fn, *, arity: int | None = None, signature: str | None
         _count(result, case)
         if spec.import_path:  # what lets Case.from_json rebuild the op from the Function (see _resolve)
             case.meta["torch_functions"] = [spec.name]
+        _num.tag(case, claim)
         return _check_op_case(case, spec, names, target, case_replay, result,
                               extra=lambda c: _twice_check(c, spec, target, case_replay))
 
@@ -299,7 +316,7 @@ def verify_torch_function(fn, *, arity: int | None = None, signature: str | None
         # differs from it by float32 rounding the comparison cannot bound inside fn (a false alarm).
         # Cast after the draw, so the draws (exact zeros, ties...) stay those of the generic mix.
         strategy = _op_cases(spec, companions, {}).map(_as_float64)
-    runner.run(strategy, evaluate)
+    _num.run_within_budget(runner, strategy, _num.with_deadline(evaluate, result, seconds, target, run_replay), seconds)
     if not result.cases_run and spec.forward_errors:
         _no_case(result, f"{spec.forward_errors[0]} (on every input tried)")
     elif not result.cases_run:

@@ -1,0 +1,99 @@
+"""When a finite-difference step can be trusted: the second-difference scaling test.
+
+For a smooth function, ``K(h) = f(x + h t) - 2 f(x) + f(x - h t) = h^2 f'' + h^4 f''''/12 + ...``,
+so ``K(h) / K(h/2)`` lies between 4 (the h^2 term dominates) and 16 (f'' = 0 along t, the h^4
+term dominates).  A kink at x gives 2 (K = h |jump in slope|), a jump or a pole that the stencil
+crosses gives ~1 or anything at all, and so does noise far above the rounding model.  So a step
+whose ratio leaves [RATIO_LO, RATIO_HI] (3 and 20: a margin of 25% around 4 and 16) is too large
+for the local scale of the function -- whatever |x| is -- and is shrunk (by SHRINK, up to
+SHRINKS times: 8^4 = 4096, from eps^(1/5) |x| ~ 7e-4 |x| down to ~2e-7 |x|, where the 4-point
+rule's rounding error is still ~eps / h ~ 1e-9 relative).  Where no step passes, the caller
+refuses (with the reason) instead of returning an estimate it cannot vouch for.
+
+Where both K values are within NOISE_K times the rounding model of a second difference
+(4 values x ``noise_ulps`` ulps of the largest value) the ratio says nothing and the step passes:
+the function is locally linear to rounding accuracy (piecewise-linear code between its kinks).
+Where the step fails that test, the forward's noise is measured (``noise_sigma``) and the test is
+repeated with 4 x FD_NOISE_SIGMAS sigma as the floor (a second difference carries ~2.4 sigma of
+noise, gradspec.tolerances): a linear but ill-conditioned solve is noisy, not kinked.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from .. import tolerances as _tol
+
+__all__ = ["bad_directions", "RATIO_LO", "RATIO_HI", "SHRINK", "SHRINKS", "noise_pattern", "noise_sigma"]
+
+RATIO_LO, RATIO_HI = 3.0, 20.0
+SHRINK, SHRINKS = 8.0, 4
+NOISE_K = 8.0
+EPS = float(np.finfo(np.float64).eps)
+
+
+def _ratios(f1, f2, out, noise_ulps, sigma=None):
+    k = f1.shape[1]
+    with np.errstate(all="ignore"):
+        k1 = (f1[0] - 2 * out + f1[1]).reshape(k, -1)
+        k2 = (f2[0] - 2 * out + f2[1]).reshape(k, -1)
+        top = np.maximum(np.abs(f1).max(axis=0), np.abs(f2).max(axis=0)).reshape(k, -1)
+        floor = NOISE_K * 4 * noise_ulps * EPS * np.maximum(top, np.abs(np.asarray(out)).reshape(1, -1))
+        if sigma is not None:  # the forward's measured noise: a second difference carries ~2.4 sigma of it
+            floor = np.maximum(floor, 4 * _tol.FD_NOISE_SIGMAS * np.asarray(sigma).reshape(1, -1))
+        ratio = k1 / np.where(k2 != 0, k2, np.nan)
+        signal = (np.abs(k1) > floor) | (np.abs(k2) > floor)
+    return ratio, signal
+
+
+def bad_directions(f1, f2, out, noise_ulps: float, sigma=None) -> np.ndarray:
+    """Per direction (axis 1 of the raw stencils ``f1`` at h and ``f2`` at h/2, whose first two
+    rows are ``f(x + h t)`` and ``f(x - h t)``): True where some output element's second
+    differences do not scale like a smooth function's.  ``sigma``: the forward's measured noise
+    per output element (``noise_sigma``), when the rounding model alone is not enough."""
+    ratio, signal = _ratios(f1, f2, out, noise_ulps, sigma)
+    ok = ~signal | ((ratio >= RATIO_LO) & (ratio <= RATIO_HI))
+    return ~ok.all(axis=1)
+
+
+# ---------------------------------------------------------------------------------------------
+# measured forward noise (gradspec.tolerances: FD_NOISE_POINTS): one mechanism for the FD oracle
+# and the finite-difference JVPs
+# ---------------------------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=64)
+def noise_pattern(n: int) -> np.ndarray:
+    """(FD_NOISE_POINTS, n) offsets in units of the step: t * u / FD_NOISE_SPACING on one line
+    (t = -7.5 .. 7.5, u random signs, fixed per n so that a case always gets the same line)."""
+    m = _tol.FD_NOISE_POINTS
+    u = np.random.default_rng(n).choice([-1.0, 1.0], n)
+    out = np.outer(np.arange(m) - (m - 1) / 2, u) / _tol.FD_NOISE_SPACING
+    out.flags.writeable = False
+    return out
+
+
+# median |4th difference| of Gaussian noise sigma: 0.6745 (the median of |N(0, 1)|) x sqrt(70)
+# (a 4th difference weighs 5 values by 1, -4, 6, -4, 1: variance 70 sigma^2)
+_MEDIAN_D4 = 0.6745 * 70**0.5
+
+
+def noise_sigma(line, axis: int = 0):
+    """Rounding noise of values measured on the noise line (along ``axis``): the median absolute
+    4th difference, scaled to sigma (gradspec.tolerances: FD_NOISE_POINTS).  4th differences
+    cancel the smooth part (a cubic exactly); the median ignores the <= 4 of the 12 windows that
+    a kink or a jump inside the line spoils, so a kink at x is not mistaken for noise (a
+    least-squares fit's residual would be: a kink leaves one of the size of the kink).  A scalar
+    for a 1-D line, else one value per remaining element; non-finite lines measure nothing (0):
+    the stencils' own non-finite checks speak for such points."""
+    line = np.moveaxis(np.asarray(line, dtype=np.float64), axis, 0)
+    m = line.shape[0]
+    if m < _tol.FD_NOISE_POINTS:
+        return 0.0 if line.ndim == 1 else np.zeros(line.shape[1:])
+    flat = line.reshape(m, -1)
+    with np.errstate(all="ignore"):
+        sig = np.median(np.abs(np.diff(flat, 4, axis=0)), axis=0) / _MEDIAN_D4
+    sig = np.where(np.isfinite(flat).all(axis=0), sig, 0.0)
+    return float(sig[0]) if line.ndim == 1 else sig.reshape(line.shape[1:])

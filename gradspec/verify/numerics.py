@@ -1,0 +1,144 @@
+"""What ``verify_*`` adds for numerical code: a claimed accuracy, non-differentiable points, threads.
+
+* ``rtol`` / ``atol`` (``verify_op``, ``verify_torch_function``, ``gradspec fuzz --rtol/--atol``):
+  the accuracy the code under test claims.  Recorded in each case (``case.meta["accuracy"]``,
+  so ``gradspec replay`` and ``gs.check`` judge a saved case the same way) and applied by
+  ``gradspec.check`` (``gradspec.tolerances.claimed_allowance``).
+* Cases at a non-differentiable point (``Verdict.nondifferentiable``: a kink or jump detected
+  numerically, or a declared kink within reach) are counted in ``Result.nondifferentiable``,
+  never reported: their estimate-based comparisons were dropped, and no finite-difference JVP
+  is composed through them.
+
+Example::
+
+    >>> from gradspec.verify.numerics import accuracy
+    >>> accuracy(1e-6, None, "verify_op")
+    {'rtol': 1e-06, 'atol': 0.0}
+    >>> accuracy(None, None, "verify_op") is None
+    True
+"""
+
+from __future__ import annotations
+
+import math
+
+__all__ = ["accuracy", "claim_text", "tag", "count_nondifferentiable", "torch_kinks", "with_deadline", "CASE_TIMEOUT",
+           "run_within_budget"]
+
+
+def accuracy(rtol, atol, where: str) -> dict | None:
+    """The claim as recorded in a case (``{"rtol": r, "atol": a}``), or None; a clear error for bad values."""
+    if rtol is None and atol is None:
+        return None
+    out = {}
+    for name, v in (("rtol", rtol), ("atol", atol)):
+        if v is None:
+            out[name] = 0.0
+            continue
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+            raise ValueError(f"{where}: {name} must be a finite number >= 0 (the accuracy your code claims, e.g. "
+                             f"{name}=1e-6), got {v!r}")
+        out[name] = float(v)
+    return out if out["rtol"] or out["atol"] else None
+
+
+def claim_text(claim: dict | None) -> str:
+    """``", rtol=..., atol=..."`` for a replay line ("" without a claim)."""
+    if not claim:
+        return ""
+    return "".join(f", {k}={claim[k]!r}" for k in ("rtol", "atol") if claim[k])
+
+
+def tag(case, claim: dict | None) -> None:
+    if claim:
+        case.meta["accuracy"] = dict(claim)
+
+
+def count_nondifferentiable(result, verdicts) -> bool:
+    """Count a case whose verdict found a non-differentiable point; True if it did."""
+    why = next((v.nondifferentiable for v in verdicts if getattr(v, "nondifferentiable", "")), "")
+    if why:
+        result.nondifferentiable += 1
+        result.nondifferentiable_reasons[why.split(":")[0][:60]] += 1
+    return bool(why)
+
+
+def torch_kinks(kink_distance):
+    """A torch user's ``kink_distance`` (torch tensors in) as the op table's (numpy arrays in)."""
+    if kink_distance is None:
+        return None
+    import numpy as np
+    import torch
+
+    def kinks(*arrays, **params):
+        xs = [torch.from_numpy(np.array(a, dtype=np.float64)) for a in arrays]
+        d = kink_distance(*xs, **params)
+        return float(d.item() if isinstance(d, torch.Tensor) else d)
+
+    return kinks
+
+
+# A case that runs longer than this is cut and reported as a ``timeout`` finding (CONTRACT §8: no
+# cause needed); the same default as ``gradspec fuzz --case-timeout``.
+CASE_TIMEOUT = 60.0
+
+
+def with_deadline(evaluate, result, seconds, target: str, replay: str):
+    """``evaluate(case)`` under a per-case deadline (``gradspec.guard.Alarm``, the mechanism of
+    ``gradspec fuzz --case-timeout``): a case is cut after CASE_TIMEOUT seconds (a ``timeout``
+    finding) or when the run's ``seconds`` budget runs out (a note: the budget is kept, but a case
+    that merely started late is no finding).  Outside the main thread (no SIGALRM) cases are not cut."""
+    import time
+
+    from ..guard import Alarm, CaseTimeout, _main_thread
+    from ..result import VerifyDiscrepancy
+
+    end = None if seconds is None else time.perf_counter() + float(seconds)
+
+    def run(case):
+        if not _main_thread():
+            return evaluate(case)
+        start = time.perf_counter()
+        left = CASE_TIMEOUT if end is None else min(CASE_TIMEOUT, max(end - start, 1e-3))
+        by_budget = end is not None and end - start < CASE_TIMEOUT
+        alarm = Alarm(left, f"{target}: the case exceeded its deadline of {left:.3g} s", rearm=0.05)
+        found = []
+        try:
+            with alarm:
+                found = evaluate(case)
+        except CaseTimeout:
+            pass
+        if not alarm.fired:
+            return found
+        took = time.perf_counter() - start
+        if by_budget:
+            result.note(f"a case was cut after {took:.2f} s when the time budget of {seconds:g} s ran out")
+            return []
+        return [VerifyDiscrepancy("timeout", ("reference", "case-timeout"),
+                                  f"{target}: checking one case took longer than {CASE_TIMEOUT:g} s; it was cut "
+                                  "(a hang, or code far too slow to check)", case, replay=replay)]
+
+    return run
+
+
+def run_within_budget(runner, strategy, evaluate, seconds) -> None:
+    """``runner.run(strategy, evaluate)``, cut when the ``seconds`` budget runs out wherever the time
+    goes -- also while Hypothesis generates a case (value repair runs the user's forward): the
+    search's own out-of-budget signal (a BaseException, which Hypothesis lets through) is raised
+    by an alarm (``gradspec.guard.Alarm``) at the budget's end."""
+    from ..guard import Alarm, _main_thread
+    from ..search import _OutOfBudget
+
+    if seconds is None or not _main_thread():
+        runner.run(strategy, evaluate)
+        return
+    alarm = Alarm(max(float(seconds) - runner.elapsed(), 1e-3), "time budget spent", rearm=0.05, exc=_OutOfBudget)
+    try:
+        with alarm:
+            runner.run(strategy, evaluate)
+    except _OutOfBudget:
+        pass
+    if alarm.fired:
+        runner.result.note(f"the time budget of {seconds:g} s ran out inside a case (while it was generated or "
+                           "checked); that case was cut, not judged")
+    runner.result.seconds = runner.elapsed()
