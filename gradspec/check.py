@@ -353,12 +353,15 @@ def _discount_shaky_estimates(kinds, fd_errs, comparisons, discrepancies, notes)
         err = fd_errs[d.oracles[est[0]]].get(d.leaf)
         if err is None:
             continue
-        e, v = float(np.asarray(err)[d.index]), abs(float(d.values[est[0]]))
+        # relative to the size of what is compared (an estimate of 0 where the rule says 1 is no shaky
+        # estimate: it is the finding)
+        e, v = float(np.asarray(err)[d.index]), max(abs(float(d.values[0])), abs(float(d.values[1])))
         if e > _tol.FD_SHAKY * v:
             shaky.append(d)
             notes.append(f"{d.oracles[est[0]]} disagreed with {d.oracles[1 - est[0]]} at {d.leaf}[{_ix(d.index)}] "
-                         f"({float(d.values[0])!r} vs {float(d.values[1])!r}) but its own error estimate there is "
-                         f"{e:.3g}, {e / max(v, 1e-300):.2g} of its value: too shaky to witness alone")
+                         f"({d.oracles[0]} {float(d.values[0])!r} vs {d.oracles[1]} {float(d.values[1])!r}) but its "
+                         f"own error estimate there is {e:.3g}, {e / max(v, 1e-300):.2g} of the values: too shaky to "
+                         "witness alone")
     if shaky:
         pairs = {tuple(d.oracles) for d in shaky}
         discrepancies[:] = [d for d in discrepancies if d not in shaky]

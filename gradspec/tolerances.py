@@ -123,7 +123,8 @@ FD_FINER_STEPS = (1 / 16, 1 / 256, 1 / 4096)
 # s(x+h) - s(x-h); delta the per-value error bound), so that noise is never taken for a kink.
 KINK_PERSISTS = 0.25
 KINK_ROUNDING = 4.0
-# An FD estimate is "shaky" where its own error estimate exceeds this fraction of the value:
+# An FD estimate is "shaky" where its own error estimate exceeds this fraction of the values
+# compared (the larger of the two: an estimate of 0 where the rule says 1 is the finding, not shaky):
 # FD then cannot witness alone against the code under test (inconclusive, with the reason,
 # instead of a discrepancy).  1e-3: a trustworthy FD estimate is accurate to ~1e-10 relative
 # (fd.py), and the bugs gradspec must find (1e-6 relative and up) are visible to FD only where its

@@ -26,6 +26,17 @@ built from the two error terms (``gradspec.tolerances``).
 The oracle refuses a case when an input of some op is within its perturbation reach of a
 point where the op is not differentiable (a kink, a tie, a domain edge): the reach is measured
 on the actual perturbed intermediate values, so it accounts for amplification through the graph.
+
+For black-box code (user ops, torch Functions) three more things (issue 13; the numbers and their
+reasons are in ``gradspec.tolerances``):
+
+* the forward's own noise is measured on 16 extra points of the same pass (an ill-conditioned
+  solve inside the user's code rounds at kappa eps, not a few ulps) and enters the rounding term;
+* where the step stays too coarse, steps down to h/4096 are tried (a pole or kink at distance d
+  spoils every step above ~d) before the oracle refuses, with the reason;
+* a kink (one-sided slopes whose difference does not shrink with the step) or a jump (values
+  whose difference does not) raises :class:`NonDifferentiable`: ``gs.check`` then skips every
+  estimate of that case (``Verdict.nondifferentiable``) instead of judging an average of slopes.
 """
 
 from __future__ import annotations
