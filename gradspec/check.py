@@ -300,6 +300,13 @@ def _check(case: Case, oracles) -> Verdict:
     _discount_mismatched_twins(case, dtype, kinds, comparisons, discrepancies, errors, excused, notes)
     _discount_shaky_estimates(kinds, fd_errs, comparisons, discrepancies, notes)
     unjudged = _discount_numerical_kinks(case, kinds, comparisons, discrepancies)
+    if nondiff and not unjudged:  # FD found the kink or jump itself: the case is skipped the same way
+        comparisons[:] = []
+        discrepancies[:] = [d for d in discrepancies if d.kind == "raised"]
+        at = _outcome.numerical_kinks(case)  # name the node where one can be named
+        where = f"at {'; '.join(at[:3])}{' ...' if len(at) > 3 else ''}" if at else f"({nondiff})"
+        unjudged = (f"{_EXCLUDED} detected numerically {where}: not differentiable at this point, so no gradient "
+                    "is compared on this case")
     verdict = Verdict(case, results, comparisons, discrepancies, skipped, errors, jac, fd_errs.get("finite-differences"),
                       notes, excused, kinds, unjudged, nondiff, claim)
     for explain in _EXPLAINERS if discrepancies else ():
@@ -371,8 +378,8 @@ def _discount_shaky_estimates(kinds, fd_errs, comparisons, discrepancies, notes)
 
 def _drop_estimates(results, fd_errs, skipped, used, chosen, why) -> None:
     """A non-differentiable point: no derivative exists to estimate, so every estimate-based oracle
-    (finite differences, the jacobian over finite-difference JVPs) is dropped with the reason; the
-    exact oracles (derivative formulas, which follow their own conventions at kinks) still compare."""
+    (finite differences, the jacobian over finite-difference JVPs) is dropped with the reason (and the
+    case is then unjudged, like ``_discount_numerical_kinks``: inconclusive with that reason)."""
     kinds = {**{o.name: o for o in chosen}, **used}
     for name in list(results):
         if kinds[name].kind == "fd":

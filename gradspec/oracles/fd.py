@@ -490,7 +490,9 @@ def _check_reach(plan, center, reach) -> None:
 
 
 def _refuse(node, d, r):
-    raise NonDifferentiable(
+    # A declared kink within reach: FD steps aside (the exact oracles still compare, on their
+    # conventions); only a kink or jump found numerically (_classify) makes the case unjudged.
+    raise OracleError(
         f"finite differences: an input of node {node.name!r} ({node.op}) is {d:.3g} from a point where "
         f"{node.op} is not differentiable (kink, tie or domain edge), within 4x the perturbation reach {r:.3g}"
     )
