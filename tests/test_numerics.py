@@ -302,5 +302,5 @@ def test_a_case_over_the_per_case_deadline_is_a_timeout_finding(monkeypatch):
     monkeypatch.setattr(numerics, "CASE_TIMEOUT", 0.5)
     monkeypatch.setattr(_Slow, "HANG", 3.0)
     r = gs.verify_torch_function(_Slow.apply, max_examples=1, seed=0)
-    assert r.kinds == ["timeout"], str(r)
-    assert "took longer than 0.5 s" in r.discrepancies[0].message
+    timeouts = [d for d in r.discrepancies if d.kind == "timeout"]
+    assert timeouts and "took longer than 0.5 s" in timeouts[0].message, str(r)

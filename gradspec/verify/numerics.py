@@ -124,21 +124,20 @@ def with_deadline(evaluate, result, seconds, target: str, replay: str):
 def run_within_budget(runner, strategy, evaluate, seconds) -> None:
     """``runner.run(strategy, evaluate)``, cut when the ``seconds`` budget runs out wherever the time
     goes -- also while Hypothesis generates a case (value repair runs the user's forward): the
-    search's own out-of-budget signal (a BaseException, which Hypothesis lets through) is raised
-    by an alarm (``gradspec.guard.Alarm``) at the budget's end."""
+    search's own stop signal (``gradspec.search.Stop("time")``, a BaseException that Hypothesis lets
+    through) is raised by an alarm (``gradspec.guard.Alarm``) at the budget's end."""
     from ..guard import Alarm, _main_thread
-    from ..search import _OutOfBudget
+    from ..search import Stop
 
     if seconds is None or not _main_thread():
         runner.run(strategy, evaluate)
         return
-    alarm = Alarm(max(float(seconds) - runner.elapsed(), 1e-3), "time budget spent", rearm=0.05, exc=_OutOfBudget)
+    alarm = Alarm(float(seconds), "time budget spent", rearm=0.05, exc=lambda _msg: Stop("time"))
     try:
         with alarm:
             runner.run(strategy, evaluate)
-    except _OutOfBudget:
+    except Stop:  # the alarm went off outside a Hypothesis round (between rounds, in bookkeeping)
         pass
     if alarm.fired:
         runner.result.note(f"the time budget of {seconds:g} s ran out inside a case (while it was generated or "
                            "checked); that case was cut, not judged")
-    runner.result.seconds = runner.elapsed()
