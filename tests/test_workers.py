@@ -91,8 +91,14 @@ def test_a_worker_that_dies_once_is_reported_with_its_case_and_its_budget_rerun(
 
 def test_budget_a_dead_worker_never_ran_is_reported_never_silently_dropped(tmp_path):
     env = plant(tmp_path)
-    # gsplant:dying kills worker gw0 on every case with exp, in both the first and the retry session.
-    r = _fuzz(tmp_path, env, "gsplant:dying", "--workers", 2)
+    # Every worker dies on every case with exp, in the first and in the retry session alike (an engine
+    # armed on one worker id only is not enough: xdist may hand the retried chunk to the other one).
+    # Only in workers: the controller runs the engine too (the §5 rules of --engine, re-checks).
+    (tmp_path / "gsdieall.py").write_text(
+        "import os\nfrom gsplant import Planted\n\n\nclass InWorkers(Planted):\n"
+        "    def _armed(self):\n        return bool(os.environ.get('PYTEST_XDIST_WORKER'))\n\n\n"
+        "engine = InWorkers('dieall', bug_op='mul', faults={'exp': 'die'})\n")
+    r = _fuzz(tmp_path, env, "gsdieall:engine", "--workers", 2)
     assert r.returncode != 0, r.stdout + r.stderr
     s = summary(tmp_path / "reports")
     assert s["lost"], s
