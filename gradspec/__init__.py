@@ -13,11 +13,12 @@ Example::
 
 from __future__ import annotations
 
+from . import diagnose as _diagnose  # noqa: E402,F401  (registers the localisation with check())
 from . import domains, engines, ops, oracles
 from . import functional as _functional
+from ._private.version import __version__  # noqa: E402,F401  (gs.__version__)
 from .case import Case, CaseError
 from .check import Discrepancy, Verdict, check
-from . import diagnose as _diagnose  # noqa: E402,F401  (registers the localisation with check())
 from .engine import (
     Tensor,
     backward,
@@ -30,8 +31,6 @@ from .engine import (
 )
 from .functional import *  # noqa: F401,F403  (gs.<op> for every table op)
 from .ops import Op, UserOpError
-
-from ._private.version import __version__  # noqa: E402
 
 
 def __getattr__(name):
@@ -68,8 +67,8 @@ __all__ = [
 ]
 
 # -- verifying users' code (gradspec.verify) --------------------------------------------------
-from .verify import Result, verify_engine, verify_module, verify_op, verify_torch_function  # noqa: E402
 from . import result_html as _result_html  # noqa: E402,F401  (installs Result.write_html's writer)
+from .verify import Result, verify_engine, verify_module, verify_op, verify_torch_function  # noqa: E402
 
 __all__ += ["Result", "verify_op", "verify_torch_function", "verify_engine", "verify_module"]
 

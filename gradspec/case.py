@@ -151,7 +151,7 @@ class Case:
                     spec = _registry.resolve(op, spec, next((n for n in self.nodes if n.op == op), None), self.meta) or spec
                 if not isinstance(spec, OpSpec):
                     raise CaseError(f"user op {op!r}: {self.user_ops[op]!r} is a {type(spec).__name__}, not a "
-                                    "gradspec op (gs.Op(...))")
+                                    "gradspec op (gs.Op(...))") from None
                 return spec
             raise CaseError(str(e.args[0])) from None
 

@@ -20,11 +20,11 @@ import traceback
 import numpy as np
 
 from . import oracles as _oracles
-from . import tolerances as _tol
 from . import outcome as _outcome
+from . import tolerances as _tol
+from ._private.kinks import EXCLUDED as _EXCLUDED
 from ._private.threads import oracle_threads
 from .case import Case
-from ._private.kinks import EXCLUDED as _EXCLUDED
 from .causes import Cause
 
 __all__ = ["check", "Verdict", "Discrepancy", "Comparison", "register_explainer"]

@@ -344,9 +344,7 @@ def _load_case(path: str):
 
 
 def _replay(args) -> int:
-    from . import fuzz
-
-    from . import caseio
+    from . import caseio, fuzz
 
     case = _load_case(args.case)
     try:
@@ -400,7 +398,6 @@ def _replay(args) -> int:
 
 def _replay_check(args, case, engine, oracles) -> int:
     from . import fuzz
-
     from .guard import warm_up
 
     warm_up(case, oracles, cap=args.case_timeout, isolate=args.isolate)

@@ -38,11 +38,11 @@ from fractions import Fraction
 
 import numpy as np
 
-from .check import check as _run_check
-from .check import register_explainer
 from . import engine as E
 from .case import Case, Leaf, NodeDef
 from .causes import ENGINE_IDS, Cause
+from .check import check as _run_check
+from .check import register_explainer
 from .oracles import jacobian as _jac
 from .oracles.engine_oracle import EngineOracle
 from .oracles.reference import build_engine_graph
@@ -754,7 +754,7 @@ def _fmt(a, n: int = 6) -> str:
 
 
 def _evidence(mini, leaves, u, t, g, suspect, twin="J^T·g from the twin (JVP rule or finite differences)") -> str:
-    parts = [f"inputs: " + "; ".join(f"{l.name} = {_fmt(l.value)}" for l in mini.leaves), f"upstream g = {_fmt(g)}"]
+    parts = ["inputs: " + "; ".join(f"{l.name} = {_fmt(l.value)}" for l in mini.leaves), f"upstream g = {_fmt(g)}"]
     for l in leaves:
         parts.append(f"{l.name}: {suspect} {_fmt(u[l.name])} vs {twin} {_fmt(t[l.name])}")
     return "; ".join(parts)

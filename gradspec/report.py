@@ -36,9 +36,9 @@ import numpy as np
 
 from . import report_cause as _cause
 from ._private.inert import docstring, literal
+from ._private.records import RECORD, _jdefault, atomic_write, discrepancy_id, read_records, update_record
 from ._private.version import __version__
 from .caseio import replay_command
-from ._private.records import RECORD, _jdefault, atomic_write, discrepancy_id, read_records, update_record
 
 __all__ = [
     "write_run_report",

@@ -18,7 +18,6 @@ import pytest
 
 import gradspec as gs
 from gradspec import fuzz, report
-from gradspec.check import Discrepancy, Verdict
 from gradspec.engines import ReferenceEngine
 from gradspec.oracles import get
 from tests.test_report import _chromium
@@ -30,7 +29,7 @@ PAYLOADS = [
     f"\"><img src=x onerror=\"{MARK}\">",
     f"'><svg onload='{MARK}'>",
     "{{ 'PW' ~ 'NED' }}{% if true %}PW{{ 'NED' }}{% endif %}",
-    f"x\"\"\"\nline two <pwned></pwned>\n'''",
+    "x\"\"\"\nline two <pwned></pwned>\n'''",
 ]
 HOSTILE = " ".join(PAYLOADS)
 

@@ -8,10 +8,8 @@ message naming the module and ``--allow-import``.
 from __future__ import annotations
 
 import json
-import os
 import resource
 import subprocess
-import sys
 import textwrap
 
 import numpy as np

@@ -46,10 +46,9 @@ from __future__ import annotations
 
 from ..guard import CaseTimeout, guarded_check
 from ..oracles.engine_oracle import EngineOracle
-from .campaign import _Campaign, resolve, run_campaign, run_shard
+from .campaign import _Campaign, resolve, run_campaign, run_shard  # noqa: F401  (re-exported: cli, tests)
 from .distributed import cleanup_stale_runs, replay_previous, report_crashes, stale_inflight
-from .workers import run_distributed
-from .state import (
+from .state import (  # noqa: F401  (re-exported: cli, tests, benchmarks)
     BUILTIN_ENGINES,
     DEFAULT_EXAMPLES,
     STATE,
@@ -63,6 +62,7 @@ from .state import (
     supersede,
     write_summary,
 )
+from .workers import run_distributed
 
 __all__ = [
     "Config",

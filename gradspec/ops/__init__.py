@@ -11,8 +11,8 @@ Example::
 
 from __future__ import annotations
 
-from ..spec.registry import lookup, public_names, register
 from ..spec.opspec import OpSpec, Unsupported
+from ..spec.registry import lookup, public_names, register
 
 # Importing the family modules fills the table (each declaration registers itself).
 from . import elementwise, reduce, shape  # noqa: E402,F401  isort: skip

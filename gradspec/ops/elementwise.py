@@ -14,9 +14,9 @@ import numpy as np
 
 from .. import domains as D
 from .. import engine as E
-from ._common import F, bcast_tangent, const, torch, where
-from ..spec.registry import register
 from ..spec.opspec import OpSpec
+from ..spec.registry import register
+from ._common import F, bcast_tangent, const, torch, where
 
 __all__: list[str] = []
 

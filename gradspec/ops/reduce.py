@@ -24,9 +24,9 @@ import numpy as np
 
 from .. import engine as E
 from .._private.dims import norm_dims
-from ._common import const, torch, where
-from ..spec.registry import register
 from ..spec.opspec import OpSpec
+from ..spec.registry import register
+from ._common import const, torch, where
 
 __all__: list[str] = []
 

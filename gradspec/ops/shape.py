@@ -26,9 +26,9 @@ import numpy as np
 
 from .. import engine as E
 from .._private.dims import norm_dim
-from ._common import torch, with_lead
-from ..spec.registry import register
 from ..spec.opspec import OpSpec
+from ..spec.registry import register
+from ._common import torch, with_lead
 
 __all__: list[str] = []
 

@@ -45,8 +45,8 @@ import numpy as np
 from .. import domains as _domains
 from .. import tolerances as _tol
 from .._private.signature import SignatureError, elementwise, parse, signature_out_shape
-from ..spec.registry import register
 from ..spec.opspec import OpSpec, align_ranks
+from ..spec.registry import register
 
 __all__ = [
     "Op",

@@ -47,9 +47,10 @@ import math
 
 import numpy as np
 
-from .._private.kinks import exclusion
 from .. import tolerances as _tol
-from .._private.fdstep import noise_pattern, noise_sigma as _noise_sigma
+from .._private.fdstep import noise_pattern
+from .._private.fdstep import noise_sigma as _noise_sigma
+from .._private.kinks import exclusion
 from .._private.prologue import oracle_call
 from ._base import NonDifferentiable, Oracle, OracleError
 

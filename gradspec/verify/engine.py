@@ -19,10 +19,10 @@ import time
 
 from .. import engines as _engines
 from .._private import result_sink
+from .._private.imports import importable_path
 from ..case import Case
 from ..check import Discrepancy, check
 from ..diagnose import explain
-from .._private.imports import importable_path
 from ..oracles.engine_oracle import EngineOracle
 from ..result import Result, VerifyDiscrepancy
 from ..search import DEFAULT_MAX_EXAMPLES, _check_budget, _resolve_seed, _Runner

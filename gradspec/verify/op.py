@@ -23,17 +23,17 @@ import traceback
 
 import numpy as np
 
-from .._private import result_sink
 from .. import oracles as _oracles
-from ..case import Case, Leaf, NodeDef
 from .. import outcome as _outcome
+from .._private import result_sink
+from ..case import Case, Leaf, NodeDef
 from ..check import Discrepancy, _has_fd_jvp, check
-from ..oracles.fd_jacobian import FDJacobianOracle
-from ..spec import registry as _registry
-from ..spec.opspec import OpSpec
 from ..ops.user import ERROR_KINDS, FD_JVP_SOURCE, import_path_of
+from ..oracles.fd_jacobian import FDJacobianOracle
 from ..result import Result, VerifyDiscrepancy
 from ..search import DEFAULT_MAX_EXAMPLES, _check_budget, _resolve_seed, _Runner
+from ..spec import registry as _registry
+from ..spec.opspec import OpSpec
 from . import numerics as _num
 
 __all__ = ["verify_op", "COMPANIONS"]

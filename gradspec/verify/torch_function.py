@@ -19,17 +19,17 @@ import traceback
 import numpy as np
 
 from .._private import result_sink
-from ..case import Case, Leaf, NodeDef
-from ..spec import registry as _registry
-from ..spec.opspec import OpSpec
 from .._private.imports import importable_path
+from ..case import Case, Leaf, NodeDef
 from ..ops.user import Op, UserOpError
 from ..result import Result, VerifyDiscrepancy
 from ..search import _check_budget, _resolve_seed, _Runner
-from .torch_call import ARG_PREFIX, CallLayout, blocks, flat, label_of, outputs, schema_of
+from ..spec import registry as _registry
+from ..spec.opspec import OpSpec
 from . import fn_shapes
-from .op import COMPANIONS, _budget_text, _check_op_case, _count, _op_cases, _wrap
 from . import numerics as _num
+from .op import COMPANIONS, _budget_text, _check_op_case, _count, _op_cases, _wrap
+from .torch_call import ARG_PREFIX, CallLayout, blocks, flat, label_of, outputs, schema_of
 
 __all__ = ["verify_torch_function", "verify_module"]
 

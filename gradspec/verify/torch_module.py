@@ -1,4 +1,6 @@
-"""``gs.verify_module`` (defined in :mod:`gradspec.verify.torch_function`, which calls this module): a ``torch.nn.Module``'s gradients, its parameters and its inputs as leaves.
+"""``gs.verify_module``: a ``torch.nn.Module``'s gradients, its parameters and its inputs as leaves.
+
+(Defined in :mod:`gradspec.verify.torch_function`, which calls this module.)
 
 A user's module (a two-layer net, a layer with a custom ``autograd.Function`` inside, a module whose
 forward detaches something it should not) is run as a function of *all* its trainable parameters
