@@ -429,13 +429,8 @@ def _heat(ratio: float) -> str:
 
 
 def _heatmap_svg(diff: np.ndarray, labels_shape: tuple, cell: int = 14, cap: int = 1024) -> str:
-    a = np.asarray(diff, dtype=np.float64)
-    flat = a.reshape(1, -1) if a.ndim <= 1 else a.reshape(-1, a.shape[-1])
+    flat = _cause.heatmap_grid(diff, cap)
     rows, cols = flat.shape
-    if rows * cols > cap:
-        rows = max(1, cap // max(cols, 1))
-        flat = flat[:rows, :cap] if cols > cap else flat[:rows]
-        cols = flat.shape[1]
     finite = flat[np.isfinite(flat)]
     top = float(finite.max()) if finite.size else 0.0
     w, h = cols * cell + 2, rows * cell + 2

@@ -179,16 +179,23 @@ def shorten(text: str, width: int = 160) -> str:
     return cut.rstrip(" ,;:—-") + "…"
 
 
-def ratio_heatmap_svg(ratio: np.ndarray, shape: tuple, cell: int = 16, cap: int = 1024) -> str:
-    """|difference| / tolerance of one leaf as an SVG grid: white at 0, green up to the tolerance (1),
-    red above it, darker with each factor of 10; every cell's tooltip gives its index and ratio."""
-    a = np.asarray(ratio, dtype=np.float64)
+def heatmap_grid(values, cap: int = 1024) -> np.ndarray:
+    """A leaf's values as the 2-D grid a heatmap draws (last axis across, the rest stacked), cut to at
+    most ``cap`` cells so a huge leaf still gives a readable page."""
+    a = np.asarray(values, dtype=np.float64)
     flat = a.reshape(1, -1) if a.ndim <= 1 else a.reshape(-1, a.shape[-1])
     rows, cols = flat.shape
     if rows * cols > cap:
         rows = max(1, cap // max(cols, 1))
         flat = flat[:rows, :cap] if cols > cap else flat[:rows]
-        cols = flat.shape[1]
+    return flat
+
+
+def ratio_heatmap_svg(ratio: np.ndarray, shape: tuple, cell: int = 16, cap: int = 1024) -> str:
+    """|difference| / tolerance of one leaf as an SVG grid: white at 0, green up to the tolerance (1),
+    red above it, darker with each factor of 10; every cell's tooltip gives its index and ratio."""
+    flat = heatmap_grid(ratio, cap)
+    rows, cols = flat.shape
     idx = list(np.ndindex(*shape)) if shape else [()]
     w, h = cols * cell + 2, rows * cell + 2
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" class="ratiomap" width="{w}" height="{h}" '
