@@ -547,7 +547,14 @@ def _fuzz(args) -> int:
             printer(obj)
 
     rewrite_index(fuzz.Stats(shards=cfg.workers))  # "running" from the start: a run that dies says so
-    if cfg.workers > 1 or cfg.tx:
+    unusable = _unusable_oracles(oracles)
+    if unusable is not None:
+        # Availability does not change from case to case: running the budget would only count cases
+        # that compare nothing. The run is inconclusive at once, with the reason (CONTRACT §6, exit 3).
+        run = fuzz.Stats(shards=cfg.workers)
+        run.stop_reason, run.errors = "no-oracles", [unusable]
+        rule_status = {"*": {"status": "skipped", "reason": unusable}}
+    elif cfg.workers > 1 or cfg.tx:
         # Workers share nothing with this process but the xdist channel: findings (and the cases
         # dead workers were on) come back here and are written by on_found, in this process only.
         run = fuzz.run_distributed(cfg, progress=printer, on_found=on_found, oracles=oracles)
@@ -555,7 +562,8 @@ def _fuzz(args) -> int:
         run = fuzz._Campaign(cfg, 0, progress=progress, on_found=on_found, oracles=oracles, found=stats.found).run()
     if printer is not None and getattr(printer, "tty", False):
         printer(run, final=True)
-    rule_status = _fuzz_rules(cfg, _engine, run, ops, err)  # with --engine, every §5 rule too (CONTRACT §6)
+    if unusable is None:
+        rule_status = _fuzz_rules(cfg, _engine, run, ops, err)  # with --engine, every §5 rule too (CONTRACT §6)
     run.found = {**stats.found, **run.found}
     run.crashed = stats.crashed + run.crashed
     run.errors = stats.errors + run.errors
@@ -598,6 +606,25 @@ def _fuzz(args) -> int:
     if summary["status"] == "inconclusive":
         return EXIT_INCONCLUSIVE  # the reason is in the summary printed above
     return EXIT_OK
+
+
+def _unusable_oracles(oracles) -> str | None:
+    """Why no case of this campaign could compare anything (fewer than two of the chosen oracles can
+    run on this machine), or None."""
+    down = {}
+    for o in oracles:
+        try:
+            ok, why = o.available()
+        except Exception as e:  # noqa: BLE001 - an oracle that cannot even say is not available
+            ok, why = False, f"{type(e).__name__}: {e}"
+        if not ok:
+            down[o.name] = why
+    if len(oracles) - len(down) >= 2:
+        return None
+    up = [o.name for o in oracles if o.name not in down]
+    return (f"only {', '.join(up) or 'no oracle'} of the chosen oracles can run here, so no case could compare "
+            f"two gradients: " + "; ".join(f"{n}: {w}" for n, w in down.items()) +
+            " (choose other --oracles, or run where they are available)")
 
 
 def _write_ci_outputs(args, cfg, summary: dict) -> None:

@@ -248,6 +248,10 @@ def test_fuzz_with_only_an_unavailable_oracle_is_inconclusive(tmp_path):
                   "--report-dir", tmp_path / "rep", "-q", cwd=tmp_path)
     assert r.returncode == 3, r.stdout + r.stderr
     assert "inconclusive" in r.stdout.lower() and "CUDA" in r.stdout
+    s = json.loads((tmp_path / "rep" / "summary.json").read_text())
+    # Availability is known before the first case: the budget is not spent on cases that compare nothing.
+    assert s["status"] == "inconclusive" and s["cases"] == 0, s
+    assert "only reference of the chosen oracles can run here" in s["reason"] and "torch-cuda" in s["reason"]
 
 
 def test_verify_op_with_a_twin_that_is_another_function_passes_with_a_twin_mismatch_note():
