@@ -362,6 +362,13 @@ def _replay(args) -> int:
     if missing:
         raise _UsageError(f"engine {engine!r} does not support op(s) {', '.join(sorted(set(missing)))} of this case")
     case.engine = engine
+    if "scenario_steps" in case.meta:  # a §5 rule finding: its calls must be valid before anything runs
+        from .rules.scenario import Scenario
+
+        try:
+            Scenario.from_rule_case(case)
+        except ValueError as e:
+            raise _UsageError(f"{args.case}: this case's backward() calls cannot be replayed: {e}") from None
     if hasattr(os, "fork") and not os.environ.get("GRADSPEC_REPLAY_IN_PROCESS"):
         # The check runs in a child process: a case that crashed an engine (a "crash" report)
         # must be able to crash it again without taking replay's answer with it.
@@ -402,6 +409,8 @@ def _replay_check(args, case, engine, oracles) -> int:
 
     warm_up(case, oracles, cap=args.case_timeout, isolate=args.isolate)
     verdict = fuzz.guarded_check(case, oracles, args.case_timeout, under_test=engine, isolate=args.isolate)
+    rule = _replay_rule(case, engine, args.case_timeout) if "scenario_steps" in case.meta else None
+    status = "disagree" if rule is not None and rule["cause"] is not None else verdict.status
     if args.json:
         print(json.dumps({
             "ok": verdict.ok,
@@ -412,6 +421,7 @@ def _replay_check(args, case, engine, oracles) -> int:
                       for c in verdict.comparisons],
             "discrepancies": [d.to_json() for d in verdict.discrepancies],
             "skipped": verdict.skipped,
+            **({} if rule is None else {"rule": {"name": rule["name"], "cause": rule["cause"] and rule["cause"].to_json()}}),
         }, indent=1, default=str))
     else:
         print(f"case {args.case} (engine {engine}):")
@@ -420,11 +430,28 @@ def _replay_check(args, case, engine, oracles) -> int:
         except Exception as e:
             print(f"  (cannot evaluate the case: {type(e).__name__}: {e})")
         print(verdict.summary())
-        if verdict.status == "disagree":
+        if rule is not None:
+            print(f"\nthe calls of the backward() rule finding ({rule['name'] or 'rule'}), run again:\n{rule['code']}")
+            if rule["cause"] is not None:
+                print(f"the engine still breaks the rule: {rule['cause'].summary} [{rule['cause'].id}]")
+            else:
+                print("the engine now follows torch's backward() rules on these calls")
+        if status == "disagree":
             print("still disagrees (exit 1)")
-        elif verdict.status == "inconclusive":
+        elif status == "inconclusive":
             print("inconclusive (exit 3): nothing was compared")
-    return {"agree": EXIT_OK, "disagree": EXIT_FOUND}.get(verdict.status, EXIT_INCONCLUSIVE)
+    return {"agree": EXIT_OK, "disagree": EXIT_FOUND}.get(status, EXIT_INCONCLUSIVE)
+
+
+def _replay_rule(case, engine, timeout) -> dict:
+    """A §5 rule finding's case: its calls (not only its values) run again on the engine."""
+    from .rules import replay_rule_case
+
+    try:
+        cause, code = replay_rule_case(engine, case, strict=bool(case.meta.get("strict", True)), timeout=timeout)
+    except ValueError as e:
+        raise _UsageError(f"this case's backward() calls cannot be replayed: {e}") from None
+    return {"name": str(case.meta.get("rule", "")), "cause": cause, "code": code}
 
 
 def _supports(engine, op: str) -> bool:

@@ -1028,11 +1028,35 @@ def recheck():
     return gs.check(case, oracles=oracles)
 
 
+def recheck_rule():
+    """A §5 backward() rule finding: its calls (not only its values) run again on the engine."""
+    from gradspec.rules import replay_rule_case
+
+    modules = sorted({{p.partition(":")[0] for p in list(USER_OPS.values()) + [ENGINE] if ":" in p}})
+    case = gs.Case.from_json(CASE_JSON, allow_import=modules)
+    cause, code = replay_rule_case(ENGINE, case)
+    print("the calls of the finding, run again:\\n" + code)
+    if cause is not None:
+        print(f"DISAGREEMENT: the engine still breaks the rule: {{cause.summary}} [{{cause.id}}] (exit 1)")
+        return 1
+    print("no disagreement any more: the engine follows torch's backward() rules on these calls (exit 0)")
+    return 0
+
+
 def main():
     if INLINE_OPS:
         print(f"cannot run (exit 2): op(s) {{INLINE_OPS}} were defined inline when the report was written (no "
               "import path); define them at module level in an importable module and find the case again")
         return 2
+    if "scenario_steps" in json.loads(CASE_JSON).get("meta", {{}}):
+        if ENGINE in ("reference", "torch-cpu", "torch-cuda") and any(n not in gs.oracles.names() for n in PAIR):
+            print("cannot decide (exit 2): the engine of this report was not recorded by import path")
+            return 2
+        try:
+            return recheck_rule()
+        except Exception as e:  # an import, an engine or a call list that cannot be rebuilt here: say so
+            print(f"cannot run (exit 2): {{type(e).__name__}}: {{e}}")
+            return 2
     try:
         verdict = recheck()
     except Exception as e:  # an import, an engine or op that cannot be rebuilt here: say so

@@ -92,3 +92,37 @@ def test_repro_of_a_user_op_without_torch_twin_exits_1_then_0_then_2(tmp_path, m
     p = run([repro], tmp_path, [tmp_path])
     assert p.returncode == 2 and "plmod" in p.stdout + p.stderr and "Traceback" not in p.stdout + p.stderr
     del sys.modules["plmod"]
+
+
+def _rule_case(tmp_path) -> pathlib.Path:
+    from tests._planted import NoReset
+
+    r = gs.verify_engine(NoReset(), max_examples=20, seed=0)
+    index = pathlib.Path(r.write_html(str(tmp_path / "rep")))
+    for case in sorted(index.parent.glob("d-*/case.json")):
+        if "scenario_steps" in json.loads(case.read_text())["meta"]:
+            return case
+    raise AssertionError(f"no §5 rule finding written: {r.summary()}")
+
+
+def test_a_rule_finding_replays_its_calls_not_only_its_values(tmp_path):
+    # Its values alone agree (zero_grad is not part of a value check): replaying the values only
+    # said "agree" (exit 0) for an engine that still ignores zero_grad.
+    case = _rule_case(tmp_path)
+    p = replay(case, tmp_path, "tests._planted")
+    assert p.returncode == 1 and "[reset-ignored]" in p.stdout and "eng.zero_grad(" in p.stdout, p.stdout + p.stderr
+    fixed = run(["-m", "gradspec.cli", "replay", case, "--engine", "reference"], tmp_path)
+    assert fixed.returncode == 0 and "now follows torch's backward() rules" in fixed.stdout, fixed.stdout + fixed.stderr
+    rp = run([case.parent / "repro.py"], tmp_path)
+    assert rp.returncode == 1 and "[reset-ignored]" in rp.stdout, rp.stdout + rp.stderr
+
+
+def test_a_tampered_rule_call_list_is_refused_before_anything_runs(tmp_path):
+    case = _rule_case(tmp_path)
+    d = json.loads(case.read_text())
+    d["meta"]["scenario_steps"][0]["target"] = "__import__('os').system('echo pwned')"
+    case.write_text(json.dumps(d))
+    p = replay(case, tmp_path, "tests._planted")
+    assert p.returncode == 2 and "is not a node or leaf of the case" in p.stderr, p.stdout + p.stderr
+    # named in the message (repr), never run: no line of output is the command's own "pwned"
+    assert "pwned" not in (p.stdout + p.stderr).split() and "Traceback" not in p.stderr

@@ -35,7 +35,8 @@ from . import diagnosis as _ws
 from .scenario import Scenario, ScenarioTimeout, Step, Trace, first_difference, run, timed_out
 
 __all__ = ["RULES", "RuleFinding", "RulesResult", "check_rules", "DEFAULT_EXAMPLES", "diagnose_case", "KIND",
-           "STRICT_ONLY", "explain_engine_finding"]
+           "STRICT_ONLY", "explain_engine_finding",
+           "replay_rule_case"]
 
 DEFAULT_EXAMPLES = 40  # per rule: every planted broken rule is found within ~10 (tests/test_engine_rules.py)
 # The discrepancy kind (gs.Result.kinds, report titles) of each cause a rule search can give.
@@ -602,3 +603,21 @@ def diagnose_case(engine, case, timeout: float | None = None) -> Cause | None:
     if cause is None or cause.id in ("unexplained", "wrong-vjp"):
         return None
     return cause
+
+
+def replay_rule_case(engine, case, *, strict: bool = True, timeout: float | None = None) -> tuple[Cause | None, str]:
+    """Re-run the calls of a §5 rule finding (``case.meta["scenario_steps"]``, written by
+    :meth:`Scenario.to_case`) on ``engine`` and on the reference: ``(cause, text)`` with the cause when
+    the engine still departs from torch's rules (None when it now behaves), and the calls as text.  ValueError: the file's calls are not valid."""
+    sc = Scenario.from_rule_case(case)
+    eng = _engines.get(engine)
+    got, want = run(sc, eng, timeout), run(sc, _engines.ReferenceEngine())
+    if want.build is not None:
+        raise ValueError(f"the reference engine cannot build this scenario's graph: {want.build}")
+    if timed_out(got):
+        return Cause("unexplained", f"the engine ran past the timeout of {timeout:g} s on the scenario",
+                     evidence=str(got.build)), sc.code()
+    # The same two steps as a rule search's (_Search.evaluate): a difference, then its diagnosis.
+    if first_difference(sc, got, want, none_is_zeros=not strict, types=strict) is None:
+        return None, sc.code()
+    return _ws.diagnose(sc, got, want, _ws.Context(eng, [n[1] for n in sc.nodes], timeout), strict=strict), sc.code()

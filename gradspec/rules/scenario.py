@@ -28,7 +28,8 @@ import numpy as np
 from .. import tolerances as _tol
 from ..case import Case
 
-__all__ = ["Step", "Scenario", "Obs", "Trace", "run", "timed_out", "ScenarioTimeout", "raise_reason", "close", "first_difference", "fmt"]
+__all__ = ["Step", "Scenario", "Obs", "Trace", "run", "timed_out", "ScenarioTimeout", "raise_reason", "close", "first_difference", "fmt",
+           "steps_from_json"]
 
 
 @dataclasses.dataclass
@@ -101,7 +102,22 @@ class Scenario:
         case = Case.build(leaves=dict(self.leaves), nodes=[(n, op, list(i), dict(p)) for n, op, i, p in self.nodes],
                           roots=roots, seeds=seeds, requires_grad={k: self.rg(k) for k in self.leaves})
         case.meta["scenario"] = self.code()
+        # The calls as data, so that `gradspec replay` re-runs the rule's scenario and not only the
+        # values (a rule finding's values alone usually agree): see steps_from_json.
+        case.meta["scenario_steps"] = [_step_json(s) for s in self.steps]
+        if self.rule:
+            case.meta["rule"] = self.rule
         return case
+
+    @classmethod
+    def from_rule_case(cls, case: Case) -> "Scenario":
+        """The scenario a rule finding's case was written from (``meta["scenario_steps"]``); ValueError
+        names what is wrong with a hand-edited or foreign file."""
+        steps = steps_from_json(case.meta.get("scenario_steps"), {l.name for l in case.leaves},
+                                {l.name for l in case.leaves} | {n.name for n in case.nodes})
+        return cls({l.name: np.array(l.value, copy=True) for l in case.leaves},
+                   [(n.name, n.op, tuple(n.inputs), dict(n.params)) for n in case.nodes], steps,
+                   str(case.meta.get("rule", "")), {l.name: l.differentiable for l in case.leaves})
 
     @classmethod
     def from_case(cls, case: Case) -> "Scenario":
@@ -129,6 +145,41 @@ class Trace:
     build: BaseException | None
     obs: list
     dtype: str = "float64"
+
+
+def _step_json(s: Step) -> dict:
+    seed = None if s.seed is None else {"shape": list(np.shape(s.seed)), "dtype": str(np.asarray(s.seed).dtype),
+                                        "values": np.asarray(s.seed, dtype=np.float64).ravel().tolist()}
+    return {"kind": s.kind, "target": s.target, "seed": seed, "retain": bool(s.retain)}
+
+
+def steps_from_json(raw, leaves: set, names: set) -> list:
+    """``meta["scenario_steps"]`` back into :class:`Step` objects.  A case file is data: every field is
+    checked (known call kinds, names of the case, numeric seeds of a sane size) before anything runs."""
+    if not isinstance(raw, list) or not raw:
+        raise ValueError("meta.scenario_steps must be a non-empty list of calls")
+    steps = []
+    for k, st in enumerate(raw):
+        where = f"meta.scenario_steps[{k}]"
+        if not isinstance(st, dict) or st.get("kind") not in ("backward", "zero_grad"):
+            raise ValueError(f"{where}: kind must be 'backward' or 'zero_grad'")
+        target = st.get("target")
+        if target not in (names if st["kind"] == "backward" else leaves):
+            raise ValueError(f"{where}: target {target!r} is not a {'node or leaf' if st['kind'] == 'backward' else 'leaf'} "
+                             "of the case")
+        seed = st.get("seed")
+        if seed is not None:
+            try:
+                shape = tuple(int(d) for d in seed["shape"])
+                dtype = np.dtype(seed.get("dtype", "float64"))
+                if dtype.kind != "f" or any(d < 0 for d in shape) or int(np.prod(shape, dtype=np.int64)) > 1 << 20:
+                    raise ValueError("a float seed of at most 2**20 elements")
+                seed = np.array([float(v) for v in seed["values"]], dtype=dtype).reshape(shape)
+            except (KeyError, TypeError, ValueError) as e:
+                raise ValueError(f"{where}: seed must be {{'shape': [...], 'dtype': 'float64'|'float32', "
+                                 f"'values': [...]}} ({e})") from None
+        steps.append(Step(st["kind"], target, seed, bool(st.get("retain", True))))
+    return steps
 
 
 def forward_values(sc: Scenario) -> dict:
