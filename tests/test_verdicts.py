@@ -305,3 +305,37 @@ def test_an_engine_returning_gradients_of_another_dtype_is_a_discrepancy():
     assert v.status == "disagree"
     (d,) = [d for d in v.discrepancies if d.kind == "dtype"]
     assert "float32-grads" in d.oracles[0] and d.leaf == "x" and "float32" in d.message and "float64" in d.message
+
+
+INFINITE_FORWARDS = {  # the explicit J.seed meets 0 * inf there; reverse mode (reference, torch) does not
+    "exp-of-inf": ({"x": np.array([np.inf, 1.0])}, [("y", "exp", ["x"], {})], [np.ones(2)]),
+    "inf-times-zero-weight": ({"x": np.array([np.inf, 1.0]), "w": np.array([0.0, 2.0])}, [("y", "mul", ["x", "w"], {})],
+                              [np.ones(2)]),
+    "exp-overflows": ({"x": np.array([800.0, 1.0])}, [("h", "exp", ["x"], {}), ("y", "sum", ["h"], {})], None),
+    "matmul-with-inf": ({"x": np.array([[np.inf, 1.0], [2.0, 3.0]]), "a": np.eye(2)}, [("y", "matmul", ["x", "a"], {})],
+                        [np.ones((2, 2))]),
+}
+
+
+@pytest.mark.parametrize("leaves, nodes, seeds", INFINITE_FORWARDS.values(), ids=list(INFINITE_FORWARDS))
+def test_an_infinite_forward_is_no_nan_inf_pattern_finding_against_the_jacobian(leaves, nodes, seeds):
+    case = gs.Case.build(leaves, nodes, [nodes[-1][0]], seeds)
+    v = gs.check(case, oracles=["reference", "jacobian", "finite-differences", "torch-cpu"])
+    assert v.status == "agree", str(v)
+    assert "is infinite at this point" in v.skipped["jacobian"]  # said, not silently dropped
+
+
+def test_an_engine_with_nan_where_the_forward_is_infinite_is_still_found():
+    # The jacobian steps aside there; the reference and torch still judge the engine under test.
+    from gradspec.oracles.engine_oracle import EngineOracle
+    from tests._planted import Small
+
+    class NanGrad(Small):
+        def grad(self, tensor):
+            g = super().grad(tensor)
+            return None if g is None else np.full(np.shape(g), np.nan)
+
+    leaves, nodes, seeds = INFINITE_FORWARDS["exp-of-inf"]
+    case = gs.Case.build(leaves, nodes, ["y"], seeds)
+    v = gs.check(case, oracles=[EngineOracle(NanGrad(), "nan-grad"), "reference", "jacobian", "torch-cpu"])
+    assert v.status == "disagree" and any(d.kind == "nan-inf-pattern" for d in v.discrepancies), str(v)
