@@ -27,6 +27,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from ._private import percase as _percase
 from .spec import registry as _registry
 
 __all__ = ["Case", "Leaf", "NodeDef", "CaseError", "IMPLICIT", "FORMAT"]
@@ -197,12 +198,42 @@ class Case:
     def _evaluate(self, values: Mapping[str, np.ndarray] | None, nbatch: int) -> dict[str, np.ndarray]:
         # ``evaluate`` without its errstate context, for callers that already ignore FP errors
         # (the oracles run whole under one context: a context per call costs about a microsecond).
+        memo = _percase.active(self)
+        if memo is None:
+            return self._forward(values, nbatch, None)
+        specs = self._node_specs()
+        if values is not None or nbatch:
+            return self._forward(values, nbatch, specs)
+        # While gs.check runs: the case's own forward once (the jacobian, the kink test, the verdict
+        # rules all need it), computed under the same ignored FP errors as every oracle's.
+        env = memo.get("forward")
+        if env is None:
+            with np.errstate(all="ignore"):
+                env = memo["forward"] = self._forward(None, 0, specs)
+        return dict(env)
+
+    def _forward(self, values, nbatch: int, specs) -> dict[str, np.ndarray]:
         env = {l.name: (l.value if values is None or l.name not in values else values[l.name]) for l in self.leaves}
-        for n in self.nodes:
-            spec = self.spec(n.op)
+        for k, n in enumerate(self.nodes):
+            spec = self.spec(n.op) if specs is None else specs[k]
             args = [env[i] for i in n.inputs]
             env[n.name] = np.asarray(spec.forward_batched(args, n.params, nbatch) if nbatch else spec.forward(*args, **n.params))
         return env
+
+    def _node_specs(self) -> list | None:
+        """The op spec of every node, in order: looked up once per ``gs.check`` of this case (None
+        outside one, or when some op cannot be looked up: callers then look up node by node and
+        meet the error where they always did)."""
+        memo = _percase.active(self)
+        if memo is None:
+            return None
+        specs = memo.get("specs")
+        if specs is None:
+            try:
+                specs = memo["specs"] = [self.spec(n.op) for n in self.nodes]
+            except Exception:  # noqa: BLE001 - reported by the per-node lookup of the caller
+                return None
+        return specs
 
     def grad_leaves(self) -> list[Leaf]:
         return [l for l in self.leaves if l.differentiable]

@@ -22,6 +22,7 @@ import numpy as np
 from . import oracles as _oracles
 from . import outcome as _outcome
 from . import tolerances as _tol
+from ._private import percase as _percase
 from ._private.kinks import EXCLUDED as _EXCLUDED
 from ._private.threads import oracle_threads
 from .case import Case
@@ -187,12 +188,17 @@ class Verdict:
 
 
 def _case_dtype(case: Case) -> str:
-    return "float32" if any(l.value.dtype == np.float32 for l in case.leaves) else "float64"
+    return "float32" if any(l.value.dtype == _F32 for l in case.leaves) else "float64"
+
+
+_F32 = np.dtype(np.float32)  # (comparing with a dtype object skips numpy's conversion of the type)
 
 
 def check(case: Case, oracles=None) -> Verdict:
     """Run the oracles (default: every available and applicable one) on ``case``; compare all pairs."""
-    with oracle_threads():  # torch's intra-op threads cost more than the oracles' tiny calls do
+    # torch's intra-op threads cost more than the oracles' tiny calls do; the case's forward, op specs
+    # and kinks are computed once for all the oracles and rules (gradspec._private.percase)
+    with oracle_threads(), _percase.scope(case):
         return _check(case, oracles)
 
 
@@ -318,6 +324,8 @@ def _discount_numerical_kinks(case, kinds, comparisons, discrepancies) -> str:
     """A witness (finite differences, the jacobian) disagreed on a case with user ops that declare no
     kinks: if one of them is not differentiable at this very point (found numerically), no oracle's
     gradient means anything there -- the case is inconclusive with that reason (CONTRACT §3)."""
+    if not discrepancies:
+        return ""
     witnesses = {n for n, o in kinds.items() if o.kind == "fd" or n == "jacobian"}
     if not any(set(d.oracles) & witnesses for d in discrepancies if d.kind != "raised"):
         return ""
@@ -333,6 +341,8 @@ def _discount_numerical_kinks(case, kinds, comparisons, discrepancies) -> str:
 def _discount_mismatched_twins(case, dtype, kinds, comparisons, discrepancies, errors, excused, notes) -> None:
     """Torch disagreed: if a user op's torch twin computes another forward on this case, torch is no
     witness here (issue 11 item 7) -- a ``twin-mismatch`` note, and its pairs do not count."""
+    if not discrepancies:
+        return
     torch_names = {n for n, o in kinds.items() if _outcome.is_torch(o)}
     if not any(set(d.oracles) & torch_names for d in discrepancies):
         return
@@ -540,7 +550,8 @@ def _fd_allowance(fd_errs, a, b, leaf, tol):
 
 
 def _has_fd_jvp(case) -> bool:
-    return any(getattr(case.spec(n.op), "jvp_source", "declared") != "declared" for n in case.nodes)
+    specs = case._node_specs() or [case.spec(n.op) for n in case.nodes]
+    return any(getattr(spec, "jvp_source", "declared") != "declared" for spec in specs)
 
 
 @functools.lru_cache(maxsize=None)
@@ -617,36 +628,41 @@ def _fast_pairs(case, leaves, names, results, kinds, dtype, M, fd_errs, noise, g
     (``itertools.combinations(names, 2)``) are compared in a handful of vectorised operations:
     the per-pair, per-leaf loop of ``_compare`` cost more than the oracles themselves on small
     graphs.  Returns ``{pair: worst ratio}`` for the pairs that agree; every other pair goes
-    through ``_compare``, which works leaf by leaf and explains what differs.
+    through ``_compare``, which works leaf by leaf and explains what differs.  (On a small graph
+    each numpy call costs about a microsecond, as much as the arithmetic: the steps below are
+    arranged to make few of them, with the same floating-point operations as ``_allowed``.)
     """
     k = len(names)
     if k < 2:
         return {}
-    sizes = [l.value.size for l in leaves]
+    layout = [(l.name, l.value.shape, l.value.size) for l in leaves]
+    sizes = [size for _, _, size in layout]
     N = sum(sizes)
     parts = []
-    ok = [True] * k
+    bad = None  # oracles whose gradient has a wrong shape
     none = None
     for i, name in enumerate(names):
         res = results[name]
-        for j, leaf in enumerate(leaves):
-            g = res.get(leaf.name)
+        for j, (leaf, shape, size) in enumerate(layout):
+            g = res.get(leaf)
             if g is None:
                 none = none if none is not None else np.zeros((k, len(leaves)), dtype=bool)
                 none[i, j] = True
-                parts.append(np.zeros(sizes[j]))
-            elif getattr(g, "shape", None) != leaf.shape:  # (results are arrays: no np.shape/np.ravel call overhead)
-                ok[i] = False
-                parts.append(np.zeros(sizes[j]))
+                parts.append(np.zeros(size))
+            elif getattr(g, "shape", None) != shape:  # (results are arrays: no np.shape/np.ravel call overhead)
+                bad = bad or set()
+                bad.add(i)
+                parts.append(np.zeros(size))
             else:
                 parts.append(g.ravel())
-    pairs = list(itertools.combinations(names, 2))
-    I, J = _pair_index(k)
+    pairs, (I, J) = _pair_list(tuple(names)), _pair_index(k)
     est = [(i, n) for i, n in enumerate(names) if fd_errs and n in fd_errs]
     rtol, fdf = _pair_tolerances(dtype, tuple(kinds[n].kind for n in names), tuple(i for i, _ in est))
     with np.errstate(all="ignore"):
         R = np.concatenate(parts).astype(np.float64, copy=False).reshape(k, N) if N else np.zeros((k, 0))
-        ok = np.array(ok) & np.isfinite(R).all(axis=1)
+        ok = np.isfinite(R).all(axis=1)
+        if bad:
+            ok[list(bad)] = False
         eligible = ok[I] & ok[J]
         if none is not None:
             # None vs a gradient is a discrepancy for oracles that report None, zeros otherwise.
@@ -657,31 +673,55 @@ def _fast_pairs(case, leaves, names, results, kinds, dtype, M, fd_errs, noise, g
         if N == 0 or not eligible.any():
             return {p: 0.0 for p, e in zip(pairs, eligible) if e} if N == 0 else {}
         A = np.abs(R)
-        if len(leaves) == 1:
-            leafmax = A.max(axis=1, keepdims=True)
+        if len(layout) == 1:
+            B = np.maximum(A, A.max(axis=1, keepdims=True))  # max(|g_j|, max over g's leaf): each side's scale
         else:
-            starts, lengths, at = [], [], 0
-            for size in sizes:
-                if size:
-                    starts.append(at)
-                    lengths.append(size)
-                at += size
-            leafmax = np.repeat(np.maximum.reduceat(A, starts, axis=1), lengths, axis=1)
-        B = np.maximum(A, leafmax)  # max(|g_j|, max over g's leaf): each oracle's side of the scale
-        fd = 0.0
-        for (_, name), f in zip(est, fdf):  # an estimate's own error bound is part of each of its pairs' allowance
-            fd = fd + f * _flat(fd_errs[name], leaves)
-        pc = None
+            starts, lengths = _leaf_runs(tuple(sizes))
+            B = np.maximum(A, np.repeat(np.maximum.reduceat(A, starts, axis=1), lengths, axis=1))
+        # _allowed, step by step: rtol * max(scale_a, scale_b, m) + floor [+ noise] + fd [max claim]
+        scale = np.maximum(B[I], B[J])
+        if M is not None:
+            np.maximum(scale, M if isinstance(M, np.ndarray) else _flat(M, leaves), out=scale)
+        allowed = rtol * scale
+        allowed += _tol.SUBNORMAL_FLOOR
+        if noise is not None:
+            allowed += _tol.NOISE_FACTOR * _flat(noise, leaves)
+        # an estimate's own error bound is part of each of its pairs' allowance
+        fd = None
+        for (_, name), f in zip(est, fdf):
+            term = f * _flat(fd_errs[name], leaves)
+            fd = term if fd is None else fd + term
+        if fd is not None:
+            allowed += fd
         if claim is not None:  # per pair: the claim, or 0 for pairs of two estimates
             on = np.array([[_pair_claim(claim, kinds, a, b) is not None] for a, b in pairs], dtype=np.float64)
-            pc = (claim[0] * on, claim[1] * on)
-        allowed = _allowed(rtol, B[I], B[J], None if M is None else M if isinstance(M, np.ndarray) else _flat(M, leaves),
-                           None if noise is None else _flat(noise, leaves), fd, pc)
+            np.maximum(allowed, _tol.claimed_allowance(claim[0] * on, claim[1] * on, scale), out=allowed)
         if not np.isfinite(allowed).all():  # an infinite scale or error bound: let _compare sort it out
             return {}
-        worst = (np.abs(R[I] - R[J]) / allowed).max(axis=1)  # allowed >= SUBNORMAL_FLOOR > 0
+        d = R[I]
+        d -= R[J]
+        np.abs(d, out=d)
+        d /= allowed  # allowed >= SUBNORMAL_FLOOR > 0
+        worst = d.max(axis=1)
         good = eligible & (worst <= 1.0)
-    return {p: float(w) for p, g, w in zip(pairs, good, worst) if g}
+    return {p: float(w) for p, g, w in zip(pairs, good.tolist(), worst.tolist()) if g}
+
+
+@functools.lru_cache(maxsize=256)
+def _pair_list(names: tuple) -> list:
+    return list(itertools.combinations(names, 2))
+
+
+@functools.lru_cache(maxsize=256)
+def _leaf_runs(sizes: tuple) -> tuple[list, list]:
+    """Start and length of each non-empty leaf's run in a flat vector (for ``np.maximum.reduceat``)."""
+    starts, lengths, at = [], [], 0
+    for size in sizes:
+        if size:
+            starts.append(at)
+            lengths.append(size)
+        at += size
+    return starts, lengths
 
 
 def _compare(case, a, b, ra, rb, kinds, tol, M, fd_errs, noise=None, gated=frozenset(), claim=None):

@@ -47,9 +47,21 @@ def exit_code(status: str) -> int:
 
 
 def is_torch(oracle) -> bool:
-    from .oracles.torch_oracle import TorchOracle
+    return isinstance(oracle, _classes()[0])
 
-    return isinstance(oracle, TorchOracle)
+
+_CLASSES: list = []
+
+
+def _classes() -> list:
+    """(TorchOracle, UserOpSpec), imported on first use (the verdict rules run on every check: an
+    import statement per call cost more than the test itself)."""
+    if not _CLASSES:
+        from .oracles.torch_oracle import TorchOracle
+        from .ops.user import UserOpSpec
+
+        _CLASSES[:] = [TorchOracle, UserOpSpec]
+    return _CLASSES
 
 
 def _must_match_torch(oracle) -> bool:
@@ -67,21 +79,23 @@ def forward_error(case) -> str | None:
 
 
 def _is_user_op(spec) -> bool:
-    from .ops.user import UserOpSpec
-
-    return isinstance(spec, UserOpSpec)
+    return isinstance(spec, _classes()[1])
 
 
 def _open_reach(case) -> dict | None:
     """For every leaf and node: the leaves that reach it along edges that do not enter a user op's
     node (None when the case has no user op)."""
     user = set()
-    for n in case.nodes:
-        try:
-            if _is_user_op(case.spec(n.op)):
-                user.add(n.name)
-        except Exception:  # noqa: BLE001 - an op that cannot be looked up gates nothing
-            pass
+    specs = case._node_specs()  # looked up once per check (None outside one)
+    if specs is not None:
+        user = {n.name for n, spec in zip(case.nodes, specs) if _is_user_op(spec)}
+    else:
+        for n in case.nodes:
+            try:
+                if _is_user_op(case.spec(n.op)):
+                    user.add(n.name)
+            except Exception:  # noqa: BLE001 - an op that cannot be looked up gates nothing
+                pass
     if not user:
         return None
     reach = {l.name: {l.name} for l in case.leaves}

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import percase
+
 __all__ = ["exact_kinks", "exclusion", "tally", "summarise", "EXCLUDED"]
 
 EXCLUDED = "exact tie/kink"
@@ -27,8 +29,14 @@ EXCLUDED = "exact tie/kink"
 
 def exact_kinks(case) -> list[str]:
     """``"node = op(inputs)"`` for every node whose inputs are at distance 0 from one of its op's
-    kinks or ties (its ``kink_distance``, or a singular point of its domain), at the case's values."""
-    watched = [n for n in case.nodes if _has_kinks(case.spec(n.op))]
+    kinks or ties (its ``kink_distance``, or a singular point of its domain), at the case's values.
+    Computed once per ``gs.check`` of the case (finite differences and the jacobian both ask)."""
+    return list(percase.once(case, "exact_kinks", lambda: _exact_kinks(case)))
+
+
+def _exact_kinks(case) -> list[str]:
+    specs = case._node_specs() or [case.spec(n.op) for n in case.nodes]
+    watched = [(n, spec) for n, spec in zip(case.nodes, specs) if _has_kinks(spec)]
     if not watched:
         return []
     try:
@@ -37,16 +45,15 @@ def exact_kinks(case) -> list[str]:
     except Exception:  # noqa: BLE001 - a case that does not evaluate has no kinks to speak of
         return []
     out = []
-    for n in watched:
-        spec = case.spec(n.op)
-        args = [env[i] for i in n.inputs]
-        try:
-            with np.errstate(all="ignore"):
+    with np.errstate(all="ignore"):
+        for n, spec in watched:
+            args = [env[i] for i in n.inputs]
+            try:
                 d = _distance(spec, args, n.params)
-        except Exception:  # noqa: BLE001 - a kink rule that fails is no evidence of a kink
-            continue
-        if d == 0:
-            out.append(f"{n.name} = {n.op}({', '.join(n.inputs)})")
+            except Exception:  # noqa: BLE001 - a kink rule that fails is no evidence of a kink
+                continue
+            if d == 0:
+                out.append(f"{n.name} = {n.op}({', '.join(n.inputs)})")
     return out
 
 

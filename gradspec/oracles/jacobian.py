@@ -134,8 +134,9 @@ def _identity_block(case, start: int, stop: int) -> dict:
 
 def _propagate(case, values, tangents: dict, k: int) -> dict:
     """Carry the leaves' tangents (``k`` directions) through every node's JVP rule (in place in ``tangents``)."""
-    for node in case.nodes:
-        spec = case.spec(node.op)
+    specs = case._node_specs() or [None] * len(case.nodes)
+    for node, spec in zip(case.nodes, specs):
+        spec = spec or case.spec(node.op)
         ins = [tangents[i] for i in node.inputs]
         if all(t is None for t in ins):
             tangents[node.name] = None
@@ -162,7 +163,8 @@ class JacobianOracle(Oracle):
     max_inputs = 4096
 
     def applies(self, case):
-        missing = sorted({n.op for n in case.nodes if case.spec(n.op).jvp is None})
+        specs = case._node_specs() or [case.spec(n.op) for n in case.nodes]
+        missing = sorted({n.op for n, spec in zip(case.nodes, specs) if spec.jvp is None})
         if missing:
             return False, f"jacobian: no JVP rule for op(s) {', '.join(missing)}"
         n = case.n_inputs

@@ -54,7 +54,8 @@ class TorchOracle(Oracle):
         return True, ""
 
     def applies(self, case):
-        missing = sorted({n.op for n in case.nodes if case.spec(n.op).torch is None})
+        specs = case._node_specs() or [case.spec(n.op) for n in case.nodes]
+        missing = sorted({n.op for n, spec in zip(case.nodes, specs) if spec.torch is None})
         if missing:
             return False, f"{self.name}: no torch mapping for op(s) {', '.join(missing)}"
         return True, ""

@@ -1,0 +1,76 @@
+"""Values computed once per case while one ``gs.check`` runs, shared by the oracles and the verdict rules.
+
+A case's forward values, its nodes' op specs and its exact ties/kinks do not change while it is being
+checked, yet several oracles and rules need them (the jacobian and the kink test both evaluate the
+forward; finite differences and the jacobian both ask for the kinks): on the small graphs that
+dominate a fuzz run, computing them again cost more than some oracles do.  ``scope(case)`` opens a
+memo for that one case object; ``once(case, key, fn)`` returns ``fn()``, computed at most once per
+scope.  Outside a scope (an oracle called on its own) nothing is kept, so a case edited between two
+calls is never answered from stale values.  A computation that raises is not kept (the next caller
+raises afresh, with its own traceback).
+
+Example::
+
+    >>> from gradspec._private import percase
+    >>> calls = []
+    >>> class C: pass
+    >>> c = C()
+    >>> with percase.scope(c):
+    ...     a = percase.once(c, "x", lambda: calls.append(1) or 42)
+    ...     b = percase.once(c, "x", lambda: calls.append(1) or 42)
+    >>> a, b, len(calls), percase.once(c, "x", lambda: 7)
+    (42, 42, 1, 7)
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+__all__ = ["scope", "once", "active"]
+
+
+class _Memo:
+    __slots__ = ("case", "depth", "data")
+
+    def __init__(self, case) -> None:
+        self.case = case
+        self.depth = 0
+        self.data: dict = {}
+
+
+_SCOPES: dict[int, _Memo] = {}
+
+
+@contextlib.contextmanager
+def scope(case):
+    """Keep what ``once`` computes for ``case`` until the (outermost) scope of that case ends."""
+    key = id(case)
+    m = _SCOPES.get(key)
+    if m is None or m.case is not case:
+        m = _SCOPES[key] = _Memo(case)
+    m.depth += 1
+    try:
+        yield m.data
+    finally:
+        m.depth -= 1
+        if not m.depth and _SCOPES.get(key) is m:
+            del _SCOPES[key]
+
+
+def active(case) -> dict | None:
+    """The memo of ``case`` while a scope of it is open, else None."""
+    m = _SCOPES.get(id(case))
+    return m.data if m is not None and m.case is case else None
+
+
+def once(case, key, fn):
+    """``fn()``, computed once per scope of ``case`` (every call outside a scope computes it)."""
+    m = _SCOPES.get(id(case))
+    if m is None or m.case is not case:
+        return fn()
+    data = m.data
+    try:
+        return data[key]
+    except KeyError:
+        v = data[key] = fn()
+        return v
