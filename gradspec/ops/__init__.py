@@ -15,13 +15,9 @@ from ..spec.opspec import OpSpec, Unsupported
 from ..spec.registry import lookup, public_names, register
 
 # Importing the family modules fills the table (each declaration registers itself).
-from . import elementwise, reduce, shape  # noqa: E402,F401  isort: skip
-
-try:  # families written after the core; absent ones simply contribute no ops
-    from . import linalg  # noqa: F401
-except ImportError as _e:  # pragma: no cover - only while a family module is missing
-    if "linalg" not in str(_e):
-        raise
+# The order is the table's order (strategies draw ops by their position in it): each split module
+# right after the one it was split from.
+from . import elementwise, reduce, reduce_stats, shape, indexing, linalg, nn  # noqa: E402,F401  isort: skip
 
 from .user import Op, UserOpError  # noqa: E402
 
