@@ -111,13 +111,26 @@ def _ancestors(case: Case, names) -> set:
     return seen
 
 
+def _rebuilt(case: Case, leaves: list, nodes: list, roots=None, seeds=None) -> Case:
+    """A new case of ``leaves`` and ``nodes`` that keeps ``case``'s engine, user ops and meta (and its
+    roots and seeds unless given); ValueError if it does not validate."""
+    out = Case(leaves, nodes, list(case.roots if roots is None else roots), list(case.seeds if seeds is None else seeds),
+               engine=case.engine, user_ops=dict(case.user_ops), meta=dict(case.meta))
+    out.validate()
+    return out
+
+
+def _rebuilt_or_none(case: Case, leaves: list, nodes: list) -> Case | None:
+    try:
+        return _rebuilt(case, leaves, nodes)
+    except Exception:  # noqa: BLE001 - a rebuilt case that does not validate is not a candidate
+        return None
+
+
 def _sub(case: Case, keep: set, roots: list, seeds: list) -> Case:
     leaves = [Leaf(l.name, l.value, l.requires_grad) for l in case.leaves if l.name in keep]
     nodes = [NodeDef(n.name, n.op, list(n.inputs), dict(n.params)) for n in case.nodes if n.name in keep]
-    out = Case(leaves, nodes, list(roots), list(seeds), engine=case.engine, user_ops=dict(case.user_ops),
-               meta=dict(case.meta))
-    out.validate()
-    return out
+    return _rebuilt(case, leaves, nodes, roots, seeds)
 
 
 def prune_dead(case: Case) -> Case:
@@ -226,13 +239,7 @@ def isolate(case: Case) -> Case | None:
         v = np.array(env[i], copy=True)
         rg = leaves[i].requires_grad if i in leaves else v.dtype.kind == "f"
         new_leaves.append(Leaf(i, v, rg))
-    out = Case(new_leaves, [NodeDef(last.name, last.op, list(last.inputs), dict(last.params))], list(case.roots),
-               list(case.seeds), engine=case.engine, user_ops=dict(case.user_ops), meta=dict(case.meta))
-    try:
-        out.validate()
-    except Exception:  # noqa: BLE001
-        return None
-    return out
+    return _rebuilt_or_none(case, new_leaves, [NodeDef(last.name, last.op, list(last.inputs), dict(last.params))])
 
 
 def _distinct_inputs(case: Case) -> Case | None:
@@ -256,10 +263,4 @@ def _distinct_inputs(case: Case) -> Case | None:
         return None
     nodes = [NodeDef(n.name, n.op, list(n.inputs), dict(n.params)) for n in case.nodes]
     nodes[-1].inputs = inputs
-    out = Case([Leaf(l.name, l.value, l.requires_grad) for l in case.leaves] + extra, nodes, list(case.roots),
-               list(case.seeds), engine=case.engine, user_ops=dict(case.user_ops), meta=dict(case.meta))
-    try:
-        out.validate()
-    except Exception:  # noqa: BLE001
-        return None
-    return out
+    return _rebuilt_or_none(case, [Leaf(l.name, l.value, l.requires_grad) for l in case.leaves] + extra, nodes)
