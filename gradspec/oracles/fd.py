@@ -44,12 +44,12 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from typing import NamedTuple
 
 import numpy as np
 
 from .. import tolerances as _tol
-from .._private.fdstep import noise_pattern
-from .._private.fdstep import noise_sigma as _noise_sigma
+from .._private.fdstep import line_sigma, noise_pattern
 from .._private.kinks import exclusion
 from .._private.prologue import oracle_call
 from ._base import NonDifferentiable, Oracle, OracleError
@@ -102,10 +102,11 @@ def _as64(case):
     return {l.name: (np.asarray(l.value, dtype=np.float64) if l.value.dtype.kind == "f" else l.value) for l in case.leaves}
 
 
-def _s_values(env, roots, seeds64, nb: int):
-    """s = sum_r <seed_r, f_r> and S = sum_r <|seed_r|, |f_r|> at each of the nb batched points."""
-    s = S = 0.0
-    for r, seed in zip(roots, seeds64):
+def _s_values(env, roots, seeds64, nb: int, abs_seeds=None):
+    """s = sum_r <seed_r, f_r> and S = sum_r <|seed_r|, |f_r|> at each of the nb batched points
+    (``abs_seeds``: the raveled |seed_r|, when the caller has them already)."""
+    s = S = None
+    for i, (r, seed) in enumerate(zip(roots, seeds64)):
         v = env[r]
         if v.dtype != np.float64:
             v = v.astype(np.float64)
@@ -113,8 +114,11 @@ def _s_values(env, roots, seeds64, nb: int):
             v = _repeat(v, nb)
         v = v.reshape(nb, -1)
         sv = seed.ravel()
-        s = s + v @ sv
-        S = S + np.abs(v) @ np.abs(sv)
+        asv = np.abs(sv) if abs_seeds is None else abs_seeds[i]
+        if s is None:
+            s, S = v @ sv, np.abs(v) @ asv
+        else:
+            s, S = s + v @ sv, S + np.abs(v) @ asv
     return s, S
 
 
@@ -127,13 +131,18 @@ VALUE_DEPTH = 16.0
 
 def _center_scale(center) -> tuple[float, str | None]:
     """max |value| over the finite float values at the centre, and the name of a non-finite one (or None)."""
-    floats = [(name, c) for name, c in center.items() if c.dtype.kind == "f" and c.size]  # (values are arrays)
+    return _scale([(name, c) for name, c in center.items() if c.dtype.kind == "f" and c.size])  # (values are arrays)
+
+
+def _scale(floats) -> tuple[float, str | None]:
+    """``_center_scale`` of the (name, non-empty float array) pairs ``floats``."""
     if not floats:
         return 0.0, None
-    a = np.abs(np.concatenate([c.ravel() for _, c in floats]))
+    a = np.abs(np.concatenate([c for _, c in floats], axis=None) if len(floats) > 1 else floats[0][1])
     vmax = float(a.max())
     if vmax < np.inf:  # NaN fails this too
         return vmax, None
+    a = a.ravel()
     bad = next(name for name, c in floats if not np.isfinite(c).all())
     return float(a[np.isfinite(a)].max(initial=0.0)), bad
 
@@ -146,7 +155,9 @@ def _finite_center_scale(center) -> float:
     return vmax
 
 
-def _floor(vmax: float, seeds64) -> float:
+def _floor(vmax: float, seeds64, abs_seeds=None) -> float:
+    if abs_seeds is not None:  # |seed| raveled: the same sums (a contiguous array reduces as one run)
+        return VALUE_DEPTH * EPS * vmax * float(sum(a.sum() for a in abs_seeds))
     return VALUE_DEPTH * EPS * vmax * float(sum(np.abs(seed).sum() for seed in seeds64))
 
 
@@ -162,8 +173,22 @@ def _at_center(case, center, seeds64):
 
 
 def _reach(batch, center):
-    """How far each element of a tensor moves over the perturbed points (max over the batch axis)."""
-    return np.abs(np.asarray(batch, dtype=np.float64) - center).max(axis=0)
+    """How far each element of a tensor moves over the perturbed points (max over the batch axis).
+
+    On large batches ``max |b - c| = max(max b - c, c - min b)``: ``b -> fl(b - c)`` is monotone
+    and rounding is symmetric, so this is bit for bit ``np.abs(batch - center).max(axis=0)`` in
+    float64 (NaN and inf included; the final ``abs`` turns the -0.0 that ``max`` may pick into
+    0.0), with two reductions over the batch instead of three passes and a temporary of its size
+    (a third of FD's own work on graphs of a few hundred elements).  On small ones the three
+    calls of the direct form cost less than six."""
+    if batch.size <= _REACH_DIRECT:
+        return np.abs(np.asarray(batch, dtype=np.float64) - center).max(axis=0)
+    hi = np.subtract(batch.max(axis=0), center, dtype=np.float64)
+    lo = np.subtract(center, batch.min(axis=0), dtype=np.float64)
+    return np.abs(np.maximum(hi, lo, out=hi), out=hi)
+
+
+_REACH_DIRECT = 2048
 
 
 def _points(x64, leaves, idx_chunk, h):
@@ -191,28 +216,25 @@ def _points(x64, leaves, idx_chunk, h):
     return batches, nb
 
 
-def _watch_plan(case) -> list:
-    """The ops with kinks, ties or domain edges, and which of their inputs to watch.
-
-    Returns ``[(node, spec, [(input name, domain with singular points or edges)], has kink_distance)]``.
-    """
-    plan = []
-    for node in case.nodes:
-        spec = case.spec(node.op)
-        doms = [
-            (name, d) for name, d in zip(node.inputs, spec.domains_for(len(node.inputs)))
-            if d.points or d.lo > -np.inf or d.hi < np.inf
-        ]
-        if doms or spec.kink_distance is not None:
-            plan.append((node, spec, doms, spec.kink_distance is not None))
-    return plan
-
-
-def _watched(plan) -> set:
-    names = set()
-    for node, _, doms, kink in plan:
-        names.update(node.inputs if kink else (name for name, _ in doms))
-    return names
+def _range_points(x64, leaves, start: int, stop: int, h):
+    """``_points`` for the contiguous elements ``start:stop`` (the chunks of a large case): the
+    same batches, with the perturbed positions computed per leaf from the overlap, not by masks."""
+    nf, k = len(FACTORS), stop - start
+    nb = k * nf
+    batches = {name: _repeat(v, nb) for name, v in x64.items()}
+    off = 0
+    for l in leaves:
+        size = l.value.size
+        lo, hi = max(start, off), min(stop, off + size)
+        if lo < hi:
+            arr = np.empty((nb, size))
+            arr[:] = x64[l.name].ravel()
+            t = np.arange(lo - start, hi - start)
+            pos = (np.arange(nf)[:, None] * (k * size) + t * (size + 1) + (start - off)).ravel()
+            arr.reshape(-1)[pos] += (_FACTORS[:, None] * h[lo:hi]).ravel()
+            batches[l.name] = arr.reshape((nb,) + l.shape)
+        off += size
+    return batches, nb
 
 
 def _combine(s, s0, Smax, S0, h, floor=0.0):
@@ -226,6 +248,107 @@ def _combine(s, s0, Smax, S0, h, floor=0.0):
     return d - correction, trunc + 2.4 * delta / h, trunc
 
 
+_RD_EPS = float(ROUNDING_DEPTH * EPS)
+# Up to this many input elements the per-element arithmetic after the batched pass (finiteness,
+# combination, the coarse-step test) runs on Python floats: ~30 float operations per element cost
+# less than the ~30 numpy calls (each ~0.5-1 us on arrays of a few elements) up to about here.
+SMALL_N = 8
+
+
+def _estimate_small(s, S, s0, S0, h, floor):
+    """The finiteness test, ``_combine`` and the coarse-step test of ``fd_gradient`` on Python
+    floats (lists: ``s`` and ``S`` of 3 rows, ``h``): the same operations in the same order, so
+    the same floats.  Returns ``("not finite", j)`` for the first element j whose stencil is not
+    finite (row-major, as ``np.argwhere``); None where Python's ``max`` would order a NaN
+    differently from ``np.maximum`` (a non-finite S, step or centre: the caller uses the numpy
+    path); else ``(r, err, trunc, refine)``."""
+    isfinite = math.isfinite
+    for row in s:
+        if not all(map(isfinite, row)):
+            return "not finite", next(j for j, v in enumerate(row) if not isfinite(v))
+    if not (isfinite(s0) and isfinite(S0) and isfinite(floor) and all(map(isfinite, h))):
+        return None
+    for row in S:
+        if not all(map(isfinite, row)):
+            return None
+    a0, s03 = abs(s0), 3 * s0
+    r, err, trunc = [], [], []
+    rmax = tmax = 0.0
+    nan = False
+    # max() spelled as comparisons (a builtin call per max is most of the loop's time); the
+    # values are finite, so the order of a comparison cannot change the result
+    for sp, sm, s2, Sp, Sm, S2, hj in zip(*s, *S, h):
+        correction = (s2 - 3 * sp + s03 - sm) / (6 * hj)
+        rj = (sp - sm) / (2 * hj) - correction
+        t = abs(correction)
+        top = abs(sp)
+        x = abs(sm)
+        top = x if x > top else top
+        x = abs(s2)
+        top = x if x > top else top
+        top = a0 if a0 > top else top
+        x = Sp if Sp > Sm else Sm
+        x = S2 if S2 > x else x
+        x = S0 if S0 > x else x
+        delta = _RD_EPS * (x + top)
+        delta = floor if floor > delta else delta
+        r.append(rj)
+        err.append(t + 2.4 * delta / hj)
+        trunc.append(t)
+        a = abs(rj)
+        if a > rmax:
+            rmax = a
+        if t > tmax:
+            tmax = t
+        if a != a or t != t:
+            nan = True
+    # numpy's rules: a NaN in |r| or trunc makes scale or trunc.max() NaN, and the test False
+    scale = max(rmax, 1e-300)
+    refine = not nan and tmax > COARSE * scale and any(
+        t > COARSE * max(abs(x), scale) and t > 0.5 * e for x, e, t in zip(r, err, trunc))
+    return r, err, trunc, refine
+
+
+_WATCH: dict = {}  # (id(spec), id(domain), inputs) -> (spec, domain, (watched input positions + domains, has kink))
+
+
+def _spec_watch(spec, nin: int):
+    """Which inputs of an op to watch (a domain with singular points or edges) and whether it has
+    a ``kink_distance``: a property of the op's declaration, computed once per op, not per case."""
+    key = (id(spec), id(spec.domain), nin)
+    hit = _WATCH.get(key)
+    if hit is not None and hit[0] is spec and hit[1] is spec.domain:
+        return hit[2]
+    doms = tuple((i, d) for i, d in enumerate(spec.domains_for(nin)) if d.points or d.lo > -np.inf or d.hi < np.inf)
+    if len(_WATCH) > 4096:  # user ops made afresh in a loop: keep the cache bounded
+        _WATCH.clear()
+    _WATCH[key] = (spec, spec.domain, doms)
+    return doms
+
+
+def _watch_plan(case) -> list:
+    """The ops with kinks, ties or domain edges, and which of their inputs to watch.
+
+    Returns ``[(node, spec, [(input name, domain with singular points or edges)], has kink_distance)]``.
+    """
+    plan = []
+    for node in case.nodes:
+        spec = case.spec(node.op)
+        ins = node.inputs
+        doms = _spec_watch(spec, len(ins))
+        kink = spec.kink_distance is not None
+        if doms or kink:
+            plan.append((node, spec, [(ins[i], d) for i, d in doms if i < len(ins)], kink))
+    return plan
+
+
+def _watched(plan) -> set:
+    names = set()
+    for node, _, doms, kink in plan:
+        names.update(node.inputs if kink else (name for name, _ in doms))
+    return names
+
+
 # Up to this many stencil rows the centre is evaluated in the same batched pass: below 64 rows no
 # tensor of the graph can be large enough for the batch to matter; up to 1024 rows only when the
 # shape rules say the largest tensor times the rows stays under MAX_BATCH_ELEMENTS.
@@ -234,27 +357,38 @@ INLINE_ROWS_CHECKED = 1024
 
 
 def _stencil(flat, h, n):
-    """(3n + 1, n) matrix of points: row 0 the centre, then x + f h e_j for f in FACTORS.
+    """(3n + 1 + FD_NOISE_POINTS, n) matrix of points: row 0 the centre, then x + f h e_j for f in
+    FACTORS, then the noise line ``x + noise_pattern(n) h`` (none for n = 0).
 
-    The small-case twin of ``_points``: every element perturbed, all leaves in one matrix sliced
-    per leaf.  A single builder (``_points`` with a centre row) was tried and cost 15% of FD's time
-    on the small cases that dominate; ``_points`` stays for chunks and refinement, where only the
-    perturbed leaf may be materialised.
+    Every element perturbed, all leaves in one matrix sliced per leaf: the small-case twin of
+    ``_points``, which stays for chunks and refinement, where only the perturbed leaf may be
+    materialised.  One fancy-indexed addition places every offset (stencil and noise line),
+    ``x + f h_j`` and ``x + p h_j`` exactly as separate passes would.
     """
-    X = np.empty((len(FACTORS) * n + 1, n))
+    X = np.empty((len(FACTORS) * n + 1 + (_tol.FD_NOISE_POINTS if n else 0), n))
     X[:] = flat
-    X.reshape(-1)[_stencil_index(n)] += np.multiply.outer(_FACTORS, h).reshape(-1)
+    if n:
+        idx, mult, col = _stencil_plan(n)
+        X.reshape(-1)[idx] += mult * h[col]
     return X
 
 
 @functools.lru_cache(maxsize=256)
-def _stencil_index(n: int) -> np.ndarray:
-    # O(n) updates of the flat buffer (row r perturbs element (r - 1) mod n), not an O(n^2) diagonal;
-    # the positions depend on n alone, and the small n that use the stencil repeat all the time.
-    rows = np.arange(1, len(FACTORS) * n + 1)
-    idx = rows * n + (rows - 1) % max(n, 1)
-    idx.flags.writeable = False  # shared by every call with this n
-    return idx
+def _stencil_plan(n: int):
+    # Flat positions in the (rows, n) buffer, their multipliers of h and the column (element) of
+    # each: O(n) updates for the stencil (row r perturbs element (r - 1) mod n), 16 n for the noise
+    # line.  They depend on n alone, and the small n that use the stencil repeat all the time.
+    nf, m = len(FACTORS), _tol.FD_NOISE_POINTS
+    rows = np.arange(1, nf * n + 1)
+    cols = (rows - 1) % n
+    noise_rows = np.repeat(np.arange(nf * n + 1, nf * n + 1 + m), n)
+    noise_cols = np.tile(np.arange(n), m)
+    idx = np.concatenate([rows * n + cols, noise_rows * n + noise_cols])
+    mult = np.concatenate([np.repeat(_FACTORS, n), noise_pattern(n).ravel()])
+    col = np.concatenate([cols, noise_cols])
+    for a in (idx, mult, col):
+        a.flags.writeable = False  # shared by every call with this n
+    return idx, mult, col
 
 
 def _leaf_batches(case, x64, leaves, X):
@@ -284,7 +418,6 @@ def _element_name(leaves, j: int) -> str:
             return f"{l.name}[{', '.join(str(int(i)) for i in idx)}]"
         off += l.value.size
     return f"element {j}"
-
 
 def _finer(case, x64, leaves, seeds64, idx, h0, s_first, s0, S0, floor, scale, out) -> int:
     """Elements the refinement left too coarse: try the steps FD_FINER_STEPS x h0 (a kink or pole
@@ -344,110 +477,139 @@ def _classify(where, coarse, hc, fine, hf, s0, S0, floor, trunc, deriv) -> None:
         "central differences there)")
 
 
+class _Pass(NamedTuple):
+    """What the batched evaluation of the stencil leaves for the estimate."""
+
+    center: dict  # name -> value at the case's inputs
+    vfloor: float  # the rounding floor of the values (VALUE_DEPTH)
+    seeds64: list
+    s0: float
+    S0: float
+    s: np.ndarray  # (3, n): s at x + f h e_j
+    S: np.ndarray  # (3, n): S there
+    sigma: float  # the forward's measured noise (FD_NOISE_POINTS)
+    reach: dict  # watched name -> how far each element moves over the stencil
+    evaluations: int
+
+
+class _RowZero(dict):
+    """name -> row 0 (the centre) of a batched environment, taken when first asked for: the
+    estimate needs the centre of the roots and of the watched inputs, not of every node."""
+
+    def __init__(self, env):
+        super().__init__()
+        self.env = env
+
+    def __missing__(self, name):
+        v = self[name] = self.env[name][0]
+        return v
+
+    def __bool__(self):  # ``case.seed_arrays(values)`` falls back to a fresh evaluation on an empty mapping
+        return True
+
+
+def _inline_pass(case, x64, leaves, flat, h, n, watch) -> _Pass:
+    """Small n: the centre is row 0 of the one batched pass, the noise line its last rows (the fixed
+    cost of a second evaluation would dominate a graph of a few elements)."""
+    X = _stencil(flat, h, n)
+    rows = X.shape[0]
+    env = case._evaluate(_leaf_batches(case, x64, leaves, X), 1)
+    vmax, bad = _scale([(name, v[0]) for name, v in env.items() if v.dtype.kind == "f" and v.size])
+    if bad is not None:
+        raise OracleError(f"finite differences: {bad} is not finite at the case's inputs")
+    center = _RowZero(env)
+    seeds64 = _seeds64(case, center)
+    abs_seeds = [np.abs(seed.ravel()) for seed in seeds64]
+    s, S = _s_values(env, case.roots, seeds64, rows, abs_seeds)
+    m = len(FACTORS) * n + 1
+    reach = {}
+    for name in watch if n else ():  # n = 0: the centre alone, nothing moves
+        v = env[name]
+        if v.dtype.kind == "f" and v.size:
+            reach[name] = _reach(v[1:m], v[0])
+    sigma = line_sigma(s[m:].tolist()) if n else 0.0
+    return _Pass(center, _floor(vmax, seeds64, abs_seeds), seeds64, float(s[0]), float(S[0]),
+                 s[1:m].reshape(len(FACTORS), n), S[1:m].reshape(len(FACTORS), n), sigma, reach, rows)
+
+
+def _chunked_pass(case, x64, leaves, flat, h, n, watch) -> _Pass:
+    """Large n: the centre once, the stencil in chunks under MAX_BATCH_ELEMENTS, the noise line apart."""
+    nf = len(FACTORS)
+    center = case._evaluate(x64, 0)
+    vmax = _finite_center_scale(center)
+    seeds64 = _seeds64(case, center)
+    s0, S0 = _at_center(case, center, seeds64)
+    biggest = max([np.size(v) for v in center.values()] + [1])
+    chunk = max(1, int(MAX_BATCH_ELEMENTS // (nf * biggest)))
+    s_vals, S_vals = np.empty((nf, n)), np.empty((nf, n))
+    watched = [(name, np.asarray(center[name])) for name in watch]
+    watched = [(name, c) for name, c in watched if c.size and c.dtype.kind == "f"]
+    reach: dict[str, np.ndarray] = {}
+    evaluations = 1
+    for start in range(0, n, chunk):
+        stop = min(n, start + chunk)
+        batches, nb = _range_points(x64, leaves, start, stop, h)
+        env = case._evaluate(batches, 1)
+        s, S = _s_values(env, case.roots, seeds64, nb)
+        evaluations += nb
+        s_vals[:, start:stop] = s.reshape(nf, -1)
+        S_vals[:, start:stop] = S.reshape(nf, -1)
+        for name, c in watched:
+            rc = _reach(env[name], c)
+            reach[name] = np.maximum(reach[name], rc) if name in reach else rc
+    sigma = 0.0
+    if n:
+        noise = _noise_rows(flat, h)
+        sn = _s_values(case._evaluate(_leaf_batches(case, x64, leaves, noise), 1), case.roots, seeds64, len(noise))[0]
+        sigma = line_sigma(sn.tolist())
+        evaluations += len(noise)
+    return _Pass(center, _floor(vmax, seeds64), seeds64, s0, S0, s_vals, S_vals, sigma, reach, evaluations)
+
+
 @oracle_call
 def fd_gradient(case, *, check_reach: bool = True) -> FDResult:
     """Full finite-difference gradient of every differentiable leaf (3n + 1 points, one batched pass per chunk)."""
     leaves = case.grad_leaves()
     x64 = _as64(case)
-    n = int(sum(l.value.size for l in leaves))
-    flat = np.concatenate([x64[l.name].ravel() for l in leaves]) if len(leaves) > 1 else x64[leaves[0].name].ravel() if leaves else np.zeros(0)
+    if len(leaves) == 1:
+        flat = x64[leaves[0].name].ravel()
+    else:
+        flat = np.concatenate([x64[l.name].ravel() for l in leaves]) if leaves else np.zeros(0)
+    n = flat.size
     h = STEP * np.maximum(1.0, np.abs(flat))
-    h0 = h.copy()  # the first step (refinement changes h)
-    nf = len(FACTORS)
     plan = _watch_plan(case) if check_reach else []
-    watch = _watched(plan)
-    reach: dict[str, np.ndarray] = {}
-    noise = _noise_rows(flat, h) if n else np.zeros((0, 0))
-    rows = nf * n + 1 + len(noise)
-    inline = rows * max([l.value.size for l in case.leaves] + [1]) <= MAX_BATCH_ELEMENTS and (
+    rows = len(FACTORS) * n + 1 + (_tol.FD_NOISE_POINTS if n else 0)
+    inline = rows * max([l.value.size for l in case.leaves]) <= MAX_BATCH_ELEMENTS and (
         rows <= INLINE_ROWS
         or rows <= INLINE_ROWS_CHECKED and rows * max(math.prod(s) for s in case.shapes().values()) <= MAX_BATCH_ELEMENTS
     )
-    if inline:
-        # Small n: the centre is row 0 of the one batched pass (the fixed cost of a second
-        # evaluation would dominate a graph of a few elements).
-        X = _stencil(flat, h, n)
-        env = case._evaluate(_leaf_batches(case, x64, leaves, np.concatenate([X, noise]) if len(noise) else X), 1)
-        center = {name: v[0] for name, v in env.items()}
-        vmax = _finite_center_scale(center)
-        seeds64 = _seeds64(case, center)
-        s, S = _s_values(env, case.roots, seeds64, rows)
-        s0, S0 = float(s[0]), float(S[0])
-        s_vals = s[1 : nf * n + 1].reshape(nf, n)
-        S_max = S[1 : nf * n + 1].reshape(nf, n).max(axis=0)
-        sigma = _noise_sigma(s[nf * n + 1 :])
-        for name in watch if n else ():  # n = 0: the centre alone, nothing moves
-            v = env[name]
-            if v.dtype.kind == "f" and v[0].size:
-                reach[name] = _reach(v[1 : nf * n + 1], v[0])
-        evaluations = rows
+    p = (_inline_pass if inline else _chunked_pass)(case, x64, leaves, flat, h, n, _watched(plan))
+    floor = float(max(p.vfloor, _tol.FD_NOISE_SIGMAS * p.sigma))
+    small = _estimate_small(p.s.tolist(), p.S.tolist(), p.s0, p.S0, h.tolist(), floor) if n <= SMALL_N else None
+    if small is not None and small[0] == "not finite":
+        _not_finite(small[1], h)
+    if small is None and not np.isfinite(p.s).all():
+        _not_finite(int(np.argwhere(~np.isfinite(p.s))[0][1]), h)
+    if check_reach and p.reach:  # a kink within reach explains a coarse estimate better than "varies too fast"
+        _check_reach(plan, p.center, p.reach)
+    if small is not None and not small[3]:
+        return _result(leaves, np.array(small[0]), np.array(small[1]), h, p.evaluations)
+    if small is not None:
+        r, err, trunc = (np.array(a) for a in small[:3])
     else:
-        center = case._evaluate(x64, 0)
-        vmax = _finite_center_scale(center)
-        seeds64 = _seeds64(case, center)
-        s0, S0 = _at_center(case, center, seeds64)
-        biggest = max([np.size(v) for v in center.values()] + [1])
-        chunk = max(1, int(MAX_BATCH_ELEMENTS // (nf * biggest)))
-        s_vals = np.zeros((nf, n))
-        S_max = np.zeros(n)
-        evaluations = 1
-        for start in range(0, n, chunk):
-            idx = list(range(start, min(n, start + chunk)))
-            batches, nb = _points(x64, leaves, idx, h)
-            env = case._evaluate(batches, 1)
-            s, S = _s_values(env, case.roots, seeds64, nb)
-            evaluations += nb
-            k = len(idx)
-            s_vals[:, start : start + k] = s.reshape(nf, k)
-            S_max[start : start + k] = S.reshape(nf, k).max(axis=0)
-            for name in watch:
-                c = np.asarray(center[name])
-                if c.size and c.dtype.kind == "f":
-                    reach[name] = np.maximum(reach.get(name, 0.0), _reach(env[name], c))
-        sigma = 0.0
-        if len(noise):
-            sigma = _noise_sigma(_s_values(case._evaluate(_leaf_batches(case, x64, leaves, noise), 1), case.roots,
-                                           seeds64, len(noise))[0])
-            evaluations += len(noise)
-    floor = max(_floor(vmax, seeds64), _tol.FD_NOISE_SIGMAS * sigma)
-    if not np.isfinite(s_vals).all():
-        j = int(np.argwhere(~np.isfinite(s_vals))[0][1])
-        raise OracleError(
-            f"finite differences: the function is not finite at a perturbed point (input element {j} moved by "
-            f"{h[j]:.3g}): the case sits at the edge of float64's range"
-        )
-    if check_reach and reach:  # a kink within reach explains a coarse estimate better than "varies too fast"
-        _check_reach(plan, center, reach)
-    r, err, trunc = _combine(s_vals, s0, S_max, S0, h, floor)
-    # Where the function varies too fast for the step (cos of a large intermediate) the
-    # truncation term dominates and the third-difference estimate itself becomes unreliable:
-    # refine those elements with h / 16 while that lowers the error estimate.
-    scale = max(float(np.abs(r).max(initial=0.0)), 1e-300)
+        r, err, trunc = _combine(p.s, p.s0, p.S.max(axis=0), p.S0, h, floor)
+    h, more = _refine(case, x64, leaves, p, h, floor, (r, err, trunc))
+    return _result(leaves, r, err, h, p.evaluations + more)
 
-    def too_coarse(idx):
-        return idx[(trunc[idx] > COARSE * np.maximum(np.abs(r[idx]), scale)) & (trunc[idx] > 0.5 * err[idx])]
 
-    # trunc > COARSE * max(|r|, scale) needs trunc > COARSE * scale somewhere: one reduction settles
-    # the common case (no element too coarse) before the element-wise test.
-    if trunc.max(initial=0.0) > COARSE * scale and ((trunc > COARSE * np.maximum(np.abs(r), scale)) & (trunc > 0.5 * err)).any():
-        coarse = too_coarse(np.arange(n))
-        for _ in range(REFINEMENTS):
-            if coarse.size == 0:
-                break
-            h2 = h.copy()
-            h2[coarse] /= 16
-            batches, nb = _points(x64, leaves, list(coarse), h2)
-            s, S = _s_values(case._evaluate(batches, 1), case.roots, seeds64, nb)
-            evaluations += nb
-            s = s.reshape(nf, coarse.size)
-            r2, e2, t2 = _combine(s, s0, S.reshape(nf, -1).max(axis=0), S0, h2[coarse], floor)
-            better = e2 < err[coarse]
-            sel = coarse[better]
-            r[sel], err[sel], trunc[sel], h[sel] = r2[better], e2[better], t2[better], h2[sel]
-            coarse = too_coarse(sel)
-        still = too_coarse(np.arange(n))
-        if still.size:
-            evaluations += _finer(case, x64, leaves, seeds64, still, h0, s_vals, s0, S0, floor, scale, (r, err, trunc, h))
+def _not_finite(j: int, h):
+    raise OracleError(
+        f"finite differences: the function is not finite at a perturbed point (input element {j} moved by "
+        f"{h[j]:.3g}): the case sits at the edge of float64's range"
+    )
+
+
+def _result(leaves, r, err, h, evaluations) -> FDResult:
     grads, errors, steps = {}, {}, {}
     off = 0
     for l in leaves:
@@ -459,6 +621,47 @@ def fd_gradient(case, *, check_reach: bool = True) -> FDResult:
     return FDResult(grads, errors, steps, evaluations)
 
 
+def _refine(case, x64, leaves, p: _Pass, h, floor, out):
+    """Where the function varies too fast for the step (cos of a large intermediate) the truncation
+    term dominates and the third-difference estimate itself becomes unreliable: refine those
+    elements with h / 16 while that lowers the error estimate, then try finer steps (``_finer``).
+    ``out`` = (r, err, trunc), updated in place; returns (the steps, the evaluations spent)."""
+    r, err, trunc = out
+    n, nf = r.size, len(FACTORS)
+    seeds64, s0, S0 = p.seeds64, p.s0, p.S0
+    evaluations = 0
+    scale = max(float(np.abs(r).max(initial=0.0)), 1e-300)
+
+    def too_coarse(idx):
+        return idx[(trunc[idx] > COARSE * np.maximum(np.abs(r[idx]), scale)) & (trunc[idx] > 0.5 * err[idx])]
+
+    # trunc > COARSE * max(|r|, scale) needs trunc > COARSE * scale somewhere: one reduction settles
+    # the common case (no element too coarse) before the element-wise test.
+    if not (trunc.max(initial=0.0) > COARSE * scale and (
+            (trunc > COARSE * np.maximum(np.abs(r), scale)) & (trunc > 0.5 * err)).any()):
+        return h, 0
+    h0 = h.copy()  # the first step (refinement changes h)
+    coarse = too_coarse(np.arange(n))
+    for _ in range(REFINEMENTS):
+        if coarse.size == 0:
+            break
+        h2 = h.copy()
+        h2[coarse] /= 16
+        batches, nb = _points(x64, leaves, list(coarse), h2)
+        s, S = _s_values(case._evaluate(batches, 1), case.roots, seeds64, nb)
+        evaluations += nb
+        s = s.reshape(nf, coarse.size)
+        r2, e2, t2 = _combine(s, s0, S.reshape(nf, -1).max(axis=0), S0, h2[coarse], floor)
+        better = e2 < err[coarse]
+        sel = coarse[better]
+        r[sel], err[sel], trunc[sel], h[sel] = r2[better], e2[better], t2[better], h2[sel]
+        coarse = too_coarse(sel)
+    still = too_coarse(np.arange(n))
+    if still.size:
+        evaluations += _finer(case, x64, leaves, seeds64, still, h0, p.s, s0, S0, floor, scale, (r, err, trunc, h))
+    return h, evaluations
+
+
 def _check_reach(plan, center, reach) -> None:
     """Refuse if any op input is within (4x) its perturbation reach of a non-differentiable point.
 
@@ -466,28 +669,66 @@ def _check_reach(plan, center, reach) -> None:
     own reach); relations between elements (ties of a max, clamp bounds...) through the op's
     ``kink_distance``, a scalar, against the largest reach among its inputs.
     """
+    top: dict[str, float] = {}
     for node, spec, doms, kink in plan:
         for name, dom in doms:
             if name not in reach:
                 continue
             a = np.asarray(center[name])
-            dist = np.full(a.shape, np.inf)
-            for p in dom.points:
-                dist = np.minimum(dist, np.abs(a - p))
-            if dom.lo > -np.inf:
-                dist = np.minimum(dist, a - dom.lo)
-            if dom.hi < np.inf:
-                dist = np.minimum(dist, dom.hi - a)
-            close = dist <= 4 * reach[name]
-            if close.any():
-                j = tuple(int(i) for i in np.argwhere(close)[0])
-                _refuse(node, float(dist[j]), float(reach[name][j]))
+            if a.dtype == np.float64 and a.size <= SMALL_N:
+                hit = _close_small(a, dom, reach[name])
+            else:
+                hit = _close(a, dom, reach[name])
+            if hit is not None:
+                _refuse(node, *hit)
         if kink:
             args = [np.asarray(center[i]) for i in node.inputs]
             d = float(spec.kink_distance(*args, **node.params))
-            r = max((float(reach[i].max(initial=0.0)) for i in node.inputs if i in reach), default=0.0)
-            if np.isfinite(d) and d <= 4 * r:
+            for i in node.inputs:
+                if i in reach and i not in top:
+                    top[i] = float(reach[i].max(initial=0.0))
+            r = max((top[i] for i in node.inputs if i in reach), default=0.0)
+            if math.isfinite(d) and d <= 4 * r:
                 _refuse(node, d, r)
+
+
+def _close(a, dom, reach):
+    """(distance, reach) of the first element of ``a`` within 4x its reach of a point or edge of
+    ``dom`` (in ``a``'s dtype, as the domain is declared), or None."""
+    dist = None
+    for p in dom.points:
+        t = np.abs(a - p)
+        dist = t if dist is None else np.minimum(dist, t)
+    if dom.lo > -np.inf:
+        t = a - dom.lo
+        dist = t if dist is None else np.minimum(dist, t)
+    if dom.hi < np.inf:
+        t = dom.hi - a
+        dist = t if dist is None else np.minimum(dist, t)
+    if dist is None:
+        return None
+    close = dist <= 4 * reach
+    if not close.any():
+        return None
+    j = tuple(int(i) for i in np.argwhere(close)[0])
+    return float(dist[j]), float(reach[j])
+
+
+def _close_small(a, dom, reach):
+    """``_close`` on Python floats for a few float64 elements (the same differences and minima;
+    the centre is finite here, so no NaN reaches ``min``)."""
+    pts, lo, hi = dom.points, dom.lo, dom.hi
+    for x, r in zip(a.ravel().tolist(), reach.ravel().tolist()):
+        d = math.inf
+        for p in pts:
+            d = min(d, abs(x - p))
+        if lo > -math.inf:
+            d = min(d, x - lo)
+        if hi < math.inf:
+            d = min(d, hi - x)
+        if d <= 4 * r:
+            return d, r
+    return None
 
 
 def _refuse(node, d, r):

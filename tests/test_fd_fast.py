@@ -1,0 +1,118 @@
+"""The finite-difference oracle made faster (issue 15) gives the very estimates and refusals it gave
+before: ``tests/_fd_reference.py`` keeps the old code verbatim, and every case below goes through
+both.  Equality is exact (the same floats, the same exception and message): the fast paths do the
+same float operations in the same order (Python floats where numpy's per-call cost dominated,
+``max(b) - c`` for ``max |b - c|``, one fancy-indexed stencil), so any difference is a bug, not
+rounding.
+
+The cases: random graphs of ``gs.strategies.cases()`` (float64, float32, larger leaves for the
+chunked layout), and the numerical families of ``tests/_planted_real.py`` where FD refines its
+step, refuses, or finds a kink or a jump; the chunked layout is also forced on small cases.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import gradspec as gs
+from gradspec._private import fdstep
+from gradspec._private.sampling import sample
+from gradspec.oracles import fd
+from tests import _fd_reference as old
+from tests import _planted_real as R
+
+_step = gs.Op("t_fd_fast_step", forward=lambda x: x + (x > 0), vjp=lambda g, x, out: (g,))
+
+
+def _one(op, leaves, seed):
+    return gs.Case.build(leaves, [("y", op.name, list(leaves), {})], ["y"], [np.asarray(seed, dtype=float)])
+
+
+def _numerical(rng, k):
+    """Points where FD must refine, refuse, or classify a kink or a jump."""
+    out = []
+    for _ in range(k):
+        n = int(rng.integers(2, 7))
+        out.append(_one(R.np_illsolve_op, {"b": rng.standard_normal(n) * 10 ** rng.uniform(-2, 2)}, rng.standard_normal(n)))
+        a = rng.uniform(-1000, 1000) * rng.choice([1.0, 1e-3])
+        d = 10 ** rng.uniform(-9, 0) * rng.choice([-1.0, 1.0]) * max(1.0, abs(a)) ** 0.5
+        out.append(_one(R.np_pole_op, {"x": np.array([a + d]), "a": np.array([a])}, [rng.standard_normal()]))
+        n = int(rng.integers(2, 6))
+        z = rng.integers(-3, 3, n).astype(float) if rng.uniform() < 0.5 else rng.standard_normal(n)
+        out.append(_one(R.np_sparsemax_op, {"z": z}, rng.standard_normal(n)))
+        x = rng.standard_normal(int(rng.integers(1, 5))) * rng.choice([1.0, 1e-7, 1e3])
+        out.append(_one(_step, {"x": x}, rng.standard_normal(x.size)))
+        w = rng.standard_normal(3) * 10 ** rng.uniform(0, 6)  # cos of a large intermediate: the step is refined
+        out.append(gs.Case.build({"x": rng.standard_normal(3), "w": w},
+                                 [("a", "mul", ["x", "w"], {}), ("y", "cos", ["a"], {})], ["y"], [rng.standard_normal(3)]))
+    return out
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    cases = sample(gs.strategies.cases(), 160, 5)
+    cases += sample(gs.strategies.cases(dtype="float32"), 40, 5)
+    cases += sample(gs.strategies.cases(min_dims=2, min_side=4, max_side=12, max_elements=1000), 16, 5)
+    return cases + _numerical(np.random.default_rng(5), 12)
+
+
+def _outcome(module, case, **kw):
+    try:
+        return module.fd_gradient(case, **kw)
+    except Exception as e:  # noqa: BLE001 - the refusal itself is what is compared
+        return (type(e).__name__, str(e))
+
+
+def _differences(a, b) -> list[str]:
+    if isinstance(a, tuple) or isinstance(b, tuple):
+        return [] if a == b else [f"{a} vs {b}"]
+    out = [f"evaluations {a.evaluations} vs {b.evaluations}"] if a.evaluations != b.evaluations else []
+    for field in ("grads", "error", "steps"):
+        x, y = getattr(a, field), getattr(b, field)
+        if x.keys() != y.keys():
+            out.append(f"{field}: leaves {sorted(x)} vs {sorted(y)}")
+            continue
+        for k in x:  # the same floats (equal_nan: a NaN estimate stays NaN)
+            if x[k].shape != y[k].shape or x[k].dtype != y[k].dtype or not np.array_equal(x[k], y[k], equal_nan=True):
+                out.append(f"{field}[{k}]: {x[k]} vs {y[k]}")
+    return out
+
+
+def test_fd_gives_the_same_estimates_and_refusals_as_before(corpus):
+    kinds, mismatches = set(), []
+    for i, case in enumerate(corpus):
+        for kw in ({}, {"check_reach": False}):
+            a, b = _outcome(old, case, **kw), _outcome(fd, case, **kw)
+            kinds.add(a[0] if isinstance(a, tuple) else "refined" if a.evaluations > 3 * case.n_inputs + 17 else "estimate")
+            mismatches += [f"case {i} {kw} {case.ops}: {d}" for d in _differences(a, b)]
+    assert not mismatches, "\n".join(mismatches[:5])
+    # the corpus reaches every outcome, so the comparison covers each path
+    assert {"estimate", "refined", "OracleError", "NonDifferentiable"} <= kinds, kinds
+
+
+def test_fd_chunked_layout_gives_the_same_estimates_as_before(corpus, monkeypatch):
+    monkeypatch.setattr(fd, "MAX_BATCH_ELEMENTS", 60)  # the separate centre and chunks of a few elements
+    monkeypatch.setattr(old, "MAX_BATCH_ELEMENTS", 60)
+    mismatches = []
+    for i, case in enumerate(corpus[:80] + corpus[-30:]):
+        mismatches += [f"case {i} {case.ops}: {d}" for d in _differences(_outcome(old, case), _outcome(fd, case))]
+    assert not mismatches, "\n".join(mismatches[:5])
+
+
+LINES = {
+    "gaussian": np.random.default_rng(0).standard_normal(16),
+    "rounded": np.round(np.random.default_rng(1).standard_normal(16), 2),
+    "constant": np.full(16, 0.3),
+    "kink": np.abs(np.linspace(-1, 1, 16)),
+    "inf": np.r_[np.ones(15), np.inf],
+    "nan": np.r_[np.nan, np.ones(15)],
+    "overflowing differences": np.r_[1.7e308, -1.7e308] .repeat(8),
+    "huge": np.random.default_rng(2).standard_normal(16) * 1e300,
+}
+
+
+@pytest.mark.parametrize("name", list(LINES), ids=list(LINES))
+def test_line_sigma_is_noise_sigma_of_one_line(name):
+    a, b = fdstep.noise_sigma(LINES[name]), fdstep.line_sigma(LINES[name].tolist())
+    assert a == b or (np.isnan(a) and np.isnan(b)), (a, b)
