@@ -78,24 +78,37 @@ _SEQ = itertools.count()
 _FP_QUIET = False  # set by _quiet_fp(): numpy FP errors are already ignored, apply() need not say so again
 
 
-@contextlib.contextmanager
-def _quiet_fp():
+class _QuietFP:
     """Ignore numpy floating-point errors for a whole run of engine calls (one ``np.errstate``).
 
     ``apply`` otherwise enters ``np.errstate(all="ignore")`` around every op's forward (torch does
     not warn on inf/nan either); that context costs about a microsecond, a sizeable part of a small
-    op.  The oracles run whole under one context.
+    op.  The oracles run whole under one context.  (A class, not a generator context manager: this
+    is entered on every oracle call, and @contextmanager's machinery costs as much as the errstate.)
     """
-    global _FP_QUIET
-    if _FP_QUIET:
-        yield
-        return
-    with np.errstate(all="ignore"):
+
+    __slots__ = ("_ctx",)
+
+    def __enter__(self):
+        global _FP_QUIET
+        if _FP_QUIET:
+            self._ctx = None
+            return None
+        self._ctx = np.errstate(all="ignore")
+        self._ctx.__enter__()
         _FP_QUIET = True
-        try:
-            yield
-        finally:
+        return None
+
+    def __exit__(self, *exc):
+        global _FP_QUIET
+        if self._ctx is not None:
             _FP_QUIET = False
+            self._ctx.__exit__(*exc)
+        return False
+
+
+def _quiet_fp() -> _QuietFP:
+    return _QuietFP()
 
 
 def is_grad_enabled() -> bool:
@@ -543,8 +556,12 @@ def apply(spec, inputs: Sequence[Any], params: dict) -> Tensor:
     arrays = [t.data for t in tensors]
     shapes = [a.shape for a in arrays]
     params = spec.canonical(shapes, params)
-    if spec.family == "elementwise" and len(tensors) > 1:
-        arrays = _promote(spec, arrays)
+    if spec.family == "elementwise" and len(arrays) > 1:
+        dt = arrays[0].dtype
+        for a in arrays:
+            if a.dtype != dt:  # one dtype (the common case): nothing to promote
+                arrays = _promote(spec, arrays)
+                break
     try:
         if _FP_QUIET:
             data = spec.forward(*arrays, **params)
@@ -562,9 +579,13 @@ def apply(spec, inputs: Sequence[Any], params: dict) -> Tensor:
     if data.base is not None or not data.flags.writeable:
         # Views of inputs would let later in-place accumulation or user edits alias an input.
         data = data.copy()
-    need = _GRAD_ENABLED and any(t._requires_grad and spec.input_differentiable(i) for i, t in enumerate(tensors))
-    if need and not _dt.is_differentiable_dtype(data.dtype):
-        need = False  # integer/bool outputs never require grad (reference 1.8)
+    need = False
+    if _GRAD_ENABLED:  # (spec.input_differentiable, inlined: apply runs for every op of every VJP rule)
+        diff = spec.differentiable
+        for i, t in enumerate(tensors):
+            if t._requires_grad and (diff is None or diff[i]):
+                need = data.dtype.kind in "fc"  # integer/bool outputs never require grad (reference 1.8)
+                break
     out = Tensor(data)
     if need:
         out.grad_fn = Node(spec, tensors, params, out)

@@ -12,6 +12,7 @@ columns ``d r / d x`` of J; ``J^T . seed`` is the contraction with the seeds.
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import numpy as np
 
@@ -123,13 +124,23 @@ def _identity_block(case, start: int, stop: int) -> dict:
             tangents[l.name] = None
             continue
         size = l.value.size
-        t = np.zeros((stop - start, size), dtype=np.float64)
         lo, hi = max(start, off), min(stop, off + size)
-        if lo < hi:
-            t[np.arange(lo - start, hi - start), np.arange(lo - off, hi - off)] = 1.0
+        block = _block if (stop - start) * size <= 4096 else _block.__wrapped__  # (cache small blocks only)
+        t = block(stop - start, size, lo - start, lo - off, hi - lo).copy()  # (a JVP rule may write to it)
         tangents[l.name] = t.reshape((stop - start,) + l.shape)
         off += size
     return tangents
+
+
+@functools.lru_cache(maxsize=512)
+def _block(rows: int, cols: int, r0: int, c0: int, length: int) -> np.ndarray:
+    """A (rows, cols) zero matrix with ones on the diagonal run (r0 + i, c0 + i), i < length (read-only;
+    the same few small blocks serve every small case: at most 512 x 4096 elements are kept)."""
+    t = np.zeros((rows, cols), dtype=np.float64)
+    if length > 0:
+        t[np.arange(r0, r0 + length), np.arange(c0, c0 + length)] = 1.0
+    t.flags.writeable = False
+    return t
 
 
 def _propagate(case, values, tangents: dict, k: int) -> dict:
@@ -141,7 +152,8 @@ def _propagate(case, values, tangents: dict, k: int) -> dict:
         if all(t is None for t in ins):
             tangents[node.name] = None
             continue
-        ins = [None if not spec.input_differentiable(k) else t for k, t in enumerate(ins)]
+        if spec.differentiable is not None:  # (spec.input_differentiable, inlined)
+            ins = [t if spec.differentiable[k] else None for k, t in enumerate(ins)]
         if spec.jvp is None:
             raise OracleError(f"jacobian: op {node.op!r} declares no JVP rule")
         # Tangents are carried in float64 whatever the case dtype: J is a reference value.
@@ -150,7 +162,7 @@ def _propagate(case, values, tangents: dict, k: int) -> dict:
         out = np.asarray(values[node.name], dtype=np.float64)
         t = spec.jvp(ins, *prim, out=out, **node.params)
         t = np.asarray(t, dtype=np.float64)
-        want = (k,) + tuple(np.shape(values[node.name]))
+        want = (k,) + values[node.name].shape  # (evaluate gives arrays)
         if t.shape != want:
             raise OracleError(f"jacobian: JVP of {node.op!r} (node {node.name}) returned shape {t.shape}, expected {want}")
         tangents[node.name] = t

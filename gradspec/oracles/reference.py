@@ -22,8 +22,9 @@ def build_engine_graph(case, jitter=None) -> tuple[dict[str, E.Tensor], list[E.T
     env: dict[str, E.Tensor] = {}
     for leaf in case.leaves:
         env[leaf.name] = E.Tensor(np.array(leaf.value, copy=True), requires_grad=leaf.differentiable)
-    for n in case.nodes:
-        spec = case.spec(n.op)
+    specs = case._node_specs() or [None] * len(case.nodes)
+    for n, spec in zip(case.nodes, specs):
+        spec = spec or case.spec(n.op)
         out = E.apply(spec, [env[i] for i in n.inputs], n.params)
         if jitter is not None and spec.kink_distance is None:
             out.data = jitter(out).data

@@ -22,15 +22,20 @@ def build_torch_graph(case, device: str = "cpu"):
     """Leaves and nodes of ``case`` as torch tensors on ``device``; returns (env, roots)."""
     torch = _torch()
     env = {}
+    cpu = device == "cpu"
     for leaf in case.leaves:
         # from_numpy + to(device) avoids torch.tensor's per-element Python path (the per-case
-        # overhead that dominates small graphs).
-        t = torch.from_numpy(np.require(leaf.value, requirements="C")).to(device)
+        # overhead that dominates small graphs); on the CPU, to() would return the tensor itself.
+        v = leaf.value
+        t = torch.from_numpy(v if type(v) is np.ndarray and v.flags.c_contiguous else np.require(v, requirements="C"))
+        if not cpu:
+            t = t.to(device)
         if leaf.differentiable:
             t.requires_grad_(True)
         env[leaf.name] = t
-    for n in case.nodes:
-        spec = case.spec(n.op)
+    specs = case._node_specs() or [None] * len(case.nodes)
+    for n, spec in zip(case.nodes, specs):
+        spec = spec or case.spec(n.op)
         if spec.torch is None:
             raise OracleError(f"op {n.op!r} has no torch mapping")
         env[n.name] = spec.torch(*[env[i] for i in n.inputs], **n.params)
@@ -68,10 +73,52 @@ class TorchOracle(Oracle):
         env, roots = build_torch_graph(case, self.device)
         seeds = []
         for s in case.seeds:
-            seeds.append(None if s is None else torch.from_numpy(np.array(s, copy=True)).to(self.device))
-        torch.autograd.backward(roots, seeds)
+            t = None if s is None else torch.from_numpy(np.array(s, copy=True))
+            seeds.append(t if t is None or self.device == "cpu" else t.to(self.device))
+        _backward(torch, roots, seeds)
         out = {}
         for leaf in case.grad_leaves():
             g = env[leaf.name].grad
-            out[leaf.name] = None if g is None else g.detach().cpu().numpy()
+            out[leaf.name] = None if g is None else g.numpy() if g.device.type == "cpu" and not g.requires_grad \
+                else g.detach().cpu().numpy()
         return out
+
+
+def _backward(torch, roots, seeds) -> None:
+    """``torch.autograd.backward(roots, seeds)``.
+
+    Its Python prologue (``_make_grads``: the seeds' checks, an import per seed, the implicit
+    seeds; the ``__torch_function__`` dispatch) cost ~17 us of a small graph's ~40 us backward.
+    Where that prologue would only pass the seeds through (plain tensors, seeds of the roots'
+    shapes, implicit seeds of real scalar roots that require grad), its result is built here and
+    torch's engine entry (``torch.autograd.graph._engine_run_backward``, what ``backward`` calls
+    next) is called directly; anything else -- a root that does not require grad, a mismatched or
+    complex seed, a tensor subclass -- goes through ``torch.autograd.backward`` itself, so every
+    error is torch's own, raised from torch's frames."""
+    run = _engine_entry(torch)
+    if run is not None and (len(roots) != len(seeds) or torch._C._are_functorch_transforms_active()
+                            or torch._C._has_torch_function(tuple(roots))):
+        run = None
+    grads = []
+    for r, s in zip(roots, seeds):
+        if run is None or type(r) is not torch.Tensor:
+            run = None
+            break
+        if s is None:
+            if not (r.requires_grad and r.numel() == 1 and r.dtype.is_floating_point):
+                run = None
+                break
+            s = torch.ones_like(r, memory_format=torch.preserve_format)
+        elif type(s) is not torch.Tensor or s.shape != r.shape or s.dtype.is_complex != r.dtype.is_complex:
+            run = None
+            break
+        grads.append(s)
+    if run is None:
+        torch.autograd.backward(roots, seeds)
+        return
+    run(tuple(roots), tuple(grads), False, False, (), allow_unreachable=True, accumulate_grad=True)
+
+
+@functools.lru_cache(maxsize=None)
+def _engine_entry(torch):
+    return getattr(getattr(getattr(torch, "autograd", None), "graph", None), "_engine_run_backward", None)
