@@ -25,19 +25,20 @@ __all__ = ["check_engine_rules"]
 
 
 def check_engine_rules(eng, label: str, result: Result, strict: bool, seed: int, max_examples: int | None = None,
-                       seconds: float | None = None) -> None:
+                       seconds: float | None = None, timeout: float | None = None) -> None:
     """Run every §5 rule on ``eng`` (``label``: its name or ``module:attr``, recorded in the cases)
     and record it in ``result`` (checks, discrepancies, notes).
 
     ``max_examples`` caps each rule's search (default :data:`gradspec.rules.DEFAULT_EXAMPLES`);
     with ``strict=False`` a torch-specific detail (freeing, None vs zeros, error types) becomes
-    a note instead of a failure.
+    a note instead of a failure; ``timeout`` (seconds) cuts an engine that hangs on a scenario.
     """
     t0 = time.perf_counter()
     per_rule = _rules.DEFAULT_EXAMPLES if max_examples is None else min(max_examples, _rules.DEFAULT_EXAMPLES)
     first: list = []  # when the first finding was shrunk (Result.time_to_first)
     res = _rules.check_rules(eng, max_examples=per_rule, seconds=None if seconds is None else seconds / 2,
-                             seed=seed, strict=True, on_finding=lambda f: first.append(time.perf_counter() - t0))
+                             seed=seed, strict=True, on_finding=lambda f: first.append(time.perf_counter() - t0),
+                             timeout=timeout)
     noted = set()
     for f in res.findings:
         title = _rules.RULES[f.rule].title
@@ -54,6 +55,16 @@ def check_engine_rules(eng, label: str, result: Result, strict: bool, seed: int,
         if result.time_to_first is None and first:
             result.time_to_first = first[0]
             result.cases_to_first = result.cases_run
+    if res.hung is not None and res.hung[1] is not None:
+        # The engine under test never returned: a finding of its own (CONTRACT §3), not only rules skipped.
+        name, sc = res.hung
+        case = sc.to_case()
+        case.engine = label
+        result.discrepancies.append(VerifyDiscrepancy(
+            "timeout", (f"engine:{eng.name}", "case-timeout"),
+            f"engine {eng.name!r} ran past the per-scenario timeout of {timeout:g} s on a scenario of the §5 rule "
+            f"'{_rules.RULES[name].title}' (cut; the rules after it were skipped):\n{sc.code()}",
+            case, snippet=sc.code(), replay=result.replay, check_name=_rules.RULES[name].title))
     for name, st in res.status.items():
         title = _rules.RULES[name].title
         if st["status"] == "skipped":

@@ -167,3 +167,45 @@ def test_a_witness_the_watchdog_kills_is_dropped_and_the_rest_still_compared():
                       timeout=0.5, under_test="reference", isolate=True)
     assert v.ok and [c.oracles for c in v.comparisons] == [("reference", "jacobian")], v.summary()
     assert "watchdog" in v.skipped["stuck-witness"] and "not the code under test" in v.skipped["stuck-witness"]
+
+
+class _HangsOnScenario(gs.engines.ReferenceEngine):
+    """Hangs in backward() on a non-scalar root without a seed (a §5 scenario; no value case does that)."""
+
+    name = "hangs-on-a-rule"
+
+    def supports(self, op):
+        return op in ("add", "mul", "exp", "sum")
+
+    def backward(self, tensor, gradient=None, retain_graph=False):
+        if gradient is None and tensor.shape not in ((), (1,), (1, 1), (1, 1, 1), (1, 1, 1, 1)):
+            time.sleep(3600)
+        super().backward(tensor, gradient, retain_graph)
+
+
+class _HangsOnMatmul(gs.engines.ReferenceEngine):
+    """Hangs in matmul, an op no §5 scenario uses: only the value cases meet it."""
+
+    name = "hangs-on-matmul"
+
+    def supports(self, op):
+        return op in ("add", "mul", "exp", "sum", "matmul")
+
+    def apply(self, op, *args, **params):
+        if op == "matmul":
+            time.sleep(3600)
+        return super().apply(op, *args, **params)
+
+
+@pytest.mark.parametrize("engine, where", [(_HangsOnScenario, "rule"), (_HangsOnMatmul, "values")], ids=["rule", "values"])
+def test_verify_engine_cuts_an_engine_that_hangs_and_reports_a_timeout(monkeypatch, engine, where):
+    # Before: verify_engine(max_examples=...) had no per-case deadline and never returned.
+    from gradspec.verify import numerics
+
+    monkeypatch.setattr(numerics, "CASE_TIMEOUT", 1.0)
+    t0 = time.perf_counter()
+    r = gs.verify_engine(engine(), max_examples=10, seed=0)
+    assert time.perf_counter() - t0 < 120
+    assert r.status == "disagree", r.summary()
+    d = next(d for d in r.discrepancies if d.kind == "timeout")
+    assert d.case is not None and ("§5 rule" in d.message) == (where == "rule"), d.message

@@ -94,6 +94,7 @@ class RulesResult:
     status: dict  # rule -> {"status": passed|failed|skipped, "reason", "examples", "causes"}
     findings: list
     seconds: float = 0.0
+    hung: tuple | None = None  # (rule, Scenario) the engine ran past the per-scenario timeout on
 
     def to_json(self) -> dict:
         return {"rules": self.status, "findings": [
@@ -438,7 +439,7 @@ class _Search:
     def evaluate(self, sc: Scenario) -> RuleFinding | None:
         got, want = run(sc, self.eng, self.timeout), run(sc, self.ref)
         if timed_out(got):
-            raise _Hung()
+            raise _Hung(sc)
         if want.build is not None:
             return None  # the drawn graph is not valid for the reference either: not a scenario
         if first_difference(sc, got, want, none_is_zeros=not self.strict, types=self.strict) is None:
@@ -446,7 +447,7 @@ class _Search:
         try:
             cause = _ws.diagnose(sc, got, want, self.ctx, strict=self.strict)
         except ScenarioTimeout:
-            raise _Hung() from None
+            raise _Hung(sc) from None
         if cause is None:
             return None
         return RuleFinding(self.rule.name, cause, sc, got, want, self.examples, time.perf_counter() - self.t0)
@@ -528,7 +529,7 @@ def check_rules(engine, *, max_examples: int | None = None, seconds: float | Non
     t0 = time.perf_counter()
     eng = _engines.get(engine)
     V = vocab(eng, None if ops is None else set(ops))
-    hung = None
+    hung = hung_on = None
     deadline = None if seconds is None else t0 + float(seconds)
     budget = DEFAULT_EXAMPLES if max_examples is None else max(1, int(max_examples))
     ctx = _ws.Context(eng, V.unary + V.binary + V.reduce, timeout)
@@ -554,8 +555,8 @@ def check_rules(engine, *, max_examples: int | None = None, seconds: float | Non
         s = _Search(rule, eng, ctx, known, strict, budget, deadline, int(seed or 0) + 7919 * len(status), timeout)
         try:
             new = s.run(strategy)
-        except _Hung:
-            hung = name
+        except _Hung as h:
+            hung, hung_on = name, (name, h.args[0] if h.args else None)
             status[name] = {"status": "skipped", "reason": f"the engine ran past the per-scenario timeout of "
                             f"{timeout:g} s (cut; nothing concluded)", "title": rule.title}
             continue
@@ -570,7 +571,7 @@ def check_rules(engine, *, max_examples: int | None = None, seconds: float | Non
         if not s.causes and s.examples == 0:
             st = {"status": "skipped", "reason": "no scenario ran (time budget)", "title": rule.title}
         status[name] = st
-    return RulesResult(status, findings, time.perf_counter() - t0)
+    return RulesResult(status, findings, time.perf_counter() - t0, hung_on)
 
 
 def explain_engine_finding(engine, d, timeout: float | None = None) -> None:

@@ -28,6 +28,7 @@ from ..result import Result, VerifyDiscrepancy
 from ..search import DEFAULT_MAX_EXAMPLES, _check_budget, _resolve_seed, _Runner
 from ..semantics import check_engine_rules
 from ..spec import registry as _registry
+from . import numerics as _num
 from .op import _budget_text, _count, _note_verdicts
 
 __all__ = ["verify_engine", "ENGINE_COMPANIONS"]
@@ -83,7 +84,8 @@ def verify_engine(engine, *, max_examples: int | None = None, seconds: float | N
                     "replayed with `gradspec replay` (define its class at module level, or pass 'module:attr')")
     if not supported:
         result.note("the engine supports no op of the table: only the semantics checks that need no op could run")
-    check_engine_rules(eng, label, result, strict, s, max_examples, seconds)  # §5, drawn by Hypothesis
+    # §5, drawn by Hypothesis; an engine that hangs on a scenario is cut (the rules left are skipped, saying so)
+    check_engine_rules(eng, label, result, strict, s, max_examples, seconds, timeout=_num.CASE_TIMEOUT)
     if supported:
         eo = EngineOracle(eng, name=f"engine:{eng.name}", spec=label, strict=strict)
         run_replay = result.replay
@@ -99,7 +101,9 @@ def verify_engine(engine, *, max_examples: int | None = None, seconds: float | N
         left = None if seconds is None else max(0.1, seconds - (time.perf_counter() - started))
         runner = _Runner(result, max_examples, left)
         runner.found.update({d.signature: d for d in result.discrepancies})
-        runner.run(strategy, evaluate)
+        # Each case under the per-case deadline (a hang is a 'timeout' finding, not a run that never ends).
+        _num.run_within_budget(runner, strategy, _num.with_deadline(evaluate, result, left, f"engine {eng.name!r}",
+                                                                    run_replay), left)
         result.checks["values on random graphs (J^T . seed)"] = (
             "failed" if any(d.check_name == "values" for d in result.discrepancies) else "passed")
     for d in result.discrepancies:  # CONTRACT §8: findings made outside check() get their cause here
