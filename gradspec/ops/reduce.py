@@ -105,7 +105,7 @@ def torch_reduce(fn):
 
 def _count(shape, dim) -> int:
     """Number of elements each output element reduces over."""
-    return int(np.prod([shape[d] for d in dim], dtype=np.int64)) if dim else 1
+    return math.prod([shape[d] for d in dim]) if dim else 1  # (np.prod: ~6 us per call, and this runs in FD's kink checks)
 
 
 def _keep_np(out, x, dim, keepdim):
@@ -143,7 +143,7 @@ def _gap(x, dim, *, largest=True):
         return INF
     s = np.sort(flat, axis=-1)
     gap = s[..., -1] - s[..., -2] if largest else s[..., 1] - s[..., 0]
-    return float(np.nanmin(gap, initial=INF))
+    return float(np.fmin.reduce(gap, axis=None, initial=INF))  # nanmin without its ~7 us of Python
 
 
 def _require_identity(fname, x, dim):

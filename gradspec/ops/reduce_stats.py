@@ -237,7 +237,7 @@ def _std_kink(x, dim, keepdim, correction, full):
     if x.size == 0 or _count(x.shape, dim) < 2:
         return INF
     flat = _reduced_last(x, dim)
-    return float(np.nanmin((flat.max(axis=-1) - flat.min(axis=-1)) / 2, initial=INF))
+    return float(np.fmin.reduce((flat.max(axis=-1) - flat.min(axis=-1)) / 2, axis=None, initial=INF))  # = nanmin
 
 
 for _name in ("var", "std"):
