@@ -191,6 +191,23 @@ def _reach(batch, center):
 _REACH_DIRECT = 2048
 
 
+def _leaf_reach(leaves, flat, h, watch) -> dict:
+    """``_reach`` of the watched differentiable leaves without their batches: element j of a leaf
+    moves only in its own three stencil rows, to ``x_j + f h_j`` (the same float as in the batch),
+    and stays exactly at ``x_j`` in every other row, so the max over the batch of ``|b - x_j|`` is
+    the max over f of ``|(x_j + f h_j) - x_j|`` -- O(n) instead of O(rows x leaf size), which was
+    most of FD's own work on graphs that only move data at a few hundred inputs."""
+    out, off, moved = {}, 0, None
+    for l in leaves:
+        size = l.value.size
+        if l.name in watch and size:
+            if moved is None:
+                moved = np.abs((flat + _FACTORS[:, None] * h) - flat).max(axis=0)
+            out[l.name] = moved[off : off + size].reshape(l.shape)
+        off += size
+    return out
+
+
 def _points(x64, leaves, idx_chunk, h):
     """Leaf batches perturbing the elements ``idx_chunk`` (global indices) by FACTORS * h.
 
@@ -550,10 +567,10 @@ def _inline_pass(case, x64, leaves, flat, h, n, watch) -> _Pass:
     abs_seeds = [np.abs(seed.ravel()) for seed in seeds64]
     s, S = _s_values(env, case.roots, seeds64, rows, abs_seeds)
     m = len(FACTORS) * n + 1
-    reach = {}
+    reach = _leaf_reach(leaves, flat, h, watch) if n else {}
     for name in watch if n else ():  # n = 0: the centre alone, nothing moves
         v = env[name]
-        if v.dtype.kind == "f" and v.size:
+        if name not in reach and v.dtype.kind == "f" and v.size:
             reach[name] = _reach(v[1:m], v[0])
     sigma = line_sigma(s[m:].tolist()) if n else 0.0
     return _Pass(center, _floor(vmax, seeds64, abs_seeds), seeds64, float(s[0]), float(S[0]),
@@ -570,9 +587,9 @@ def _chunked_pass(case, x64, leaves, flat, h, n, watch) -> _Pass:
     biggest = max([np.size(v) for v in center.values()] + [1])
     chunk = max(1, int(MAX_BATCH_ELEMENTS // (nf * biggest)))
     s_vals, S_vals = np.empty((nf, n)), np.empty((nf, n))
-    watched = [(name, np.asarray(center[name])) for name in watch]
+    reach = _leaf_reach(leaves, flat, h, watch)
+    watched = [(name, np.asarray(center[name])) for name in watch if name not in reach]
     watched = [(name, c) for name, c in watched if c.size and c.dtype.kind == "f"]
-    reach: dict[str, np.ndarray] = {}
     evaluations = 1
     for start in range(0, n, chunk):
         stop = min(n, start + chunk)
