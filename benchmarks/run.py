@@ -256,6 +256,8 @@ def main(argv=None):
             "oracles_alone_sum_vs_gradcheck": ratios(rows, "oracles_alone_sum", "gradcheck"),
             "fd_vs_batched_forward": ratios(rows, "fd", "batched_forward_2n"),
             "plain_central_differences_vs_batched_forward": ratios(rows, "fd_plain", "batched_forward_2n"),
+            # issue 15's FD goal (<= 2): the FD oracle against plain central differences on the same graph
+            "fd_vs_plain_central_differences": ratios(rows, "fd", "fd_plain"),
             **{f"{o}_vs_gradcheck": ratios(rows, o, "gradcheck") for o in CPU_ORACLES},
         },
         "median_seconds": {k: statistics.median([r[k] for r in rows if k in r and r["corpus"] == "default"]) for k in
