@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import math
 import random
 import time
 import warnings
@@ -41,6 +42,7 @@ from .case import Case
 from .diagnose import deferred, explain
 from .findings import covered, covers, localise, search_signature
 from .result import Result
+from .strategies import CaseGroup
 
 __all__ = ["Driver", "Finding", "DEFAULT_MAX_EXAMPLES", "SHRINK_CALLS", "SHRINK_SECONDS", "LOCALISE_CALLS"]
 
@@ -101,7 +103,8 @@ class Driver:
                  shrink_seconds: float | None = None, database=None, database_key: bytes | None = None,
                  known=(), known_source: Callable | None = None, on_found: Callable | None = None,
                  before: Callable | None = None, progress: Callable | None = None,
-                 explain: Callable | None = None) -> None:
+                 explain: Callable | None = None, on_group: Callable | None = None,
+                 cases_per_example: float = 1.0) -> None:
         self.strategy = strategy
         self.evaluate = evaluate
         self.started = time.perf_counter()
@@ -114,6 +117,10 @@ class Driver:
         self.known: set = set(known)
         self.known_source = known_source  # signatures found elsewhere meanwhile (other shards)
         self.on_found, self.before, self.progress = on_found, before, progress
+        self.on_group = on_group  # on_group(cases, mode): before the sets of one example are checked
+        # Cases an example holds on average (value sets of a CaseGroup): Hypothesis is asked for the
+        # number of examples that fills the budget, not for as many examples as cases.
+        self.cases_per_example = max(1.0, float(cases_per_example))
         self.explain = explain  # more diagnosis of a kept finding (e.g. an engine-level cause), before dedup
         self.findings: dict = {}  # signature -> Finding
         self.cases = self.shrink_runs = self.replayed = self.localise_runs = 0
@@ -124,6 +131,8 @@ class Driver:
         self.mode = "generate"
         self._pending: dict = {}  # signature -> (discrepancy, found, verdict): met while shrinking another
         self._memo: dict = {}
+        self._seen: set = set()  # fingerprints of the value sets checked (generate mode)
+        self.repeats = 0  # value sets not checked: the same case was checked before
 
     # -- budget ----------------------------------------------------------------------------
     def elapsed(self) -> float:
@@ -137,10 +146,16 @@ class Driver:
         return None
 
     # -- the test body ---------------------------------------------------------------------
-    def _one(self, case: Case) -> None:
+    def _one(self, example) -> None:
+        """The test body: one case, or a :class:`~gradspec.strategies.CaseGroup` (value sets of one
+        graph), each set checked as a case of its own until one shows the target."""
+        cases = example if isinstance(example, CaseGroup) else (example,)
         mode = self.mode
-        if mode == "generate" and self._spent():
-            raise Stop(self._spent())
+        if mode == "generate" and isinstance(example, CaseGroup):
+            # Hypothesis' mutator copies a block of choices onto another and runs the result: most
+            # sets of such a group are the very cases of the group it came from.  A set checked
+            # before is not checked (nor counted) again.
+            cases = [c for c in cases if self._fresh(c)]
         if mode == "shrink":
             self._shrink_calls += 1
             if self._shrink_calls > self.shrink_calls or time.perf_counter() > self._shrink_until:
@@ -149,6 +164,27 @@ class Driver:
             if self.deadline is not None and time.perf_counter() > self.deadline:
                 self._shrink_exhausted = True
                 raise Stop("time")
+            if len(cases) > 1:  # sets checked before cost nothing (the memo): those first
+                known = [c for c in cases if _case_key(c) in self._memo]
+                cases = known + [c for c in cases if not any(c is k for k in known)]
+        if self.on_group is not None:
+            self.on_group(cases, mode)
+        for case in cases:
+            self._one_case(case, mode)
+
+    def _fresh(self, case: Case) -> bool:
+        key = _fingerprint(case)
+        if key in self._seen:
+            self.repeats += 1
+            return False
+        if len(self._seen) >= _SEEN_MAX:
+            self._seen.clear()
+        self._seen.add(key)
+        return True
+
+    def _one_case(self, case: Case, mode: str) -> None:
+        if mode == "generate" and self._spent():
+            raise Stop(self._spent())
         if self.before is not None:
             self.before(case, mode)
         found, verdict = self._evaluate(case, mode)
@@ -309,7 +345,8 @@ class Driver:
                 self.known |= set(self.known_source())
             self.mode, self._frozen = "generate", set(self.known)
             before = self.cases
-            remaining = 10**9 if self.max_examples is None else self.max_examples - self.cases
+            remaining = 10**9 if self.max_examples is None else math.ceil(
+                (self.max_examples - self.cases) / self.cases_per_example)
             reason = self._round(self._prop([Phase.generate, Phase.shrink], remaining, rnd, False))
             if reason == "done":
                 # Hypothesis ended the round by itself: the budget is spent, or the strategy rejected
@@ -363,6 +400,27 @@ class _Runner:
         if drv.time_to_first is not None and R.time_to_first is None:
             R.time_to_first, R.cases_to_first = drv.time_to_first, drv.cases_to_first
         R.seconds = drv.elapsed()
+
+
+_SEEN_MAX = 200_000  # fingerprints kept (16 bytes each); forgotten all at once past this
+
+
+def _fingerprint(case: Case) -> bytes:
+    """What makes a case this case: structure, leaf values (bytes), seeds."""
+    h = hashlib.blake2b(digest_size=16)
+    for l in case.leaves:
+        v = l.value
+        h.update(f"{l.name}|{v.dtype.str}|{v.shape}|{l.requires_grad}|".encode())
+        h.update(v.tobytes())
+    h.update(repr([(n.name, n.op, n.inputs, n.params) for n in case.nodes]).encode())
+    h.update(repr(case.roots).encode())
+    for s in case.seeds:
+        if s is None:
+            h.update(b"|none")
+        else:
+            h.update(f"|{s.dtype.str}|{s.shape}|".encode())
+            h.update(np.ascontiguousarray(s).tobytes())
+    return h.digest()
 
 
 def _case_key(case: Case) -> str:

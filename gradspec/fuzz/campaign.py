@@ -25,6 +25,7 @@ from ..guard import _main_thread, guarded_check, warm_up
 from ..oracles import Oracle
 from ..oracles.engine_oracle import EngineOracle
 from ..search import Driver, Finding, Stop
+from ..strategies._groups import MEAN_SETS
 from .state import BUILTIN_ENGINES, SNAPSHOT_EVERY, Config, ReportDirError, Stats, _atomic_json, _sig_from_key, _sig_key
 
 __all__ = ["resolve", "run_campaign", "run_shard"]
@@ -300,10 +301,11 @@ class _Campaign:
             self.snapshot(force=True)  # records this process's pid from the start
             seconds = None if cfg.deadline is None else max(0.0, cfg.deadline - time.time())
             self.driver = Driver(
-                strategies.cases(ops=self.ops, dtype=cfg.dtype), self._evaluate, max_examples=self.budget, seconds=seconds,
+                strategies.case_groups(ops=self.ops, dtype=cfg.dtype), self._evaluate, max_examples=self.budget, seconds=seconds,
                 round_seed=lambda rnd: _round_seed(cfg.seed, self.shard, rnd), shrink_seconds=cfg.shrink_seconds,
                 database=self._database(), database_key=_db_key(cfg, self.ops), known=self.known(),
-                known_source=self.known, on_found=self._on_found, before=self._before, explain=self._explain)
+                known_source=self.known, on_found=self._on_found, before=self._before, explain=self._explain,
+                cases_per_example=MEAN_SETS)
             # Saved failures replay once per process: later chunks of a worker skip it (gradspec.fuzz.workers).
             self.stats.stop_reason = self.driver.run(replay=bool(cfg.replay_saved))
             self.stats.errors += [e for e in self.driver.errors if e not in self.stats.errors]

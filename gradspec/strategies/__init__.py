@@ -53,6 +53,7 @@ from ._args import (
 )
 from ._cases import _cases, _seeds, _values_strategy
 from ._graph import Graph, GraphLeaf, _config, _graphs
+from ._groups import CaseGroup, _case_groups
 from ._ops import op_order, unusable_ops
 from ._shapes import _shapes
 
@@ -63,6 +64,8 @@ __all__ = [
     "seeds",
     "graphs",
     "cases",
+    "case_groups",
+    "CaseGroup",
     "op_order",
     "unusable_ops",
     "Graph",
@@ -310,3 +313,48 @@ def cases(
     cfg = _config(ops, min_leaves, max_leaves, min_nodes, max_nodes, min_roots, max_roots, dtype, min_dims,
                   max_dims, min_side, max_side, max_elements)
     return _cases(cfg)
+
+
+def case_groups(
+    *,
+    max_sets: int = 16,
+    ops=None,
+    min_leaves: int = 1,
+    max_leaves: int = 4,
+    min_nodes: int = 1,
+    max_nodes: int = 10,
+    min_roots: int = 1,
+    max_roots: int = 3,
+    dtype: str = "any",
+    min_dims: int = 0,
+    max_dims: int = 3,
+    min_side: int = 0,
+    max_side: int = 4,
+    max_elements: int = 256,
+):
+    """A :class:`CaseGroup`: one graph drawn as :func:`cases` draws it (same arguments), then
+    ``1..max_sets`` value sets for it (about 7 on average with the default 16), each a whole
+    :class:`gradspec.Case` with its own leaf values, seeds and tie/kink plant, drawn exactly as
+    :func:`cases` draws them.
+
+    Drawing the graph costs more than checking a case; a group pays it once for several cases.
+    Each value set is its own block of choices, so a group shrinks to the one set that fails
+    (``gradspec fuzz`` checks groups; each set counts as one case).  Sets that come out identical
+    are dropped; a set whose values resist repair is dropped (the group is rejected only when its
+    first set is).
+
+    Example::
+
+        >>> from hypothesis import given, settings
+        >>> from gradspec import strategies as gst
+        >>> @settings(max_examples=5, deadline=None)
+        ... @given(gst.case_groups(ops=["mul", "exp"], max_nodes=3, max_sets=4))
+        ... def test(group):
+        ...     assert 1 <= len(group) <= 4
+        ...     assert len({tuple(n.op for n in c.nodes) for c in group}) == 1
+        >>> test()
+    """
+    _check_int("max_sets", max_sets, floor=1)
+    cfg = _config(ops, min_leaves, max_leaves, min_nodes, max_nodes, min_roots, max_roots, dtype, min_dims,
+                  max_dims, min_side, max_side, max_elements)
+    return _case_groups(cfg, int(max_sets))

@@ -187,12 +187,16 @@ def _ancestor_leaves(g: Graph, idx: int) -> set[str]:
     return out
 
 
-def _repair(draw, g: Graph, vals: dict, cfg: _Cfg) -> dict:
-    """Make every node's inputs valid and clean (see ``_first_bad_node``); returns the evaluated values."""
+def _repair(draw, g: Graph, vals: dict, cfg: _Cfg, reject: bool = True) -> dict | None:
+    """Make every node's inputs valid and clean (see ``_first_bad_node``); returns the evaluated values.
+    A case that resists every repair is rejected (``reject``), or None is returned (a value set of a
+    group is dropped, not the whole group)."""
     for attempt in range(_REPAIRS + 1):
         bad, env, slots = _first_bad_node(g, vals)
         if bad is None:
             return env
+        if not reject and attempt >= _REPAIRS:
+            return None
         assume(attempt < _REPAIRS)
         rng = np.random.default_rng(draw(ints(0, _SEED_BITS)))
         # First redraw the leaves behind the failing node with tame values; if that did not
@@ -207,24 +211,33 @@ def _repair(draw, g: Graph, vals: dict, cfg: _Cfg) -> dict:
     raise AssertionError("unreachable")  # pragma: no cover - assume() above ends the loop
 
 
-@st.composite
-def _cases(draw, cfg: _Cfg) -> Case:
-    builder = _Builder(draw, cfg)
-    g = builder.build()
+def value_set(draw, g: Graph, cfg: _Cfg, dtype_mode: str, reject: bool = True) -> Case | None:
+    """One set of values for graph ``g`` (leaf values, repairs, the hard-region plant, one seed per
+    root) as a :class:`Case`.  ``g`` may be changed by a repair (an input detached onto a fresh
+    leaf): pass a copy when it is shared.  None when the values resist repair and not ``reject``."""
     vals: dict[str, np.ndarray] = {}
     for l in g.leaves:
         if l.is_float:
             vals[l.name] = draw_array(draw, l.shape, l.domains, l.dtype)
         else:
             vals[l.name] = draw_bools(draw, l.shape)
-    env = _repair(draw, g, vals, cfg)
+    env = _repair(draw, g, vals, cfg, reject)
+    if env is None:
+        return None
     vals, hard = _hard.maybe_plant(draw, g, vals, _first_bad_node)
     if hard:
         env = _first_bad_node(g, vals, allow={i for i, n in enumerate(g.nodes) if n.name == hard[0]["node"]})[1]
     sd = [draw(_seeds(tuple(np.shape(env[r])), np.asarray(env[r]).dtype.name, True, True)) for r in g.roots]
     case = g.case(vals, sd)
     case.meta["generator"] = "gradspec.strategies.cases"
-    case.meta["dtype"] = builder.dtype_mode
+    case.meta["dtype"] = dtype_mode
     if hard:
         case.meta["hard"] = hard
     return case
+
+
+@st.composite
+def _cases(draw, cfg: _Cfg) -> Case:
+    builder = _Builder(draw, cfg)
+    g = builder.build()
+    return value_set(draw, g, cfg, builder.dtype_mode)

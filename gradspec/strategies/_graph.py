@@ -83,6 +83,13 @@ class Graph:
     def spec(self, op: str) -> OpSpec:
         return _spec_of(op, self.user_ops)
 
+    def copy(self) -> "Graph":
+        """A copy that a value repair may change (it detaches node inputs onto new leaves) without
+        touching this one."""
+        return Graph([dataclasses.replace(l, domains=list(l.domains)) for l in self.leaves],
+                     [NodeDef(n.name, n.op, list(n.inputs), n.params) for n in self.nodes], list(self.roots),
+                     dict(self.shapes), dict(self.requires_grad), self.user_ops)
+
     def uses(self) -> dict[str, int]:
         """How many op inputs each tensor feeds (fan-out > 1, or twice in one op)."""
         out: dict[str, int] = {}

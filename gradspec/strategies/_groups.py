@@ -1,0 +1,90 @@
+"""Several value sets per graph structure: the draw behind ``case_groups()``.
+
+Drawing a graph (ops, shapes, params, dtypes, roots) costs several times what checking one case
+does; its values are one bytes choice per leaf.  A group draws the graph once, then value sets,
+each a block of choices of its own (a "one more set?" flag, the leaf values, the repairs, the
+tie/kink plant, the seeds), like the elements of ``st.lists``: the shrinker deletes whole sets, so
+a group whose third set fails shrinks to that one set, and Hypothesis' mutator can copy one set's
+block onto another (exact duplicates are dropped, never checked twice).
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+
+from hypothesis import strategies as st
+
+from ._cases import value_set
+from .._private import values as _values
+from ._graph import Graph, _Builder, _Cfg, _numel
+
+# Hypothesis gives up on an example whose choices exceed BUFFER_SIZE (8 KiB of "entropy"): a group
+# draws no more sets than fit in this many bytes of values (4 per float element, seeds included).
+_SET_BYTES = 6000
+MEAN_SETS = 6  # value sets per group on average (st.lists' mean for min_size=1, max_size=16: 6)
+_CTX = threading.local()  # (graph, cfg, dtype mode, sets drawn so far) of the group being drawn
+
+
+class CaseGroup(tuple):
+    """Cases that share one graph structure and differ in their values and seeds (a tuple of
+    :class:`gradspec.Case`; each is a whole case, checked on its own)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return f"CaseGroup({len(self)} value sets)"
+
+
+@st.composite
+def _set_strategy(draw):
+    g, cfg, mode, drawn = _CTX.stack[-1]
+    first = not drawn
+    drawn.append(None)
+    # The first set repairs the graph itself (as cases() does: a set that resists repair rejects the
+    # group); later ones work on a copy and are dropped alone.
+    return value_set(draw, g if first else g.copy(), cfg, mode, reject=first)
+
+
+_SET = _set_strategy()
+
+
+def _key(case):
+    if case is None:
+        return object()  # dropped sets are never "the same" as each other
+    return (tuple(l.value.tobytes() for l in case.leaves),
+            tuple(None if s is None else (s.dtype.char, s.tobytes()) for s in case.seeds), repr(case.meta.get("hard")))
+
+
+@functools.lru_cache(maxsize=64)
+def _sets(max_size: int):
+    # A unique list: elements are dropped when they repeat one before, and Hypothesis' mutator does not
+    # copy choices between (or inside) the elements of a unique collection -- such copies only re-made
+    # cases already checked.  Shrinking deletes elements as for any list.
+    return st.lists(_SET, min_size=1, max_size=max_size, unique_by=_key)
+
+
+def _set_bytes(g: Graph) -> int:
+    """About how many bytes of choices one value set of ``g`` draws (leaf values, random seeds)."""
+    n = sum(_values.BYTES_PER_ELEMENT * _numel(l.shape) if l.is_float else _numel(l.shape) for l in g.leaves)
+    return n + sum(_values.BYTES_PER_ELEMENT * _numel(g.shapes[r]) for r in g.roots) + 32
+
+
+@st.composite
+def _case_groups(draw, cfg: _Cfg, max_sets: int) -> CaseGroup:
+    builder = _Builder(draw, cfg)
+    g = builder.build()
+    stack = getattr(_CTX, "stack", None)
+    if stack is None:
+        stack = _CTX.stack = []
+    stack.append((g, cfg, builder.dtype_mode, []))
+    try:
+        sets = draw(_sets(max(1, min(max_sets, _SET_BYTES // _set_bytes(g)))))
+    finally:
+        stack.pop()
+    out = []
+    for case in sets:
+        if case is not None:  # values that resisted repair: this set is dropped, the group stays
+            case.meta["generator"] = "gradspec.strategies.case_groups"
+            out.append(case)
+    return CaseGroup(out)
