@@ -111,22 +111,25 @@ def worker_split(n: int, seed: int) -> dict:
     from gradspec import strategies
 
     acc = {"draw": 0.0, "check": 0.0}
-    orig_cases = strategies.cases
 
-    def timed_cases(**kw):
-        inner = orig_cases(**kw)
+    def timed_strategy(orig):
+        def make(**kw):
+            inner = orig(**kw)
 
-        @st.composite
-        def timed(draw):
-            t0 = time.process_time()
-            try:
-                return draw(inner)
-            finally:
-                acc["draw"] += time.process_time() - t0
+            @st.composite
+            def timed(draw):
+                t0 = time.process_time()
+                try:
+                    return draw(inner)
+                finally:
+                    acc["draw"] += time.process_time() - t0
 
-        return timed()
+            return timed()
+        return make
 
-    strategies.cases = timed_cases
+    for name in ("cases", "case_groups"):  # case_groups: several value sets per graph (newer code)
+        if hasattr(strategies, name):
+            setattr(strategies, name, timed_strategy(getattr(strategies, name)))
     orig_check = importlib.import_module("gradspec.check").check
 
     def timed_check(*a, **k):
@@ -146,13 +149,9 @@ def worker_split(n: int, seed: int) -> dict:
             "cases": s["cases"]}
 
 
-def worker_distribution(n: int, seed: int) -> dict:
+def _dist_metrics(cases) -> dict:
     import numpy as np
 
-    import gradspec as gs
-    from gradspec._private.sampling import sample
-
-    cases = sample(gs.strategies.cases(), n, seed)
     m = {k: [] for k in ("ops", "leaves", "elements", "max_rank", "broadcast", "fan_out", "x*x", "non_ones_seed",
                          "float32", "mixed", "multi_root", "tie_kink")}
     for c in cases:
@@ -187,6 +186,37 @@ def worker_distribution(n: int, seed: int) -> dict:
     out = {k: float(np.mean(v)) for k, v in m.items()}
     out["rank_histogram"] = {int(r): int(k) for r, k in zip(*np.unique(m["max_rank"], return_counts=True))}
     out["cases"] = len(cases)
+    return out
+
+
+def worker_distribution(n: int, seed: int) -> dict:
+    import gradspec as gs
+    from gradspec._private.sampling import sample
+
+    return _dist_metrics(sample(gs.strategies.cases(), n, seed))
+
+
+def worker_fuzz_distribution(n: int, seed: int) -> dict:
+    """The cases ``gradspec fuzz`` really checks (generate mode), and how many of them repeat a case
+    checked before in the same run (the same graph, values and seeds)."""
+    import hashlib
+
+    from gradspec import fuzz
+
+    checked = []
+    mod = sys.modules[fuzz.run_campaign.__module__]
+    orig = mod._Campaign._evaluate
+
+    def evaluate(self, case, mode):
+        if mode == "generate":
+            checked.append(case)
+        return orig(self, case, mode)
+
+    mod._Campaign._evaluate = evaluate
+    _fuzz(n, seed)
+    keys = [hashlib.sha1(c.to_json(indent=None).encode()).hexdigest() for c in checked]
+    out = _dist_metrics(checked)
+    out["unique"] = len(set(keys))
     return out
 
 
@@ -281,7 +311,8 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     if a.worker:
         kind, *rest = a.worker
-        fn = {"rate": worker_rate, "split": worker_split, "dist": worker_distribution, "shrink": worker_shrink}[kind]
+        fn = {"rate": worker_rate, "split": worker_split, "dist": worker_distribution, "shrink": worker_shrink,
+              "fuzzdist": worker_fuzz_distribution}[kind]
         args = [int(x) if x.isdigit() else x for x in rest]
         print(json.dumps(fn(*args)))
         return 0

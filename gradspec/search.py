@@ -104,7 +104,7 @@ class Driver:
                  known=(), known_source: Callable | None = None, on_found: Callable | None = None,
                  before: Callable | None = None, progress: Callable | None = None,
                  explain: Callable | None = None, on_group: Callable | None = None,
-                 cases_per_example: float = 1.0) -> None:
+                 cases_per_example: float | None = None) -> None:
         self.strategy = strategy
         self.evaluate = evaluate
         self.started = time.perf_counter()
@@ -118,9 +118,9 @@ class Driver:
         self.known_source = known_source  # signatures found elsewhere meanwhile (other shards)
         self.on_found, self.before, self.progress = on_found, before, progress
         self.on_group = on_group  # on_group(cases, mode): before the sets of one example are checked
-        # Cases an example holds on average (value sets of a CaseGroup): Hypothesis is asked for the
-        # number of examples that fills the budget, not for as many examples as cases.
-        self.cases_per_example = max(1.0, float(cases_per_example))
+        # Cases an example holds on average (value sets of a CaseGroup strategy): Hypothesis is asked
+        # for the number of examples that fills the budget, not for as many examples as cases.
+        self.cases_per_example = None if cases_per_example is None else max(1.0, float(cases_per_example))
         self.explain = explain  # more diagnosis of a kept finding (e.g. an engine-level cause), before dedup
         self.findings: dict = {}  # signature -> Finding
         self.cases = self.shrink_runs = self.replayed = self.localise_runs = 0
@@ -345,8 +345,11 @@ class Driver:
                 self.known |= set(self.known_source())
             self.mode, self._frozen = "generate", set(self.known)
             before = self.cases
-            remaining = 10**9 if self.max_examples is None else math.ceil(
-                (self.max_examples - self.cases) / self.cases_per_example)
+            remaining = 10**9 if self.max_examples is None else self.max_examples - self.cases
+            if self.cases_per_example is not None:
+                # At least 10 examples: a round's first example is the simplest one, which an earlier
+                # round has checked already (a repeat is not checked again, see _fresh).
+                remaining = max(math.ceil(remaining / self.cases_per_example), 10)
             reason = self._round(self._prop([Phase.generate, Phase.shrink], remaining, rnd, False))
             if reason == "done":
                 # Hypothesis ended the round by itself: the budget is spent, or the strategy rejected

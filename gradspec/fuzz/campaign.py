@@ -25,7 +25,7 @@ from ..guard import _main_thread, guarded_check, warm_up
 from ..oracles import Oracle
 from ..oracles.engine_oracle import EngineOracle
 from ..search import Driver, Finding, Stop
-from ..strategies._groups import MEAN_SETS
+from ..strategies._groups import mean_sets
 from .state import BUILTIN_ENGINES, SNAPSHOT_EVERY, Config, ReportDirError, Stats, _atomic_json, _sig_from_key, _sig_key
 
 __all__ = ["resolve", "run_campaign", "run_shard"]
@@ -300,12 +300,13 @@ class _Campaign:
         try:
             self.snapshot(force=True)  # records this process's pid from the start
             seconds = None if cfg.deadline is None else max(0.0, cfg.deadline - time.time())
+            sets = sets_per_graph(self.budget)
             self.driver = Driver(
-                strategies.case_groups(ops=self.ops, dtype=cfg.dtype), self._evaluate, max_examples=self.budget, seconds=seconds,
+                strategies.case_groups(ops=self.ops, dtype=cfg.dtype, max_sets=sets), self._evaluate, max_examples=self.budget, seconds=seconds,
                 round_seed=lambda rnd: _round_seed(cfg.seed, self.shard, rnd), shrink_seconds=cfg.shrink_seconds,
                 database=self._database(), database_key=_db_key(cfg, self.ops), known=self.known(),
                 known_source=self.known, on_found=self._on_found, before=self._before, explain=self._explain,
-                cases_per_example=MEAN_SETS)
+                cases_per_example=mean_sets(sets))
             # Saved failures replay once per process: later chunks of a worker skip it (gradspec.fuzz.workers).
             self.stats.stop_reason = self.driver.run(replay=bool(cfg.replay_saved))
             self.stats.errors += [e for e in self.driver.errors if e not in self.stats.errors]
@@ -346,6 +347,13 @@ class _Campaign:
                 update_record(self.cfg.report_dir, rid, {"cases": f.cases})
             except (OSError, ValueError):
                 pass  # no report folder (no writer, or the report dir failed): the stats carry it
+
+
+def sets_per_graph(budget: int) -> int:
+    """How many value sets a campaign of ``budget`` cases draws per graph at most: drawing a graph costs
+    several checks, so long campaigns check up to 32 value sets on each (about 12 on average); a small
+    budget is spread over more graphs (12 cases: one set per graph), where structure bugs hide."""
+    return max(1, min(32, int(budget) // 25))
 
 
 def _enable_faulthandler(state_dir: str):

@@ -317,7 +317,7 @@ def cases(
 
 def case_groups(
     *,
-    max_sets: int = 16,
+    max_sets: int = 32,
     ops=None,
     min_leaves: int = 1,
     max_leaves: int = 4,
@@ -333,7 +333,8 @@ def case_groups(
     max_elements: int = 256,
 ):
     """A :class:`CaseGroup`: one graph drawn as :func:`cases` draws it (same arguments), then
-    ``1..max_sets`` value sets for it (about 7 on average with the default 16), each a whole
+    ``1..max_sets`` value sets for it (about 12 on average; fewer for large graphs, whose values
+    would exceed Hypothesis' budget of choices per example), each a whole
     :class:`gradspec.Case` with its own leaf values, seeds and tie/kink plant, drawn exactly as
     :func:`cases` draws them.
 

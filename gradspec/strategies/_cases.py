@@ -69,6 +69,11 @@ _SMALL_INTS = np.array([0.0, 1.0, -1.0, 2.0, -2.0, 3.0, -3.0])
 
 @st.composite
 def _seeds(draw, shape, dtype, implicit, mixed_dtypes):
+    return draw_seed(draw, shape, dtype, implicit, mixed_dtypes)
+
+
+def draw_seed(draw, shape, dtype, implicit, mixed_dtypes):
+    """What ``seeds()`` draws, with the caller's ``draw`` (a composite per seed costs more than the seed)."""
     n = _numel(shape)
     k = draw(_SEED_KIND)
     if implicit and n == 1 and k <= 3:
@@ -227,7 +232,7 @@ def value_set(draw, g: Graph, cfg: _Cfg, dtype_mode: str, reject: bool = True) -
     vals, hard = _hard.maybe_plant(draw, g, vals, _first_bad_node)
     if hard:
         env = _first_bad_node(g, vals, allow={i for i, n in enumerate(g.nodes) if n.name == hard[0]["node"]})[1]
-    sd = [draw(_seeds(tuple(np.shape(env[r])), np.asarray(env[r]).dtype.name, True, True)) for r in g.roots]
+    sd = [draw_seed(draw, tuple(np.shape(env[r])), np.asarray(env[r]).dtype.name, True, True) for r in g.roots]
     case = g.case(vals, sd)
     case.meta["generator"] = "gradspec.strategies.cases"
     case.meta["dtype"] = dtype_mode

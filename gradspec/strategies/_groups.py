@@ -22,7 +22,6 @@ from ._graph import Graph, _Builder, _Cfg, _numel
 # Hypothesis gives up on an example whose choices exceed BUFFER_SIZE (8 KiB of "entropy"): a group
 # draws no more sets than fit in this many bytes of values (4 per float element, seeds included).
 _SET_BYTES = 6000
-MEAN_SETS = 6  # value sets per group on average (st.lists' mean for min_size=1, max_size=16: 6)
 _CTX = threading.local()  # (graph, cfg, dtype mode, sets drawn so far) of the group being drawn
 
 
@@ -58,10 +57,19 @@ def _key(case):
 
 @functools.lru_cache(maxsize=64)
 def _sets(max_size: int):
-    # A unique list: elements are dropped when they repeat one before, and Hypothesis' mutator does not
-    # copy choices between (or inside) the elements of a unique collection -- such copies only re-made
-    # cases already checked.  Shrinking deletes elements as for any list.
-    return st.lists(_SET, min_size=1, max_size=max_size, unique_by=_key)
+    # Runs of 1-3 sets (2 on average) in a list of runs (6 on average): about 12 sets per graph, and
+    # shrinking deletes runs and sets as for any list, down to one set.
+    return st.lists(st.lists(_SET, min_size=1, max_size=min(3, max_size)), min_size=1,
+                    max_size=max(1, -(-max_size // 3)))
+
+
+def mean_sets(max_sets: int) -> float:
+    """About how many value sets a group holds on average (``st.lists``' mean sizes in :func:`_sets`;
+    large graphs hold fewer)."""
+    inner_max, outer_max = min(3, max_sets), max(1, -(-max_sets // 3))
+    inner = 1.0 if inner_max == 1 else min(6.0, 0.5 * (1 + inner_max))
+    outer = 1.0 if outer_max == 1 else min(6.0, 0.5 * (1 + outer_max))
+    return max(1.0, min(float(max_sets), inner * outer))
 
 
 def _set_bytes(g: Graph) -> int:
@@ -70,8 +78,24 @@ def _set_bytes(g: Graph) -> int:
     return n + sum(_values.BYTES_PER_ELEMENT * _numel(g.shapes[r]) for r in g.roots) + 32
 
 
+def _case_groups(cfg: _Cfg, max_sets: int):
+    # The whole group sits in a unique collection: Hypothesis' mutator then never copies choices
+    # inside it.  Its copies (a block of choices onto another, then the rest replayed) shift every
+    # later choice of a group: each value set after the copy came out as the simplest one (all
+    # values 1.0), or the example ran out of choices and was thrown away after it was drawn.
+    return st.lists(_group_inner(cfg, max_sets), min_size=1, max_size=1, unique_by=_never_equal).map(_only)
+
+
+def _never_equal(_group) -> object:
+    return object()
+
+
+def _only(xs: list):
+    return xs[0]
+
+
 @st.composite
-def _case_groups(draw, cfg: _Cfg, max_sets: int) -> CaseGroup:
+def _group_inner(draw, cfg: _Cfg, max_sets: int) -> CaseGroup:
     builder = _Builder(draw, cfg)
     g = builder.build()
     stack = getattr(_CTX, "stack", None)
@@ -79,12 +103,18 @@ def _case_groups(draw, cfg: _Cfg, max_sets: int) -> CaseGroup:
         stack = _CTX.stack = []
     stack.append((g, cfg, builder.dtype_mode, []))
     try:
-        sets = draw(_sets(max(1, min(max_sets, _SET_BYTES // _set_bytes(g)))))
+        cap = max(1, min(max_sets, _SET_BYTES // _set_bytes(g)))
+        runs = draw(_sets(cap))
     finally:
         stack.pop()
-    out = []
-    for case in sets:
-        if case is not None:  # values that resisted repair: this set is dropped, the group stays
-            case.meta["generator"] = "gradspec.strategies.case_groups"
-            out.append(case)
-    return CaseGroup(out)
+    out, seen = [], set()
+    for case in (c for run in runs for c in run):
+        if case is None:  # values that resisted repair: this set is dropped, the group stays
+            continue
+        key = _key(case)
+        if key in seen:
+            continue
+        seen.add(key)
+        case.meta["generator"] = "gradspec.strategies.case_groups"
+        out.append(case)
+    return CaseGroup(out[:cap])
