@@ -15,6 +15,7 @@ import dataclasses
 import functools
 import hashlib
 import itertools
+import math
 import traceback
 
 import numpy as np
@@ -635,6 +636,9 @@ def _fast_pairs(case, leaves, names, results, kinds, dtype, M, fd_errs, noise, g
     k = len(names)
     if k < 2:
         return {}
+    small = _small_pairs(leaves, names, results, kinds, dtype, M, fd_errs, noise, claim, gated)
+    if small is not None:
+        return small
     layout = [(l.name, l.value.shape, l.value.size) for l in leaves]
     sizes = [size for _, _, size in layout]
     N = sum(sizes)
@@ -705,6 +709,94 @@ def _fast_pairs(case, leaves, names, results, kinds, dtype, M, fd_errs, noise, g
         worst = d.max(axis=1)
         good = eligible & (worst <= 1.0)
     return {p: float(w) for p, g, w in zip(pairs, good.tolist(), worst.tolist()) if g}
+
+
+# Up to this many gradient elements per oracle, _fast_pairs compares in Python floats: on the few-element
+# graphs that dominate a fuzz run, two dozen numpy calls on 4 x 3 arrays cost more than the arithmetic.
+SMALL_PAIRS = 16
+
+
+def _small_pairs(leaves, names, results, kinds, dtype, M, fd_errs, noise, claim, gated=frozenset()) -> dict | None:
+    """``_fast_pairs`` for tiny cases whose every gradient is present, of its leaf's shape, a real float
+    and finite (so are the error estimates and ``|J|^T |seed|``): the same IEEE double operations in
+    the same order, element by element (there every side's scale max(|g_j|, leaf max) is the leaf
+    max).  None where that does not hold (the numpy path then decides, and explains)."""
+    if noise is not None or claim is not None:
+        return None
+    N = 0
+    for l in leaves:
+        N += l.value.size
+    if not 0 < N <= SMALL_PAIRS:
+        return None
+    isfinite = math.isfinite
+    rows, tops, nones = [], [], []  # per oracle: its flat gradient, per element its leaf's max |g|, its None leaves
+    for name in names:
+        res = results[name]
+        row, top, none = [], [], set()
+        for l in leaves:
+            g = res.get(l.name)
+            if g is None:  # compared as zeros (below: unless None itself is the disagreement)
+                none.add(l.name)
+                row += [0.0] * l.value.size
+                top += [0.0] * l.value.size
+                continue
+            if getattr(g, "shape", None) != l.value.shape or g.dtype.kind != "f" or g.dtype.itemsize > 8:
+                return None
+            vals = g.ravel().tolist()
+            if vals:
+                if not isfinite(sum(vals)):  # (a finite sum has no inf or NaN term)
+                    return None
+                row += vals
+                top += [max(max(vals), -min(vals))] * len(vals)
+        rows.append(row)
+        tops.append(top)
+        nones.append(none)
+    if M is not None:
+        m = (M if isinstance(M, np.ndarray) else _flat(M, leaves)).tolist()
+        if not isfinite(sum(m)):
+            return None
+    est = [i for i, n in enumerate(names) if fd_errs and n in fd_errs]
+    errs = []
+    for i in est:
+        e = _flat(fd_errs[names[i]], leaves).tolist()
+        if not isfinite(sum(e)):
+            return None
+        errs.append(e)
+    rtol, fdf = _pair_tolerance_lists(dtype, tuple(kinds[n].kind for n in names), tuple(est))
+    floor = _tol.SUBNORMAL_FLOOR
+    out = {}
+    for p, (a, b) in enumerate(_pair_list(tuple(range(len(names))))):
+        if nones[a] != nones[b] and kinds[names[a]].reports_none and kinds[names[b]].reports_none and \
+                (nones[a] ^ nones[b]) - gated:
+            continue  # None vs a gradient, for oracles that report None: _compare says so
+        ra, rb, ta, tb, r = rows[a], rows[b], tops[a], tops[b], rtol[p]
+        fds = [(f[p], e) for f, e in zip(fdf, errs)]
+        worst = 0.0
+        for j in range(N):
+            scale = ta[j] if ta[j] >= tb[j] else tb[j]
+            if M is not None and m[j] > scale:
+                scale = m[j]
+            allowed = r * scale + floor
+            if fds:
+                fd = fds[0][0] * fds[0][1][j]
+                for f, e in fds[1:]:
+                    fd = fd + f * e[j]
+                allowed = allowed + fd
+                if not isfinite(allowed):
+                    return None
+            d = abs(ra[j] - rb[j]) / allowed
+            if d > worst:
+                worst = d
+        if worst <= 1.0:
+            out[(names[a], names[b])] = worst
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def _pair_tolerance_lists(dtype: str, kinds: tuple, estimates: tuple) -> tuple[list, list]:
+    """``_pair_tolerances`` as Python floats: rtol per pair, and per estimate its fd_factor per pair."""
+    rtol, fdf = _pair_tolerances(dtype, kinds, estimates)
+    return [r[0] for r in rtol.tolist()], [[f[0] for f in fe] for fe in fdf.tolist()]
 
 
 @functools.lru_cache(maxsize=256)
