@@ -67,6 +67,10 @@ def load(path: str, *, allow_import=(), max_elements: int | None = None) -> Case
             d = json.loads(text)
         except (ValueError, RecursionError) as e:
             raise CaseError(f"{path}: not a gradspec case file: invalid JSON ({str(e)[:200]})") from None
+        if not isinstance(d, dict):  # json.loads succeeded: the text is JSON, only not a case
+            kind = {list: "a list", str: "a string", bool: "a boolean", type(None): "null"}.get(type(d), "a number")
+            raise CaseError(f"{path}: not a gradspec case file: the file is valid JSON, but {kind}, not a case object "
+                            '(a JSON object with "format": "gradspec-case/1", as case.json in a report folder)')
         _check_ops(path, d)
         try:
             with allowing(allow_import):

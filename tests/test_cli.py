@@ -291,7 +291,9 @@ def test_fuzz_dtype_picks_the_precision_and_summary_counts_it(tmp_path, dtype, w
 
 
 USAGE_ERRORS = {
-    "unknown-op": (["fuzz", "--ops", "exp,nosuchop"], "nosuchop"),
+    "unknown-op": (["fuzz", "--ops", "exp,nosuchop"], "no op named 'nosuchop'"),
+    # a misspelt op is not "unsupported by the engine": it names the op and the closest ones
+    "misspelt-op": (["fuzz", "--ops", "exp,sofplus"], "no op named 'sofplus' in the gradspec op table. Did you mean 'softplus'?"),
     "unknown-engine": (["fuzz", "--engine", "nosuchengine"], "unknown engine"),
     "engine-attr": (["fuzz", "--engine", "gsplant:missing"], "no attribute"),
     "cuda-without-gpu": (["fuzz", "--engine", "torch-cuda"], "torch-cuda"),
@@ -371,7 +373,7 @@ def test_replay_of_bad_case_files_exits_2_without_traceback(tmp_path, monkeypatc
     expect = {
         "corrupt.json": "invalid JSON",
         "foreign.json": "not a gradspec case file",
-        "list.json": "not a gradspec case file",
+        "list.json": "not a gradspec case file: the file is valid JSON, but a list, not a case object",
         "binary.json": "not a gradspec case file",
         "badshape.json": "seed",
         "inline.json": "defined inline",

@@ -41,6 +41,7 @@ def resolve(cfg: Config) -> tuple[list, list[str], Any]:
     from .. import oracles as _oracles
     from .. import strategies
     from .._private.imports import ImportSpecError, import_object
+    from ..spec import registry as _registry
 
     engine_obj = None
     if cfg.engine in BUILTIN_ENGINES:
@@ -108,6 +109,11 @@ def resolve(cfg: Config) -> tuple[list, list[str], Any]:
                 if o is None:
                     raise ValueError(f"--ops: {o!r} is not a gradspec op (gs.Op(...))")
             names.append(o)
+        for o in names:  # a name that is no op at all: say so, with the closest ones (not "engine does not support")
+            try:
+                _registry.lookup(o)
+            except KeyError as e:
+                raise ValueError(f"--ops: {e.args[0]}") from None
         unsupported = [o for o in names if not supported(o)]
         if unsupported:
             raise ValueError(f"--ops: engine {cfg.engine!r} does not support {', '.join(unsupported)}")
