@@ -71,6 +71,10 @@ ROUNDING_DEPTH = 256.0
 MAX_BATCH_ELEMENTS = 2**17
 FACTORS = (1.0, -1.0, 2.0)  # the stencil, in units of h
 _FACTORS = np.array(FACTORS)
+_FACTORS_COL = _FACTORS[:, None]
+# The reductions as ufunc calls: ``a.max()`` / ``a.sum()`` / ``a.all()`` go through a Python wrapper
+# (numpy/_core/_methods.py) that costs about a microsecond more than the reduction on FD's small arrays.
+_MAX, _SUM, _ALL, _ANY = np.maximum.reduce, np.add.reduce, np.logical_and.reduce, np.logical_or.reduce
 COARSE = 1e-6  # error estimate above this fraction of the gradient's scale: refine the step
 REFINEMENTS = 2  # h -> h/16 at most twice; still coarse after that: the oracle refuses the case
 
@@ -139,7 +143,7 @@ def _scale(floats) -> tuple[float, str | None]:
     if not floats:
         return 0.0, None
     a = np.abs(np.concatenate([c for _, c in floats], axis=None) if len(floats) > 1 else floats[0][1])
-    vmax = float(a.max())
+    vmax = float(_MAX(a, axis=None))
     if vmax < np.inf:  # NaN fails this too
         return vmax, None
     a = a.ravel()
@@ -155,9 +159,12 @@ def _finite_center_scale(center) -> float:
     return vmax
 
 
+_VD_EPS = float(VALUE_DEPTH * EPS)
+
+
 def _floor(vmax: float, seeds64, abs_seeds=None) -> float:
     if abs_seeds is not None:  # |seed| raveled: the same sums (a contiguous array reduces as one run)
-        return VALUE_DEPTH * EPS * vmax * float(sum(a.sum() for a in abs_seeds))
+        return _VD_EPS * vmax * float(sum(_SUM(a) for a in abs_seeds))
     return VALUE_DEPTH * EPS * vmax * float(sum(np.abs(seed).sum() for seed in seeds64))
 
 
@@ -202,7 +209,7 @@ def _leaf_reach(leaves, flat, h, watch) -> dict:
         size = l.value.size
         if l.name in watch and size:
             if moved is None:
-                moved = np.abs((flat + _FACTORS[:, None] * h) - flat).max(axis=0)
+                moved = _MAX(np.abs((flat + _FACTORS_COL * h) - flat), axis=0)
             out[l.name] = moved[off : off + size].reshape(l.shape)
         off += size
     return out
@@ -354,20 +361,19 @@ def _estimate_small(s, S, s0, S0, h, floor):
     return r, err, trunc, refine
 
 
-_WATCH: dict = {}  # (id(spec), id(domain), inputs) -> (spec, domain, (watched input positions + domains, has kink))
+_WATCH: dict = {}  # id(spec) -> (spec, its domain, inputs, watched (input position, domain) pairs)
 
 
 def _spec_watch(spec, nin: int):
-    """Which inputs of an op to watch (a domain with singular points or edges) and whether it has
-    a ``kink_distance``: a property of the op's declaration, computed once per op, not per case."""
-    key = (id(spec), id(spec.domain), nin)
-    hit = _WATCH.get(key)
-    if hit is not None and hit[0] is spec and hit[1] is spec.domain:
-        return hit[2]
+    """Which inputs of an op to watch (a domain with singular points or edges): a property of the
+    op's declaration, computed once per op, not per case."""
+    hit = _WATCH.get(id(spec))
+    if hit is not None and hit[0] is spec and hit[1] is spec.domain and hit[2] == nin:
+        return hit[3]
     doms = tuple((i, d) for i, d in enumerate(spec.domains_for(nin)) if d.points or d.lo > -np.inf or d.hi < np.inf)
     if len(_WATCH) > 4096:  # user ops made afresh in a loop: keep the cache bounded
         _WATCH.clear()
-    _WATCH[key] = (spec, spec.domain, doms)
+    _WATCH[id(spec)] = (spec, spec.domain, nin, doms)
     return doms
 
 
@@ -377,8 +383,8 @@ def _watch_plan(case) -> list:
     Returns ``[(node, spec, [(input name, domain with singular points or edges)], has kink_distance)]``.
     """
     plan = []
-    for node in case.nodes:
-        spec = case.spec(node.op)
+    specs = case._node_specs() or [case.spec(node.op) for node in case.nodes]  # (looked up once per gs.check)
+    for node, spec in zip(case.nodes, specs):
         ins = node.inputs
         doms = _spec_watch(spec, len(ins))
         kink = spec.kink_distance is not None
@@ -633,7 +639,7 @@ def fd_gradient(case, *, check_reach: bool = True) -> FDResult:
     small = _estimate_small(p.s.tolist(), p.S.tolist(), p.s0, p.S0, h.tolist(), floor) if n <= SMALL_N else None
     if small is not None and small[0] == "not finite":
         _not_finite(small[1], h)
-    if small is None and not np.isfinite(p.s).all():
+    if small is None and not _ALL(np.isfinite(p.s), axis=None):
         _not_finite(int(np.argwhere(~np.isfinite(p.s))[0][1]), h)
     if check_reach and p.reach:  # a kink within reach explains a coarse estimate better than "varies too fast"
         _check_reach(plan, p.center, p.reach)
@@ -675,14 +681,14 @@ def _refine(case, x64, leaves, p: _Pass, h, floor, out):
     n, nf = r.size, len(FACTORS)
     seeds64, s0, S0 = p.seeds64, p.s0, p.S0
     evaluations = 0
-    scale = max(float(np.abs(r).max(initial=0.0)), 1e-300)
+    scale = max(float(_MAX(np.abs(r), axis=None, initial=0.0)), 1e-300)
 
     def too_coarse(idx):
         return idx[(trunc[idx] > COARSE * np.maximum(np.abs(r[idx]), scale)) & (trunc[idx] > 0.5 * err[idx])]
 
     # trunc > COARSE * max(|r|, scale) needs trunc > COARSE * scale somewhere: one reduction settles
     # the common case (no element too coarse) before the element-wise test.
-    if not (trunc.max(initial=0.0) > COARSE * scale and (
+    if not (_MAX(trunc, axis=None, initial=0.0) > COARSE * scale and (
             (trunc > COARSE * np.maximum(np.abs(r), scale)) & (trunc > 0.5 * err)).any()):
         return h, 0
     h0 = h.copy()  # the first step (refinement changes h)
@@ -731,7 +737,7 @@ def _check_reach(plan, center, reach) -> None:
             d = float(spec.kink_distance(*args, **node.params))
             for i in node.inputs:
                 if i in reach and i not in top:
-                    top[i] = float(reach[i].max(initial=0.0))
+                    top[i] = float(_MAX(reach[i], axis=None, initial=0.0))
             r = max((top[i] for i in node.inputs if i in reach), default=0.0)
             if math.isfinite(d) and d <= 4 * r:
                 _refuse(node, d, r)
@@ -753,7 +759,7 @@ def _close(a, dom, reach):
     if dist is None:
         return None
     close = dist <= 4 * reach
-    if not close.any():
+    if not _ANY(close, axis=None):
         return None
     j = tuple(int(i) for i in np.argwhere(close)[0])
     return float(dist[j]), float(reach[j])
