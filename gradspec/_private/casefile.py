@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 
-from . import limits
+from . import limits, torchfn_record
 
 __all__ = ["CaseFileError", "parse", "DTYPES", "MAX_NAME"]
 
@@ -163,6 +163,10 @@ def parse(d) -> dict:
     inline = meta.get("inline_ops")
     if inline is not None and not (isinstance(inline, list) and all(isinstance(s, str) for s in inline)):
         _fail("meta.inline_ops", "must be a list of op names")
+    try:
+        torchfn_record.check(meta)  # how a torch Function was called (verify_torch_function findings)
+    except torchfn_record.RecordError as e:
+        raise CaseFileError(str(e)) from None
     leaves = []
     for i, l in enumerate(_list(d.get("leaves"), "leaves")):
         f = f"leaves[{i}]"

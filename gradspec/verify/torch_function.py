@@ -19,6 +19,7 @@ import traceback
 import numpy as np
 
 from .._private import result_sink
+from .._private import torchfn_record as _rec
 from .._private.imports import importable_path
 from ..case import Case, Leaf, NodeDef
 from ..ops.user import Op, UserOpError
@@ -252,6 +253,7 @@ def verify_torch_function(fn, *, arity: int | None = None, signature: str | None
         rule = _positional_rule(rule, layout)
     spec = _torch_wrap(fn, name, layout, sig, rule, domain, {**params, **layout.strategies()},
                        _num.torch_kinks(kink_distance))
+    how = _call_record(layout, plan.model is not None, sig, rule, domain)
     if plan.model is not None:
         spec._gs_out_blocks = out_blocks  # type: ignore[attr-defined]
     s = _resolve_seed(seed)
@@ -304,6 +306,7 @@ def verify_torch_function(fn, *, arity: int | None = None, signature: str | None
         _count(result, case)
         if spec.import_path:  # what lets Case.from_json rebuild the op from the Function (see _resolve)
             case.meta["torch_functions"] = [spec.name]
+            case.meta[_rec.KEY] = {spec.name: how}  # the shape rule and call layout, as data (replay)
         _num.tag(case, claim)
         return _check_op_case(case, spec, names, target, case_replay, result,
                               extra=lambda c: _twice_check(c, spec, target, case_replay))
@@ -424,6 +427,17 @@ def _positional_rule(shape_fn, layout: CallLayout):
     return rule
 
 
+def _call_record(layout: CallLayout, learnt: bool, sig, rule, domain) -> dict:
+    """How fn is called and its output shaped (:mod:`gradspec._private.torchfn_record`): a learnt
+    rule, a tuple output or a user's shape_fn (code, not data) replay as "the shape fn's forward
+    returns", which is what the learnt rule is (``fn_shapes.out_rules``)."""
+    shape = "forward" if learnt or rule is not None else "signature" if sig is not None else "elementwise"
+    try:
+        return _rec.record(layout.n_args, layout.tensor_pos, shape, sig, domain)
+    except (AttributeError, TypeError):  # a domain object without to_json: values then come from the case
+        return _rec.record(layout.n_args, layout.tensor_pos, shape, sig, None)
+
+
 def _resolve(name: str, obj, node, meta):
     """A case file's user op recorded by ``verify_torch_function`` (listed in its
     ``meta["torch_functions"]``) as a torch Function (``module:QualName``) or a Python function on
@@ -444,11 +458,27 @@ def _resolve(name: str, obj, node, meta):
         fn = obj
     else:
         return None
-    pos = sorted(int(k[len(ARG_PREFIX):]) for k in node.params if k.startswith(ARG_PREFIX) and k[len(ARG_PREFIX):].isdigit())
-    n = len(node.inputs) + len(pos)
-    layout = CallLayout(n, [i for i in range(n) if i not in pos])
-    spec = _torch_wrap(fn, name, layout, None, None, None, {})
-    return spec
+    rec = _rec.parse(meta, name)
+    args = {int(k[len(ARG_PREFIX):]): v for k, v in node.params.items()
+            if k.startswith(ARG_PREFIX) and k[len(ARG_PREFIX):].isdigit()}
+    if rec is None:  # a case saved before the record existed: positions from the node, shapes from fn
+        n = len(node.inputs) + len(args)
+        rec = {"n_args": n, "tensor_pos": [i for i in range(n) if i not in args], "shape": "forward",
+               "signature": None, "domain": None}
+    n, tensors = rec["n_args"], rec["tensor_pos"]
+    others = sorted(set(range(n)) - set(tensors))
+    if len(node.inputs) != len(tensors) or sorted(args) != others:
+        from ..case import CaseError
+
+        raise CaseError(f"node {node.name!r}: torch function {name!r} was recorded with {len(tensors)} tensor(s) at "
+                        f"positions {tensors} of {n} arguments (non-tensor ones as params "
+                        f"{[ARG_PREFIX + str(k) for k in others]}); the node has {len(node.inputs)} input(s) and "
+                        f"params {sorted(node.params)[:8]}")
+    layout = CallLayout(n, list(tensors), {k: args[k] for k in others})
+    sig, rule = (rec["signature"], None) if rec["shape"] == "signature" else (None, None)
+    if rec["shape"] == "forward":
+        rule = fn_shapes.out_rules(fn, layout, rec["domain"])[0]
+    return _torch_wrap(fn, name, layout, sig, rule, rec["domain"], layout.strategies())
 
 
 _registry.register_resolver(_resolve)
