@@ -181,14 +181,14 @@ def _allowed(args) -> list[str]:
 
 
 def main(argv=None) -> int:
+    from ._private.imports import cwd_importable
+
     raw = list(sys.argv[1:] if argv is None else argv)
+    cwd_importable()  # like `python -m`: modules in the current directory import (--engine mymod:engine)
     if raw[:1] == ["explain"]:  # its inputs are options named by the expression (--x SPEC): parsed on their own
         return _explain(raw[1:])
     args = _parser().parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
-    # Like `python -m`, make modules in the current directory importable (--engine mymod:engine).
-    if os.getcwd() not in sys.path and "" not in sys.path:
-        sys.path.insert(0, os.getcwd())
     try:
         if args.cmd == "ops":
             return _ops(args)

@@ -889,6 +889,9 @@ except ImportError:  # the torch listing is skipped; the re-check does not need 
     torch = None
 
 import gradspec as gs
+from gradspec._private.imports import cwd_importable
+
+cwd_importable()  # run from the folder that holds your modules, they import (as in `gradspec replay`)
 
 
 def _import(path):

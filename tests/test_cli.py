@@ -236,6 +236,43 @@ def test_repro_script_shows_the_disagreement(planted):
     assert "|difference| 0.5" in line and "torch now says" in line
 
 
+def test_repro_script_imports_modules_of_the_working_directory(planted):
+    """`python <report>/repro.py` run from the folder that holds the user's module finds it, as
+    `gradspec replay` does (before: "cannot import module 'gsplant' ... on PYTHONPATH?", exit 2)."""
+    root, env, out, proc = planted
+    folder = _reported(out)
+    bare = dict(env, PYTHONPATH=os.pathsep.join(p for p in env["PYTHONPATH"].split(os.pathsep) if p != str(root)))
+    run = subprocess.run([sys.executable, str(folder / "repro.py")], cwd=root, env=bare, capture_output=True,
+                         text=True, timeout=120)
+    assert run.returncode == 1 and "cannot import" not in run.stdout, run.stdout + run.stderr
+    elsewhere = subprocess.run([sys.executable, str(folder / "repro.py")], cwd=folder, env=bare, capture_output=True,
+                               text=True, timeout=120)
+    assert elsewhere.returncode == 2 and "cannot import module 'gsplant'" in elsewhere.stdout, elsewhere.stdout
+
+
+def test_explain_imports_modules_of_the_working_directory(tmp_path, monkeypatch, capsys):
+    """`gradspec explain case.json --allow-import MOD` finds MOD in the current directory, as replay does."""
+    import numpy as np
+
+    import gradspec as gs
+    from gradspec import cli
+
+    (tmp_path / "gscwdop.py").write_text("import gradspec as gs\ncwd_triple = gs.Op('cwd_triple', "
+                                         "forward=lambda x: 3 * x, vjp=lambda g, x, out: (3 * g,))\n")
+    d = json.loads(gs.Case.build({"x": np.array([1.0, 2.0])}, [("y", "exp", ["x"], {})], ["y"],
+                                 [np.array([1.0, 0.5])]).to_json())
+    d["nodes"][0]["op"] = "cwd_triple"
+    d["user_ops"] = {"cwd_triple": "gscwdop:cwd_triple"}
+    (tmp_path / "case.json").write_text(json.dumps(d))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    monkeypatch.delitem(sys.modules, "gscwdop", raising=False)
+    rc = cli.main(["explain", "case.json", "--allow-import", "gscwdop"])
+    cap = capsys.readouterr()
+    assert rc == 0 and "x.grad = [3. , 1.5]" in cap.out, cap.out + cap.err
+    monkeypatch.delitem(sys.modules, "gscwdop", raising=False)
+
+
 def test_rerun_replays_saved_failures_first_and_keeps_the_report(planted):
     root, env, out, proc = planted
     folder = _reported(out)

@@ -24,11 +24,11 @@ import contextlib
 import contextvars
 import importlib
 import inspect
+import os
 import sys
 
 __all__ = ["ImportSpecError", "ImportNotAllowed", "import_object", "load_from_case", "allowing", "allowed_modules",
-           "importable_path",
-           "module_of"]
+           "importable_path", "module_of", "cwd_importable"]
 
 
 class ImportSpecError(ValueError):
@@ -52,6 +52,16 @@ class ImportNotAllowed(ImportSpecError):
 
 
 _ALLOWED: contextvars.ContextVar[frozenset] = contextvars.ContextVar("gradspec_allowed_imports", default=frozenset())
+
+
+def cwd_importable() -> None:
+    """Make modules in the current working directory importable, as ``python -m`` does: the one way
+    ``gradspec`` (every command) and a report's ``repro.py`` find the user's ``mymod`` of
+    ``mymod:MyFunction`` when run from the folder that holds it (importing still needs permission
+    for names read from a case file: :func:`load_from_case`)."""
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.insert(0, cwd)
 
 
 def module_of(path: str) -> str:
