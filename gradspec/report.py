@@ -1006,8 +1006,9 @@ def show():
         print(f"torch raised {{torch_error}}")
     if shown is not None and worst_gap > 0:
         name, k, a, b = shown
-        print(f"DISAGREEMENT: {{PAIR[0]}} vs {{PAIR[1]}} at {{name}}{{list(k)}}: {{a!r}} vs {{b!r}} "
-              f"(|difference| {{worst_gap:.6g}}; recorded when the report was written); torch now says "
+        # what the two oracles returned then: a record, not the verdict (the re-check below decides)
+        print(f"recorded when the report was written: {{PAIR[0]}} vs {{PAIR[1]}} differed at {{name}}{{list(k)}}: "
+              f"{{a!r}} vs {{b!r}} (|difference| {{worst_gap:.6g}}); torch now says "
               f"{{'None' if torch_grads.get(name) is None else repr(float(np.asarray(torch_grads[name])[k]))}}")
         return True
     return any("error" in r for r in RECORDED.values())
@@ -1084,11 +1085,13 @@ def main():
             return 1
         print("cannot decide (exit 2): nothing recorded to compare, and the engine cannot be run here")
         return 2
+    print("checked again now, with the same oracles (this decides the exit code):")
     if verdict.status == "disagree":
-        for d in verdict.discrepancies[:5]:
-            print("DISAGREEMENT: " + d.message.splitlines()[0])
-        for name, (t, m, _tb) in list(verdict.errors.items())[:3]:
-            print(f"  {{name}} raised {{t}}: {{m}}")
+        lines = [d.message.splitlines()[0].partition(" — tolerance: ")[0] for d in verdict.discrepancies[:5]]
+        lines += [f"{{name}} raised {{t}}: {{m}}" for name, (t, m, _tb) in list(verdict.errors.items())[:3]]
+        for line in lines[1:]:
+            print("  also: " + line)
+        print("DISAGREEMENT: " + (lines[0] if lines else "the oracles disagree") + " (exit 1)")
         return 1
     if verdict.status == "inconclusive":
         print(f"cannot decide (exit 2): {{verdict.reason}}")

@@ -230,10 +230,29 @@ def test_repro_script_shows_the_disagreement(planted):
     run = subprocess.run([sys.executable, str(folder / "repro.py")], cwd=folder, env=env, capture_output=True,
                          text=True, timeout=120)
     assert run.returncode == 1, run.stdout + run.stderr
-    assert "DISAGREEMENT: reference vs planted" in run.stdout
     # The planted engine is off by exactly 0.5; torch (run live) sides with the reference.
-    line = next(l for l in run.stdout.splitlines() if l.startswith("DISAGREEMENT"))
-    assert "|difference| 0.5" in line and "torch now says" in line
+    line = next(l for l in run.stdout.splitlines() if l.startswith("recorded when the report was written"))
+    assert "reference vs planted" in line and "|difference| 0.5" in line and "torch now says" in line
+    # the verdict of the re-check comes last, and decides
+    assert run.stdout.splitlines()[-1].startswith("DISAGREEMENT: reference vs planted"), run.stdout
+
+
+def test_repro_script_after_the_fix_labels_the_recording_and_says_it_is_gone(planted, tmp_path):
+    """After the fix, repro.py shows what was recorded as recorded (no "DISAGREEMENT" line before
+    "no disagreement any more"): the re-check's verdict is the one line that counts."""
+    root, env, out, proc = planted
+    folder = _reported(out)
+    fixed = tmp_path / "fixed"
+    fixed.mkdir()
+    (fixed / "gsplant.py").write_text(PLANT_SRC.replace('bug = Planted("planted", bug_op="exp")',
+                                                        'bug = Planted("planted", bug_op="no-such-op")'))
+    path = [str(fixed)] + [p for p in env["PYTHONPATH"].split(os.pathsep) if p != str(root)]
+    run = subprocess.run([sys.executable, str(folder / "repro.py")], cwd=fixed,
+                         env=dict(env, PYTHONPATH=os.pathsep.join(path)), capture_output=True, text=True, timeout=120)
+    lines = run.stdout.splitlines()
+    assert run.returncode == 0 and "DISAGREEMENT" not in run.stdout, run.stdout + run.stderr
+    assert any(l.startswith("recorded when the report was written") and "|difference| 0.5" in l for l in lines)
+    assert lines[-1].startswith("no disagreement any more") and lines[-1].endswith("(exit 0)"), run.stdout
 
 
 def test_repro_script_imports_modules_of_the_working_directory(planted):
