@@ -122,7 +122,8 @@ def test_repro_script_keeps_hostile_names_as_data(tmp_path):
                          timeout=120)
     assert not marker.exists(), run.stdout + run.stderr
     assert run.returncode == 1, run.stdout + run.stderr  # it still shows the planted disagreement
-    assert "DISAGREEMENT: reference vs " + evil in run.stdout
+    assert "recorded when the report was written: reference vs " + evil in run.stdout
+    assert "DISAGREEMENT (recorded, exit 1)" in run.stdout  # the engine object cannot run again: the record speaks
 
 
 def test_repro_params_are_data_even_their_keys():
