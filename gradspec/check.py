@@ -72,8 +72,12 @@ class Discrepancy:
             # An engine-level cause names no op: the failing side (one-sided kinds) and the culprit
             # op tell two such findings apart (an oracle raising is not the engine raising).
             who = self.oracles[0] if self.kind in ("raised", "timeout", "crash", "check-error") else ""
-            where = (c.op,) if c.op else ((self.culprit,) if self.culprit else ())
-            return (c.id, (c.pattern or who,), where)
+            # An engine-level cause (seed ignored, stale gradients...) is one bug whichever op the
+            # case it showed on had: the culprit op does not split it (one bug, one report).
+            where = (c.op,) if c.op else ((self.culprit,) if self.culprit and not c.is_engine_level else ())
+            # A wrong VJP is one bug per op whatever pattern each case shows (a factor that depends on
+            # the input reads as 'scale' on a one-element case and 'other' on a larger one).
+            return (c.id, ("" if c.id == "wrong-vjp" else c.pattern or who,), where)
         if self.culprit is not None:
             ops = (self.culprit,)
         else:

@@ -57,8 +57,8 @@ def _classes() -> list:
     """(TorchOracle, UserOpSpec), imported on first use (the verdict rules run on every check: an
     import statement per call cost more than the test itself)."""
     if not _CLASSES:
-        from .oracles.torch_oracle import TorchOracle
         from .ops.user import UserOpSpec
+        from .oracles.torch_oracle import TorchOracle
 
         _CLASSES[:] = [TorchOracle, UserOpSpec]
     return _CLASSES

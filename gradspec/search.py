@@ -274,6 +274,10 @@ class Driver:
         if sig in self.findings:
             self.findings[sig].cases += 1
             return
+        if sig in self.known:
+            # Found before this search by another one (a §5 rule search of verify_engine, another shard):
+            # the cause, now diagnosed, is that finding's -- one bug, one report.
+            return
         f = Finding(d, box["verdict"], covers(d, found), note=note, shrink_exhausted=exhausted)
         self.findings[sig] = f
         self.known |= set(f.covers)
@@ -367,8 +371,9 @@ class _Runner:
     """``verify_*``'s use of the :class:`Driver`: ``evaluate(case) -> [VerifyDiscrepancy]`` (each
     carrying its verdict), findings appended to the Result as they come."""
 
-    def __init__(self, result: Result, max_examples: int | None, seconds: float | None):
+    def __init__(self, result: Result, max_examples: int | None, seconds: float | None, explain: Callable | None = None):
         self.result = result
+        self.explain = explain  # the Driver's: more diagnosis of a kept finding, before dedup (e.g. an engine-level cause)
         if max_examples is None and seconds is None:
             max_examples = DEFAULT_MAX_EXAMPLES
         self.max_examples, self.seconds = max_examples, seconds
@@ -385,7 +390,8 @@ class _Runner:
             R.discrepancies.append(d)
 
         drv = Driver(strategy, lambda case, mode: (evaluate(case), None), max_examples=self.max_examples,
-                     seconds=self.seconds, seed=R.seed, known={tuple(s) for s in self.found}, on_found=on_found)
+                     seconds=self.seconds, seed=R.seed, known={tuple(s) for s in self.found}, on_found=on_found,
+                     explain=self.explain)
         try:
             drv.run()
         except Exception as e:  # noqa: BLE001 - e.g. strategies could not build any case

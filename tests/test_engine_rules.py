@@ -169,9 +169,12 @@ def test_fuzz_engine_default_budget_finds_and_diagnoses_a_broken_rule(tmp_path):
     assert (out / rule[0]["id"] / "index.html").exists()
     page = (out / rule[0]["id"] / "index.html").read_text()
     assert "root-grad-assigned" in page and "eng.backward(" in page  # the cause and the exact calls
-    # the value campaign's findings on the same engine carry the same engine-level cause
-    values = [r for r in s["reports"] if r["kind"] == "value"]
+    # the value campaign's findings on the same engine carry the same engine-level cause, and are
+    # listed under the rule's report (one bug, one report), not counted again
+    assert not [r for r in s["reports"] if r["kind"] == "value"] and s["discrepancies"] == 1, s["reports"]
+    values = [r for r in s["superseded"] if r["kind"] == "value"]
     assert values and {r["cause"]["id"] for r in values} == {"root-grad-assigned"}
+    assert {r["superseded_by"] for r in values} == {rule[0]["id"]}
     assert "backward() rules (§5): 10 passed; failed: accumulate-roots (root-grad-assigned)" in proc.stdout
 
 

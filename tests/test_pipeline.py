@@ -82,3 +82,21 @@ def test_localise_drops_dead_nodes_and_cuts_at_the_first_failing_node():
     loc = localise(case, ["exp"], reproduces)
     assert loc.culprit == "exp" and [n.op for n in loc.case.nodes] == ["exp"]
     assert not loc.exhausted and loc.calls <= 4
+
+
+def test_an_engine_level_cause_is_one_finding_whichever_ops_show_it():
+    # Before: one value report per culprit op (add, exp, mul, ...) plus the rule's, all 'seed-ignored'.
+    from tests._planted import SeedIgnored
+
+    r = gs.verify_engine(SeedIgnored(), max_examples=40, seed=0)
+    assert [d.cause.id for d in r.discrepancies].count("seed-ignored") == 1, [
+        (d.check_name, d.cause.id, d.culprit) for d in r.discrepancies]
+
+
+def test_a_wrong_vjp_with_an_input_dependent_factor_is_one_finding():
+    # Before: 'scale' on a one-element case and 'other' on a larger one were two findings of one bug.
+    from tests._pipeline_engines import TanhOneMinusOut
+
+    r = gs.verify_engine(TanhOneMinusOut(), max_examples=40, seed=0)
+    wrong = [d for d in r.discrepancies if d.cause is not None and d.cause.id == "wrong-vjp"]
+    assert [d.cause.op for d in wrong] == ["tanh"], [(d.check_name, d.cause) for d in r.discrepancies]

@@ -22,6 +22,7 @@ import numpy as np
 from .. import outcome as _outcome
 from .._private import database as _db
 from .._private.records import atomic_write
+from ..causes import ENGINE_IDS
 from ..findings import covered  # noqa: F401  (re-exported: gradspec.fuzz.covered)
 
 __all__ = ["Config", "Stats", "ReportDirError", "covered", "summary_json", "write_summary", "supersede",
@@ -231,15 +232,21 @@ def supersede(found: dict) -> tuple[list, list]:
 
     A report is superseded when another one of the same kind and oracle pair was found on a case
     with strictly fewer ops (say ``exp`` alone against ``add, exp``): the smaller case shows the
-    same disagreement, so the bigger one is listed apart and not counted again.
+    same disagreement, so the bigger one is listed apart and not counted again; and a value report
+    whose engine-level cause a §5 rule report names is listed under that rule report.
     """
     recs = sorted(found.values(), key=lambda r: r["id"])
+    # An engine-level cause (CONTRACT §8) found on value cases and by a §5 rule search is one bug: the
+    # rule's report (the exact calls) stands for it, the value report is listed under it.
+    rule_by_cause = {(r.get("cause") or {}).get("id"): r for r in recs if r.get("rule")}
     active, gone = [], []
     for r in recs:
         key = (r.get("kind"), tuple(sorted(r.get("oracles") or [])))
         ops = set(r.get("ops") or [])
-        by = next((o for o in recs if o is not r and (o.get("kind"), tuple(sorted(o.get("oracles") or []))) == key
-                   and set(o.get("ops") or []) < ops and r.get("kind") not in ("crash",)), None)
+        cause = (r.get("cause") or {}).get("id")
+        by = None if r.get("rule") or cause not in ENGINE_IDS else rule_by_cause.get(cause)
+        by = by or next((o for o in recs if o is not r and (o.get("kind"), tuple(sorted(o.get("oracles") or []))) == key
+                         and set(o.get("ops") or []) < ops and r.get("kind") not in ("crash",)), None)
         if by is None:
             active.append(r)
         else:
