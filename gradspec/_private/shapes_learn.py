@@ -76,14 +76,22 @@ class ShapeModel:
     def example(self) -> list[tuple]:
         return [tuple(self.sizes[c] for c in ax) for ax in self.axes]
 
+    def side_limit(self, c: int, max_side: int) -> int:
+        """The largest size class ``c`` is drawn with: ``max_side``, or twice the example's size when
+        that is larger (code with a path for big sizes -- a blocked loop, a fast path from n >= 7 --
+        is reached only above the example's size)."""
+        return max(max_side, 2 * self.sizes[c])
+
     def draw(self, draw, *, max_side: int = 5, max_elements: int = 300) -> list[tuple]:
-        """Shapes that keep every tie (Hypothesis ``draw``); sizes 1..max_side, some axes 1 where
-        allowed, leading loop axes where accepted; total rank at most MAX_RANK."""
+        """Shapes that keep every tie (Hypothesis ``draw``); sizes 1..max(max_side, 2 x the
+        example's), some axes 1 where allowed, leading loop axes where accepted; total rank at most
+        MAX_RANK."""
         from hypothesis import strategies as st
 
-        # 0 means "as in the example": the shrink target
-        sizes = [self.sizes[c] if not self.varies[c] or draw(st.integers(0, 3)) == 0
-                 else draw(st.integers(1, max_side)) for c in range(len(self.sizes))]
+        # 3 means "as in the example" (a quarter of the draws); 0 (the shrink target) a drawn size,
+        # which shrinks towards 1: a finding is shrunk below the example's shape where the rule allows
+        sizes = [self.sizes[c] if not self.varies[c] or draw(st.integers(0, 3)) == 3
+                 else draw(st.integers(1, self.side_limit(c, max_side))) for c in range(len(self.sizes))]
         ones = {o for o in sorted(self.ones) if draw(st.integers(0, 3)) == 0}
         room = MAX_RANK - max((len(ax) for ax in self.axes), default=0)
         who, loop, loop_ones = [False] * self.n, [], {}
@@ -98,9 +106,18 @@ class ShapeModel:
                 if who[i] and self.loop_ones and self.loop_ones[i] and draw(st.integers(0, 2)) == 0:
                     loop_ones[i] = [draw(st.booleans()) for _ in loop]
         shapes = self._compose(sizes, ones, who, loop, loop_ones)
-        if sum(_numel(s) for s in shapes) > max_elements:  # fit: varying sizes and loop axes down to 2
-            sizes = [min(s, 2) if self.varies[c] else s for c, s in enumerate(sizes)]
-            shapes = self._compose(sizes, ones, who, [min(x, 2) for x in loop], loop_ones)
+        while sum(_numel(s) for s in shapes) > max_elements:
+            # fit: halve the largest varying size (or loop axis) until the case fits, so one large
+            # axis survives next to small ones; at 2 everywhere, keep what is left
+            big = max((c for c in range(len(sizes)) if self.varies[c] and sizes[c] > 2),
+                      key=lambda c: sizes[c], default=None)
+            if big is not None:
+                sizes[big] = max(2, sizes[big] // 2)
+            elif any(x > 2 for x in loop):
+                loop = [min(x, 2) for x in loop]
+            else:
+                break
+            shapes = self._compose(sizes, ones, who, loop, loop_ones)
         return shapes
 
     def _compose(self, sizes, ones, who, loop, loop_ones) -> list[tuple]:

@@ -60,6 +60,7 @@ class Plan:
     why: str = ""
     failure: str = ""
     example: list | None = None
+    domain: object = None  # a domain inferred from the example's values (None: the one given)
 
 
 def _first(strategy):
@@ -72,13 +73,19 @@ def _first(strategy):
 
 
 class _FnProbe:
-    """Calls fn (no grad) on tame values of given shapes; remembers whether it returned a tuple."""
+    """Calls fn (no grad) on tame values of given shapes; remembers whether it returned a tuple.
 
-    def __init__(self, fn, layout: CallLayout, params: dict, domain):
+    ``example``: the example's float arrays (one per tensor input).  An input without a declared
+    domain is then probed with the example's own values (cycled to the probed shape), not values
+    of the whole real line: code such as ``log`` accepts its example and returns NaN elsewhere,
+    and that is no reason to reject a shape."""
+
+    def __init__(self, fn, layout: CallLayout, params: dict, domain, example=None):
         self.fn, self.layout = fn, layout
         self.kw = {k: _first(v) for k, v in (params or {}).items()}
         self.kw.update({k: _first(v) for k, v in layout.strategies().items()})
         self.doms = domain if isinstance(domain, (list, tuple)) else [domain] * layout.arity
+        self.example = example
         self.multi = False
         self.error = ""
 
@@ -86,8 +93,14 @@ class _FnProbe:
         from .. import domains as _domains
 
         rng = np.random.default_rng(0)
-        return [_values.tame_array(rng, tuple(s), [d if d is not None else _domains.real()])
-                for s, d in zip(shapes, self.doms, strict=True)]
+        out = []
+        for i, (s, d) in enumerate(zip(shapes, self.doms, strict=True)):
+            ex = None if self.example is None or d is not None else self.example[i]
+            if ex is not None and ex.size:
+                out.append(np.array(ex if tuple(s) == ex.shape else np.resize(ex.ravel(), tuple(s)), dtype=np.float64))
+            else:
+                out.append(_values.tame_array(rng, tuple(s), [d if d is not None else _domains.real()]))
+        return out
 
     def __call__(self, shapes) -> bool:
         import torch
@@ -101,7 +114,15 @@ class _FnProbe:
             self.error = self.error or f"{type(e).__name__}: {e}"
             return False
         self.multi = self.multi or multi
-        return all(bool(torch.all(torch.isfinite(o))) for o in outs)
+        for k, o in enumerate(outs):
+            bad = ~torch.isfinite(o)
+            if bool(torch.any(bad)):
+                idx = [int(i) for i in torch.nonzero(bad)[0]] if o.dim() else []
+                self.error = self.error or (f"fn returned {float(o[tuple(idx)])!r} at output"
+                                            f"{'' if len(outs) == 1 else f' {k}'}{idx} on inputs of shapes "
+                                            f"{[tuple(x.shape) for x in xs]}")
+                return False
+        return True
 
 
 def _shape_fn_probe(shape_fn, layout: CallLayout, kw: dict):
@@ -137,10 +158,17 @@ def plan(fn, layout: CallLayout, *, example_inputs=None, signature=None, shape_f
     if example_inputs is not None:
         ex = example_inputs if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
         shapes = [tuple(ex[p].shape) for p in layout.tensor_pos]
+        probe.example = [ex[p].detach().cpu().double().numpy() for p in layout.tensor_pos]
         if not probe(shapes):
-            raise ValueError(f"fn rejects its own example_inputs (shapes {shapes}): {probe.error}")
+            hint = ("; where fn is defined on part of the real line only (log, sqrt, acos...), give example values "
+                    "inside it and domain=gs.domains.positive() or gs.domains.interval(lo, hi)"
+                    if probe.error.startswith("fn returned") else "")
+            raise ValueError(f"fn rejects its own example_inputs (shapes {shapes}): "
+                             f"{probe.error or 'no reason given (it returned nothing gradspec can check)'}{hint}")
         model = _sl.learn(shapes, probe, broadcast=broadcast, explore=broadcast != "auto")
-        return Plan(model, probe.multi, f"shapes learnt from example_inputs: {model.describe()}", example=shapes)
+        why = f"shapes learnt from example_inputs: {model.describe()}"
+        inferred, note = (None, "") if domain is not None else _infer_domain(probe, shapes)
+        return Plan(model, probe.multi, why + note, example=shapes, domain=inferred)
     if shape_fn is not None:
         rule = _shape_fn_probe(shape_fn, layout, probe.kw)
         both = lambda shapes: rule(shapes) and probe(shapes)  # noqa: E731
@@ -183,6 +211,32 @@ def plan(fn, layout: CallLayout, *, example_inputs=None, signature=None, shape_f
         return Plan(example=first)
     model = _sl.learn(first, probe, broadcast="auto" if mode == "learn" else mode)
     return Plan(model, probe.multi, f"elementwise, shapes learnt by probing: {model.describe()}", example=first)
+
+
+def _infer_domain(probe: _FnProbe, shapes):
+    """(domain, note) when fn returns NaN/inf on values of the whole real line but not on its example
+    and the example's values are all positive or all inside (-1, 1): inputs are then drawn there
+    (drawing from the real line would throw most cases away, and keep only the tiny ones that happen
+    to land inside); (None, "") otherwise."""
+    from .. import domains as _domains
+
+    saved, probe.example, probe.error = probe.example, None, ""
+    try:
+        if probe(shapes):
+            return None, ""
+        why = probe.error
+    finally:
+        probe.example = saved
+    for test, dom, src in ((lambda a: a > 0, _domains.positive(), "gs.domains.positive()"),
+                           (lambda a: np.abs(a) < 1, _domains.interval(-1.0, 1.0), "gs.domains.interval(-1, 1)")):
+        if all(bool(np.all(test(a))) for a in saved):
+            probe.doms = [dom] * len(shapes)
+            ok = probe(shapes)
+            probe.doms = [None] * len(shapes)
+            if ok:
+                return dom, (f"; values: fn gives NaN/inf on values of the real line ({why}) and the example's values "
+                             f"are all in {dom.describe()}, so inputs are drawn from {src}: pass domain= to choose")
+    return None, ""
 
 
 def out_rules(fn, layout: CallLayout, domain):

@@ -246,6 +246,8 @@ def verify_torch_function(fn, *, arity: int | None = None, signature: str | None
     except ValueError as e:
         raise UserOpError(f"verify_torch_function: {e}") from None
     name = _torch_fn_name(fn)
+    if plan.domain is not None:  # inferred from the example's values (the plan's note says so)
+        domain = plan.domain
     sig, rule = signature, shape_fn
     if plan.model is not None:
         sig, (rule, out_blocks) = None, fn_shapes.out_rules(fn, layout, domain)
