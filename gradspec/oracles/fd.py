@@ -25,7 +25,15 @@ built from the two error terms (``gradspec.tolerances``).
 
 The oracle refuses a case when an input of some op is within its perturbation reach of a
 point where the op is not differentiable (a kink, a tie, a domain edge): the reach is measured
-on the actual perturbed intermediate values, so it accounts for amplification through the graph.
+on the actual perturbed intermediate values, so it accounts for amplification through the graph
+(``gradspec.oracles._fd_reach``).
+
+Cost (issue 15: at most 2x plain central differences on the same graph): apart from the batched
+pass, the work is a few dozen small operations per case, so they are kept few: the arithmetic
+after the pass on Python floats for n <= SMALL_N, reductions as direct ufunc calls, the leaves'
+reach from their stencil offsets, one fancy-indexed stencil.  Each fast path performs the same
+float operations in the same order as the straightforward code (tests/test_fd_fast.py compares
+both on a few hundred cases: the same floats, the same refusals).
 
 For black-box code (user ops, torch Functions) three more things (issue 13; the numbers and their
 reasons are in ``gradspec.tolerances``):
@@ -53,6 +61,9 @@ from .._private.fdstep import line_sigma, noise_pattern
 from .._private.kinks import exclusion
 from .._private.prologue import oracle_call
 from ._base import NonDifferentiable, Oracle, OracleError
+from ._fd_reach import check_reach as _check_reach
+from ._fd_reach import watch_plan as _watch_plan
+from ._fd_reach import watched as _watched
 
 __all__ = ["FiniteDifferences", "FDResult", "fd_gradient", "fd_directional"]
 
@@ -359,45 +370,6 @@ def _estimate_small(s, S, s0, S0, h, floor):
     refine = not nan and tmax > COARSE * scale and any(
         t > COARSE * max(abs(x), scale) and t > 0.5 * e for x, e, t in zip(r, err, trunc))
     return r, err, trunc, refine
-
-
-_WATCH: dict = {}  # id(spec) -> (spec, its domain, inputs, watched (input position, domain) pairs)
-
-
-def _spec_watch(spec, nin: int):
-    """Which inputs of an op to watch (a domain with singular points or edges): a property of the
-    op's declaration, computed once per op, not per case."""
-    hit = _WATCH.get(id(spec))
-    if hit is not None and hit[0] is spec and hit[1] is spec.domain and hit[2] == nin:
-        return hit[3]
-    doms = tuple((i, d) for i, d in enumerate(spec.domains_for(nin)) if d.points or d.lo > -np.inf or d.hi < np.inf)
-    if len(_WATCH) > 4096:  # user ops made afresh in a loop: keep the cache bounded
-        _WATCH.clear()
-    _WATCH[id(spec)] = (spec, spec.domain, nin, doms)
-    return doms
-
-
-def _watch_plan(case) -> list:
-    """The ops with kinks, ties or domain edges, and which of their inputs to watch.
-
-    Returns ``[(node, spec, [(input name, domain with singular points or edges)], has kink_distance)]``.
-    """
-    plan = []
-    specs = case._node_specs() or [case.spec(node.op) for node in case.nodes]  # (looked up once per gs.check)
-    for node, spec in zip(case.nodes, specs):
-        ins = node.inputs
-        doms = _spec_watch(spec, len(ins))
-        kink = spec.kink_distance is not None
-        if doms or kink:
-            plan.append((node, spec, [(ins[i], d) for i, d in doms if i < len(ins)], kink))
-    return plan
-
-
-def _watched(plan) -> set:
-    names = set()
-    for node, _, doms, kink in plan:
-        names.update(node.inputs if kink else (name for name, _ in doms))
-    return names
 
 
 # Up to this many stencil rows the centre is evaluated in the same batched pass: below 64 rows no
@@ -711,87 +683,6 @@ def _refine(case, x64, leaves, p: _Pass, h, floor, out):
     if still.size:
         evaluations += _finer(case, x64, leaves, seeds64, still, h0, p.s, s0, S0, floor, scale, (r, err, trunc, h))
     return h, evaluations
-
-
-def _check_reach(plan, center, reach) -> None:
-    """Refuse if any op input is within (4x) its perturbation reach of a non-differentiable point.
-
-    Domain points and edges are checked element by element (each element's distance against its
-    own reach); relations between elements (ties of a max, clamp bounds...) through the op's
-    ``kink_distance``, a scalar, against the largest reach among its inputs.
-    """
-    top: dict[str, float] = {}
-    for node, spec, doms, kink in plan:
-        for name, dom in doms:
-            if name not in reach:
-                continue
-            a = np.asarray(center[name])
-            if a.dtype == np.float64 and a.size <= _CLOSE_SMALL:
-                hit = _close_small(a, dom, reach[name])
-            else:
-                hit = _close(a, dom, reach[name])
-            if hit is not None:
-                _refuse(node, *hit)
-        if kink:
-            args = [np.asarray(center[i]) for i in node.inputs]
-            d = float(spec.kink_distance(*args, **node.params))
-            for i in node.inputs:
-                if i in reach and i not in top:
-                    top[i] = float(_MAX(reach[i], axis=None, initial=0.0))
-            r = max((top[i] for i in node.inputs if i in reach), default=0.0)
-            if math.isfinite(d) and d <= 4 * r:
-                _refuse(node, d, r)
-
-
-def _close(a, dom, reach):
-    """(distance, reach) of the first element of ``a`` within 4x its reach of a point or edge of
-    ``dom`` (in ``a``'s dtype, as the domain is declared), or None."""
-    dist = None
-    for p in dom.points:
-        t = np.abs(a - p)
-        dist = t if dist is None else np.minimum(dist, t)
-    if dom.lo > -np.inf:
-        t = a - dom.lo
-        dist = t if dist is None else np.minimum(dist, t)
-    if dom.hi < np.inf:
-        t = dom.hi - a
-        dist = t if dist is None else np.minimum(dist, t)
-    if dist is None:
-        return None
-    close = dist <= 4 * reach
-    if not _ANY(close, axis=None):
-        return None
-    j = tuple(int(i) for i in np.argwhere(close)[0])
-    return float(dist[j]), float(reach[j])
-
-
-_CLOSE_SMALL = 8  # elements: the domain test on Python floats up to here
-
-
-def _close_small(a, dom, reach):
-    """``_close`` on Python floats for a few float64 elements (the same differences and minima;
-    the centre is finite here, so no NaN reaches ``min``)."""
-    pts, lo, hi = dom.points, dom.lo, dom.hi
-    for x, r in zip(a.ravel().tolist(), reach.ravel().tolist()):
-        d = math.inf
-        for p in pts:
-            d = min(d, abs(x - p))
-        if lo > -math.inf:
-            d = min(d, x - lo)
-        if hi < math.inf:
-            d = min(d, hi - x)
-        if d <= 4 * r:
-            return d, r
-    return None
-
-
-def _refuse(node, d, r):
-    # A declared kink within reach: FD steps aside (the exact oracles still compare, on their
-    # conventions); only a kink or jump found numerically (_classify) makes the case unjudged.
-    raise OracleError(
-        f"finite differences: an input of node {node.name!r} ({node.op}) is {d:.3g} from a point where "
-        f"{node.op} is not differentiable (kink, tie or domain edge), within 4x the perturbation reach {r:.3g}"
-    )
 
 
 @oracle_call
