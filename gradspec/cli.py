@@ -430,6 +430,8 @@ def _replay_check(args, case, engine, oracles) -> int:
         except Exception as e:
             print(f"  (cannot evaluate the case: {type(e).__name__}: {e})")
         print(verdict.summary())
+        for cause in _replay_causes(verdict, engine, args.case_timeout):
+            print(f"cause: {cause}")
         if rule is not None:
             print(f"\nthe calls of the backward() rule finding ({rule['name'] or 'rule'}), run again:\n{rule['code']}")
             if rule["cause"] is not None:
@@ -441,6 +443,26 @@ def _replay_check(args, case, engine, oracles) -> int:
         elif status == "inconclusive":
             print("inconclusive (exit 3): nothing was compared")
     return {"agree": EXIT_OK, "disagree": EXIT_FOUND}.get(status, EXIT_INCONCLUSIVE)
+
+
+def _replay_causes(verdict, engine, timeout) -> list:
+    """The distinct causes (CONTRACT §8) of a replayed disagreement, diagnosed as the run that found it
+    did: the engine-level cause for a user engine's value finding, else the node localisation."""
+    if verdict.status != "disagree":
+        return []
+    from . import fuzz
+    from .diagnose import explain
+
+    out = []
+    for d in verdict.discrepancies:
+        if engine not in fuzz.BUILTIN_ENGINES and d.kind == "value":
+            from .rules import explain_engine_finding
+
+            explain_engine_finding(engine, d, timeout)
+        c = d.cause if d.cause is not None else explain(d)
+        if c is not None and str(c) not in map(str, out):
+            out.append(c)
+    return out
 
 
 def _replay_rule(case, engine, timeout) -> dict:

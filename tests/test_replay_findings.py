@@ -43,6 +43,8 @@ def test_verify_engine_findings_record_and_replay_the_engine(tmp_path):
     assert json.loads(case.read_text())["engine"] == "tests._pipeline_engines:ExpDoubled"  # was "reference"
     p = replay(case, tmp_path, "tests._pipeline_engines")
     assert p.returncode == 1, p.stdout + p.stderr
+    # the cause is said on replay too, not only when the finding was made (CONTRACT §8)
+    assert "cause: wrong-vjp: node " in p.stdout and "'exp'" in p.stdout, p.stdout
     text = (case.parent / "repro.py").read_text()
     assert "exit 1" in text and "exit 0" in text and "exit 2" in text  # what repro.py's status means
 
