@@ -186,6 +186,21 @@ def test_a_node_that_does_not_fit_the_record_is_refused(tmp_path, fnmod, capsys)
     assert "arg1" in err and "Traceback" not in err, err
 
 
+def test_a_tensor_argument_with_a_foreign_dtype_is_refused(tmp_path, fnmod, capsys):
+    write, mod = fnmod
+    r = gs.verify_torch_function(write(True).PowN.apply, example_inputs=(X, 3), max_examples=10, seed=0)
+    case = first_case(r, tmp_path)
+    d = json.loads(case.read_text())
+    for n in d["nodes"]:
+        if "arg1" in n["params"]:
+            n["params"]["arg1"] = {"__tensor__": [3], "dtype": "load"}  # torch.load is not a dtype
+    case.write_text(json.dumps(d))
+    _forget(case)
+    assert cli.main(["replay", str(case), "--allow-import", mod]) == 2
+    err = capsys.readouterr().err
+    assert "arg1" in err and "'load'" in err and "Traceback" not in err, err
+
+
 def test_a_case_saved_before_the_record_still_replays_with_fns_own_output_shape(tmp_path, fnmod):
     write, mod = fnmod
     r = gs.verify_torch_function(write(True).SinCos.apply, example_inputs=(X,), max_examples=10, seed=0)

@@ -47,11 +47,17 @@ def _encode(v):
     return v
 
 
+_TENSOR_DTYPES = ("int64", "int32", "int16", "int8", "uint8", "bool")  # what _encode writes (int/bool tensors)
+
+
 def _decode(v):
     if isinstance(v, dict) and "__tensor__" in v:
         import torch
 
-        return torch.tensor(v["__tensor__"], dtype=getattr(torch, v.get("dtype", "int64")))
+        dt = v.get("dtype", "int64")
+        if dt not in _TENSOR_DTYPES:  # a case file is data: a name, never an attribute looked up as given
+            raise ValueError(f"a tensor argument's dtype must be one of {', '.join(_TENSOR_DTYPES)}, got {str(dt)[:40]!r}")
+        return torch.tensor(v["__tensor__"], dtype=getattr(torch, dt))
     return v
 
 

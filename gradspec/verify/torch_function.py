@@ -30,7 +30,7 @@ from ..spec.opspec import OpSpec
 from . import fn_shapes
 from . import numerics as _num
 from .op import COMPANIONS, _budget_text, _check_op_case, _count, _op_cases, _wrap
-from .torch_call import ARG_PREFIX, CallLayout, blocks, flat, label_of, outputs, schema_of
+from .torch_call import ARG_PREFIX, CallLayout, _decode, blocks, flat, label_of, outputs, schema_of
 
 __all__ = ["verify_torch_function", "verify_module"]
 
@@ -476,6 +476,13 @@ def _resolve(name: str, obj, node, meta):
                         f"positions {tensors} of {n} arguments (non-tensor ones as params "
                         f"{[ARG_PREFIX + str(k) for k in others]}); the node has {len(node.inputs)} input(s) and "
                         f"params {sorted(node.params)[:8]}")
+    for k in others:  # an int/bool tensor argument: rebuilt now, so a bad one is refused before anything runs
+        try:
+            _decode(args[k])
+        except (ValueError, TypeError, RuntimeError) as e:
+            from ..case import CaseError
+
+            raise CaseError(f"node {node.name!r}: param {ARG_PREFIX}{k}: {str(e)[:200]}") from None
     layout = CallLayout(n, list(tensors), {k: args[k] for k in others})
     sig, rule = (rec["signature"], None) if rec["shape"] == "signature" else (None, None)
     if rec["shape"] == "forward":
