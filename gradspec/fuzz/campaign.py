@@ -26,6 +26,7 @@ from ..oracles import Oracle
 from ..oracles.engine_oracle import EngineOracle
 from ..search import Driver, Finding, Stop
 from ..strategies._groups import mean_sets
+from .inflight import Inflight
 from .state import BUILTIN_ENGINES, SNAPSHOT_EVERY, Config, ReportDirError, Stats, _atomic_json, _sig_from_key, _sig_key
 
 __all__ = ["resolve", "run_campaign", "run_shard"]
@@ -161,6 +162,7 @@ class _Campaign:
         self._last_snapshot = 0.0
         os.makedirs(cfg.state_dir, exist_ok=True)
         self.inflight = os.path.join(cfg.state_dir, f"inflight-{os.getpid()}.json")
+        self._inflight = Inflight(self.inflight)
         self.snapshot_path = os.path.join(cfg.state_dir, f"shard-{shard}.json")
 
     # -- bookkeeping -----------------------------------------------------------------------
@@ -240,21 +242,14 @@ class _Campaign:
     def _evaluate(self, case: Case, mode: str):
         case.engine = self.cfg.engine
         _claim_accuracy(case, self.cfg)
-        try:
-            with open(self.inflight, "w", encoding="utf-8") as f:
-                f.write(case.to_json(indent=None))
-        except OSError:
-            pass
+        self._inflight.start(case)
         if not self._warm:  # imports and first-call costs, before the first timed check (gradspec.guard)
             self._warm = True
             # Bounded, so a first case that really hangs costs seconds, not minutes, before it is cut.
             warm_up(case, self.oracles, cap=min(120.0, max(5.0, 10 * self.cfg.case_timeout)), isolate=self.cfg.isolate)
         verdict = guarded_check(case, self.oracles, self.cfg.case_timeout, under_test=self.cfg.engine,
                                 isolate=self.cfg.isolate)
-        try:
-            os.unlink(self.inflight)  # only a case being checked is "in flight" (see report_crashes)
-        except OSError:
-            pass
+        self._inflight.end()  # only a case being checked is "in flight" (see report_crashes)
         s = self.stats
         if mode == "generate":
             s.cases += 1
@@ -269,6 +264,13 @@ class _Campaign:
             self.progress(self)
         self.snapshot()
         return verdict.discrepancies, verdict
+
+    def _group(self, cases, mode: str) -> None:
+        """The value sets of one graph are about to be checked: the in-flight file gets them all at once."""
+        for case in cases:
+            case.engine = self.cfg.engine
+            _claim_accuracy(case, self.cfg)
+        self._inflight.group(cases)
 
     def _explain(self, d) -> None:
         """An engine's value finding gets the engine-level cause that reproduces its numbers (CONTRACT
@@ -312,6 +314,7 @@ class _Campaign:
                 round_seed=lambda rnd: _round_seed(cfg.seed, self.shard, rnd), shrink_seconds=cfg.shrink_seconds,
                 database=self._database(), database_key=_db_key(cfg, self.ops), known=self.known(),
                 known_source=self.known, on_found=self._on_found, before=self._before, explain=self._explain,
+                on_group=self._group,
                 cases_per_example=mean_sets(sets))
             # Saved failures replay once per process: later chunks of a worker skip it (gradspec.fuzz.workers).
             self.stats.stop_reason = self.driver.run(replay=bool(cfg.replay_saved))
@@ -329,11 +332,7 @@ class _Campaign:
             self.stats.seconds = time.time() - self.t0
             self.stats.processes = [{"shard": self.shard, "pid": os.getpid(), "cases": self.stats.cases,
                                      "seconds": round(self.stats.seconds, 3)}]
-            for p in (self.inflight,):
-                try:
-                    os.unlink(p)
-                except OSError:
-                    pass
+            self._inflight.close()
             _disable_faulthandler(fh)
             self.snapshot(force=True)
         return self.stats

@@ -21,6 +21,7 @@ from .._private.records import discrepancy_id, read_records, update_record
 from ..case import Case, CaseError
 from ..check import Discrepancy, Verdict
 from ..guard import guarded_check
+from .inflight import case_json as inflight_case
 from .state import STATE, Config, ReportDirError, Stats, _sig_key
 
 __all__ = ["stale_inflight", "report_crashes", "cleanup_stale_runs",
@@ -63,6 +64,10 @@ def stale_inflight(state_root: str) -> list[dict]:
                 with open(path, encoding="utf-8") as f:
                     text = f.read()
             except OSError:
+                continue
+            text = inflight_case(text)  # the value set being checked, of the group in the file
+            if text is None:  # it died between two checks: nothing was in flight
+                _forget({"path": path, "dir": dirpath, "pid": pid})
                 continue
             fault = ""
             try:

@@ -108,41 +108,51 @@ def _first_bad_node(g: Graph, vals: Mapping[str, np.ndarray], allow=frozenset())
     if every node is fine.  Nodes in ``allow`` (a planted tie/kink) may sit exactly on their kink --
     at distance 0, not merely near it."""
     env = dict(vals)
-    for idx, n in enumerate(g.nodes):
-        spec = g.spec(n.op)
-        args = [env[i] for i in n.inputs]
-        doms = spec.domains_for(len(args))
-        scale = 1.0
-        slots = []
-        for j, (a, d) in enumerate(zip(args, doms, strict=False)):
-            a = np.asarray(a)
-            if a.dtype.kind != "f":
-                continue
-            if idx not in allow and not _values.element_margin_ok(d, a):
-                slots.append(j)
-            if a.size:
-                scale = max(scale, float(np.max(np.abs(a))))
-        if slots:
-            return idx, env, slots
-        try:
-            with np.errstate(all="ignore"), warnings.catch_warnings():
-                warnings.simplefilter("ignore", RuntimeWarning)
-                if idx in allow:
-                    kd = spec.singular_distance(args, n.params)
-                    if not (kd == 0 or kd >= CHECK_MARGIN * scale):
-                        return idx, env, []
-                elif spec.kink_distance is not None:
-                    kd = float(spec.kink_distance(*args, **n.params))
-                    if not kd >= CHECK_MARGIN * scale:
-                        return idx, env, []
-                out = np.asarray(spec.forward(*args, **n.params))
-        except Exception:  # noqa: BLE001 - treat as invalid values; the repair redraws them
-            return idx, env, []
-        if out.dtype.kind == "f" and out.size:
-            if not np.all(np.isfinite(out)) or float(np.max(np.abs(out))) > _MAX_ABS:
-                return idx, env, []
-        env[n.name] = out
+    # One floating-point context for the whole pass (one per node cost as much as a small forward).
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        for idx, n in enumerate(g.nodes):
+            bad = _bad_at(g, idx, n, env, allow)
+            if bad is not None:
+                return idx, env, bad
     return None, env, []
+
+
+def _bad_at(g: Graph, idx: int, n, env: dict, allow) -> list | None:
+    """None if node ``n`` is fine at ``env`` (its output is added to ``env``), else the offending input
+    slots (empty: the node as a whole -- a kink, an exception, a non-finite or huge output)."""
+    spec = g.spec(n.op)
+    args = [env[i] for i in n.inputs]
+    doms = spec.domains_for(len(args))
+    scale = 1.0
+    slots = []
+    for j, (a, d) in enumerate(zip(args, doms, strict=False)):
+        a = np.asarray(a)
+        if a.dtype.kind != "f":
+            continue
+        if idx not in allow and not _values.element_margin_ok(d, a):
+            slots.append(j)
+        if a.size:
+            scale = max(scale, float(np.max(np.abs(a))))
+    if slots:
+        return slots
+    try:
+        if idx in allow:
+            kd = spec.singular_distance(args, n.params)
+            if not (kd == 0 or kd >= CHECK_MARGIN * scale):
+                return []
+        elif spec.kink_distance is not None:
+            kd = float(spec.kink_distance(*args, **n.params))
+            if not kd >= CHECK_MARGIN * scale:
+                return []
+        out = np.asarray(spec.forward(*args, **n.params))
+    except Exception:  # noqa: BLE001 - treat as invalid values; the repair redraws them
+        return []
+    # max |out| is NaN when any element is NaN, inf when any is infinite: one reduction checks all three
+    if out.dtype.kind == "f" and out.size and not float(np.max(np.abs(out))) <= _MAX_ABS:
+        return []
+    env[n.name] = out
+    return None
 
 
 def _detach_input(g: Graph, idx: int, slots: list, vals: dict, rng, cfg: _Cfg) -> bool:
@@ -216,10 +226,12 @@ def _repair(draw, g: Graph, vals: dict, cfg: _Cfg, reject: bool = True) -> dict 
     raise AssertionError("unreachable")  # pragma: no cover - assume() above ends the loop
 
 
-def value_set(draw, g: Graph, cfg: _Cfg, dtype_mode: str, reject: bool = True) -> Case | None:
+def value_set(draw, g: Graph, cfg: _Cfg, dtype_mode: str, reject: bool = True, template: Case | None = None
+              ) -> Case | None:
     """One set of values for graph ``g`` (leaf values, repairs, the hard-region plant, one seed per
     root) as a :class:`Case`.  ``g`` may be changed by a repair (an input detached onto a fresh
-    leaf): pass a copy when it is shared.  None when the values resist repair and not ``reject``."""
+    leaf): pass a copy when it is shared.  None when the values resist repair and not ``reject``.
+    ``template``: a case of the same graph, whose canonical structure is reused if no repair changed it."""
     vals: dict[str, np.ndarray] = {}
     for l in g.leaves:
         if l.is_float:
@@ -233,7 +245,10 @@ def value_set(draw, g: Graph, cfg: _Cfg, dtype_mode: str, reject: bool = True) -
     if hard:
         env = _first_bad_node(g, vals, allow={i for i, n in enumerate(g.nodes) if n.name == hard[0]["node"]})[1]
     sd = [draw_seed(draw, tuple(np.shape(env[r])), np.asarray(env[r]).dtype.name, True, True) for r in g.roots]
-    case = g.case(vals, sd)
+    if template is not None and len(g.leaves) == len(template.leaves):  # a repair detaches onto a new leaf
+        case = g.case_like(template, vals, sd)
+    else:
+        case = g.case(vals, sd)
     case.meta["generator"] = "gradspec.strategies.cases"
     case.meta["dtype"] = dtype_mode
     if hard:

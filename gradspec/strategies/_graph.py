@@ -80,6 +80,13 @@ class Graph:
         case.validate()
         return case
 
+    def case_like(self, template: Case, values: Mapping[str, np.ndarray], seeds: Sequence) -> Case:
+        """:meth:`case` for another value set of the graph ``template`` was made from (same leaves,
+        nodes and roots): its canonical params are reused, the shape rules are not run again."""
+        leaves = [Leaf(l.name, np.asarray(values[l.name]), l.requires_grad) for l in self.leaves]
+        nodes = [NodeDef(n.name, n.op, list(n.inputs), dict(n.params)) for n in template.nodes]
+        return Case(leaves, nodes, list(template.roots), list(seeds), user_ops=dict(self.user_ops))
+
     def spec(self, op: str) -> OpSpec:
         return _spec_of(op, self.user_ops)
 

@@ -38,11 +38,13 @@ class CaseGroup(tuple):
 @st.composite
 def _set_strategy(draw):
     g, cfg, mode, drawn = _CTX.stack[-1]
-    first = not drawn
-    drawn.append(None)
-    # The first set repairs the graph itself (as cases() does: a set that resists repair rejects the
-    # group); later ones work on a copy and are dropped alone.
-    return value_set(draw, g if first else g.copy(), cfg, mode, reject=first)
+    if not drawn:
+        # The first set repairs the graph itself (as cases() does: a set that resists repair rejects
+        # the group); later ones work on a copy, are dropped alone, and reuse its canonical structure.
+        case = value_set(draw, g, cfg, mode)
+        drawn.append(case)
+        return case
+    return value_set(draw, g.copy(), cfg, mode, reject=False, template=drawn[0])
 
 
 _SET = _set_strategy()
