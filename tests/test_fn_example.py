@@ -56,6 +56,27 @@ class LogWrong(Log):
         return g / (x * x)
 
 
+class Normalize(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x / x.norm()
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        r = x.norm()
+        y = x / r
+        return (g - y * (g * y).sum()) / r
+
+
+def test_an_example_of_zeros_still_gives_the_shapes():
+    # x / |x| is NaN at the example's own values (all zeros) but fine elsewhere: the shapes are what counts
+    r = gs.verify_torch_function(Normalize.apply, example_inputs=(torch.zeros(3, 5, dtype=torch.float64),),
+                                 max_examples=10, seed=0)
+    assert r.status == "agree" and r.cases_run > 0, r.summary()
+
+
 def test_sizes_above_the_example_are_drawn():
     # The example's last dim is 5; the bug needs 7. Before, every size was at most the example's: agree.
     r = gs.verify_torch_function(PopVarBigN.apply, example_inputs=(X,), max_examples=60, seed=0)

@@ -160,15 +160,16 @@ def plan(fn, layout: CallLayout, *, example_inputs=None, signature=None, shape_f
         shapes = [tuple(ex[p].shape) for p in layout.tensor_pos]
         probe.example = [ex[p].detach().cpu().double().numpy() for p in layout.tensor_pos]
         if not probe(shapes):
+            first, probe.example, probe.error = probe.error, None, ""
+            if probe(shapes):  # NaN on the example's own values (all zeros into x / |x|...), fine on others
+                return _learnt(probe, shapes, broadcast, domain)
+            probe.error = first
             hint = ("; where fn is defined on part of the real line only (log, sqrt, acos...), give example values "
                     "inside it and domain=gs.domains.positive() or gs.domains.interval(lo, hi)"
                     if probe.error.startswith("fn returned") else "")
             raise ValueError(f"fn rejects its own example_inputs (shapes {shapes}): "
                              f"{probe.error or 'no reason given (it returned nothing gradspec can check)'}{hint}")
-        model = _sl.learn(shapes, probe, broadcast=broadcast, explore=broadcast != "auto")
-        why = f"shapes learnt from example_inputs: {model.describe()}"
-        inferred, note = (None, "") if domain is not None else _infer_domain(probe, shapes)
-        return Plan(model, probe.multi, why + note, example=shapes, domain=inferred)
+        return _learnt(probe, shapes, broadcast, domain)
     if shape_fn is not None:
         rule = _shape_fn_probe(shape_fn, layout, probe.kw)
         both = lambda shapes: rule(shapes) and probe(shapes)  # noqa: E731
@@ -211,6 +212,13 @@ def plan(fn, layout: CallLayout, *, example_inputs=None, signature=None, shape_f
         return Plan(example=first)
     model = _sl.learn(first, probe, broadcast="auto" if mode == "learn" else mode)
     return Plan(model, probe.multi, f"elementwise, shapes learnt by probing: {model.describe()}", example=first)
+
+
+def _learnt(probe: _FnProbe, shapes, broadcast: str, domain) -> Plan:
+    model = _sl.learn(shapes, probe, broadcast=broadcast, explore=broadcast != "auto")
+    why = f"shapes learnt from example_inputs: {model.describe()}"
+    inferred, note = (None, "") if domain is not None or probe.example is None else _infer_domain(probe, shapes)
+    return Plan(model, probe.multi, why + note, example=shapes, domain=inferred)
 
 
 def _infer_domain(probe: _FnProbe, shapes):
