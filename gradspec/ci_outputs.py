@@ -133,10 +133,9 @@ def junit_xml(s: dict, report_dir: str = "reports") -> str:
 def _rule_text(outcome) -> str:
     """``passed`` / ``failed: cause, ...`` / ``skipped: why`` from a rule outcome (a string, or the dict
     ``{"status", "causes", "reason"}`` that gradspec.fuzz.rules writes)."""
-    if not isinstance(outcome, dict):
-        return str(outcome)
-    extra = ", ".join(outcome.get("causes") or []) or outcome.get("reason") or ""
-    return f"{outcome.get('status', '?')}" + (f": {extra}" if extra else "")
+    from .semantics import rule_text
+
+    return rule_text(outcome)
 
 
 def _md(text) -> str:

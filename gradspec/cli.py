@@ -19,6 +19,7 @@ Examples::
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
 import shutil
@@ -740,9 +741,14 @@ def _print_summary(cfg, s: dict, index: str | None, ops: list[str]) -> None:
         print(f"  replayed {s['replayed']} saved case(s); {s['shrink_runs']} shrink runs", file=out)
     rules = s.get("rules") or {}
     if rules and any(r["status"] != "skipped" for r in rules.values()):
+        from .semantics import VALUE_BUG, rule_text
+
         failed = [f"{n} ({', '.join(r.get('causes', []))})" for n, r in rules.items() if r["status"] == "failed"]
         skipped = [f"{n} ({r.get('reason', '')})" for n, r in rules.items() if r["status"] == "skipped"]
+        # a rule hit only by one op's wrong VJP is no broken rule: that bug is a value discrepancy below
+        apart = collections.Counter(rule_text(r) for r in rules.values() if r["status"] == VALUE_BUG)
         line = f"  backward() rules (§5): {sum(r['status'] == 'passed' for r in rules.values())} passed"
+        line += "".join(f"; {k} {v}" for v, k in apart.items())
         line += f"; failed: {'; '.join(failed)}" if failed else ""
         line += f"; skipped: {'; '.join(skipped)}" if skipped else ""
         print(line, file=out)

@@ -12,6 +12,8 @@ Example::
     >>> r = gs.verify_engine("reference", max_examples=2, seed=0)
     >>> r.checks["grad = J^T . seed"]
     'passed'
+    >>> rule_text({"status": "value-bug", "causes": ["wrong-vjp"], "ops": ["tanh"]})
+    'passed apart from the value bug of tanh (wrong-vjp)'
 """
 
 from __future__ import annotations
@@ -21,7 +23,9 @@ import time
 from . import rules as _rules
 from .result import Result, VerifyDiscrepancy
 
-__all__ = ["check_engine_rules"]
+__all__ = ["check_engine_rules", "mark_value_bugs", "rule_text", "drop_value_duplicates", "VALUE_BUG"]
+
+VALUE_BUG = "value-bug"  # a rule status: its only failures were a wrong VJP of an op (reported as a value finding)
 
 
 def check_engine_rules(eng, label: str, result: Result, strict: bool, seed: int, max_examples: int | None = None,
@@ -39,6 +43,7 @@ def check_engine_rules(eng, label: str, result: Result, strict: bool, seed: int,
     res = _rules.check_rules(eng, max_examples=per_rule, seconds=None if seconds is None else seconds / 2,
                              seed=seed, strict=True, on_finding=lambda f: first.append(time.perf_counter() - t0),
                              timeout=timeout)
+    mark_value_bugs(res)
     noted = set()
     for f in res.findings:
         title = _rules.RULES[f.rule].title
@@ -69,6 +74,8 @@ def check_engine_rules(eng, label: str, result: Result, strict: bool, seed: int,
         title = _rules.RULES[name].title
         if st["status"] == "skipped":
             result.checks[title] = f"skipped: {st['reason']}"
+        elif st["status"] == VALUE_BUG:
+            result.checks[title] = rule_text(st)
         elif st["status"] == "failed":
             real = strict or set(st.get("causes", [])) - _rules.STRICT_ONLY
             result.checks[title] = "failed" if real else "note"
@@ -76,3 +83,43 @@ def check_engine_rules(eng, label: str, result: Result, strict: bool, seed: int,
             result.checks[title] = "passed"
     for name in noted:
         result.checks.setdefault(_rules.RULES[name].title, "note")
+
+
+def mark_value_bugs(res) -> None:
+    """Rules of ``res`` (a :class:`gradspec.rules.RulesResult`) whose only failures are a wrong VJP of
+    an op get status :data:`VALUE_BUG` and ``"ops"``: one op's value bug breaks every rule whose
+    scenarios use that op, which is no backward() rule broken (it looked like nine semantics bugs)."""
+    ops: dict = {}
+    for f in res.findings:
+        if f.cause.id == "wrong-vjp":
+            for name in [f.rule, *getattr(f, "also", [])]:
+                ops.setdefault(name, set()).add(f.cause.op or "an op")
+    for name, st in res.status.items():
+        if st.get("status") == "failed" and set(st.get("causes") or []) == {"wrong-vjp"}:
+            st["status"], st["ops"] = VALUE_BUG, sorted(ops.get(name) or {"an op"})
+
+
+def rule_text(st) -> str:
+    """One rule's outcome in words: ``passed``, ``failed: cause, ...``, ``skipped: why`` or ``passed
+    apart from the value bug of OP (wrong-vjp)``; ``st`` is a status dict of :mod:`gradspec.rules`
+    (``summary.json["rules"]``) or already a string."""
+    if not isinstance(st, dict):
+        return str(st)
+    if st.get("status") == VALUE_BUG:
+        return f"passed apart from the value bug of {', '.join(st.get('ops') or ['an op'])} (wrong-vjp)"
+    extra = ", ".join(st.get("causes") or []) or st.get("reason") or ""
+    return f"{st.get('status', '?')}" + (f": {extra}" if extra else "")
+
+
+def drop_value_duplicates(result: Result) -> bool:
+    """A rule finding whose cause is a wrong VJP of an op the values check also blamed (wrong-vjp, same
+    op) is the same bug seen twice: the values check's finding stays, the rule's goes (``gradspec fuzz``
+    leaves such rule findings to its value campaign in the same way).  True when a wrong VJP is left
+    that only a rule's scenario showed (the gradient values are wrong all the same)."""
+    def rule_vjp(d):
+        return d.check_name != "values" and d.cause is not None and d.cause.id == "wrong-vjp"
+
+    blamed = {d.cause.op for d in result.discrepancies
+              if d.check_name == "values" and d.cause is not None and d.cause.id == "wrong-vjp"}
+    result.discrepancies[:] = [d for d in result.discrepancies if not (rule_vjp(d) and d.cause.op in blamed)]
+    return any(rule_vjp(d) for d in result.discrepancies)

@@ -51,6 +51,11 @@ TABLE = [
                   "freeing": {"status": "skipped", "reason": "strict=False"}}},
                  {("gradspec.rules", "seed-shape"): "passed", ("gradspec.rules", "accumulation"): "failure",
                   ("gradspec.rules", "freeing"): "skipped"}, id="backward-rules-as-fuzz-writes-them"),
+    # a rule hit only by a value bug of one op (wrong-vjp) is no broken rule: its finding fails on its own
+    pytest.param({**BASE, "discrepancies": 1, "reports": [FINDING], "rules": {
+                  "seed-values": {"status": "value-bug", "causes": ["wrong-vjp"], "ops": ["exp"]}}},
+                 {("gradspec.rules", "seed-values"): "passed", ("gradspec.findings", "d-abc123"): "failure"},
+                 id="rule-hit-by-a-value-bug"),
 ]
 
 

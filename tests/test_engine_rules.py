@@ -190,3 +190,28 @@ def test_fuzz_reference_engine_skips_the_rules_with_the_reason(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert {r["status"] for r in s["rules"].values()} == {"skipped"}
     assert "oracle" in s["rules"]["seed-values"]["reason"]
+
+
+def test_a_value_bug_of_one_op_is_not_reported_as_broken_rules(tmp_path):
+    """exp's VJP doubled (a value bug): every rule whose scenarios use exp fails only with wrong-vjp.
+    Those rules read "passed apart from the value bug of exp (wrong-vjp)", not as failed rules (which
+    looked like nine semantics bugs), and the bug is one discrepancy, the values check's."""
+    import gradspec as gs
+    from tests._pipeline_engines import ExpDoubled
+
+    r = gs.verify_engine(ExpDoubled(), max_examples=20, seed=0)
+    rules = {k: v for k, v in r.checks.items() if not k.startswith("values")}
+    assert "failed" not in rules.values(), r.checks
+    apart = [k for k, v in rules.items() if v == "passed apart from the value bug of exp (wrong-vjp)"]
+    assert apart and set(rules.values()) == {"passed", "passed apart from the value bug of exp (wrong-vjp)"}, r.checks
+    assert [(d.check_name, d.cause.id, d.cause.op) for d in r.discrepancies] == [("values", "wrong-vjp", "exp")]
+    line = next(l for l in r.summary().splitlines() if "backward() rules" in l)
+    assert f"{len(apart)} passed apart from the value bug of exp (wrong-vjp)" in line and "failed: implicit" not in line
+    # gradspec fuzz --engine: the same words in the terminal, status "value-bug" in summary.json
+    proc, s, _ = _fuzz(tmp_path, "--engine", "tests._pipeline_engines:ExpDoubled", "--oracles", "reference,jacobian",
+                       "--max-examples", "20", "--seed", "3")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    hit = sorted(n for n, st in s["rules"].items() if st["status"] == "value-bug")
+    assert hit and {st["status"] for st in s["rules"].values()} == {"passed", "value-bug"}, s["rules"]
+    assert all(s["rules"][n]["ops"] == ["exp"] for n in hit)
+    assert f"{len(hit)} passed apart from the value bug of exp (wrong-vjp)" in proc.stdout and "failed:" not in proc.stdout

@@ -22,6 +22,7 @@ from typing import Callable
 from .. import rules as _rules
 from .._private.records import discrepancy_id
 from ..check import Discrepancy
+from ..semantics import mark_value_bugs
 from .state import Config, Stats, _sig_key
 
 __all__ = ["RuleDiscrepancy", "run_rules", "SECONDS_SHARE"]
@@ -92,6 +93,7 @@ def run_rules(cfg: Config, engine, stats: Stats, write: Callable | None = None,
 
     res = _rules.check_rules(engine, max_examples=per_rule, seconds=seconds, seed=cfg.seed, strict=True,
                              on_finding=found, ops=ops, timeout=cfg.case_timeout)
+    mark_value_bugs(res)  # a rule hit only by one op's wrong VJP: no broken rule (status value-bug)
     for f in res.findings:
         if f.cause.id == "wrong-vjp":
             res.status[f.rule]["note"] = (f"a wrong VJP of {f.cause.op} (a value bug: the value campaign reports it, "
