@@ -177,9 +177,11 @@ def summary_markdown(s: dict, report_dir: str = "reports", link_base: str | None
         out += ["| backward() rule | outcome |", "| --- | --- |"]
         out += [f"| {_md(name)} | {_md(_rule_text(outcome))} |" for name, outcome in sorted(rules.items())]
         out.append("")
-    never = [o for o, n in (s.get("ops") or {}).items() if not n]
-    if never:
-        out += [f"Ops never generated: {_md(', '.join(never))}", ""]
+    from .report import untested_ops
+
+    untested = untested_ops(s)
+    if untested:
+        out += [f"**Warning:** {_md(untested)}", ""]
     skipped = s.get("skipped") or {}
     if skipped:
         out += ["Skipped oracle runs (why: count):", ""]

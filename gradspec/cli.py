@@ -719,7 +719,7 @@ def _print_skipped(s: dict, out) -> None:
 
 
 def _print_summary(cfg, s: dict, index: str | None, ops: list[str]) -> None:
-    from . import caseio
+    from . import caseio, report
 
     out = sys.stdout
     n = s["discrepancies"]
@@ -768,6 +768,9 @@ def _print_summary(cfg, s: dict, index: str | None, ops: list[str]) -> None:
         print(f"  INCONCLUSIVE (exit 3): {s.get('reason')}", file=out)
     else:
         print("  no discrepancy", file=out)
+    untested = report.untested_ops(s)
+    if untested:  # "no discrepancy" is not "every op tested": said next to the verdict, with the fix
+        print(f"  WARNING: {untested}", file=out)
     _print_skipped(s, out)
     if s.get("superseded"):
         print(f"  ({len(s['superseded'])} more report(s) superseded by a smaller case with the same disagreement: "

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import errno
 import json
+import math
 import os
 import shutil
 import sys
@@ -42,6 +43,7 @@ from .caseio import replay_command
 
 __all__ = [
     "write_run_report",
+    "untested_ops",
     "write_discrepancy_report",
     "discrepancy_id",
     "atomic_write",
@@ -149,6 +151,7 @@ _INDEX = """<!doctype html><html lang="en"><head><meta charset="utf-8"><title>gr
 {% if s.get("state") == "running" %}<div class="card" id="running"><b class="bad">RUNNING</b>: {{ s.reason }}</div>{% endif %}
 {% if s.get("last_run") %}<div class="card" id="last-run"><b class="bad">The previous run did not finish</b>: {{ s.last_run.message }}</div>{% endif %}
 {% if s.status == "inconclusive" %}<div class="card"><b class="bad">INCONCLUSIVE</b> (exit 3): {{ s.reason }}</div>{% endif %}
+{% if untested %}<div class="card" id="untested"><b class="bad">WARNING: {{ untested }}</b></div>{% endif %}
 {% if s.errors %}<div class="card"><b>Problems during the run</b><ul>{% for e in s.errors %}<li>{{ e }}</li>{% endfor %}</ul></div>{% endif %}
 
 <h2>Discrepancies</h2>
@@ -258,12 +261,33 @@ def write_run_report(directory: str, summary: dict, discrepancies=None, title: s
         skipped=list((s.get("skipped") or {}).items())[:30],
         ops=ops,
         covered=sum(1 for o in ops if o["n"]),
+        untested=untested_ops(s),
         version=__version__,
         now=time.strftime("%Y-%m-%d %H:%M:%S"),
     )
     path = os.path.join(directory, "index.html")
     atomic_write(path, html)
     return path
+
+
+def untested_ops(s: dict) -> str:
+    """The warning for ops a run never generated (they are untested), with the fix; "" when every op
+    ran, or when the ops are only companions of the code under test (verify_op, verify_torch_function).
+
+    >>> untested_ops({"cases": 200, "seconds": 3.4, "ops": {"exp": 9, "index": 0, "mean": 0}})
+    '2 of 3 ops were never generated, so they are untested: index, mean; run longer (--max-examples 800 or --seconds 14) or focus on them (--ops index,mean)'
+    """
+    ops = s.get("ops") or {}
+    never = sorted(o for o, n in ops.items() if not n)
+    if not never or s.get("run") in ("op", "torch function"):
+        return ""
+    cases, seconds = int(s.get("cases") or 0), float(s.get("seconds") or 0.0)
+    more = max(4 * cases, 100)  # the uncovered share is gone with about 4x the budget in the default mix
+    fix = (f"raise verify_engine's budget (max_examples={more} or seconds={max(10, math.ceil(4 * seconds))})"
+           if s.get("run") == "engine" else
+           f"run longer (--max-examples {more} or --seconds {max(10, math.ceil(4 * seconds))}) or focus on them "
+           f"(--ops {','.join(never)})")
+    return f"{len(never)} of {len(ops)} ops were never generated, so they are untested: {', '.join(never)}; {fix}"
 
 
 def _norm_record(r: dict) -> dict:

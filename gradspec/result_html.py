@@ -45,6 +45,7 @@ def write_result_html(self, directory: str) -> str:
                       "ops": ops, "message": d.message, "cause": d.cause.summary if d.cause is not None else ""})
     s = self.to_json()
     summary = {
+        "run": self.what,  # "op" | "torch function" | "engine": what the page is about
         "engine": self.target if self.what == "engine" else "reference",
         "cases": self.cases_run,
         "seconds": self.seconds,

@@ -84,6 +84,12 @@ def test_rule_failure_names_its_cause():
     assert "| accumulation | failed: accumulation-overwrite |" in ci.summary_markdown(s)
 
 
+def test_markdown_warns_about_ops_never_generated():
+    md = ci.summary_markdown({**BASE, "discrepancies": 0, "reports": []})  # tanh: 0 cases
+    assert "**Warning:** 1 of 3 ops were never generated, so they are untested: tanh; run longer" in md
+    assert "(--max-examples 100 or --seconds 10) or focus on them (--ops tanh)" in md
+
+
 def test_markdown_is_inert_and_links_each_report():
     hostile = {**FINDING, "cause": {**FINDING["cause"], "summary": "<script>x</script> | *bold* [l](http://e)"}}
     md = ci.summary_markdown({**BASE, "discrepancies": 1, "reports": [hostile]}, "reports")

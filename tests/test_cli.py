@@ -330,6 +330,18 @@ def test_clean_campaign_exits_0_with_summary_and_index(tmp_path):
     assert "no discrepancy" in proc.stdout
 
 
+def test_ops_never_generated_are_a_warning_with_the_fix_and_keep_exit_0(tmp_path):
+    # 1 case over 8 ops: most ops are never drawn, and the run must not read as "all tested"
+    out = tmp_path / "r"
+    proc = gradspec("fuzz", "--ops", "exp,mul,sum,tanh,sin,cos,neg,sub", "--max-examples", 1, "--oracles",
+                    FAST_ORACLES, "--seed", 1, "--report-dir", out, cwd=tmp_path)
+    never = sorted(o for o, n in summary(out)["ops"].items() if not n)
+    assert proc.returncode == 0 and never, proc.stdout + proc.stderr
+    warning = next(l for l in proc.stdout.splitlines() if l.strip().startswith("WARNING:"))
+    assert f"{len(never)} of 8 ops were never generated" in warning and ", ".join(never) in warning
+    assert "--max-examples 100" in warning and "--seconds" in warning and f"--ops {','.join(never)}" in warning
+
+
 @pytest.mark.parametrize("dtype, want", [("float32", {"float32"}), ("mixed", {"mixed", "float64"})])
 def test_fuzz_dtype_picks_the_precision_and_summary_counts_it(tmp_path, dtype, want):
     # --dtype reaches the strategies; summary.json counts cases per precision and the tie/kink exclusions

@@ -94,6 +94,29 @@ def test_every_section_of_a_value_report(value_report):
     compile(open(os.path.join(folder, "repro.py")).read(), "repro.py", "exec")
 
 
+UNCOVERED = {"cases": 200, "seconds": 3.4, "engine": "reference", "discrepancies": 0, "status": "agree",
+             "ops": {"exp": 40, "index": 0, "mul": 60, "matmul": 0}, "oracles": {"reference vs jacobian": 200},
+             "agreement": {"reference vs jacobian": 200}}
+
+
+@pytest.mark.parametrize("run, warned", [(None, True), ("engine", True), ("op", False), ("torch function", False)],
+                         ids=["fuzz", "verify_engine", "verify_op-companions", "verify_torch_function-companions"])
+def test_ops_never_generated_are_a_warning_at_the_top(tmp_path, run, warned):
+    """A run that never generated some ops leaves them untested: said at the top of the page, with the
+    fix, not only in red in the coverage table (the companions of verify_op / verify_torch_function
+    are not under test: no warning for them)."""
+    s = dict(UNCOVERED, **({"run": run} if run else {}))
+    text = open(report.write_run_report(str(tmp_path), s), encoding="utf-8").read()
+    card = re.search(r'<div class="card" id="untested">(.*?)</div>', text, re.S)
+    assert (card is not None) == warned, text[:3000]
+    if warned:
+        body = re.sub(r"<[^>]+>", "", card.group(1))
+        assert "2 of 4 ops were never generated" in body and "index, matmul" in body and "untested" in body
+        fix = "max_examples=" if run == "engine" else "--max-examples 800"
+        assert fix in body, body
+        assert text.index('id="untested"') < text.index("<h2>Discrepancies</h2>")
+
+
 def test_nothing_from_a_case_can_inject_markup(tmp_path):
     evil = "<script>alert('name')</script>"
     case = gs.Case.build({evil: np.array([0.5, 2.0])}, [("y<b>", "exp", [evil], {})], ["y<b>"], [np.ones(2)])
