@@ -185,7 +185,9 @@ def summary_markdown(s: dict, report_dir: str = "reports", link_base: str | None
     skipped = s.get("skipped") or {}
     if skipped:
         out += ["Skipped oracle runs (why: count):", ""]
-        out += [f"- {_md(k)}: {v}" for k, v in list(skipped.items())[:20]] + [""]
+        from ._private.skips import group
+
+        out += [f"- {_md(k)}: {v}" + (f" (e.g. {_md(ex)})" if ex else "") for k, v, ex in group(skipped)[:20]] + [""]
     for e in list(s.get("errors") or [])[:10]:
         out.append(f"- problem: {_md(e)}")
     return "\n".join(out).rstrip() + "\n"

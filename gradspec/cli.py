@@ -708,14 +708,17 @@ def _fuzz_rules(cfg, engine, run, ops, err) -> dict:
 
 def _print_skipped(s: dict, out) -> None:
     """What was not compared, and why (oracles skipped, cases that compared nothing)."""
+    from ._private.skips import group
+
     if s.get("inconclusive"):
         print(f"  {s['inconclusive']} of {s['cases']} case(s) compared nothing:", file=out)
-        for why, k in list(s.get("inconclusive_reasons", {}).items())[:3]:
-            print(f"    {k} x {why}", file=out)
-    skipped = list(s.get("skipped", {}).items())
+        for why, k, ex in group(s.get("inconclusive_reasons", {}))[:3]:
+            print(f"    {k} x {why}" + (f" (e.g. {ex})" if ex else ""), file=out)
+    skipped = group(s.get("skipped", {}))  # by kind: one entry per reason, not per node it names
     if skipped:
-        print("  skipped oracles (cases): " + "; ".join(f"{why} ({k})" for why, k in skipped[:4])
-              + (f"; ... {len(skipped) - 4} more in summary.json" if len(skipped) > 4 else ""), file=out)
+        print("  skipped oracles: " + "; ".join(f"{why} ({k} case{'' if k == 1 else 's'}" + (f", e.g. {ex})" if ex else ")")
+                                                for why, k, ex in skipped[:4])
+              + (f"; ... {len(skipped) - 4} more kinds in summary.json" if len(skipped) > 4 else ""), file=out)
 
 
 def _print_summary(cfg, s: dict, index: str | None, ops: list[str]) -> None:

@@ -36,6 +36,7 @@ import uuid
 import numpy as np
 
 from . import report_cause as _cause
+from ._private import skips as _skips
 from ._private.inert import docstring, literal
 from ._private.records import RECORD, _jdefault, atomic_write, discrepancy_id, read_records, update_record
 from ._private.version import __version__
@@ -175,10 +176,10 @@ _INDEX = """<!doctype html><html lang="en"><head><meta charset="utf-8"><title>gr
 {% if pairs %}<table><tr><th class="l">pair</th><th>comparisons</th><th>agreed</th><th>disagreed</th><th class="l"></th></tr>
 {% for p in pairs %}<tr><td class="l">{{ p.name }}</td><td>{{ p.n }}</td><td class="{{ 'ok' if p.bad == 0 else '' }}">{{ p.ok }}</td><td class="{{ 'bad' if p.bad else '' }}">{{ p.bad }}</td><td class="l" title="{{ p.ok }} agreed, {{ p.bad }} disagreed"><span class="bar" style="width:{{ p.wok }}px;background:#5cb85c"></span><span class="bar" style="width:{{ p.wbad }}px;background:#d9534f"></span></td></tr>
 {% endfor %}</table>{% else %}<p>No comparisons.</p>{% endif %}
-{% if skipped %}<h3>Oracles not used, and why</h3><table><tr><th class="l">reason</th><th>cases</th></tr>
-{% for why, n in skipped %}<tr><td class="l">{{ why }}</td><td>{{ n }}</td></tr>{% endfor %}</table>{% endif %}
-{% if s.inconclusive_reasons %}<h3>Cases that compared nothing ({{ s.inconclusive }}), and why</h3><table><tr><th class="l">reason</th><th>cases</th></tr>
-{% for why, n in s.inconclusive_reasons.items() %}<tr><td class="l">{{ why }}</td><td>{{ n }}</td></tr>{% endfor %}</table>{% endif %}
+{% if skipped %}<h3>Oracles not used, and why</h3><table><tr><th class="l">reason</th><th>cases</th><th class="l">example</th></tr>
+{% for why, n, ex in skipped %}<tr><td class="l">{{ why }}</td><td>{{ n }}</td><td class="l">{{ ex }}</td></tr>{% endfor %}</table>{% endif %}
+{% if inconclusive %}<h3>Cases that compared nothing ({{ s.inconclusive }}), and why</h3><table><tr><th class="l">reason</th><th>cases</th><th class="l">example</th></tr>
+{% for why, n, ex in inconclusive %}<tr><td class="l">{{ why }}</td><td>{{ n }}</td><td class="l">{{ ex }}</td></tr>{% endfor %}</table>{% endif %}
 </div><div>
 <h2>Coverage per op</h2>
 <p class="small">{{ covered }} of {{ ops|length }} ops appeared in at least one case; red: never generated.</p>
@@ -258,7 +259,8 @@ def write_run_report(directory: str, summary: dict, discrepancies=None, title: s
         earlier=earlier,
         config=list(cfg.items()),
         pairs=pairs,
-        skipped=list((s.get("skipped") or {}).items())[:30],
+        skipped=_skips.group(s.get("skipped") or {})[:30],  # one row per kind, with an example node
+        inconclusive=_skips.group(s.get("inconclusive_reasons") or {}),
         ops=ops,
         covered=sum(1 for o in ops if o["n"]),
         untested=untested_ops(s),

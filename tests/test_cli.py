@@ -330,6 +330,26 @@ def test_clean_campaign_exits_0_with_summary_and_index(tmp_path):
     assert "no discrepancy" in proc.stdout
 
 
+TIE_KINK = "exact tie/kink at a node: no derivative exists there (only the exact oracles compare, on torch's convention)"
+
+
+def test_skip_reasons_are_whole_and_counted_by_kind(tmp_path):
+    """Skipped oracles at ties and kinks: summary.json keeps each reason whole (it was cut mid-word:
+    "... (only the exac"), and the terminal counts them by kind with an example node (it had one
+    entry per node name: v0 = abs(x0), v1 = abs(x1), ...)."""
+    out = tmp_path / "r"
+    proc = gradspec("fuzz", "--ops", "abs,relu,maximum,exp", "--max-examples", 60, "--oracles",
+                    "reference,finite-differences,jacobian", "--seed", 2, "--report-dir", out, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    skipped = summary(out)["skipped"]
+    fd = {k: n for k, n in skipped.items() if k.startswith("finite-differences: exact tie/kink at ")}
+    assert len(fd) > 1 and all(k.endswith("on torch's convention)") for k in skipped), skipped
+    line = next(l for l in proc.stdout.splitlines() if "skipped oracles" in l)
+    top = max(fd, key=fd.get).split(" at ", 1)[1].split(":", 1)[0]  # the most frequent reason's node
+    assert f"finite-differences: {TIE_KINK} ({sum(fd.values())} cases, e.g. {top})" in line, line
+    assert line.count("finite-differences:") == 1, line
+
+
 def test_ops_never_generated_are_a_warning_with_the_fix_and_keep_exit_0(tmp_path):
     # 1 case over 8 ops: most ops are never drawn, and the run must not read as "all tested"
     out = tmp_path / "r"

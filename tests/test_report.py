@@ -94,6 +94,18 @@ def test_every_section_of_a_value_report(value_report):
     compile(open(os.path.join(folder, "repro.py")).read(), "repro.py", "exec")
 
 
+def test_skip_reasons_are_one_row_per_kind_with_an_example(tmp_path):
+    why = "no derivative exists there (only the exact oracles compare, on torch's convention)"
+    s = dict(UNCOVERED, ops={"abs": 9}, skipped={f"jacobian: exact tie/kink at v3 = abs(x1): {why}": 6,
+                                                 f"jacobian: exact tie/kink at v0 = abs(x0): {why}": 2,
+                                                 "torch-cuda: no CUDA device": 9})
+    text = open(report.write_run_report(str(tmp_path), s), encoding="utf-8").read()
+    table = text.split("Oracles not used, and why", 1)[1].split("</table>", 1)[0]
+    rows = [re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", r)).strip() for r in table.split("<tr>")[2:]]
+    assert rows == ["torch-cuda: no CUDA device 9", f"jacobian: exact tie/kink at a node: {why} 8 v3 = abs(x1)"
+                    .replace("'", "&#39;")], rows
+
+
 UNCOVERED = {"cases": 200, "seconds": 3.4, "engine": "reference", "discrepancies": 0, "status": "agree",
              "ops": {"exp": 40, "index": 0, "mul": 60, "matmul": 0}, "oracles": {"reference vs jacobian": 200},
              "agreement": {"reference vs jacobian": 200}}

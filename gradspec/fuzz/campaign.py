@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 from .._private.kinks import tally
 from .._private.records import discrepancy_id, read_records, update_record
+from .._private.skips import word_cut
 from ..case import Case
 from ..check import Discrepancy, Verdict
 from ..guard import _main_thread, guarded_check, warm_up
@@ -191,11 +192,11 @@ class _Campaign:
             s.pair_counts[key] += 1
             s.pair_agree[key] += int(comp.agreed)
         for name, why in verdict.skipped.items():
-            s.skipped[f"{name}: {why.split(':', 1)[1].strip() if ':' in why else why}"[:100]] += 1
+            s.skipped[word_cut(f"{name}: {why.split(':', 1)[1].strip() if ':' in why else why}")] += 1
         s.hard.update(tally(case, verdict.skipped))
         s.timeouts += sum(d.kind == "timeout" for d in verdict.discrepancies)
         if verdict.status == "inconclusive":
-            s.inconclusive[verdict.reason[:200]] += 1
+            s.inconclusive[word_cut(verdict.reason)] += 1
 
     def record(self, d: Discrepancy, verdict: Verdict, note: str = "", covers: list | None = None) -> None:
         covers = [_sig_key(c) for c in (covers or [d.signature])]

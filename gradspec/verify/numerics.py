@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import math
 
+from .._private.skips import word_cut
+
 __all__ = ["accuracy", "claim_text", "tag", "count_nondifferentiable", "torch_kinks", "with_deadline", "CASE_TIMEOUT",
            "run_within_budget"]
 
@@ -59,7 +61,7 @@ def count_nondifferentiable(result, verdicts) -> bool:
     why = next((v.nondifferentiable for v in verdicts if getattr(v, "nondifferentiable", "")), "")
     if why:
         result.nondifferentiable += 1
-        result.nondifferentiable_reasons[why.split(":")[0][:60]] += 1
+        result.nondifferentiable_reasons[word_cut(why.split(":")[0], 60)] += 1
     return bool(why)
 
 

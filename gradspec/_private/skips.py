@@ -1,0 +1,77 @@
+"""Why oracles were skipped, counted by kind: reasons cut at a word boundary, node-specific parts
+taken out into an example.
+
+A campaign counts every skipped oracle under its reason (``summary.json["skipped"]``).  Those
+reasons name the node, the element or the step where it happened ("exact tie/kink at v3 =
+leaky_relu(x3): no derivative exists there ..."), so a long run had one row per node name for
+what is one kind of skip.  :func:`group` folds them into one row per kind, with a count and an
+example; :func:`word_cut` shortens a text without cutting a word in two (every count key and
+every line of a report goes through it).
+
+Example::
+
+    >>> from gradspec._private.skips import group, word_cut
+    >>> group({"jacobian: exact tie/kink at v3 = relu(x3): no derivative exists there": 6,
+    ...        "jacobian: exact tie/kink at v1 = abs(x0): no derivative exists there": 2})
+    [('jacobian: exact tie/kink at a node: no derivative exists there', 8, 'v3 = relu(x3)')]
+    >>> word_cut("no derivative exists there (only the exact oracles compare)", 40)
+    'no derivative exists there (only the…'
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["word_cut", "kind_of", "group", "KEY_WIDTH"]
+
+# Longest count key kept (summary.json["skipped"], inconclusive reasons): the reason of a case that
+# compared nothing joins every oracle's (a few sentences each), so keys stay whole up to this; only an
+# oracle's long error text is cut (its start says what it was), and then the kinds may not merge.
+KEY_WIDTH = 1000
+
+_NODE = r"[A-Za-z_][\w.]* = [A-Za-z_][\w.]*\([^()]*\)"  # "v3 = leaky_relu(x3)", as check.py names a node
+_PARTS = [
+    (re.compile(rf"{_NODE}(?:; {_NODE})*(?: \.\.\.)?"), "a node"),
+    (re.compile(r"node '[^']*' \([\w.]+\)"), "a node"),  # "node 'v2' (abs)", as finite differences name one
+    (re.compile(r"(?<![\w'])'?[A-Za-z_]\w*'?\[[\d, ]*\]"), "an element"),  # x0[1, 2] / 'x0'[1]
+    (re.compile(r"(?<![\w.])[-+]?(?:\d+\.\d*(?:e[-+]?\d+)?|\d+e[-+]?\d+)(?![\w.])"), "…"),  # 1.81e-07, 0.5
+]
+
+
+def word_cut(text: str, width: int = KEY_WIDTH) -> str:
+    """``text`` in at most ``width`` characters, cut at a word boundary (never mid-word), "…" when cut."""
+    text = str(text)
+    if len(text) <= width:
+        return text
+    cut = text[: width - 1]
+    space = cut.rfind(" ")
+    if space > width // 2:
+        cut = cut[:space]
+    return cut.rstrip(" ,;:—-") + "…"
+
+
+def kind_of(reason: str) -> tuple[str, str]:
+    """(the reason with its node-, element- and number-specific parts replaced, those parts as an example)."""
+    found: list[str] = []
+
+    def keep(placeholder):
+        def sub(m):
+            found.append(m.group(0))
+            return placeholder
+        return sub
+
+    kind = reason
+    for pattern, placeholder in _PARTS:
+        kind = pattern.sub(keep(placeholder), kind)
+    return kind, "; ".join(dict.fromkeys(found))  # each part once, in order
+
+
+def group(skipped: dict) -> list[tuple[str, int, str]]:
+    """``[(kind, count, example), ...]`` from ``{reason: count}``, most frequent kind first; the example
+    comes from the kind's most frequent reason ("" when the reason names nothing specific)."""
+    kinds: dict[str, list] = {}
+    for reason, n in sorted((skipped or {}).items(), key=lambda kv: -kv[1]):
+        kind, example = kind_of(str(reason))
+        row = kinds.setdefault(kind, [0, example])
+        row[0] += int(n)
+    return sorted(((k, n, ex) for k, (n, ex) in kinds.items()), key=lambda r: -r[1])
