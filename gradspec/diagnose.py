@@ -1,19 +1,23 @@
 """Localisation: which node's gradient rule is wrong, and how (CONTRACT §8, ``wrong-vjp``).
 
 A value discrepancy says *which leaf element* is off; this module says *which node* and *what
-kind of mistake*.  It replays the reference forward (every node's real input values) and the
-reference backward (the upstream gradient that really arrives at each node), then walks the nodes
+kind of mistake*.  It evaluates the forward (every node's real input values), then walks the nodes
 from the roots towards the leaves and checks each node on its own: a one-node case whose leaves
-are the node's inputs (values from the forward) and whose seed is that upstream gradient, run by
-the code under test (the user's vjp, a torch Function's backward, or a black-box engine rebuilt
-on that one node) and by the node's independent twin (its JVP rule, or finite differences),
-through :func:`gradspec.check.check` itself.  The first node that disagrees is blamed: every node
-nearer the roots passed, so the upstream gradient it received is right.  The error is then named
-by testing a few hypotheses against the twin's local Jacobian ``J``: ``sign``, ``scale`` (with the
+are the node's inputs (values from the forward) and whose seed is the upstream gradient that really
+arrives there, run by the code under test (the user's vjp, a torch Function's backward, or a
+black-box engine rebuilt on that one node) and by the node's independent twin (its JVP rule, or
+finite differences), through :func:`gradspec.check.check` itself.  A node that passes hands the
+upstream gradient on through its twin's VJP (so a VJP that raises does not hide the nodes below it).
+The first node that disagrees is blamed: every node nearer the roots passed, so the upstream
+gradient it received is right.  The error is then named (:mod:`gradspec._private.vjp_patterns`) by
+testing a few hypotheses against the twin's local Jacobian ``J``: ``sign``, ``scale`` (with the
 factor, named as a simple rational such as ``(n-1)/n`` when it is one), ``seed-ignored`` (the VJP
 behaves as if ``g`` were ones, or its mean), ``broadcast-reduction`` (a broadcast input's gradient
 taken from the first slice or averaged instead of summed), ``permuted`` (the right numbers in the
-wrong places, e.g. ``g`` broadcast without the unsqueeze), else ``other``.
+wrong places, e.g. ``g`` broadcast without the unsqueeze, or split at the wrong index), else
+``other``; a pattern must also hold on fresh upstream gradients at the same inputs (a shrunk case
+of one element fits any factor).  Gradients of the wrong shape are named from the arrays the code
+returned before any shape check.
 
 :func:`attach` is called by ``check()`` on every disagreement (registered below, so the
 comparison layer does not import this one); it sets ``Discrepancy.cause``.
@@ -34,35 +38,26 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import itertools
-from fractions import Fraction
 
 import numpy as np
 
-from . import engine as E
+from ._private.vjp_patterns import EXPLAINED, classify, explains, flat, name_factor, shape_pattern
 from .case import Case, Leaf, NodeDef
 from .causes import ENGINE_IDS, Cause
 from .check import check as _run_check
 from .check import register_explainer
 from .oracles import jacobian as _jac
 from .oracles.engine_oracle import EngineOracle
-from .oracles.reference import build_engine_graph
 
 __all__ = ["attach", "explain", "deferred", "localise", "classify", "name_factor", "explain_finding", "EXPLAINED"]
-
-# A hypothesis "explains" a wrong gradient when what is left of the error under it is at most this
-# fraction of the error itself: the hypotheses are exact transformations of J^T g (a sign, a factor,
-# a slice, a permutation), so a true one leaves rounding (1e-16 relative) or, with a finite-difference
-# JVP as the twin, that estimate's error (about 1e-9 relative) -- far below 1 % of any error that
-# failed the comparison (>= its tolerance, itself >= 1e-12 relative).
-EXPLAINED = 1e-2
-# A factor is named as a simple rational when it matches one to this relative accuracy (the fitted
-# factor is a ratio of two sums of exact products: good to ~1e-12 with an exact twin).
-_RATIONAL_RTOL = 1e-7
 
 _ACTIVE: contextvars.ContextVar = contextvars.ContextVar("gradspec_diagnosing", default=False)
 _ENGINES: contextvars.ContextVar = contextvars.ContextVar("gradspec_engine_oracles", default=frozenset())
 _DEFERRED: contextvars.ContextVar = contextvars.ContextVar("gradspec_diagnosis_deferred", default=False)
 _LOCALISED_KINDS = ("value", "nan-inf-pattern", "shape", "none-vs-zeros")
+# verify_op / verify_torch_function contract findings that the node walk can name better than the message
+# (which node, and what the gradients of the wrong shape are); explain_finding covers them otherwise
+_WALKED_CONTRACT_KINDS = ("raised", "vjp-shape", "vjp-raised")
 
 
 # =============================================================================================
@@ -85,7 +80,7 @@ def explain(d) -> Cause | None:
     """The cause of finding ``d`` (a check() discrepancy or a ``verify_*`` finding), computed once and kept."""
     if d.cause is None:
         v = getattr(d, "verdict", None)
-        if d.case is not None and v is not None and d.kind in _LOCALISED_KINDS + ("raised",) and not _ACTIVE.get():
+        if d.case is not None and v is not None and d.kind in _LOCALISED_KINDS + _WALKED_CONTRACT_KINDS and not _ACTIVE.get():
             token = _ACTIVE.set(True)
             oracles = getattr(v, "oracles", None) or {}
             etoken = _ENGINES.set(_engine_names(oracles))
@@ -134,34 +129,60 @@ def _engine_names(oracles: dict) -> frozenset:
     return frozenset(n for n, o in oracles.items() if isinstance(o, EngineOracle))
 
 
-def localise(case: Case, d, oracles: dict, verdict=None) -> Cause:
-    """The cause of discrepancy ``d`` on ``case``: the first node whose rule is wrong, or why there is none."""
+def localise(case: Case, d, oracles: dict, verdict=None) -> Cause | None:
+    """The cause of discrepancy ``d`` on ``case``: the first node whose rule is wrong, or why there is none
+    (None for a ``verify_*`` contract finding, e.g. ``vjp-shape``, that no node explains on its own)."""
     suspect = _suspect(d.oracles, oracles)
-    if d.kind == "raised":
-        return _raised_cause(case, d)
     suspects = _suspects(d.oracles)
-    if d.kind == "none-vs-zeros":
-        return _none_vs_zeros(d)
-    if _is_engine(suspect) and verdict is not None:
+    if _is_engine(suspect) and verdict is not None and d.kind != "raised":
         c = _engine_seed_ignored(case, suspect, verdict) or _engine_overwrite(case, suspect, verdict)
         if c is not None:
             return c
+    if d.kind == "none-vs-zeros":
+        return _none_vs_zeros(d)
+    if d.kind == "raised" and _is_engine(suspect):
+        c = _engine_implicit_refused(case, suspect, oracles)
+        if c is not None:
+            return c
     try:
-        values, adjoints = _forward_backward(case)
+        values = case.evaluate()
     except Exception as e:  # noqa: BLE001
-        return Cause("not-localised", f"the reference backward cannot run on this case ({type(e).__name__}: {e}), so "
-                     "the upstream gradient of each node is unknown", evidence=d.message)
+        return Cause("not-localised", f"the forward cannot run on this case ({type(e).__name__}: {e}), so the "
+                     "inputs of each node are unknown", evidence=d.message)
+    # Walk from the roots towards the leaves.  The upstream gradient of each node is pushed on by the twin
+    # of the nodes it feeds (their JVP rule, or finite differences), never by the code under test: a VJP
+    # that raises or returns the wrong shape does not hide the nodes below it.
+    adj = _root_seeds(case, values)
+    leaf_names = {l.name for l in case.leaves}
     for node in reversed(case.nodes):
-        g = adjoints.get(node.name)
+        g = adj.get(node.name)
         if g is None:
             continue
         mini = _one_node_case(case, node, values, g)
         if mini is None:
             continue
-        c = _check_node(case, mini, node, suspects, oracles)
+        c, local = _check_node(case, mini, node, suspects, oracles)
         if c is not None:
             return c
+        for i in set(node.inputs):
+            if i not in leaf_names and (local or {}).get(i) is not None:
+                adj[i] = np.asarray(local[i], dtype=np.float64) + adj.get(i, 0.0)
+    if d.kind == "raised":
+        return _raised_cause(case, d)
+    if d.kind not in _LOCALISED_KINDS:
+        return None
     return _unlocalised(case, d, suspect)
+
+
+def _root_seeds(case: Case, values: dict) -> dict:
+    adj: dict = {}
+    for r, s in zip(case.roots, case.seeds):
+        v = values[r]
+        if np.asarray(v).dtype.kind != "f":
+            continue
+        g = np.ones(np.shape(v)) if s is None else np.asarray(s, dtype=np.float64).reshape(np.shape(v))
+        adj[r] = g + adj.get(r, 0.0)
+    return adj
 
 
 def _is_engine(name: str) -> bool:
@@ -192,25 +213,8 @@ def _suspect(pair, oracles: dict) -> str:
 
 
 # =============================================================================================
-# the reference forward and backward: every node's input values and upstream gradient
+# one node on its own: its inputs as leaves, its upstream gradient as the seed
 # =============================================================================================
-
-
-def _forward_backward(case: Case) -> tuple[dict, dict]:
-    values = case.evaluate()
-    with E._quiet_fp():
-        env, roots = build_engine_graph(case)
-        for n in case.nodes:
-            t = env[n.name]
-            if t.requires_grad and not t.is_leaf:
-                t.retain_grad()
-        seeds = [None if s is None else E.Tensor(np.array(s, copy=True)) for s in case.seeds]
-        E.backward(roots, seeds)
-    adj = {}
-    for n in case.nodes:
-        g = env[n.name]._grad
-        adj[n.name] = None if g is None else np.asarray(g.numpy())
-    return values, adj
 
 
 def _one_node_case(case: Case, node: NodeDef, values: dict, g: np.ndarray) -> Case | None:
@@ -245,21 +249,27 @@ def _differentiable(case: Case) -> dict:
 # =============================================================================================
 
 
-def _check_node(case: Case, mini: Case, node: NodeDef, suspects: list, oracles: dict) -> Cause | None:
-    """Run ``node`` alone through the suspects and its twins; the cause if one of the suspects is wrong here."""
+def _check_node(case: Case, mini: Case, node: NodeDef, suspects: list, oracles: dict) -> tuple[Cause | None, dict]:
+    """Run ``node`` alone through the suspects and its twins: (the cause if one of the suspects is wrong
+    here, else None; the node's VJP by its twin, per input, which carries the upstream gradient on)."""
     spec = case.spec(node.op)
     code = [s for s in suspects if s != "jacobian"] or ["reference"]
     names = [oracles.get(s) or s for s in code] + ["jacobian"]
     v = _run_check(mini, oracles=names)
     if not v.discrepancies and not v.errors:
-        return None
+        return None, _carried(v, code)
     if (spec.user and spec.jvp_source == "declared") or "jacobian" in suspects or any(
             s.startswith("torch") for s in suspects):
         # The twin is the user's own jvp, or the suspect is a torch twin: finite differences decide which side is wrong.
-        v = _run_check(mini, oracles=names + ["finite-differences"])
+        names = names + ["finite-differences"]
+        v = _run_check(mini, oracles=names)
+
+    def run(m):
+        return _run_check(m, oracles=names)
+
     for s in code:
         if s in v.errors:
-            return _raised_at(node, spec, s, v.errors[s])
+            return _raised_at(mini, node, spec, s, v.errors[s]), {}
 
     def apart(a, b):
         return [x for x in v.discrepancies if set(x.oracles) == {a, b}]
@@ -268,32 +278,48 @@ def _check_node(case: Case, mini: Case, node: NodeDef, suspects: list, oracles: 
     jac_ok = "jacobian" in v.results and not (has_fd and apart("jacobian", "finite-differences"))
     twin = "jacobian" if jac_ok else "finite-differences" if has_fd else None
     if twin is None:
-        return None
+        return None, _carried(v, code)
     bad = {s: apart(s, twin) for s in code if s in v.results}
     if "jacobian" in v.results and not jac_ok and "reference" in v.results and not apart("reference", twin):
-        return _wrong_jvp(mini, node, spec, v.results["jacobian"], v.results[twin])
+        return _wrong_jvp(mini, node, spec, v.results["jacobian"], v.results[twin]), {}
     if "reference" in bad and bad["reference"]:
-        return _node_cause(mini, node, spec, "reference", v, twin, bad["reference"][0])
+        return _node_cause(mini, node, spec, "reference", v, twin, bad["reference"][0], run), {}
     for s, found in bad.items():
         if not found:
             continue
-        if s.startswith("torch"):
-            return _twin_mismatch(mini, node, spec, s, v.results.get(s), v.results.get(twin))
-        return _node_cause(mini, node, spec, s, v, twin, found[0])
-    return None
+        if s.startswith("torch") and not _is_torch_function(spec):
+            return _twin_mismatch(mini, node, spec, s, v.results.get(s), v.results.get(twin)), {}
+        return _node_cause(mini, node, spec, s, v, twin, found[0], run), {}
+    return None, v.results.get(twin) or {}
 
 
-def _node_cause(mini, node, spec, suspect, v, twin, first) -> Cause:
+def _carried(v, code) -> dict:
+    """The VJP that pushes the upstream gradient on from a node that passed: its twin's, else the code's."""
+    for name in ("jacobian", "finite-differences", *code):
+        if v.results.get(name) is not None:
+            return v.results[name]
+    return {}
+
+
+def _is_torch_function(spec) -> bool:
+    """A ``verify_torch_function`` op: its torch twin is the user's Function itself, the code under test."""
+    return bool(spec.user and getattr(spec, "torch_name", None) and spec.name.startswith("torch_"))
+
+
+def _node_cause(mini, node, spec, suspect, v, twin, first, run=None) -> Cause:
     if _is_engine(suspect) and len(set(node.inputs)) < len(node.inputs):
         c = _repeated_dropped(mini, node, spec, suspect, v.results[suspect])
         if c is not None:
             return c
+    c = _returned_shapes(mini, node, spec, suspect, hidden=True)
+    if c is not None:
+        return c
     if first.kind == "shape":
         return _shape_cause(mini, node, spec, suspect, first)
-    return _wrong_vjp(mini, node, spec, suspect, v.results[suspect], v.results[twin], first)
+    return _wrong_vjp(mini, node, spec, suspect, v.results[suspect], v.results[twin], first, twin, run)
 
 
-def _wrong_vjp(mini: Case, node: NodeDef, spec, suspect: str, u: dict, t: dict, first) -> Cause:
+def _wrong_vjp(mini: Case, node: NodeDef, spec, suspect: str, u: dict, t: dict, first, twin=None, run=None) -> Cause:
     g = np.asarray(mini.seeds[0], dtype=np.float64)
     leaves = [l for l in mini.grad_leaves() if u.get(l.name) is not None and t.get(l.name) is not None]
     try:
@@ -307,9 +333,53 @@ def _wrong_vjp(mini: Case, node: NodeDef, spec, suspect: str, u: dict, t: dict, 
         pattern, factor = "other", None
         detail = f"it returns non-finite values ({_fmt(first.values)}) where J^T·g is finite (a division by an input " \
                  "that is 0 there?); compute it without the singular step"
+    elif pattern != "other" and run is not None and twin is not None:
+        pattern, factor, detail = _confirmed(mini, node, spec, suspect, twin, run, J, (pattern, factor, detail))
     summary = f"{where}: {code} is wrong — {detail}"
     return Cause("wrong-vjp", summary, node=node.name, op=node.op, evidence=_evidence(mini, leaves, u, t, g, suspect),
                  pattern=pattern, factor=factor)
+
+
+# Fresh upstream gradients a pattern must also hold for (a shrunk case often has one or two elements,
+# where "a factor times J^T·g" or "a constant seed" fits any number, and g = -1 makes "ignores g" look
+# like "wrong sign").  Two draws: a coincidence on both is negligible, and each costs one one-node check.
+_FRESH_SEEDS = 2
+
+
+def _confirmed(mini, node, spec, suspect, twin, run, J, found) -> tuple:
+    """``found`` = (pattern, factor, detail) on the case's own upstream gradient, kept only if the same
+    pattern (and factor) names the error on fresh upstream gradients at the same inputs."""
+    pattern, factor, detail = found
+    rng = np.random.default_rng(8)
+    out = np.shape(mini.seeds[0])
+    fresh = []
+    for _ in range(_FRESH_SEEDS):
+        g2 = (rng.uniform(0.5, 1.5, out) * rng.choice([-1.0, 1.0], out)).astype(np.asarray(mini.seeds[0]).dtype)
+        m2 = Case(mini.leaves, mini.nodes, mini.roots, [g2], engine=mini.engine, user_ops=dict(mini.user_ops))
+        try:
+            v2 = run(m2)
+        except Exception:  # noqa: BLE001 - no second opinion; the first one stands
+            continue
+        u2, t2 = v2.results.get(suspect), v2.results.get(twin)
+        if u2 is None or t2 is None or not any(set(x.oracles) == {suspect, twin} for x in v2.discrepancies):
+            continue  # right on this g: it says nothing about the pattern
+        leaves = [l for l in m2.grad_leaves() if u2.get(l.name) is not None and t2.get(l.name) is not None]
+        fresh.append(classify(m2, node, spec, leaves, u2, t2, J, np.asarray(g2, dtype=np.float64)))
+
+    def same(a, b):
+        return a[0] == b[0] and (a[0] != "scale" or (a[1] is not None and b[1] is not None
+                                                      and abs(a[1] - b[1]) <= 1e-6 * abs(b[1])))
+
+    if all(same(f, found) for f in fresh):
+        return found
+    if len(fresh) == _FRESH_SEEDS and fresh[0][0] != "other" and all(same(f, fresh[0]) for f in fresh):
+        p2, f2, d2 = fresh[0]
+        return p2, f2, (f"{d2} (seen on fresh upstream gradients at the same inputs: this case's own g fits "
+                        f"'{pattern}' as well and cannot tell them apart)")
+    seen = sorted({f[0] for f in fresh})
+    return "other", None, (f"it differs from J^T·g with no single pattern: on this case's upstream gradient it looks "
+                           f"like '{pattern}', on fresh upstream gradients at the same inputs like "
+                           f"{' / '.join(repr(p) for p in seen)}")
 
 
 def _wrong_jvp(mini, node, spec, jac_res, fd) -> Cause:
@@ -342,18 +412,23 @@ def _shape_cause(mini, node, spec, suspect, d) -> Cause:
                  f"({msg})", node=node.name, op=node.op, evidence=msg, pattern="other")
 
 
+def _split_case(mini, node, every: bool = False) -> Case:
+    """``node`` with each input position its own leaf ``<input>__use<k>`` (differentiable as in ``mini``, or
+    every float input when ``every``): the gradient of each use of a repeated input, apart."""
+    leaves, names = [], []
+    for k, i in enumerate(node.inputs):
+        src = next(l for l in mini.leaves if l.name == i)
+        v = np.array(src.value, copy=True)
+        leaves.append(Leaf(f"{i}__use{k}", v, (v.dtype.kind == "f") if every else src.differentiable))
+        names.append(f"{i}__use{k}")
+    return Case(leaves, [NodeDef(node.name, node.op, names, dict(node.params))], [node.name], list(mini.seeds),
+                engine=mini.engine, user_ops=dict(mini.user_ops))
+
+
 def _repeated_dropped(mini, node, spec, suspect, u) -> Cause | None:
     """op(x, x) whose gradient is what some of the uses of x give, not all: one use of the repeated input lost."""
-    leaves, nodes_in = [], []
-    for k, i in enumerate(node.inputs):
-        name = f"{i}__use{k}"
-        leaves.append(Leaf(name, np.array(next(l.value for l in mini.leaves if l.name == i), copy=True),
-                           next(l.differentiable for l in mini.leaves if l.name == i)))
-        nodes_in.append(name)
-    split = Case(leaves, [NodeDef(node.name, node.op, nodes_in, dict(node.params))], [node.name], list(mini.seeds),
-                 engine=mini.engine, user_ops=dict(mini.user_ops))
     try:
-        per_use = _jac.jacobian(split).vjp
+        per_use = _jac.jacobian(_split_case(mini, node)).vjp
     except Exception:  # noqa: BLE001
         return None
     for i in set(node.inputs):
@@ -364,7 +439,7 @@ def _repeated_dropped(mini, node, spec, suspect, u) -> Cause | None:
         got, full = np.asarray(u[i], dtype=np.float64).ravel(), sum(uses).ravel()
         for r in range(1, len(uses)):
             for sub in itertools.combinations(uses, r):
-                if _explains(got, sum(sub).ravel(), full):
+                if explains(got, sum(sub).ravel(), full):
                     return Cause("repeated-input-dropped", f"{_where(node, spec)}: the engine passes {i} to "
                                  f"{node.op} {len(uses)} times, but its gradient only counts {r} of the uses; "
                                  "accumulate the gradient of every argument, also when two arguments are the same "
@@ -380,11 +455,85 @@ def _none_vs_zeros(d) -> Cause:
                  "no gradient flows to", evidence=d.message)
 
 
-def _raised_at(node, spec, suspect, err) -> Cause:
+def _raised_at(mini, node, spec, suspect, err) -> Cause:
+    c = _returned_shapes(mini, node, spec, suspect)
+    if c is not None:
+        return c
     tname, msg, _ = err
     return Cause("wrong-vjp", f"{_where(node, spec)}: {_whose(spec, suspect)} raised {tname} on its own, at the "
                  "node's real inputs and upstream gradient", node=node.name, op=node.op, evidence=msg[:400],
                  pattern="other")
+
+
+def _returned_shapes(mini, node, spec, suspect, hidden: bool = False) -> Cause | None:
+    """The cause when the code under test returns gradients of the wrong shapes, named from the arrays it
+    returned before any shape check (a user op's vjp called directly; a torch Function's backward called
+    through its graph node, which is what torch's own validation would have refused or silently summed)."""
+    if _is_engine(str(suspect)) or not spec.user or (str(suspect).startswith("torch") and not _is_torch_function(spec)):
+        return None
+    try:
+        vals = {l.name: np.asarray(l.value) for l in mini.leaves}
+        ins = [vals[i] for i in node.inputs]
+        g = np.asarray(mini.seeds[0], dtype=np.float64)
+        raw = _raw_grads(spec, ins, mini.evaluate()[node.name], g, node.params)
+        if raw is None or not any(r is not None and np.shape(r) != np.shape(x) for r, x in zip(raw, ins)):
+            return None
+        split = _split_case(mini, node, every=True)
+        right = _jac.jacobian(split).vjp
+    except Exception:  # noqa: BLE001 - no raw gradients to name: the caller's cause stands
+        return None
+    want = [right.get(f"{i}__use{k}") for k, i in enumerate(node.inputs)]
+    named = shape_pattern(list(node.inputs), raw, want, reducible=_is_torch_function(spec))
+    if named is None:
+        return None
+    pattern, detail = named
+    if hidden and str(suspect).startswith("torch"):
+        detail += ("; torch's autograd summed the gradient of the wrong shape down to the input's shape without a "
+                   "word (it is expandable to it), so it showed as wrong values")
+    ev = [f"inputs: {'; '.join(f'{i} {np.shape(x)} = {_fmt(x)}' for i, x in zip(node.inputs, ins))}",
+          f"upstream g {g.shape} = {_fmt(g)}"]
+    ev += [f"{i}: returned {np.shape(r)} {_fmt(r)} vs J^T·g {np.shape(w)} {_fmt(w)}"
+           for i, r, w in zip(node.inputs, raw, want) if r is not None and w is not None]
+    return Cause("wrong-vjp", f"{_where(node, spec)}: {_whose(spec, suspect)} returns gradients of the wrong shape — "
+                 f"{detail}", node=node.name, op=node.op, evidence="; ".join(ev), pattern=pattern)
+
+
+def _raw_grads(spec, ins: list, out, g: np.ndarray, params: dict) -> list | None:
+    """What the code under test returns for each input position at one node, unchecked (None: not known)."""
+    if _is_torch_function(spec) and spec.torch is not None:
+        return _torch_raw_grads(spec, ins, g, params)
+    fn = getattr(spec, "user_vjp", None)
+    if fn is None:
+        return None
+    with np.errstate(all="ignore"):
+        res = fn(np.array(g, copy=True), *[np.array(x, copy=True) for x in ins], np.array(out, copy=True), **params)
+    res = (res,) if isinstance(res, np.ndarray) or res is None or np.isscalar(res) else tuple(res)
+    if len(res) != len(ins):
+        return None
+    return [None if r is None else np.asarray(r) for r in res]
+
+
+def _torch_raw_grads(spec, ins: list, g: np.ndarray, params: dict) -> list | None:
+    import torch
+
+    xs = [torch.tensor(np.array(x, dtype=np.float64), requires_grad=True) for x in ins]
+    with torch.enable_grad():
+        y = spec.torch(*xs, **params)
+    fn = getattr(y, "grad_fn", None)
+    if not isinstance(y, torch.Tensor) or fn is None or not hasattr(fn, "_forward_cls"):
+        return None  # not a custom Function's own output: no unchecked gradients to read
+    res = fn.apply(torch.from_numpy(np.array(g, dtype=np.float64).reshape(tuple(y.shape))))
+    res = res if isinstance(res, tuple) else (res,)
+    # The Function's inputs that need a gradient, in order, are the graph edges that lead somewhere.
+    needs = [k for k, b in enumerate(fn.needs_input_grad) if b]
+    edges = [e for e, _ in fn.next_functions if e is not None]
+    out = [None] * len(xs)
+    for k, e in zip(needs, edges):
+        var = getattr(e, "variable", None)
+        j = next((j for j, x in enumerate(xs) if x is var), None)
+        if j is not None and k < len(res) and isinstance(res[k], torch.Tensor):
+            out[j] = res[k].detach().numpy().copy()
+    return out
 
 
 def _raised_cause(case: Case, d) -> Cause:
@@ -424,25 +573,63 @@ def _unlocalised(case, d, suspect) -> Cause:
 
 
 def _engine_seed_ignored(case: Case, suspect: str, verdict) -> Cause | None:
+    """The engine computes with another seed than the one passed to backward(): ones, or the seed's mean."""
     got = verdict.results.get(suspect)
-    if got is None or all(s is None or np.all(np.asarray(s) == 1) for s in case.seeds):
+    seeds = [None if s is None else np.asarray(s, dtype=np.float64) for s in case.seeds]
+    if got is None or all(s is None or np.all(s == 1) for s in seeds):
         return None
-    ones = Case(case.leaves, case.nodes, case.roots, [None if s is None else np.ones_like(s) for s in case.seeds],
-                engine=case.engine, user_ops=case.user_ops)
-    try:
-        want = _jac.jacobian(ones).vjp
-        right = _jac.jacobian(case).vjp
-    except Exception:  # noqa: BLE001
-        return None
+    # the mean differs from the seed only where some seed is not constant
+    varied = any(s is not None and s.size and np.ptp(s) > 0 for s in seeds)
     leaves = [l for l in case.grad_leaves() if got.get(l.name) is not None]
     if not leaves:
         return None
-    uu, hh, tt = (_flat(x, leaves) for x in (got, want, right))
-    if _explains(uu, hh, tt):
-        return Cause("seed-ignored", "the engine's backward(gradient) ignores the gradient: every leaf's .grad is "
-                     "what a seed of ones gives (J^T·1), not J^T·seed; use the gradient passed to backward() as the "
-                     "root's initial gradient", evidence=f"engine {_fmt(uu)}; J^T·1 {_fmt(hh)}; J^T·seed {_fmt(tt)}")
+    try:
+        right = _jac.jacobian(case).vjp
+    except Exception:  # noqa: BLE001
+        return None
+    uu, tt = flat(got, leaves), flat(right, leaves)
+    for how, other in (("ones", lambda s: np.ones_like(s)), ("mean", lambda s: np.full_like(s, s.mean()))):
+        if how == "mean" and not varied:
+            continue
+        alt = Case(case.leaves, case.nodes, case.roots, [None if s is None else other(s) for s in seeds],
+                   engine=case.engine, user_ops=case.user_ops)
+        try:
+            hh = flat(_jac.jacobian(alt).vjp, leaves)
+        except Exception:  # noqa: BLE001
+            continue
+        if not explains(uu, hh, tt):
+            continue
+        if how == "ones":
+            return Cause("seed-ignored", "the engine's backward(gradient) ignores the gradient: every leaf's .grad is "
+                         "what a seed of ones gives (J^T·1), not J^T·seed; use the gradient passed to backward() as "
+                         "the root's initial gradient", evidence=f"engine {_fmt(uu)}; J^T·1 {_fmt(hh)}; "
+                                                                  f"J^T·seed {_fmt(tt)}")
+        return Cause("seed-misapplied", "the engine's backward(gradient) uses the mean of the gradient for every "
+                     "element instead of the gradient itself: every leaf's .grad is J^T·mean(seed), not J^T·seed; use "
+                     "the gradient passed to backward() element by element",
+                     evidence=f"engine {_fmt(uu)}; J^T·mean(seed) {_fmt(hh)}; J^T·seed {_fmt(tt)}")
     return None
+
+
+def _engine_implicit_refused(case: Case, suspect: str, oracles: dict) -> Cause | None:
+    """The engine raises on backward() without a gradient for a one-element root, and runs with ones."""
+    if oracles.get(suspect) is None or not any(s is None for s in case.seeds):
+        return None
+    shapes = case.shapes()
+    ones = Case(case.leaves, case.nodes, case.roots, [np.ones(shapes[r]) if s is None else s
+                                                      for r, s in zip(case.roots, case.seeds)],
+                engine=case.engine, user_ops=case.user_ops)
+    try:
+        v = _run_check(ones, oracles=[oracles[suspect], "reference"])
+    except Exception:  # noqa: BLE001
+        return None
+    if suspect in v.errors:
+        return None
+    implicit = [f"{r} {shapes[r]}" for r, s in zip(case.roots, case.seeds) if s is None]
+    return Cause("implicit-seed-refused", "the engine raises on backward() without a gradient for a root of one "
+                 f"element ({', '.join(implicit)}), and runs when given np.ones of that shape; torch accepts an "
+                 "implicit seed of ones for any one-element output, whatever its shape",
+                 evidence=f"implicit seeds for {', '.join(implicit)}: raised; explicit ones: no error")
 
 
 def _engine_overwrite(case: Case, suspect: str, verdict) -> Cause | None:
@@ -465,267 +652,13 @@ def _engine_overwrite(case: Case, suspect: str, verdict) -> Cause | None:
     full = sum(parts)
     for k in range(1, len(parts)):
         tail = sum(parts[k:])
-        if _explains(uu, tail, full):
+        if explains(uu, tail, full):
             return Cause("accumulation-overwrite", f"the engine's .grad holds only what the last {len(parts) - k} of "
                          f"{len(parts)} backward() calls (one per root) contributed: each backward replaced .grad "
                          "instead of adding to it", evidence=f"engine {_fmt(uu)}; last roots only {_fmt(tail)}; "
                          f"all roots {_fmt(full)}")
     return None
 
-
-# =============================================================================================
-# naming the error
-# =============================================================================================
-
-
-def classify(mini: Case, node: NodeDef, spec, leaves, u: dict, t: dict, J, g) -> tuple[str, float | None, str]:
-    """(pattern, factor, a sentence with the fix direction) for a gradient ``u`` that should be ``t``.
-
-    ``J`` is the twin's Jacobian of the one-node case ``mini`` (or None), ``g`` its seed.
-    """
-    if not leaves:
-        return "other", None, "no gradient to compare"
-    uu, tt = _flat(u, leaves), _flat(t, leaves)
-    if not (np.isfinite(uu).all() and np.isfinite(tt).all()):
-        return "other", None, "it is not finite where J^T·g is"
-    err = uu - tt
-    c = _fit(uu, tt)
-    if c is not None and abs(c + 1) < 1e-9 and _explains(uu, -tt, tt):
-        return "sign", -1.0, "it has the wrong sign everywhere; negate it"
-    cols = None if J is None else _columns(J, leaves)
-    if cols is not None:
-        ones_vjp = J.matrix[:, cols].T @ np.ones(J.matrix.shape[0])
-        cs = _fit(uu, ones_vjp)
-        gf = np.ravel(g).astype(np.float64)
-        constant = gf.size == 1 or np.ptp(gf) == 0
-        if not np.all(gf == 1) and _explains(uu, ones_vjp, tt):
-            return "seed-ignored", None, ("it ignores the upstream gradient g: the result is what g = ones gives "
-                                          "(J^T·1); multiply by g element-wise")
-        if not constant and _explains(uu, float(np.mean(gf)) * ones_vjp, tt):
-            return "seed-ignored", None, ("it uses mean(g), a constant, instead of the upstream gradient g "
-                                          "element-wise (right only when g is constant); use g itself")
-        if not constant and cs is not None and _explains(uu, cs * ones_vjp, tt):
-            return "seed-ignored", None, (f"it behaves as if the upstream gradient were the constant {cs:.4g}, "
-                                          "not g; use g element-wise")
-        b = _broadcast(mini, node, spec, leaves, u, t, J, g, cols)
-        if b is not None:
-            return "broadcast-reduction", None, b
-        fan = _not_accumulated(uu, tt, J.matrix[:, cols], np.ravel(g))
-        if fan is not None:
-            return "other", None, fan
-    if c is not None and c != 1 and c != 0 and _explains(uu, c * tt, tt):
-        name = name_factor(c, _dims(mini, node))
-        c = _snap(c, _dims(mini, node)) if name else c
-        small = abs(c - 1) < 1e-3
-        text = f"it is (1 {'+' if c > 1 else '-'} {abs(c - 1):.2g}) times J^T·g: a small relative error in the formula" \
-            if small else f"it is {c:.6g} × J^T·g{' (' + f'{c:.6g}' + ' = ' + name + ')' if name and name != f'{c:g}' else ''}"
-        return "scale", float(c), text + "; remove that factor"
-    flip = np.abs(uu + tt) < np.abs(err)
-    if flip.any() and _explains(uu, np.where(flip, -tt, tt), tt):
-        return "sign", None, f"it has the wrong sign on {int(flip.sum())} of {uu.size} elements{_where_neg(mini, leaves, flip)}; " \
-                             "fix the sign of the derivative there"
-    p = _permuted(mini, node, leaves, u, t, J, g, cols)
-    if p is not None:
-        return "permuted", None, p
-    bad = np.abs(err) > EXPLAINED * np.max(np.abs(err))
-    return "other", None, f"it differs from J^T·g on {int(bad.sum())} of {uu.size} elements, with no simple pattern"
-
-
-def _not_accumulated(uu, tt, Jc, g) -> str | None:
-    """Each wrong element is the sum of a strict subset of the contributions it receives from several output
-    elements (J[k, j] g[k]): contributions assigned or dropped instead of summed (repeated indices, windows)."""
-    err = np.abs(uu - tt)
-    bad = np.flatnonzero(err > EXPLAINED * float(np.max(err, initial=0.0)))
-    if not bad.size:
-        return None
-    for j in bad:
-        contrib = Jc[:, j] * g
-        contrib = contrib[contrib != 0]
-        if not 1 < contrib.size <= 12:
-            return None
-        if not any(abs(uu[j] - sum(sub)) <= EXPLAINED * err[j]
-                   for r in range(contrib.size) for sub in itertools.combinations(contrib, r)):
-            return None
-    return (f"{bad.size} element(s) each receive contributions from several output elements (repeated indices, "
-            "overlapping windows), and only some of them are summed; accumulate all of them (np.add.at / "
-            "index_add instead of assignment)")
-
-
-def name_factor(c: float, dims=()) -> str:
-    """A simple rational for factor ``c`` (``"(n-1)/n with n = 4"``, ``"1/2"``, ``"2"``), or ""."""
-    cands = []
-    for k in range(2, 9):
-        cands += [(Fraction(k), str(k)), (Fraction(1, k), f"1/{k}")]
-    for n in sorted({int(d) for d in dims if int(d) > 1}):
-        cands += [(Fraction(n - 1, n), f"(n-1)/n with n = {n}"), (Fraction(n, n - 1), f"n/(n-1) with n = {n}"),
-                  (Fraction(1, n), f"1/n with n = {n}"), (Fraction(n), f"n with n = {n}")]
-        if n > 2:
-            cands += [(Fraction(1, n - 1), f"1/(n-1) with n = {n}")]
-    for q, text in cands:
-        if abs(c - float(q)) <= _RATIONAL_RTOL * abs(float(q)):
-            return text
-    if abs(c - 1) < 1e-3:
-        return f"1 {'+' if c > 1 else '-'} {abs(c - 1):.2g}"
-    return ""
-
-
-def _snap(c: float, dims) -> float:
-    """The named rational itself for a factor that matched one (the fit carries the twin's error)."""
-    for q in _rationals(dims):
-        if abs(c - float(q)) <= _RATIONAL_RTOL * abs(float(q)):
-            return float(q)
-    return c
-
-
-def _rationals(dims) -> list:
-    out = [Fraction(k) for k in range(2, 9)] + [Fraction(1, k) for k in range(2, 9)]
-    for n in {int(d) for d in dims if int(d) > 1}:
-        out += [Fraction(n - 1, n), Fraction(n, n - 1), Fraction(1, n), Fraction(n)] + ([Fraction(1, n - 1)] if n > 2 else [])
-    return out
-
-
-def _dims(mini: Case, node: NodeDef) -> list:
-    shapes = mini.shapes()
-    return [d for i in node.inputs for d in shapes[i]] + list(shapes[node.name])
-
-
-def _broadcast(mini, node, spec, leaves, u, t, J, g, cols) -> str | None:
-    """A broadcast input whose gradient keeps the first slice (or the mean) of the broadcast copies."""
-    out_shape = np.shape(g)
-    core_in, core_out = _core_ranks(spec, len(node.inputs))
-    if core_in is None:
-        return None
-    off = 0
-    for l in leaves:
-        k = node.inputs.index(l.name)
-        lo_out = len(out_shape) - core_out
-        lo_in = len(l.shape) - core_in[k]
-        loop_out, loop_in = out_shape[:lo_out], l.shape[:lo_in]
-        axes = []
-        for a in range(lo_out):
-            j = a - (lo_out - lo_in)
-            if loop_out[a] > 1 and (j < 0 or loop_in[j] == 1):
-                axes.append(a)
-        size = l.value.size
-        if axes:
-            ul, tl = np.asarray(u[l.name], dtype=np.float64).ravel(), np.asarray(t[l.name], dtype=np.float64).ravel()
-            if np.allclose(ul, tl, rtol=1e-9, atol=0):
-                off += size
-                continue
-            mask = np.zeros(out_shape)
-            mask[tuple(slice(0, 1) if a in axes else slice(None) for a in range(len(out_shape)))] = 1.0
-            first = (J.matrix.T @ (g * mask).ravel())[off: off + size]
-            copies = int(np.prod([out_shape[a] for a in axes]))
-            where = f"axis {axes[0]}" if len(axes) == 1 else f"axes {tuple(axes)}"
-            if _explains(ul, first, tl):
-                return (f"input {l.name} {l.shape} is broadcast over {where} of the output {tuple(out_shape)}, but its "
-                        "gradient keeps only the first slice; sum over the broadcast axes (e.g. sum_to(g * ..., "
-                        f"{l.name}.shape))")
-            if _explains(ul, tl / copies, tl):
-                return (f"input {l.name} {l.shape} is broadcast over {where} of the output {tuple(out_shape)}, but its "
-                        f"gradient is averaged over the {copies} copies; sum them instead")
-        off += size
-    return None
-
-
-def _core_ranks(spec, arity: int):
-    sig = getattr(spec, "signature", None)
-    if sig:
-        from ._private.signature import parse
-
-        try:
-            ins, (out,) = parse(sig)
-        except Exception:  # noqa: BLE001
-            return None, None
-        return [len(a) for a in ins], len(out)
-    if getattr(spec, "broadcasting", False) or (spec.user and spec.shape_fn is None):
-        return [0] * arity, 0
-    return None, None
-
-
-def _permuted(mini, node, leaves, u, t, J, g, cols) -> str | None:
-    for l in leaves:
-        ul, tl = np.asarray(u[l.name], dtype=np.float64), np.asarray(t[l.name], dtype=np.float64)
-        if np.allclose(ul, tl, rtol=1e-9, atol=0):
-            continue
-        if J is not None and np.ndim(g) >= 1 and np.ndim(g) < l.value.ndim:
-            try:
-                gb = np.broadcast_to(g, l.shape)
-            except ValueError:
-                gb = None
-            if gb is not None:
-                one = _columns(J, [l])
-                w = J.matrix[:, one].T @ np.ones(J.matrix.shape[0])
-                if _explains(ul.ravel(), w * gb.ravel(), tl.ravel()):
-                    return (f"the upstream gradient g {np.shape(g)} is broadcast against the trailing axes of input "
-                            f"{l.name} {l.shape}, so g's elements land on the wrong positions; insert the reduced axis "
-                            "first (g[..., None] / unsqueeze(-1))")
-        for perm in itertools.permutations(range(ul.ndim)):
-            if perm != tuple(range(ul.ndim)) and tl.transpose(perm).shape == ul.shape \
-                    and _explains(ul.ravel(), tl.transpose(perm).ravel(), tl.ravel()):
-                return (f"input {l.name}'s gradient is J^T·g with its axes permuted by {perm}; apply the inverse "
-                        "permutation (np.argsort of the forward's)")
-        err = float(np.max(np.abs(ul - tl)))
-        if ul.size > 1 and float(np.max(np.abs(np.sort(ul.ravel()) - np.sort(tl.ravel())))) <= EXPLAINED * err:
-            return f"input {l.name}'s gradient holds the right numbers in the wrong places; check the index mapping"
-    return None
-
-
-def _where_neg(mini, leaves, flip) -> str:
-    off = 0
-    for l in leaves:
-        n = l.value.size
-        f = flip[off: off + n]
-        v = np.asarray(l.value, dtype=np.float64).ravel()
-        if f.any() and np.array_equal(f, v < 0):
-            return f" (exactly where {l.name} < 0)"
-        off += n
-    return ""
-
-
-# =============================================================================================
-# small helpers
-# =============================================================================================
-
-
-def _columns(J, leaves) -> np.ndarray:
-    idx, off = [], 0
-    names = {l.name for l in leaves}
-    for name, shape in J.col_blocks:
-        size = int(np.prod(shape))
-        if name in names:
-            idx.extend(range(off, off + size))
-        off += size
-    return np.array(idx, dtype=int)
-
-
-def _flat(per_leaf: dict, leaves) -> np.ndarray:
-    parts = [np.asarray(per_leaf[l.name], dtype=np.float64).reshape(-1) for l in leaves]
-    return np.concatenate(parts) if parts else np.zeros(0)
-
-
-def _fit(u: np.ndarray, t: np.ndarray) -> float | None:
-    den = float(t @ t)
-    return float(u @ t) / den if den > 0 and np.isfinite(den) else None
-
-
-def _explains(u: np.ndarray, h: np.ndarray, t: np.ndarray) -> bool:
-    """Hypothesis ``h`` explains ``u`` (which should be ``t``): element by element, it leaves at most 1 % of
-    that element's error, plus a floor for the twin's own error (rounding, a finite-difference JVP's): 1e-8
-    of the largest value, or twice the largest error among the elements that agree, if more."""
-    if u.shape != h.shape or u.shape != t.shape:
-        return False
-    with np.errstate(all="ignore"):
-        err = np.abs(u - t)
-        scale = max(float(np.max(np.abs(u), initial=0.0)), float(np.max(np.abs(t), initial=0.0)))
-        top = float(np.max(err, initial=0.0))
-        # The twin's own noise, as seen on the elements that agree (errors below 1e-3 of the largest):
-        # finite differences next to a kink are off by far more than 1e-8 relative there.
-        noise = float(np.max(err[err <= 1e-3 * top], initial=0.0))
-        floor = max(1e-8 * scale, 2 * noise)
-        if not top > floor:
-            return False
-        return bool(np.all(np.abs(u - h) <= EXPLAINED * err + floor))
 
 
 def _where(node: NodeDef, spec) -> str:
@@ -746,11 +679,11 @@ def _whose(spec, suspect: str) -> str:
 
 def _fmt(a, n: int = 6) -> str:
     try:
-        flat = np.asarray(a, dtype=np.float64).ravel()
+        vals = np.asarray(a, dtype=np.float64).ravel()
     except (TypeError, ValueError):
         return str(a)
-    body = ", ".join(f"{v:.6g}" for v in flat[:n])
-    return "[" + body + (", ..." if flat.size > n else "") + "]"
+    body = ", ".join(f"{v:.10g}" for v in vals[:n])  # 10 digits: 1 + 1e-06 must not read as 1
+    return "[" + body + (", ..." if vals.size > n else "") + "]"
 
 
 def _evidence(mini, leaves, u, t, g, suspect, twin="J^T·g from the twin (JVP rule or finite differences)") -> str:

@@ -40,7 +40,6 @@ from ._private import skips as _skips
 from ._private.inert import docstring, literal
 from ._private.records import RECORD, _jdefault, atomic_write, discrepancy_id, read_records, update_record
 from ._private.version import __version__
-from .caseio import replay_command
 
 __all__ = [
     "write_run_report",
@@ -324,9 +323,10 @@ _DISC = """<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{{ 
 <pre id="message" class="wrap">{{ message }}</pre>
 {% if info.note %}<p class="small">{{ info.note }}</p>{% endif %}
 <div class="card"><b>Reproduce</b>
-<ul><li>replay with every oracle: <code>{{ replay_cmd }}</code></li>
+<ul><li id="under-test">{{ repro.under_test }}</li>
+<li>{{ repro.how }}: <pre id="replay-cmd" class="wrap small">{{ repro.replay }}</pre>{% if repro.note %}<span class="small">{{ repro.note }}</span>{% endif %}</li>
 <li>standalone torch script: <code>python {{ repro_path }}</code> (<a href="repro.py">repro.py</a>) &middot; exact case: <a href="case.json">case.json</a></li>
-<li>engine <code>{{ engine }}</code>{% if info.seed is not none %}; campaign seed {{ info.seed }}{% endif %}{% if info.shard is not none %}, shard {{ info.shard }}{% endif %}{% if info.run_id %}, run {{ info.run_id }}{% endif %}{% if info.test %}; test <code>{{ info.test }}</code>{% endif %}</li></ul></div>
+{% if info.seed is not none or info.run_id or info.test %}<li>{% if info.seed is not none %}campaign seed {{ info.seed }}{% endif %}{% if info.shard is not none %}, shard {{ info.shard }}{% endif %}{% if info.run_id %}, run {{ info.run_id }}{% endif %}{% if info.test %}; test <code>{{ info.test }}</code>{% endif %}</li>{% endif %}</ul></div>
 
 <h2>The graph</h2>
 <div id="graph">{{ svg|safe }}</div>
@@ -755,7 +755,8 @@ def write_discrepancy_report(directory: str, d, verdict=None, info: dict | None 
             info={"note": info.get("note", ""), "seed": info.get("seed"), "shard": info.get("shard"),
                   "run_id": info.get("run_id"), "test": info.get("test")},
             engine=engine,
-            replay_cmd=replay_command(os.path.join(folder, "case.json"), saved.engine, saved.user_ops),
+            repro=_cause.reproduce(info, saved.engine, os.path.join(folder, "case.json"), saved.user_ops,
+                                   (case.meta or {}).get("scenario"), getattr(d, "replay", None)),
             repro_path=os.path.join(folder, "repro.py"),
             svg=graph_svg(case, getattr(d.cause, "node", None)),
             head=_cause.headline(d.cause),

@@ -23,7 +23,7 @@ import numpy as np
 
 from .causes import ALL_IDS, ENGINE_IDS, PATTERNS
 
-__all__ = ["headline", "fix_direction", "run_title", "your_code", "ratio_maps", "ratio_heatmap_svg", "strip_tolerance",
+__all__ = ["headline", "fix_direction", "run_title", "reproduce", "your_code", "ratio_maps", "ratio_heatmap_svg", "strip_tolerance",
            "shorten"]
 
 # Which way the fix goes, per pattern of a wrong VJP and per engine-level cause.
@@ -96,6 +96,62 @@ def run_title(info: dict | None, d=None) -> str:
         return f"pytest: {info['test']}"
     engine = info.get("engine") or getattr(getattr(d, "case", None), "engine", None) or "reference"
     return f"gradspec fuzz: engine {engine}"
+
+
+_BUILTIN_ENGINES = ("reference", "torch-cpu", "torch-cuda")
+
+
+def reproduce(info: dict | None, engine: str | None, case_path: str, user_ops=None, calls: str | None = None,
+              run_replay: str | None = None) -> dict:
+    """The Reproduce card of a discrepancy page: ``under_test`` (what ran the code that disagreed: the
+    engine under test by its name and how it is loaded, the user op, the torch Function), ``replay`` (a
+    command that re-runs the saved case with that code) and ``note`` (why ``gradspec replay`` cannot,
+    when it cannot: an engine with no import path).  ``calls``: the sequence of backward() calls of a
+    finding of a §5 rule (``case.meta["scenario"]``), which replaying case.json (gradient values of one
+    backward) does not repeat: the replay is then ``run_replay``, the verification that found it.
+
+    >>> r = reproduce({"run": "engine", "target": "mini"}, "mypkg.eng:make", "d-1/case.json")
+    >>> r["under_test"], r["replay"]
+    ("engine under test 'mini' (loaded as mypkg.eng:make)", 'gradspec replay d-1/case.json --allow-import mypkg.eng')
+    """
+    from .caseio import replay_command
+
+    info = info or {}
+    run, target = info.get("run"), info.get("target")
+    engine = engine or "reference"
+    importable = engine in _BUILTIN_ENGINES or (":" in engine and "<" not in engine)
+    if run == "engine" or engine not in ("reference",):
+        name = target if run == "engine" and target else engine
+        under = (f"engine under test {name!r}" + (f" (loaded as {engine})" if importable and engine != name else "")
+                 if importable else f"engine under test {name!r} (your engine object: it has no import path)")
+    elif run == "op":
+        under = f"user op {target} (its vjp, run by gradspec's reference engine)"
+    elif run == "torch function":
+        under = f"torch function {target} (its backward, run by torch and by gradspec's reference engine)"
+    else:
+        under = "gradspec's reference engine and its op table"
+    steps = [ln for ln in (calls or "").splitlines() if ln.startswith(("eng.backward(", "eng.zero_grad("))]
+    if len(steps) > 1 and run_replay:  # a sequence of calls: one backward of case.json does not show it
+        code = run_replay.replace("'<your engine object>'", "engine")
+        return {"under_test": under, "how": "re-run the verification that found it" + (
+            "" if importable else ", in your own Python session, where engine is your engine object"),
+                "replay": code if importable else "import gradspec as gs\n" + code,
+                "note": "this finding is a sequence of backward() calls on one graph (shown below, under What "
+                        "happened); `gradspec replay` of case.json checks the gradient values of one backward only, "
+                        "which are right on this graph"}
+    if importable:
+        return {"under_test": under, "how": "replay with every oracle",
+                "replay": replay_command(case_path, engine, user_ops), "note": ""}
+    label = target or "your engine"
+    code = ("import gradspec as gs; from gradspec.oracles.engine_oracle import EngineOracle\n"
+            f"gs.check(gs.Case.from_json(open({case_path!r}).read()), "
+            "oracles=[EngineOracle(engine), 'reference', 'jacobian'])")
+    return {"under_test": under, "how": "replay in your own Python session, where engine is your engine object",
+            "replay": code,
+            "note": (f"the engine {label!r} was given as an object that cannot be rebuilt from an import path "
+                     "(defined in __main__ or inside a function, or its class builds another engine without "
+                     "arguments), so `gradspec replay` cannot run it; pass gs.verify_engine('module:attr') of a "
+                     "function that returns it and its reports replay with `gradspec replay`")}
 
 
 def your_code(case, names, oracles: dict | None = None) -> set:

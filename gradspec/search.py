@@ -252,7 +252,8 @@ class Driver:
                 box["verdict"], box["found"] = v, got
             return same
 
-        loc = localise(case, hit, reproduces, max_calls=LOCALISE_CALLS, seconds=LOCALISE_SECONDS)
+        with deferred():  # the reduction re-checks smaller cases: only the one kept is explained, below
+            loc = localise(case, hit, reproduces, max_calls=LOCALISE_CALLS, seconds=LOCALISE_SECONDS)
         if loc.case is not case:
             hit = loc.found
         found = box["found"] if loc.case is not case else found

@@ -58,12 +58,17 @@ M23 = [[0.3, -1.2, 0.8], [1.5, 0.4, -0.7]]
 SQ = [[0.3, -1.2, 0.8], [1.5, 0.4, -0.7], [0.9, -0.2, 1.1]]
 A3 = np.arange(1.0, 13.0).reshape(2, 2, 3) / 7 - 0.8
 B32 = [[0.5, -1.0], [1.5, 0.25], [-0.75, 2.0]]
+B22 = [[0.5, -1.0], [1.5, 0.25]]
+COL = [[0.5], [-1.0]]
 CUBE = np.arange(1.0, 9.0).reshape(2, 2, 2) / 5 - 0.9
 
 # (bug, correct twin, inputs, params, expected (id, node, pattern), factor or None)
 OP_CASES = {
     "op-broadcast-first-slice": (P.pl_mul_slice, P.pl_mul_ok, {"x": M23, "b": [0.5, -2.0, 1.5]}, None,
                                  ("wrong-vjp", "y", "broadcast-reduction"), None),
+    # returns the output-shaped g for the broadcast input: the reference refuses the shape, the cause names it
+    "op-broadcast-unreduced": (P.pl_add_unreduced, P.pl_add_ok, {"x": M23, "b": [0.5, -2.0, 1.5]}, None,
+                               ("wrong-vjp", "y", "broadcast-reduction"), None),
     "op-matmul-batch-dims": (P.pl_bmm_batch0, P.pl_bmm_ok, {"x": A3, "b": B32}, None,
                              ("wrong-vjp", "y", "broadcast-reduction"), None),
     "op-seed-ignored": (P.pl_sq_noseed, P.pl_sq_ok, {"x": M23}, None, ("wrong-vjp", "y", "seed-ignored"), None),
@@ -76,9 +81,13 @@ OP_CASES = {
                               ("wrong-vjp", "y", "other"), None),
     "op-prod-zeros": (P.pl_prod_div, P.pl_prod_ok, {"x": [[0.0, 1.5, -0.5], [0.3, 0.2, 0.1]]}, None,
                       ("wrong-vjp", "y", "other"), None),
+    # g split at b's size (1) instead of a's (3): the right numbers, in the wrong inputs
+    "op-concat-split": (P.pl_cat_split, P.pl_cat_ok, {"x": M23, "b": COL}, None, ("wrong-vjp", "y", "permuted"), None),
     "op-sign-negative": (P.pl_xabsx_sign, P.pl_xabsx_ok, {"x": M23}, None, ("wrong-vjp", "y", "sign"), None),
     "op-above-size-4": (P.pl_cumsum_win, P.pl_cumsum_ok, {"x": [[0.1, 0.2, -0.3, 0.4, 0.5, -0.6]]}, None,
                         ("wrong-vjp", "y", "other"), None),
+    # a.T of a rank-3 a reverses all three axes: b's gradient is another sum of products (no simple pattern)
+    "op-above-rank-2": (P.pl_mm_T, P.pl_bmm_ok, {"x": CUBE, "b": B22}, None, ("wrong-vjp", "y", "other"), None),
     "op-relative-1e-6": (P.pl_exp_1e6, P.pl_exp_ok, {"x": M23}, None, ("wrong-vjp", "y", "scale"), 1 + 1e-6),
     "op-wrong-jvp": (P.pl_sq_badjvp, P.pl_sq_goodjvp, {"x": M23}, None, ("wrong-jvp", "y", "scale"), 0.5),
     "op-soft-threshold-param": (P.pl_soft_nolam, P.pl_soft_ok, {"x": [[0.3, -1.2, 0.8], [1.5, 0.05, -0.7]]},
@@ -124,19 +133,26 @@ def test_correct_twin_agrees(bug):
 # torch Functions, through verify_torch_function (their backward is the code under test)
 # ---------------------------------------------------------------------------------------------
 
-# family -> {finding kind: (cause id, pattern)}; the node is the Function's node, wherever it sits
+# family -> {finding kind: (cause id, pattern)}; the node is the Function's node, wherever it sits.
+# The patterns say what the bug is: a backward that raises inside its own code (expand, matmul of the
+# wrong shapes) is "other" with the error; one that returns gradients of the wrong shapes is named from
+# the gradients it returned (axes permuted; g split at the wrong index: the right numbers in the wrong
+# places, "permuted"), also where torch silently sums such a gradient down to the input's shape.
 FN_EXPECTED = {
     "fn-broadcast-first-slice": {"value": ("wrong-vjp", "broadcast-reduction")},
     "fn-seed-ignored": {"value": ("wrong-vjp", "seed-ignored")},
     "fn-seed-mean": {"value": ("wrong-vjp", "seed-ignored")},
     "fn-missing-unsqueeze": {"value": ("wrong-vjp", "permuted"), "vjp-raised": ("wrong-vjp", "other")},
     "fn-normalisation": {"value": ("wrong-vjp", "scale")},
-    "fn-inverse-permutation": {"value": ("wrong-vjp", "permuted"), "vjp-raised": ("wrong-vjp", "other")},
+    "fn-inverse-permutation": {"value": ("wrong-vjp", "permuted"), "vjp-raised": ("wrong-vjp", "permuted")},
     "fn-scatter-duplicates": {"value": ("wrong-vjp", "other")},
-    "fn-concat-split": {"vjp-raised": ("wrong-vjp", "other")},
+    "fn-concat-split": {"vjp-raised": ("wrong-vjp", "permuted"), "value": ("wrong-vjp", "permuted"),
+                        "raised": ("wrong-vjp", "permuted")},
     "fn-prod-zeros": {"nan-inf-pattern": ("wrong-vjp", "other")},
     "fn-sign-negative": {"value": ("wrong-vjp", "sign")},
     "fn-above-size-4": {"value": ("wrong-vjp", "other")},
+    # .transpose(0, 1) of a batch of matrices: raises (matmul of the wrong shapes) or gives another sum of products
+    "fn-above-rank-2": {"vjp-raised": ("wrong-vjp", "other"), "value": ("wrong-vjp", "other")},
     "fn-relative-1e-6": {"value": ("wrong-vjp", "scale")},
     "fn-stateful": {"value": ("wrong-vjp", "other")},
     "fn-mutates-ctx": {"accumulation": ("wrong-vjp", "scale")},
@@ -149,8 +165,9 @@ def test_torch_function_bug_is_localised(bug):
     p = P.BUGS[bug]
     r = gs.verify_torch_function(p.target, **p.kwargs, max_examples=30, seed=0)
     want = FN_EXPECTED[bug]
-    seen = [d for d in r.discrepancies if d.kind in want]
+    seen = r.discrepancies
     assert seen, f"{bug}: none of {sorted(want)} found\n{r}"
+    assert {d.kind for d in seen} <= set(want), f"{bug}: a finding kind without an expected cause\n{r}"
     cls = p.target.__self__.__name__
     for d in seen:
         c = d.cause
@@ -158,6 +175,89 @@ def test_torch_function_bug_is_localised(bug):
         assert (c.id, c.pattern) == want[d.kind], f"{bug} [{d.kind}]: {c}\n{c.evidence}"
         assert c.op == f"torch_{cls}" and c.node in {n.name for n in d.case.nodes if n.op == c.op}, c
         assert f"{cls}.backward" in c.summary, c.summary
+
+
+def _fn_op(bug: str) -> str:
+    """The op name verify_torch_function gives the planted Function (registering it, as a run does)."""
+    p = P.BUGS[bug]
+    r = gs.verify_torch_function(p.target, **p.kwargs, max_examples=3, seed=0)
+    return next(n.op for d in r.discrepancies for n in d.case.nodes if n.op.startswith("torch_"))
+
+
+def _one_node(op, leaves: dict, constant=(), seed=None):
+    values = {k: np.asarray(v, dtype=np.float64) for k, v in leaves.items()}
+    return gs.Case.build(values, [("y", op, list(values), {})], ["y"],
+                         seeds=None if seed is None else [np.asarray(seed, dtype=np.float64)],
+                         requires_grad={k: k not in constant for k in values})
+
+
+@pytest.mark.parametrize("constant", [("a",), ()], ids=["torch-sums-the-wrong-shape-silently", "torch-raises"])
+def test_concat_split_is_named_from_the_gradients_returned(constant):
+    # a (1, 4) and b (1, 1): CatSplit returns g[..., :1] for a and g[..., 1:] (4 elements) for b.  With a
+    # constant, torch's autograd sums b's (1, 4) gradient down to (1, 1) without a word (a value finding);
+    # otherwise it refuses a's.  Either way the backward split g at 1 (b's size) where a's size is 4.
+    op = _fn_op("fn-concat-split")
+    case = _one_node(op, {"a": [[0.3, -1.2, 0.8, 1.5]], "b": [[0.7]]}, constant, seed=[[1.0, -2.0, 0.5, 3.0, -1.5]])
+    v = gs.check(case, oracles=["reference", "finite-differences", "jacobian", "torch-cpu"])
+    assert v.discrepancies, str(v)
+    for d in v.discrepancies:
+        c = d.cause
+        assert (c.id, c.node, c.op, c.pattern) == ("wrong-vjp", "y", op, "permuted"), f"{d.kind}: {c}\n{c.evidence}"
+        assert "split" in c.summary and "1" in c.summary and "4" in c.summary, c.summary
+
+
+def test_one_element_gradient_gets_no_fitted_pattern():
+    # A shrunk case: one input element, so any single number is "a factor times J^T·g" or "a constant seed";
+    # the pattern must hold on other upstream gradients too.  MatmulT's .transpose(0, 1) of a (3, 1, 3) batch
+    # gives v's gradient as another sum of products: no simple pattern.
+    op = _fn_op("fn-above-rank-2")
+    x2 = np.arange(9.0).reshape(3, 1, 3) / 4 - 1
+    case = _one_node(op, {"v": [[-2.2]], "x2": x2}, ("x2",), seed=np.linspace(-1, 2, 9).reshape(3, 1, 3))
+    v = gs.check(case, oracles=["reference", "jacobian", "finite-differences", "torch-cpu"])
+    assert v.discrepancies, str(v)
+    for d in v.discrepancies:
+        assert (d.cause.id, d.cause.node, d.cause.pattern) == ("wrong-vjp", "y", "other"), d.cause
+
+
+def test_seed_ignored_is_not_taken_for_a_sign_error_when_g_is_minus_one():
+    # upstream g = -1 everywhere (y feeds a neg and a sum): J^T·1 = -J^T·g, so "ignores g" and "wrong sign"
+    # fit these numbers equally; a fresh upstream gradient at the same inputs tells them apart.
+    x = np.array([[0.3, -1.2, 0.8], [1.5, 0.4, -0.7]])
+    case = gs.Case.build({"x": x}, [("y", "pl_sq_noseed", ["x"], {}), ("n", "neg", ["y"], {}),
+                                   ("s", "sum", ["n"], {})], ["s"])
+    (d,) = gs.check(case, oracles=["reference", "jacobian"]).discrepancies
+    assert (d.cause.id, d.cause.node, d.cause.pattern) == ("wrong-vjp", "y", "seed-ignored"), d.cause
+
+
+# family -> {finding kind: (cause id, pattern)} for the user ops, through verify_op: the bugs its
+# contract checks catch (a gradient of the wrong shape, count or dtype, a write into g, a raise) as
+# well as the value findings; the node is the op's node.
+OP_VERIFY_EXPECTED = {
+    "op-broadcast-unreduced": {"vjp-shape": ("wrong-vjp", "broadcast-reduction")},
+    "op-missing-unsqueeze": {"value": ("wrong-vjp", "permuted"), "vjp-raised": ("wrong-vjp", "other")},
+    "op-inverse-permutation": {"value": ("wrong-vjp", "permuted"), "vjp-shape": ("wrong-vjp", "permuted")},
+    "op-concat-split": {"value": ("wrong-vjp", "permuted"), "vjp-shape": ("wrong-vjp", "permuted")},
+    "op-prod-zeros": {"nan-inf-pattern": ("wrong-vjp", "other")},
+    "op-above-rank-2": {"value": ("wrong-vjp", "other"), "vjp-raised": ("wrong-vjp", "other"),
+                        "vjp-shape": ("wrong-vjp", "other")},
+    "op-writes-upstream": {"vjp-writes-input": ("wrong-vjp", "other")},
+    "op-gradient-count": {"vjp-count": ("wrong-vjp", "other")},
+    "op-int-dtype": {"vjp-dtype": ("wrong-vjp", "other")},
+    "op-vjp-raises": {"vjp-raised": ("wrong-vjp", "other")},
+}
+
+
+@pytest.mark.parametrize("bug", list(OP_VERIFY_EXPECTED), ids=list(OP_VERIFY_EXPECTED))
+def test_verify_op_finding_is_localised(bug):
+    p = P.BUGS[bug]
+    r = gs.verify_op(p.target, max_examples=30, seed=0)
+    want = OP_VERIFY_EXPECTED[bug]
+    assert r.discrepancies and {d.kind for d in r.discrepancies} <= set(want), f"{bug}\n{r}"
+    for d in r.discrepancies:
+        c = d.cause
+        assert (c.id, c.op, c.pattern) == (want[d.kind][0], p.target.name, want[d.kind][1]), \
+            f"{bug} [{d.kind}]: {c}\n{c.evidence}"
+        assert c.node in {n.name for n in d.case.nodes if n.op == c.op}, c
 
 
 def test_scale_factor_of_a_normalisation_bug_is_named():
@@ -209,6 +309,66 @@ def test_engine_value_bug_is_diagnosed(bug):
             assert c.factor == pytest.approx(factor, rel=1e-12)
 
 
+# planted engine -> {finding kind of verify_engine: the cause id}.  Every finding of the run is checked:
+# a symptom another rule sees (no-accumulation clears every leaf's .grad, so a leaf that the last root
+# does not reach reads back None) is blamed on the same bug, not on the symptom's own name.
+ENGINE_VERIFY_EXPECTED = {
+    "engine-implicit-any-shape": {"implicit-seed": "implicit-seed-non-scalar"},
+    # a seed that cannot even be broadcast makes numpy raise ValueError where torch raises RuntimeError
+    "engine-seed-broadcast": {"seed-shape": "seed-shape-accepted", "error-type": "error-type"},
+    "engine-seed-ignored": {"value": "seed-ignored"},
+    "engine-no-accumulation": {"accumulation": "accumulation-overwrite", "value": "accumulation-overwrite",
+                               "none-vs-zeros": "accumulation-overwrite"},
+    "engine-no-reset": {"reset": "reset-ignored"},
+    "engine-no-freeing": {"freeing": "no-freeing"},
+    "engine-repeated-arguments": {"repeated-argument": "repeated-input-dropped", "value": "repeated-input-dropped"},
+    "engine-zeros-not-none": {"none-vs-zeros": "none-vs-zeros", "none-before-backward": "none-vs-zeros"},
+    "engine-error-types": {"error-type": "error-type"},
+    "engine-sum-relative-1e-6": {"value": "wrong-vjp"},
+}
+
+
+@pytest.mark.parametrize("bug", list(ENGINE_VERIFY_EXPECTED), ids=list(ENGINE_VERIFY_EXPECTED))
+def test_verify_engine_finding_is_diagnosed(bug):
+    p = P.BUGS[bug]
+    r = gs.verify_engine(p.target(), max_examples=30, seed=0)
+    want = ENGINE_VERIFY_EXPECTED[bug]
+    assert set(r.kinds) & set(p.kinds), f"{bug}: not found\n{r}"
+    assert {d.kind for d in r.discrepancies} <= set(want), f"{bug}\n{r}"
+    for d in r.discrepancies:
+        assert d.cause.id == want[d.kind], f"{bug} [{d.kind}]: {d.cause}\n{d.cause.evidence}"
+
+
+# the engine written from scratch (tests/_planted_engines.py), one switch per bug, through verify_engine:
+# factory -> {finding kind: cause id}; its value findings name the engine-level bug, not a node
+MINI_VERIFY_EXPECTED = {
+    "seed_mean": {"value": "seed-misapplied"},
+    "edge_overwrite": {"accumulation": "accumulation-overwrite", "value": "accumulation-overwrite"},
+    "zero_d_no_grad": {"accumulation": "grad-not-updated", "none-vs-zeros": "grad-not-updated"},
+    "implicit_0d_only": {"implicit-seed": "implicit-seed-refused", "raised": "implicit-seed-refused"},
+    "stale": {"accumulation": "stale-intermediate-grads"},
+    "root_assigned": {"accumulation": "root-grad-assigned"},
+    "micrograd_like": {"accumulation": ("root-grad-assigned", "stale-intermediate-grads")},
+}
+
+
+@pytest.mark.parametrize("factory", list(MINI_VERIFY_EXPECTED), ids=list(MINI_VERIFY_EXPECTED))
+def test_verify_engine_diagnoses_the_engine_written_from_scratch(factory):
+    from tests import _planted_engines as M
+
+    r = gs.verify_engine(getattr(M, factory)(), max_examples=30, seed=0)
+    want = MINI_VERIFY_EXPECTED[factory]
+    assert r.discrepancies and {d.kind for d in r.discrepancies} <= set(want), f"{factory}\n{r}"
+    for d in r.discrepancies:
+        ok = want[d.kind] if isinstance(want[d.kind], tuple) else (want[d.kind],)
+        assert d.cause.id in ok, f"{factory} [{d.kind}]: {d.cause}\n{d.cause.evidence}"
+
+
+def test_every_planted_family_has_an_expected_cause():
+    covered = set(OP_CASES) | set(OP_VERIFY_EXPECTED) | set(FN_EXPECTED) | set(ENGINE_VERIFY_EXPECTED)
+    assert set(P.BUGS) - covered == set()
+
+
 def test_correct_engine_agrees():
     v = gs.check(gs.Case.build(**ENGINE_CASE), oracles=[EngineOracle(P.Small()), "reference", "jacobian"])
     assert v.ok, str(v)
@@ -235,3 +395,45 @@ def test_verify_op_contract_breaches_carry_causes():
     d = next(d for d in r.discrepancies if d.kind == "vjp-shape")
     assert (d.cause.id, d.cause.op, d.cause.pattern) == ("wrong-vjp", "pl_add_unreduced", "broadcast-reduction")
     assert d.cause.node in {n.name for n in d.case.nodes if n.op == "pl_add_unreduced"}
+
+
+# ---------------------------------------------------------------------------------------------
+# the diagnosis runs once per kept finding, never per shrink or reduction step
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("engine", ["tests._planted:SumScaled", "tests._planted_engines:edge_overwrite"],
+                         ids=["node-level", "engine-level"])
+def test_fuzz_diagnoses_once_per_kept_finding(engine, tmp_path, monkeypatch):
+    import json
+
+    from gradspec import cli, rules
+
+    calls = {"localise": 0, "engine": 0, "kept": 0}
+    real_localise, real_engine, real_finish = diagnose.localise, rules.explain_engine_finding, search.Driver._finish
+
+    def counting_finish(*a, **k):
+        calls["kept"] += 1
+        return real_finish(*a, **k)
+
+    def counting_localise(*a, **k):
+        calls["localise"] += 1
+        return real_localise(*a, **k)
+
+    def counting_engine(*a, **k):
+        calls["engine"] += 1
+        return real_engine(*a, **k)
+
+    monkeypatch.setattr(diagnose, "localise", counting_localise)
+    monkeypatch.setattr(rules, "explain_engine_finding", counting_engine)
+    monkeypatch.setattr(search.Driver, "_finish", counting_finish)
+    # seed 3: the first failing cases found have nodes to spare, so the reduction after shrinking re-checks
+    # smaller cases (each of which disagrees: none of those checks may diagnose)
+    rc = cli.main(["fuzz", "--engine", engine, "--ops", "add,mul,exp,sum,tanh", "--allow-import", "tests",
+                   "--max-examples", "80", "--seed", "3", "--report-dir", str(tmp_path), "-q"])
+    assert rc == 1
+    assert json.loads((tmp_path / "summary.json").read_text())["discrepancies"] >= 1
+    # every finding the driver keeps (before it folds duplicates by their cause) is explained once, on
+    # its shrunk and localised case: one engine-level diagnosis and at most one node localisation each
+    assert calls["kept"] >= 1 and calls["engine"] == calls["kept"], calls
+    assert calls["localise"] <= calls["kept"], calls

@@ -111,6 +111,71 @@ def test_shorten_never_cuts_mid_word(text, width):
         assert rest[:1] in (" ", ",", ";", ":") or " " not in text[width // 2:width], (out, rest)
 
 
+def _card(path) -> str:
+    import html as _h
+
+    text = open(path, encoding="utf-8").read()
+    return _h.unescape(text[text.index("<b>Reproduce</b>"):].split("</div>")[0])
+
+
+def _pages(directory, kind) -> list:
+    out = []
+    for f in sorted(os.listdir(directory)):
+        page = os.path.join(directory, f, "index.html")
+        if os.path.isfile(page) and f'<span class="kind">{kind}</span>' in open(page, encoding="utf-8").read():
+            out.append(page)
+    return out
+
+
+def test_reproduce_card_names_the_engine_under_test_and_its_replay_runs(tmp_path):
+    from gradspec import cli
+
+    r = gs.verify_engine(P.SumScaled(), max_examples=20, seed=0)
+    r.write_html(str(tmp_path))
+    (page,) = _pages(tmp_path, "value")
+    card = _card(page)
+    assert "engine under test 'sum-scaled' (loaded as tests._planted:SumScaled)" in card, card
+    assert "engine reference" not in card
+    cmd = re.search(r"gradspec replay (\S+) --allow-import tests._planted", card)
+    assert cmd, card
+    assert cli.main(["replay", cmd.group(1), "--allow-import", "tests._planted"]) == 1  # still disagrees
+
+
+def test_reproduce_card_of_an_engine_without_import_path_gives_the_session_replay(tmp_path):
+    # Mini("seed-mean"): its class path would rebuild Mini(), the correct engine, whose replay passes;
+    # the card must say so and give the gs.check that replays the case with the very engine object.
+    from tests import _planted_engines as M
+
+    engine = M.seed_mean()
+    r = gs.verify_engine(engine, max_examples=20, seed=0)
+    assert r.discrepancies and not r.replay.startswith("gs.verify_engine('tests._planted_engines:Mini'"), r.replay
+    r.write_html(str(tmp_path))
+    pages = _pages(tmp_path, "value")
+    assert pages
+    for page in pages:
+        card = _card(page)
+        assert "engine under test 'mini+seed-mean'" in card, card
+        code = re.search(r'<pre id="replay-cmd"[^>]*>(.*?)</pre>', card, re.S).group(1)
+        assert "gradspec replay" not in code, code
+        *head, last = code.splitlines()
+        env = {"engine": engine}
+        exec("\n".join(head), env)  # noqa: S102 - the page's own code
+        assert eval(last, env).status == "disagree", page  # noqa: S307
+
+
+def test_reproduce_card_of_a_rule_finding_reruns_the_verification(tmp_path):
+    # a §5 rule's finding is a sequence of calls; replaying case.json (one backward's values) passes
+    r = gs.verify_engine(P.NoAccumulation(), max_examples=10, seed=0)
+    r.write_html(str(tmp_path))
+    (page,) = _pages(tmp_path, "accumulation")
+    card = _card(page)
+    assert "engine under test 'no-accumulation'" in card and "sequence of backward() calls" in card, card
+    code = re.search(r'<pre id="replay-cmd"[^>]*>(.*?)</pre>', card, re.S).group(1)
+    assert code == r.replay and code.startswith("gs.verify_engine('tests._planted:NoAccumulation'"), code
+    again = eval(code, {"gs": gs})  # noqa: S307 - the page's own command
+    assert "accumulation-overwrite" in {d.cause.id for d in again.discrepancies}
+
+
 def _chromium() -> str | None:
     for name in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable"):
         if shutil.which(name):

@@ -43,7 +43,18 @@ def _engine_label(engine_arg, engine) -> str:
     import path of its class (``module:QualName``, a callable returning an engine), else inline."""
     if isinstance(engine_arg, str):
         return engine_arg
-    return importable_path(type(engine)) or INLINE_ENGINE
+    path = importable_path(type(engine))
+    return path if path is not None and _rebuilds(type(engine), engine) else INLINE_ENGINE
+
+
+def _rebuilds(cls, engine) -> bool:
+    """``cls()`` is the engine again (what `gradspec replay` builds from the class path): not so for an
+    engine configured by its arguments, e.g. ``Mini("seed-mean")``, whose replay would pass."""
+    try:
+        other = cls()
+    except Exception:  # noqa: BLE001 - needs arguments: the class path alone cannot rebuild it
+        return False
+    return getattr(other, "name", None) == getattr(engine, "name", None)
 
 
 def verify_engine(engine, *, max_examples: int | None = None, seconds: float | None = None, seed: int | None = None,
@@ -81,8 +92,10 @@ def verify_engine(engine, *, max_examples: int | None = None, seconds: float | N
         if ok and op not in unusable:
             supported.append(op)
     if label == INLINE_ENGINE:
-        result.note("the engine was defined in __main__ or inside a function: its findings' case.json cannot be "
-                    "replayed with `gradspec replay` (define its class at module level, or pass 'module:attr')")
+        result.note("the engine cannot be rebuilt from an import path (defined in __main__ or inside a function, or "
+                    "its class builds another engine without arguments): its findings' case.json cannot be replayed "
+                    "with `gradspec replay` (pass 'module:attr' of a function that returns it); each report shows "
+                    "the gs.check that replays it in your session")
     if not supported:
         result.note("the engine supports no op of the table: only the semantics checks that need no op could run")
     # §5, drawn by Hypothesis; an engine that hangs on a scenario is cut (the rules left are skipped, saying so)

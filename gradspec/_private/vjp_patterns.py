@@ -1,0 +1,387 @@
+"""Naming a wrong gradient: which simple mistake turns J^T·g into what the code under test returned.
+
+Used by :mod:`gradspec.diagnose` (CONTRACT §8 patterns of ``wrong-vjp``).  Every hypothesis is an exact
+transformation of the right answer ``t = J^T·g`` -- a sign, a constant factor, the upstream gradient
+replaced by ones or by its mean, a broadcast input's gradient taken from the first slice, the right numbers
+in the wrong places -- and it "explains" the code's answer ``u`` when what is left of the error under it
+is rounding.  :func:`shape_pattern` names gradients of the wrong *shape* the same way, from the arrays the
+code returned before any shape check (axes permuted, ``g`` split at the wrong index, a broadcast input's
+gradient not summed).
+
+Example::
+
+    >>> import numpy as np
+    >>> from gradspec._private.vjp_patterns import name_factor, shape_pattern
+    >>> name_factor(0.75, (4, 3))
+    '(n-1)/n with n = 4'
+    >>> g = np.arange(5.0).reshape(1, 5)
+    >>> shape_pattern(["a", "b"], [g[:, :1], g[:, 1:]], [g[:, :4], g[:, 4:]])[0]
+    'permuted'
+"""
+
+from __future__ import annotations
+
+import itertools
+from fractions import Fraction
+
+import numpy as np
+
+__all__ = ["classify", "name_factor", "snap", "dims", "shape_pattern", "columns", "flat", "fit", "explains",
+           "EXPLAINED"]
+
+# A hypothesis "explains" a wrong gradient when what is left of the error under it is at most this
+# fraction of the error itself: the hypotheses are exact transformations of J^T g (a sign, a factor,
+# a slice, a permutation), so a true one leaves rounding (1e-16 relative) or, with a finite-difference
+# JVP as the twin, that estimate's error (about 1e-9 relative) -- far below 1 % of any error that
+# failed the comparison (>= its tolerance, itself >= 1e-12 relative).
+EXPLAINED = 1e-2
+# A factor is named as a simple rational when it matches one to this relative accuracy (the fitted
+# factor is a ratio of two sums of exact products: good to ~1e-12 with an exact twin).
+_RATIONAL_RTOL = 1e-7
+# What a true hypothesis may leave, relative to the largest gradient: the twin's own error (1e-16 for an exact
+# JVP rule, ~1e-9 for a finite-difference JVP, more for finite differences of a stiff function), far below it.
+_HYP_RTOL = 1e-5
+
+
+def classify(mini, node, spec, leaves, u: dict, t: dict, J, g) -> tuple[str, float | None, str]:
+    """(pattern, factor, a sentence with the fix direction) for a gradient ``u`` that should be ``t``.
+
+    ``J`` is the twin's Jacobian of the one-node case ``mini`` (or None), ``g`` its seed.
+    """
+    if not leaves:
+        return "other", None, "no gradient to compare"
+    uu, tt = flat(u, leaves), flat(t, leaves)
+    if not (np.isfinite(uu).all() and np.isfinite(tt).all()):
+        return "other", None, "it is not finite where J^T·g is"
+    err = uu - tt
+    c = fit(uu, tt)
+    if c is not None and abs(c + 1) < 1e-9 and explains(uu, -tt, tt):
+        return "sign", -1.0, "it has the wrong sign everywhere; negate it"
+    cols = None if J is None else columns(J, leaves)
+    if cols is not None:
+        ones_vjp = J.matrix[:, cols].T @ np.ones(J.matrix.shape[0])
+        cs = fit(uu, ones_vjp)
+        gf = np.ravel(g).astype(np.float64)
+        constant = gf.size == 1 or np.ptp(gf) == 0
+        if not np.all(gf == 1) and explains(uu, ones_vjp, tt):
+            return "seed-ignored", None, ("it ignores the upstream gradient g: the result is what g = ones gives "
+                                          "(J^T·1); multiply by g element-wise")
+        if not constant and explains(uu, float(np.mean(gf)) * ones_vjp, tt):
+            return "seed-ignored", None, ("it uses mean(g), a constant, instead of the upstream gradient g "
+                                          "element-wise (right only when g is constant); use g itself")
+        # a fitted constant fits any single number: it names the error only where two elements or more pin it
+        if not constant and cs is not None and np.count_nonzero(ones_vjp) >= 2 and explains(uu, cs * ones_vjp, tt):
+            return "seed-ignored", None, (f"it behaves as if the upstream gradient were the constant {cs:.4g}, "
+                                          "not g; use g element-wise")
+        b = _broadcast(mini, node, spec, leaves, u, t, J, g, cols)
+        if b is not None:
+            return "broadcast-reduction", None, b
+        fan = _not_accumulated(uu, tt, J.matrix[:, cols], np.ravel(g))
+        if fan is not None:
+            return "other", None, fan
+    if c is not None and c != 1 and c != 0 and explains(uu, c * tt, tt):
+        name = name_factor(c, dims(mini, node))
+        c = snap(c, dims(mini, node)) if name else c
+        small = abs(c - 1) < 1e-3
+        text = f"it is (1 {'+' if c > 1 else '-'} {abs(c - 1):.2g}) times J^T·g: a small relative error in the formula" \
+            if small else f"it is {c:.6g} × J^T·g{' (' + f'{c:.6g}' + ' = ' + name + ')' if name and name != f'{c:g}' else ''}"
+        return "scale", float(c), text + "; remove that factor"
+    flip = np.abs(uu + tt) < np.abs(err)
+    if flip.any() and explains(uu, np.where(flip, -tt, tt), tt):
+        return "sign", None, f"it has the wrong sign on {int(flip.sum())} of {uu.size} elements{_where_neg(mini, leaves, flip)}; " \
+                             "fix the sign of the derivative there"
+    p = _permuted(mini, node, leaves, u, t, J, g, cols)
+    if p is not None:
+        return "permuted", None, p
+    bad = np.abs(err) > EXPLAINED * np.max(np.abs(err))
+    return "other", None, f"it differs from J^T·g on {int(bad.sum())} of {uu.size} elements, with no simple pattern"
+
+
+def _not_accumulated(uu, tt, Jc, g) -> str | None:
+    """Each wrong element is the sum of a strict subset of the contributions it receives from several output
+    elements (J[k, j] g[k]): contributions assigned or dropped instead of summed (repeated indices, windows)."""
+    err = np.abs(uu - tt)
+    bad = np.flatnonzero(err > EXPLAINED * float(np.max(err, initial=0.0)))
+    if not bad.size:
+        return None
+    for j in bad:
+        contrib = Jc[:, j] * g
+        contrib = contrib[contrib != 0]
+        if not 1 < contrib.size <= 12:
+            return None
+        if not any(abs(uu[j] - sum(sub)) <= EXPLAINED * err[j]
+                   for r in range(contrib.size) for sub in itertools.combinations(contrib, r)):
+            return None
+    return (f"{bad.size} element(s) each receive contributions from several output elements (repeated indices, "
+            "overlapping windows), and only some of them are summed; accumulate all of them (np.add.at / "
+            "index_add instead of assignment)")
+
+
+def name_factor(c: float, dims=()) -> str:
+    """A simple rational for factor ``c`` (``"(n-1)/n with n = 4"``, ``"1/2"``, ``"2"``), or ""."""
+    cands = []
+    for k in range(2, 9):
+        cands += [(Fraction(k), str(k)), (Fraction(1, k), f"1/{k}")]
+    for n in sorted({int(d) for d in dims if int(d) > 1}):
+        cands += [(Fraction(n - 1, n), f"(n-1)/n with n = {n}"), (Fraction(n, n - 1), f"n/(n-1) with n = {n}"),
+                  (Fraction(1, n), f"1/n with n = {n}"), (Fraction(n), f"n with n = {n}")]
+        if n > 2:
+            cands += [(Fraction(1, n - 1), f"1/(n-1) with n = {n}")]
+    for q, text in cands:
+        if abs(c - float(q)) <= _RATIONAL_RTOL * abs(float(q)):
+            return text
+    if abs(c - 1) < 1e-3:
+        return f"1 {'+' if c > 1 else '-'} {abs(c - 1):.2g}"
+    return ""
+
+
+def snap(c: float, dims) -> float:
+    """The named rational itself for a factor that matched one (the fit carries the twin's error)."""
+    for q in _rationals(dims):
+        if abs(c - float(q)) <= _RATIONAL_RTOL * abs(float(q)):
+            return float(q)
+    return c
+
+
+def _rationals(dims) -> list:
+    out = [Fraction(k) for k in range(2, 9)] + [Fraction(1, k) for k in range(2, 9)]
+    for n in {int(d) for d in dims if int(d) > 1}:
+        out += [Fraction(n - 1, n), Fraction(n, n - 1), Fraction(1, n), Fraction(n)] + ([Fraction(1, n - 1)] if n > 2 else [])
+    return out
+
+
+def dims(mini, node) -> list:
+    shapes = mini.shapes()
+    return [d for i in node.inputs for d in shapes[i]] + list(shapes[node.name])
+
+
+def _broadcast(mini, node, spec, leaves, u, t, J, g, cols) -> str | None:
+    """A broadcast input whose gradient keeps the first slice (or the mean) of the broadcast copies."""
+    out_shape = np.shape(g)
+    core_in, core_out = _core_ranks(spec, len(node.inputs))
+    if core_in is None:
+        return None
+    off = 0
+    for l in leaves:
+        k = node.inputs.index(l.name)
+        lo_out = len(out_shape) - core_out
+        lo_in = len(l.shape) - core_in[k]
+        loop_out, loop_in = out_shape[:lo_out], l.shape[:lo_in]
+        axes = []
+        for a in range(lo_out):
+            j = a - (lo_out - lo_in)
+            if loop_out[a] > 1 and (j < 0 or loop_in[j] == 1):
+                axes.append(a)
+        size = l.value.size
+        if axes:
+            ul, tl = np.asarray(u[l.name], dtype=np.float64).ravel(), np.asarray(t[l.name], dtype=np.float64).ravel()
+            if np.allclose(ul, tl, rtol=1e-9, atol=0):
+                off += size
+                continue
+            mask = np.zeros(out_shape)
+            mask[tuple(slice(0, 1) if a in axes else slice(None) for a in range(len(out_shape)))] = 1.0
+            first = (J.matrix.T @ (g * mask).ravel())[off: off + size]
+            copies = int(np.prod([out_shape[a] for a in axes]))
+            where = f"axis {axes[0]}" if len(axes) == 1 else f"axes {tuple(axes)}"
+            if explains(ul, first, tl):
+                return (f"input {l.name} {l.shape} is broadcast over {where} of the output {tuple(out_shape)}, but its "
+                        "gradient keeps only the first slice; sum over the broadcast axes (e.g. sum_to(g * ..., "
+                        f"{l.name}.shape))")
+            if explains(ul, tl / copies, tl):
+                return (f"input {l.name} {l.shape} is broadcast over {where} of the output {tuple(out_shape)}, but its "
+                        f"gradient is averaged over the {copies} copies; sum them instead")
+        off += size
+    return None
+
+
+def _core_ranks(spec, arity: int):
+    sig = getattr(spec, "signature", None)
+    if sig:
+        from .signature import parse
+
+        try:
+            ins, (out,) = parse(sig)
+        except Exception:  # noqa: BLE001
+            return None, None
+        return [len(a) for a in ins], len(out)
+    if getattr(spec, "broadcasting", False) or (spec.user and spec.shape_fn is None):
+        return [0] * arity, 0
+    return None, None
+
+
+def _permuted(mini, node, leaves, u, t, J, g, cols) -> str | None:
+    for l in leaves:
+        ul, tl = np.asarray(u[l.name], dtype=np.float64), np.asarray(t[l.name], dtype=np.float64)
+        if np.allclose(ul, tl, rtol=1e-9, atol=0):
+            continue
+        if J is not None and np.ndim(g) >= 1 and np.ndim(g) < l.value.ndim:
+            try:
+                gb = np.broadcast_to(g, l.shape)
+            except ValueError:
+                gb = None
+            if gb is not None:
+                one = columns(J, [l])
+                w = J.matrix[:, one].T @ np.ones(J.matrix.shape[0])
+                if explains(ul.ravel(), w * gb.ravel(), tl.ravel()):
+                    return (f"the upstream gradient g {np.shape(g)} is broadcast against the trailing axes of input "
+                            f"{l.name} {l.shape}, so g's elements land on the wrong positions; insert the reduced axis "
+                            "first (g[..., None] / unsqueeze(-1))")
+        for perm in itertools.permutations(range(ul.ndim)):
+            if perm != tuple(range(ul.ndim)) and tl.transpose(perm).shape == ul.shape \
+                    and explains(ul.ravel(), tl.transpose(perm).ravel(), tl.ravel()):
+                return (f"input {l.name}'s gradient is J^T·g with its axes permuted by {perm}; apply the inverse "
+                        "permutation (np.argsort of the forward's)")
+        err = float(np.max(np.abs(ul - tl)))
+        if ul.size > 1 and float(np.max(np.abs(np.sort(ul.ravel()) - np.sort(tl.ravel())))) <= EXPLAINED * err:
+            return f"input {l.name}'s gradient holds the right numbers in the wrong places; check the index mapping"
+    return None
+
+
+def _where_neg(mini, leaves, flip) -> str:
+    off = 0
+    for l in leaves:
+        n = l.value.size
+        f = flip[off: off + n]
+        v = np.asarray(l.value, dtype=np.float64).ravel()
+        if f.any() and np.array_equal(f, v < 0):
+            return f" (exactly where {l.name} < 0)"
+        off += n
+    return ""
+
+
+
+def columns(J, leaves) -> np.ndarray:
+    idx, off = [], 0
+    names = {l.name for l in leaves}
+    for name, shape in J.col_blocks:
+        size = int(np.prod(shape))
+        if name in names:
+            idx.extend(range(off, off + size))
+        off += size
+    return np.array(idx, dtype=int)
+
+
+def flat(per_leaf: dict, leaves) -> np.ndarray:
+    parts = [np.asarray(per_leaf[l.name], dtype=np.float64).reshape(-1) for l in leaves]
+    return np.concatenate(parts) if parts else np.zeros(0)
+
+
+def fit(u: np.ndarray, t: np.ndarray) -> float | None:
+    den = float(t @ t)
+    return float(u @ t) / den if den > 0 and np.isfinite(den) else None
+
+
+def explains(u: np.ndarray, h: np.ndarray, t: np.ndarray) -> bool:
+    """Hypothesis ``h`` explains ``u`` (which should be ``t``): element by element, it leaves at most 1 % of
+    that element's error, plus a floor for the twin's own error (rounding, a finite-difference JVP's): 1e-8
+    of the largest value, or twice the largest error among the elements that agree, if more."""
+    if u.shape != h.shape or u.shape != t.shape:
+        return False
+    with np.errstate(all="ignore"):
+        err = np.abs(u - t)
+        scale = max(float(np.max(np.abs(u), initial=0.0)), float(np.max(np.abs(t), initial=0.0)))
+        top = float(np.max(err, initial=0.0))
+        # The twin's own noise, as seen on the elements that agree (errors below 1e-3 of the largest):
+        # finite differences next to a kink are off by far more than 1e-8 relative there.
+        noise = float(np.max(err[err <= 1e-3 * top], initial=0.0))
+        floor = max(1e-8 * scale, 2 * noise)
+        if not top > floor:
+            return False
+        left = np.abs(u - h)
+        # ... and what it leaves is small against the gradients themselves, not only against a huge error
+        # (u = 1 is not "J^T·1 = 2" because J^T·g is -744): a true hypothesis is exact up to the twin's error.
+        return bool(np.all(left <= EXPLAINED * err + floor) and np.all(left <= _HYP_RTOL * scale + floor))
+
+
+
+# =============================================================================================
+# gradients of the wrong shape
+# =============================================================================================
+
+# Two arrays are "the same numbers" here when they agree to 1e-6 of the larger magnitude: the right
+# side is the twin's J^T·g (exact for gradspec's JVP rules, ~1e-9 relative for a finite-difference
+# JVP) and a true hypothesis is an exact rearrangement of it, while a false one is off by O(1).
+_SAME_RTOL = 1e-6
+
+
+def _same(a: np.ndarray, b: np.ndarray) -> bool:
+    if a.shape != b.shape or not (np.isfinite(a).all() and np.isfinite(b).all()):
+        return False
+    scale = max(float(np.max(np.abs(a), initial=0.0)), float(np.max(np.abs(b), initial=0.0)))
+    return bool(np.all(np.abs(a - b) <= _SAME_RTOL * scale))
+
+
+def _sum_to(a: np.ndarray, shape: tuple) -> np.ndarray | None:
+    """``a`` summed over the axes along which an input of ``shape`` was broadcast to ``a.shape``."""
+    lead = a.ndim - len(shape)
+    if lead < 0:
+        return None
+    s = a.sum(axis=tuple(range(lead))) if lead else a
+    for i, n in enumerate(shape):
+        if n == 1 and s.shape[i] != 1:
+            s = s.sum(axis=i, keepdims=True)
+    return s if s.shape == tuple(shape) else None
+
+
+def shape_pattern(names, raw, right, reducible: bool = False) -> tuple[str, str] | None:
+    """(pattern, a sentence with the fix direction) for gradients returned in the wrong shapes, or None
+    when every shape is right.  ``raw[k]``: what the code under test returned for input position ``k``
+    (before any shape check; None when it returned none), ``right[k]``: J^T·g for that position.
+    ``reducible``: a gradient in a shape the input broadcasts to is summed down to it by the caller (torch's
+    autograd does that for a Function's backward), so only the other shapes are wrong."""
+    pairs = [(n, None if r is None else np.asarray(r, dtype=np.float64),
+              None if w is None else np.asarray(w, dtype=np.float64)) for n, r, w in zip(names, raw, right)]
+    wrong = [k for k, (_, r, w) in enumerate(pairs) if r is not None and w is not None and r.shape != w.shape
+             and not (reducible and _sum_to(r, w.shape) is not None)]
+    if not wrong:
+        return None
+    split = _split_point(pairs)
+    if split is not None:
+        return "permuted", split
+    for k in wrong:
+        n, r, w = pairs[k]
+        if sorted(r.shape) == sorted(w.shape):
+            for perm in itertools.permutations(range(r.ndim)):
+                if r.transpose(perm).shape == w.shape and _same(r.transpose(perm), w):
+                    return "permuted", (f"input {n}'s gradient comes back in shape {r.shape}, not the input's {w.shape}: "
+                                        f"it is J^T·g with its axes permuted by {perm}; apply the inverse permutation "
+                                        "(np.argsort of the forward's)")
+        s = _sum_to(r, w.shape)
+        if s is not None and _same(s, w):
+            return "broadcast-reduction", (f"input {n}'s gradient comes back in the broadcast shape {r.shape}, not "
+                                           f"summed down to the input's {w.shape}; sum over the broadcast axes "
+                                           f"(sum_to(..., {n}.shape))")
+    both = [(r, w) for _, r, w in pairs if r is not None and w is not None]
+    allr = np.concatenate([r.ravel() for r, _ in both])
+    allw = np.concatenate([w.ravel() for _, w in both])
+    if allr.size == allw.size and allr.size > 1 and _same(np.sort(allr), np.sort(allw)):
+        return "permuted", ("the gradients hold the right numbers (those of J^T·g) in the wrong places: "
+                            + "; ".join(f"{n} gets shape {r.shape} where the input is {w.shape}"
+                                        for n, r, w in (pairs[k] for k in wrong)) + "; check the index mapping")
+    n, r, w = pairs[wrong[0]]
+    return "other", f"input {n}'s gradient comes back in shape {r.shape}, but the input's shape is {w.shape}"
+
+
+def _split_point(pairs) -> str | None:
+    """The gradients are ``g`` (or J^T·g) cut into pieces along one axis at the wrong sizes: laid end to end
+    they are the right gradients laid end to end (a concatenation's backward splitting at the wrong index)."""
+    if len(pairs) < 2 or any(r is None or w is None for _, r, w in pairs):
+        return None
+    ranks = {r.ndim for _, r, _ in pairs} | {w.ndim for _, _, w in pairs}
+    if len(ranks) != 1 or 0 in ranks:
+        return None
+    for ax in range(ranks.pop()):
+        try:
+            cr = np.concatenate([r for _, r, _ in pairs], axis=ax)
+            cw = np.concatenate([w for _, _, w in pairs], axis=ax)
+        except ValueError:
+            continue
+        if _same(cr, cw):
+            got = tuple(int(r.shape[ax]) for _, r, _ in pairs)
+            want = tuple(int(w.shape[ax]) for _, _, w in pairs)
+            cuts = [int(c) for c in np.cumsum(want)[:-1]]
+            return (f"g is split at the wrong index along axis {ax}: the gradients of "
+                    f"{', '.join(n for n, _, _ in pairs)} get {'/'.join(map(str, got))} of its "
+                    f"{int(cr.shape[ax])} entries where the inputs have {'/'.join(map(str, want))}; split at the "
+                    f"inputs' own sizes (cut{'s' if len(cuts) > 1 else ''} at {', '.join(map(str, cuts))})")
+    return None
