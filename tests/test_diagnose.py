@@ -346,9 +346,10 @@ MINI_VERIFY_EXPECTED = {
     "edge_overwrite": {"accumulation": "accumulation-overwrite", "value": "accumulation-overwrite"},
     "zero_d_no_grad": {"accumulation": "grad-not-updated", "none-vs-zeros": "grad-not-updated"},
     "implicit_0d_only": {"implicit-seed": "implicit-seed-refused", "raised": "implicit-seed-refused"},
-    "stale": {"accumulation": "stale-intermediate-grads"},
-    "root_assigned": {"accumulation": "root-grad-assigned"},
-    "micrograd_like": {"accumulation": ("root-grad-assigned", "stale-intermediate-grads")},
+    "stale": {"accumulation": "stale-intermediate-grads", "value": "stale-intermediate-grads"},
+    "root_assigned": {"accumulation": "root-grad-assigned", "value": "root-grad-assigned"},
+    "micrograd_like": {"accumulation": ("root-grad-assigned", "stale-intermediate-grads"),
+                       "value": ("root-grad-assigned", "stale-intermediate-grads")},
 }
 
 
