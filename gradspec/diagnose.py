@@ -168,7 +168,9 @@ def localise(case: Case, d, oracles: dict, verdict=None) -> Cause | None:
             if i not in leaf_names and (local or {}).get(i) is not None:
                 adj[i] = np.asarray(local[i], dtype=np.float64) + adj.get(i, 0.0)
     if d.kind == "raised":
-        return _raised_cause(case, d)
+        c = _raised_cause(case, d)
+        # no node raises on its own: the graph raises only when a Function is called several times (state)
+        return c if c.id != "not-localised" else _unlocalised(case, d, suspect, c)
     if d.kind not in _LOCALISED_KINDS:
         return None
     return _unlocalised(case, d, suspect)
@@ -542,13 +544,13 @@ def _raised_cause(case: Case, d) -> Cause:
     node = next((n for n in case.nodes if f"{n.op!r}" in text or f" {n.op}" in text), None)
     if node is not None:
         spec = case.spec(node.op)
-        return Cause("wrong-vjp", f"{_where(node, spec)}: {_whose(spec, who)} raised ({text.split(': ', 1)[-1][:160]})",
+        return Cause("wrong-vjp", f"{_where(node, spec)}: {_whose(spec, who)} raised ({_clip(text.split(': ', 1)[-1], 160)})",
                      node=node.name, op=node.op, evidence=text[:400], pattern="other")
-    return Cause("not-localised", f"{who} raised on this case; no single node could be named ({text[:160]})",
+    return Cause("not-localised", f"{who} raised on this case; no single node could be named ({_clip(text, 160)})",
                  evidence=text[:400])
 
 
-def _unlocalised(case, d, suspect) -> Cause:
+def _unlocalised(case, d, suspect, fallback: Cause | None = None) -> Cause:
     calls = {}
     for n in case.nodes:
         calls[n.op] = calls.get(n.op, 0) + 1
@@ -561,6 +563,8 @@ def _unlocalised(case, d, suspect) -> Cause:
                      f"{calls[op]} times in one graph: the code keeps state between calls (class attributes, "
                      "globals) where it should keep it on ctx", node=first.name, op=op, evidence=d.message,
                      pattern="other")
+    if fallback is not None:
+        return fallback
     return Cause("not-localised", f"every node's gradient rule agrees with its twin on its own, at its real inputs "
                  f"and upstream gradient; the disagreement between {d.oracles[0]} and {d.oracles[1]} comes from how "
                  "the graph combines them (accumulation over the uses of a tensor, state shared between calls) or "
@@ -677,6 +681,16 @@ def _whose(spec, suspect: str) -> str:
     return f"gradspec's VJP rule for {spec.name!r}"
 
 
+def _clip(text: str, n: int) -> str:
+    """``text`` in at most ``n`` characters, cut between words (a summary is printed as a terminal line)."""
+    text = " ".join(str(text).split())
+    if len(text) <= n:
+        return text
+    cut = text[: n - 1]
+    space = cut.rfind(" ")
+    return (cut[:space] if space > n // 2 else cut).rstrip(" ,;:—-") + "…"
+
+
 def _fmt(a, n: int = 6) -> str:
     try:
         vals = np.asarray(a, dtype=np.float64).ravel()
@@ -733,22 +747,22 @@ def explain_finding(d) -> Cause | None:
         where = _where(node, spec) if node is not None else "the op under test"
         code = _whose(spec, "reference") if spec is not None else "your vjp"
         cid = "wrong-jvp" if d.kind == "jvp-raised" else "wrong-vjp"
-        return Cause(cid, f"{where}: {code} {what} — {msg.split(': ', 2)[-1][:300]}", node=None if node is None else
+        return Cause(cid, f"{where}: {code} {what} — {_clip(msg.split(': ', 2)[-1], 300)}", node=None if node is None else
                      node.name, op=None if node is None else node.op, evidence=msg[:600], pattern=pattern)
     if d.kind == "forward-raised":
-        return Cause("forward-raised", f"the forward of the code under test raised: {msg[:300]}", evidence=msg[:600])
+        return Cause("forward-raised", f"the forward of the code under test raised: {_clip(msg, 300)}", evidence=msg[:600])
     if d.kind == "accumulation" and d.check_name == "backward twice" and case is not None:
         return _twice_cause(case, d)
     if d.kind == "raised":
-        return _raised_cause(case, d) if case is not None else Cause("not-localised", msg[:300], evidence=msg[:600])
+        return _raised_cause(case, d) if case is not None else Cause("not-localised", _clip(msg, 300), evidence=msg[:600])
     if d.kind == "implicit-seed":
         cid = "implicit-seed-refused" if "refus" in msg or "numel() == 1" in msg and "raised" in msg else \
             "implicit-seed-non-scalar"
-        return Cause(cid, f"{ENGINE_IDS[cid]} — {msg[:300]}", evidence=msg[:600])
+        return Cause(cid, f"{ENGINE_IDS[cid]} — {_clip(msg, 300)}", evidence=msg[:600])
     cid = _ENGINE_KIND_IDS.get(d.kind)
     if cid is not None:
-        return Cause(cid, f"{ENGINE_IDS[cid]} — {msg[:300]}", evidence=msg[:600])
-    return Cause("not-localised", f"{d.kind}: {msg[:300]}", evidence=msg[:600])
+        return Cause(cid, f"{ENGINE_IDS[cid]} — {_clip(msg, 300)}", evidence=msg[:600])
+    return Cause("not-localised", f"{d.kind}: {_clip(msg, 300)}", evidence=msg[:600])
 
 
 def _node_named_in(case: Case, msg: str) -> NodeDef | None:

@@ -31,7 +31,8 @@ _FIX_PATTERN = {
     "sign": "negate the rule where the sign is wrong",
     "seed-ignored": "multiply by the upstream gradient g element-wise (never by ones or by a constant)",
     "broadcast-reduction": "sum the gradient over every axis the input was broadcast along (sum_to the input's shape)",
-    "permuted": "put each value where it belongs: invert the permutation / insert the reduced axis before broadcasting",
+    "permuted": "put each value where it belongs: the cause names the mapping that is off (a permutation to invert, a "
+                "reduced axis to insert before broadcasting, the index where g is split)",
     "other": "compare the rule with J^T·g term by term at the inputs shown below",
 }
 _FIX_ID = {

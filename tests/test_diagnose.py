@@ -154,7 +154,7 @@ FN_EXPECTED = {
     # .transpose(0, 1) of a batch of matrices: raises (matmul of the wrong shapes) or gives another sum of products
     "fn-above-rank-2": {"vjp-raised": ("wrong-vjp", "other"), "value": ("wrong-vjp", "other")},
     "fn-relative-1e-6": {"value": ("wrong-vjp", "scale")},
-    "fn-stateful": {"value": ("wrong-vjp", "other")},
+    "fn-stateful": {"value": ("wrong-vjp", "other"), "raised": ("wrong-vjp", "other")},
     "fn-mutates-ctx": {"accumulation": ("wrong-vjp", "scale")},
     "fn-inplace-grad-output": {"vjp-writes-input": ("wrong-vjp", "other")},
 }
@@ -204,6 +204,21 @@ def test_concat_split_is_named_from_the_gradients_returned(constant):
         c = d.cause
         assert (c.id, c.node, c.op, c.pattern) == ("wrong-vjp", "y", op, "permuted"), f"{d.kind}: {c}\n{c.evidence}"
         assert "split" in c.summary and "1" in c.summary and "4" in c.summary, c.summary
+
+
+def test_state_kept_between_calls_is_named_when_the_graph_raises():
+    # ScaleStateful keeps the last call's input on the class: called on (8, 5) then on (5, 5), the first
+    # call's backward multiplies by a (5, 5) array and torch raises; each call alone is right.
+    op = _fn_op("fn-stateful")
+    case = gs.Case.build({"a": np.linspace(-1, 1, 40).reshape(8, 5), "b": np.linspace(0.5, 2, 25).reshape(5, 5)},
+                         [("u", op, ["a"], {}), ("v", op, ["b"], {})], ["u"], [np.ones((8, 5))],
+                         requires_grad={"b": False})
+    v = gs.check(case, oracles=["reference", "jacobian", "torch-cpu"])
+    raised = [d for d in v.discrepancies if d.kind == "raised"]
+    assert raised, str(v)
+    for d in raised:
+        c = d.cause
+        assert (c.id, c.op, c.pattern) == ("wrong-vjp", op, "other") and "keeps state between calls" in c.summary, c
 
 
 def test_one_element_gradient_gets_no_fitted_pattern():
@@ -438,3 +453,15 @@ def test_fuzz_diagnoses_once_per_kept_finding(engine, tmp_path, monkeypatch):
     # its shrunk and localised case: one engine-level diagnosis and at most one node localisation each
     assert calls["kept"] >= 1 and calls["engine"] == calls["kept"], calls
     assert calls["localise"] <= calls["kept"], calls
+
+
+@pytest.mark.parametrize("kind", ["forward-raised", "reset", "no-such-kind"])
+def test_cause_summaries_are_cut_between_words(kind):
+    from types import SimpleNamespace
+
+    words = " ".join(f"word{k:03d}" for k in range(120))  # 959 characters
+    d = SimpleNamespace(kind=kind, message=f"the code said: {words}", case=None, check_name="")
+    c = diagnose.explain_finding(d)
+    assert c.summary.endswith("…") and len(c.summary) < 400, c.summary
+    last = c.summary.rstrip("…").split()[-1]
+    assert last in words.split(), last  # a whole word, not a piece of one
