@@ -332,6 +332,17 @@ class Context:
         self.recent: list = []  # flag sets that explained earlier failures: tried first (one search per bug)
         self.known_ids: set = set()  # causes already reported (a pair names the other one first)
 
+    def _supported(self) -> set:
+        """The probe ops the engine supports besides the failing case's own (the probes need a unary op)."""
+        out = set()
+        for op in UNARY + BINARY:
+            try:
+                if self.engine.supports(op):
+                    out.add(op)
+            except Exception:  # noqa: BLE001 - a supports() that raises: treated as unsupported
+                continue
+        return out
+
     def trace(self, sc):
         from .scenario import ScenarioTimeout, run, timed_out
 
@@ -344,7 +355,7 @@ class Context:
         """Small fixed scenarios that tell the wrong semantics apart: (scenario, engine, reference)."""
         if self._probes is None:
             self._probes = []
-            for sc in _probe_scenarios(self.ops):
+            for sc in _probe_scenarios(self.ops | self._supported()):
                 from .scenario import ScenarioTimeout
 
                 try:
@@ -360,6 +371,8 @@ class Context:
 
 
 def _probe_scenarios(ops) -> list:
+    """The probes, built from ``ops``: a failing case of only ``add`` and ``sum`` still gets probes when the
+    engine supports a unary op (the context adds every supported one), else none (nothing tells flags apart)."""
     u = next((o for o in UNARY if o in ops), None)
     b = next((o for o in BINARY if o in ops), None)
     if u is None:
