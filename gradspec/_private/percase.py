@@ -24,8 +24,6 @@ Example::
 
 from __future__ import annotations
 
-import contextlib
-
 __all__ = ["scope", "once", "active"]
 
 
@@ -41,20 +39,31 @@ class _Memo:
 _SCOPES: dict[int, _Memo] = {}
 
 
-@contextlib.contextmanager
-def scope(case):
-    """Keep what ``once`` computes for ``case`` until the (outermost) scope of that case ends."""
-    key = id(case)
-    m = _SCOPES.get(key)
-    if m is None or m.case is not case:
-        m = _SCOPES[key] = _Memo(case)
-    m.depth += 1
-    try:
-        yield m.data
-    finally:
+class scope:
+    """Keep what ``once`` computes for ``case`` until the (outermost) scope of that case ends.
+    (A class rather than a generator context manager: it is entered on every ``gs.check``.)"""
+
+    __slots__ = ("_case", "_key", "_memo")
+
+    def __init__(self, case) -> None:
+        self._case = case
+
+    def __enter__(self) -> dict:
+        case = self._case
+        self._key = key = id(case)
+        m = _SCOPES.get(key)
+        if m is None or m.case is not case:
+            m = _SCOPES[key] = _Memo(case)
+        self._memo = m
+        m.depth += 1
+        return m.data
+
+    def __exit__(self, *exc) -> bool:
+        m = self._memo
         m.depth -= 1
-        if not m.depth and _SCOPES.get(key) is m:
-            del _SCOPES[key]
+        if not m.depth and _SCOPES.get(self._key) is m:
+            del _SCOPES[self._key]
+        return False
 
 
 def active(case) -> dict | None:
