@@ -236,7 +236,13 @@ class Case:
         return specs
 
     def grad_leaves(self) -> list[Leaf]:
-        return [l for l in self.leaves if l.differentiable]
+        memo = _percase.active(self)  # every oracle and rule asks, while gs.check runs: once per check
+        if memo is None:
+            return [l for l in self.leaves if l.differentiable]
+        got = memo.get("grad_leaves")
+        if got is None:
+            got = memo["grad_leaves"] = [l for l in self.leaves if l.differentiable]
+        return list(got)
 
     def seed_arrays(self, values: Mapping[str, np.ndarray] | None = None) -> list[np.ndarray]:
         """Explicit seeds, with implicit ones made ``ones_like(root)`` (cast to the root's dtype)."""
