@@ -1,6 +1,9 @@
 """A long false-alarm soak: N random cases from gradspec.strategies.cases() through gs.check.
 
-    python benchmarks/soak.py --cases 20000 --seed 0 [--json FILE] [--save-dir DIR]
+    python benchmarks/soak.py --cases 20000 --seed 0 [--groups] [--json FILE] [--save-dir DIR]
+
+``--groups``: the cases ``gradspec fuzz`` checks, every value set of ``gradspec.strategies.case_groups()``
+(several value sets per graph), until N cases have been checked.
 
 Every case must agree (every applicable oracle pair within tolerance); any disagreement is
 saved as case JSON for `gradspec replay`.  Prints cases/s, oracle pairs compared, skips by
@@ -29,6 +32,7 @@ def main(argv=None):
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", default=None)
     p.add_argument("--save-dir", default="soak-failures")
+    p.add_argument("--groups", action="store_true", help="value sets of case_groups(), as gradspec fuzz checks")
     a = p.parse_args(argv)
     stats = collections.Counter()
     ops = collections.Counter()
@@ -37,11 +41,28 @@ def main(argv=None):
     bad = []
     t0 = time.time()
 
-    @hyp_seed(a.seed)
-    @settings(max_examples=a.cases, database=None, deadline=None, phases=[Phase.generate],
-              suppress_health_check=list(HealthCheck))
-    @given(gs.strategies.cases())
-    def run(case):
+    def rounds():
+        # A group holds several cases: rounds of fewer examples (new seeds) until N cases are checked.
+        rnd = 0
+        while stats["cases"] < a.cases:
+            left = a.cases - stats["cases"]
+
+            @hyp_seed(a.seed + 7919 * rnd)
+            @settings(max_examples=max(10, left // 4) if a.groups else left, database=None, deadline=None,
+                      phases=[Phase.generate], suppress_health_check=list(HealthCheck))
+            @given(gs.strategies.case_groups() if a.groups else gs.strategies.cases())
+            def run(example):
+                for case in (example if a.groups else [example]):
+                    if stats["cases"] < a.cases:
+                        one(case)
+
+            before = stats["cases"]
+            run()
+            rnd += 1
+            if stats["cases"] == before:
+                break
+
+    def one(case):
         v = gs.check(case)
         stats["cases"] += 1
         stats["comparisons"] += len(v.comparisons)
@@ -61,7 +82,7 @@ def main(argv=None):
             el = time.time() - t0
             print(f"{stats['cases']} cases, {stats['cases'] / el:.1f}/s, {len(bad)} disagreements", file=sys.stderr)
 
-    run()
+    rounds()
     el = time.time() - t0
     res = {"cases": stats["cases"], "disagreements": len(bad), "seconds": round(el, 1),
            "cases_per_second": round(stats["cases"] / el, 2), "comparisons": stats["comparisons"],

@@ -10,12 +10,15 @@ alternating between versions so both see the same machine.
   second, and in the same process a bare Hypothesis loop drawing two float64 arrays of
   ``mutually_broadcastable_shapes(num_shapes=2, max_dims=3, max_side=4)`` with floats in [-10, 10];
   the ratio of the two.  CPU time (``time.process_time``), not wall time: the machine is shared and
-  wall time mostly measures the other tenants.  A 20-case campaign warms the caches first.
+  wall time mostly measures the other tenants.  A few cases of every op and a 20-case campaign warm
+  the caches first.
 * **split**: the CPU time of a campaign spent drawing cases (inside the strategy), checking them
   (``gs.check`` and its guard) and the rest (Hypothesis' engine, bookkeeping, reports).
-* **distribution**: ``gradspec.strategies.cases()`` sampled (the default mix): ops per case, leaves,
-  ranks, float elements, broadcasting, fan-out, x*x, non-ones seeds, float32 / mixed, multi-root, exact
-  tie/kink cases.
+* **distribution**: of the cases ``gradspec fuzz`` really checks (a ``--sample``-case campaign; how
+  many of them are distinct: Hypothesis re-runs choice sequences whose tail it had to fill with the
+  simplest choices, i.e. the same case again), and of ``gradspec.strategies.cases()`` sampled: ops per
+  case, leaves, ranks, float elements, broadcasting, fan-out, x*x, non-ones seeds, float32 / mixed,
+  multi-root, exact tie/kink cases.
 * **shrink**: planted bugs of ``tests/_planted.py`` under ``gradspec fuzz``: wall seconds from the first
   failing check to the first report folder written (shrinking and writing), median over the bugs.
 """
@@ -256,7 +259,7 @@ def worker_shrink(bug: str, seed: int) -> dict:
         if not name.startswith("gradspec.fuzz") or mod is None:
             continue
         for cls in [c for c in vars(mod).values() if isinstance(c, type) and c.__module__ == name]:
-            if hasattr(cls, "record") and hasattr(cls, "one"):
+            if hasattr(cls, "record") and (hasattr(cls, "one") or hasattr(cls, "_evaluate")):  # older: one()
                 orig_record = cls.record
 
                 def record(self, *a, _orig=orig_record, **k):
@@ -334,7 +337,7 @@ def main(argv=None) -> int:
     versions = {"after": ROOT}
     if a.before:
         versions["before"] = os.path.abspath(a.before)
-    res: dict = {v: {"rate": [], "split": None, "dist": None, "shrink": {}} for v in versions}
+    res: dict = {v: {"rate": [], "split": None, "dist": None, "fuzzdist": None, "shrink": {}} for v in versions}
     for r in range(a.rounds):
         for v, root in (versions.items() if r % 2 == 0 else reversed(list(versions.items()))):
             row = _run(root, "rate", a.cases, 100 + r)
@@ -344,6 +347,7 @@ def main(argv=None) -> int:
     for v, root in versions.items():
         res[v]["split"] = _run(root, "split", a.cases, 7)
         res[v]["dist"] = _run(root, "dist", a.sample, 0)
+        res[v]["fuzzdist"] = _run(root, "fuzzdist", a.sample, 7)
         if not a.no_shrink:
             for bug in SHRINK_BUGS:
                 try:
@@ -380,11 +384,15 @@ def _print(res):
         row(f"CPU share: {k}", lambda r, k=k: f"{r['split'][k] / r['split']['cpu']:.0%}")
     row("CPU ms per case: draw", lambda r: f"{1e3 * r['split']['draw'] / r['split']['cases']:.2f}")
     row("CPU ms per case: check", lambda r: f"{1e3 * r['split']['check'] / r['split']['cases']:.2f}")
-    for k in ("ops", "leaves", "elements", "broadcast", "fan_out", "x*x", "non_ones_seed", "float32", "mixed",
-              "multi_root", "tie_kink"):
-        row(f"dist: {k}", lambda r, k=k: f"{r['dist'][k]:.3g}")
-    row("dist: max leaf rank 0/1/2/3", lambda r: "/".join(str(r["dist"]["rank_histogram"].get(str(i), r["dist"][
-        "rank_histogram"].get(i, 0))) for i in range(4)))
+    row("CPU ms per case: other", lambda r: f"{1e3 * r['split']['other'] / r['split']['cases']:.2f}")
+    row("fuzz: distinct cases among those checked", lambda r: f"{r['fuzzdist']['unique']} of {r['fuzzdist']['cases']}")
+    row("**distinct cases / CPU s** (rate x distinct share)", lambda r: f"**{r['summary']['fuzz_per_cpu_s'] * r['fuzzdist']['unique'] / max(1, r['fuzzdist']['cases']):.0f}**")
+    for src, label in (("fuzzdist", "checked by fuzz"), ("dist", "cases() sampled")):
+        for k in ("ops", "leaves", "elements", "broadcast", "fan_out", "x*x", "non_ones_seed", "float32", "mixed",
+                  "multi_root", "tie_kink"):
+            row(f"dist ({label}): {k}", lambda r, k=k, src=src: f"{r[src][k]:.3g}")
+        row(f"dist ({label}): max leaf rank 0/1/2/3", lambda r, src=src: "/".join(
+            str(r[src]["rank_histogram"].get(str(i), r[src]["rank_histogram"].get(i, 0))) for i in range(4)))
     for bug in SHRINK_BUGS:
         row(f"first failure -> report s: {bug}", lambda r, b=bug: _fmt(r["shrink"].get(b, {})))
     row("**median first failure -> report s** (goal <= 5)",

@@ -132,6 +132,7 @@ class Driver:
         self._pending: dict = {}  # signature -> (discrepancy, found, verdict): met while shrinking another
         self._memo: dict = {}
         self._seen: set = set()  # fingerprints of the value sets checked (generate mode)
+        self._hint = None  # leaf values of the last set that showed the target (shrink mode)
         self.repeats = 0  # value sets not checked: the same case was checked before
 
     # -- budget ----------------------------------------------------------------------------
@@ -164,9 +165,14 @@ class Driver:
             if self.deadline is not None and time.perf_counter() > self.deadline:
                 self._shrink_exhausted = True
                 raise Stop("time")
-            if len(cases) > 1:  # sets checked before cost nothing (the memo): those first
-                known = [c for c in cases if _case_key(c) in self._memo]
-                cases = known + [c for c in cases if not any(c is k for k in known)]
+            if len(cases) > 1:
+                # Sets checked before cost nothing (the memo): those first; then a set with the values
+                # of the last set that showed the target (shrinking often keeps them while it deletes
+                # other sets or simplifies the graph); then the others in order.
+                def rank(c):
+                    return 0 if _case_key(c) in self._memo else 1 if _values_key(c) == self._hint else 2
+
+                cases = sorted(cases, key=rank)
         if self.on_group is not None:
             self.on_group(cases, mode)
         for case in cases:
@@ -212,6 +218,7 @@ class Driver:
                 self._pending.setdefault(search_signature(d), (d, found, verdict))
         if hit:
             self._last = (case, hit, found, verdict)
+            self._hint = _values_key(case)
             raise _Found()
 
     def _evaluate(self, case: Case, mode: str):
@@ -431,6 +438,10 @@ def _fingerprint(case: Case) -> bytes:
             h.update(f"|{s.dtype.str}|{s.shape}|".encode())
             h.update(np.ascontiguousarray(s).tobytes())
     return h.digest()
+
+
+def _values_key(case: Case) -> tuple:
+    return tuple(l.value.tobytes() for l in case.leaves)
 
 
 def _case_key(case: Case) -> str:

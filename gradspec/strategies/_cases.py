@@ -226,12 +226,14 @@ def _repair(draw, g: Graph, vals: dict, cfg: _Cfg, reject: bool = True) -> dict 
     raise AssertionError("unreachable")  # pragma: no cover - assume() above ends the loop
 
 
-def value_set(draw, g: Graph, cfg: _Cfg, dtype_mode: str, reject: bool = True, template: Case | None = None
-              ) -> Case | None:
+def value_set(draw, g: Graph, cfg: _Cfg, dtype_mode: str, reject: bool = True, template: Case | None = None,
+              seed_blocks: bool = True) -> Case | None:
     """One set of values for graph ``g`` (leaf values, repairs, the hard-region plant, one seed per
     root) as a :class:`Case`.  ``g`` may be changed by a repair (an input detached onto a fresh
     leaf): pass a copy when it is shared.  None when the values resist repair and not ``reject``.
-    ``template``: a case of the same graph, whose canonical structure is reused if no repair changed it."""
+    ``template``: a case of the same graph, whose canonical structure is reused if no repair changed it.
+    ``seed_blocks``: each seed drawn as a block of its own (as ``cases()`` always has: Hypothesis'
+    mutator copies such blocks, which shapes the mix it generates); a group's sets draw them inline."""
     vals: dict[str, np.ndarray] = {}
     for l in g.leaves:
         if l.is_float:
@@ -244,7 +246,10 @@ def value_set(draw, g: Graph, cfg: _Cfg, dtype_mode: str, reject: bool = True, t
     vals, hard = _hard.maybe_plant(draw, g, vals, _first_bad_node)
     if hard:
         env = _first_bad_node(g, vals, allow={i for i, n in enumerate(g.nodes) if n.name == hard[0]["node"]})[1]
-    sd = [draw_seed(draw, tuple(np.shape(env[r])), np.asarray(env[r]).dtype.name, True, True) for r in g.roots]
+    if seed_blocks:
+        sd = [draw(_seeds(tuple(np.shape(env[r])), np.asarray(env[r]).dtype.name, True, True)) for r in g.roots]
+    else:
+        sd = [draw_seed(draw, tuple(np.shape(env[r])), np.asarray(env[r]).dtype.name, True, True) for r in g.roots]
     if template is not None and len(g.leaves) == len(template.leaves):  # a repair detaches onto a new leaf
         case = g.case_like(template, vals, sd)
     else:

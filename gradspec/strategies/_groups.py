@@ -41,10 +41,10 @@ def _set_strategy(draw):
     if not drawn:
         # The first set repairs the graph itself (as cases() does: a set that resists repair rejects
         # the group); later ones work on a copy, are dropped alone, and reuse its canonical structure.
-        case = value_set(draw, g, cfg, mode)
+        case = value_set(draw, g, cfg, mode, seed_blocks=False)
         drawn.append(case)
         return case
-    return value_set(draw, g.copy(), cfg, mode, reject=False, template=drawn[0])
+    return value_set(draw, g.copy(), cfg, mode, reject=False, template=drawn[0], seed_blocks=False)
 
 
 _SET = _set_strategy()
