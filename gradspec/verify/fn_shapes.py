@@ -47,7 +47,7 @@ from .torch_call import CallLayout, outputs
 
 __all__ = ["Plan", "plan", "model_cases", "out_rules", "op_example_cases"]
 
-MAX_FN_SIDE = 5  # sizes drawn for a learnt model (the example's sizes are also drawn, as the shrink target)
+MAX_FN_SIDE = 5  # sizes drawn for a learnt model: up to this or 2x the example's (ShapeModel.side_limit); the example's own in a quarter of draws
 
 
 @dataclasses.dataclass
