@@ -338,8 +338,8 @@ def _wrong_vjp(mini: Case, node: NodeDef, spec, suspect: str, u: dict, t: dict, 
     elif pattern != "other" and run is not None and twin is not None:
         pattern, factor, detail = _confirmed(mini, node, spec, suspect, twin, run, J, (pattern, factor, detail))
     summary = f"{where}: {code} is wrong — {detail}"
-    return Cause("wrong-vjp", summary, node=node.name, op=node.op, evidence=_evidence(mini, leaves, u, t, g, suspect),
-                 pattern=pattern, factor=factor)
+    return Cause("wrong-vjp", summary, node=node.name, op=node.op,
+                 evidence=_evidence(mini, leaves, u, t, g, suspect, _twin_label(spec, twin)), pattern=pattern, factor=factor)
 
 
 # Fresh upstream gradients a pattern must also hold for (a shrunk case often has one or two elements,
@@ -667,6 +667,17 @@ def _engine_overwrite(case: Case, suspect: str, verdict) -> Cause | None:
 
 def _where(node: NodeDef, spec) -> str:
     return f"node {node.name} = {node.op}({', '.join(node.inputs)})"
+
+
+def _twin_label(spec, twin) -> str:
+    """What the twin that decided a node's VJP is, for the evidence (a torch Function has no JVP rule)."""
+    if twin == "finite-differences":
+        return "finite differences"
+    if twin == "jacobian" and getattr(spec, "jvp_source", None) not in (None, "declared"):
+        return "J^T·g from finite differences of the forward (JVP)"
+    if twin == "jacobian":
+        return "J^T·g from your jvp" if spec.user else f"J^T·g from the JVP rule of {spec.name!r}"
+    return "J^T·g from the twin (JVP rule or finite differences)"
 
 
 def _whose(spec, suspect: str) -> str:

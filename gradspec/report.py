@@ -144,7 +144,7 @@ _INDEX = """<!doctype html><html lang="en"><head><meta charset="utf-8"><title>gr
 <style>{{ css }}</style></head><body>
 <h1>gradspec {{ title }}</h1>
 {% if s.source == "tests" %}<p>{{ this_run|length }} failing gradient check{{ '' if this_run|length == 1 else 's' }} in this test session (session {{ s.run_id }}).</p>{% else %}
-<p>{{ s.cases }} cases{% if s.seconds %} in {{ '%.1f'|format(s.seconds) }} s ({{ s.cases_per_second }} cases/s){% endif %} against engine <code>{{ s.engine }}</code>.
+<p>{{ s.cases }} cases{% if s.seconds %} in {{ '%.1f'|format(s.seconds) }} s ({{ s.cases_per_second }} cases/s){% endif %} {{ under.how }} <code>{{ under.name }}</code>{{ under.what }}.
 <b class="{{ 'ok' if not this_run else 'bad' }}">{{ this_run|length }} discrepanc{{ 'y' if this_run|length == 1 else 'ies' }}</b>
 {% if s.interrupted %}<b class="bad">interrupted</b> (results of what ran){% endif %}
 {% if s.stop_reason %}<span class="small">stopped: {{ s.stop_reason }}</span>{% endif %}</p>{% endif %}
@@ -173,8 +173,8 @@ _INDEX = """<!doctype html><html lang="en"><head><meta charset="utf-8"><title>gr
 <div class="grid"><div>
 <h2>Agreement per oracle pair</h2>
 {% if pairs %}<table><tr><th class="l">pair</th><th>comparisons</th><th>agreed</th><th>disagreed</th><th class="l"></th></tr>
-{% for p in pairs %}<tr><td class="l">{{ p.name }}</td><td>{{ p.n }}</td><td class="{{ 'ok' if p.bad == 0 else '' }}">{{ p.ok }}</td><td class="{{ 'bad' if p.bad else '' }}">{{ p.bad }}</td><td class="l" title="{{ p.ok }} agreed, {{ p.bad }} disagreed"><span class="bar" style="width:{{ p.wok }}px;background:#5cb85c"></span><span class="bar" style="width:{{ p.wbad }}px;background:#d9534f"></span></td></tr>
-{% endfor %}</table>{% else %}<p>No comparisons.</p>{% endif %}
+{% for p in pairs %}<tr><td class="l">{{ p.label }}</td><td>{{ p.n }}</td><td class="{{ 'ok' if p.bad == 0 else '' }}">{{ p.ok }}</td><td class="{{ 'bad' if p.bad else '' }}">{{ p.bad }}</td><td class="l" title="{{ p.ok }} agreed, {{ p.bad }} disagreed"><span class="bar" style="width:{{ p.wok }}px;background:#5cb85c"></span><span class="bar" style="width:{{ p.wbad }}px;background:#d9534f"></span></td></tr>
+{% endfor %}</table>{% if mine %}<p class="small">your code: the oracle runs {{ mine }}.</p>{% endif %}{% else %}<p>No comparisons.</p>{% endif %}
 {% if skipped %}<h3>Oracles not used, and why</h3><table><tr><th class="l">reason</th><th>cases</th><th class="l">example</th></tr>
 {% for why, n, ex in skipped %}<tr><td class="l">{{ why }}</td><td>{{ n }}</td><td class="l">{{ ex }}</td></tr>{% endfor %}</table>{% endif %}
 {% if inconclusive %}<h3>Cases that compared nothing ({{ s.inconclusive }}), and why</h3><table><tr><th class="l">reason</th><th>cases</th><th class="l">example</th></tr>
@@ -190,7 +190,7 @@ _INDEX = """<!doctype html><html lang="en"><head><meta charset="utf-8"><title>gr
 </body></html>"""
 
 
-def write_run_report(directory: str, summary: dict, discrepancies=None, title: str = "fuzz report") -> str:
+def write_run_report(directory: str, summary: dict, discrepancies=None, title: str | None = None) -> str:
     """Write ``directory/index.html`` from a run summary and every discrepancy folder in ``directory``.
 
     Folders written by earlier runs (or other sessions) are listed too, with their status.
@@ -236,12 +236,14 @@ def write_run_report(directory: str, summary: dict, discrepancies=None, title: s
         earlier.append(r)
     pairs = []
     oracles = s.get("oracles", {}) or {}
+    under, mine, mine_text = _under_test(s, oracles)
     agreement = s.get("agreement", {}) or {}
     top = max(oracles.values(), default=1) or 1
     for name, n in oracles.items():
         ok = int(agreement.get(name, n))
         w = 160 * n / top
-        pairs.append({"name": name, "n": n, "ok": ok, "bad": n - ok, "wok": int(w * ok / max(n, 1)),
+        label = " vs ".join(o + (" (your code)" if o in mine else "") for o in name.split(" vs "))
+        pairs.append({"name": name, "label": label, "n": n, "ok": ok, "bad": n - ok, "wok": int(w * ok / max(n, 1)),
                       "wbad": int(round(w * (n - ok) / max(n, 1)))})
     opc = s.get("ops", {}) or {}
     otop = max(opc.values(), default=1) or 1
@@ -249,9 +251,11 @@ def write_run_report(directory: str, summary: dict, discrepancies=None, title: s
     cfg = s.get("config") or {"engine": s["engine"], "seed": s.get("seed")}
     html = _jinja().from_string(_INDEX).render(
         css=_CSS,
-        title=title,
-        headline=(f"{len(this_run)} discrepancies" if this_run else "inconclusive" if s.get("status") == "inconclusive"
-                  else "no discrepancy"),
+        title=title or f"fuzz: engine {s['engine']}",
+        headline=(f"{len(this_run)} discrepanc{'y' if len(this_run) == 1 else 'ies'}" if this_run
+                  else "inconclusive" if s.get("status") == "inconclusive" else "no discrepancy"),
+        under=under,
+        mine=mine_text,
         s=s,
         this_run=this_run,
         superseded=superseded,
@@ -269,6 +273,26 @@ def write_run_report(directory: str, summary: dict, discrepancies=None, title: s
     path = os.path.join(directory, "index.html")
     atomic_write(path, html)
     return path
+
+
+def _under_test(s: dict, oracles: dict) -> tuple[dict, set, str]:
+    """What a run page checked ({"how", "name", "what"} for "N cases <how> <name><what>"), the oracles
+    that run the user's own backward (their columns say "your code") and what that means, in words."""
+    from . import oracles as _oracles
+
+    run, target = s.get("run"), s.get("target") or s.get("engine")
+    names = {o for pair in oracles for o in pair.split(" vs ")}
+    builtin = set(_oracles.names())
+    if run == "torch function":
+        return ({"how": "of torch function", "name": target, "what": " (its backward)"},
+                {n for n in names if n == "reference" or n.startswith("torch")},
+                "the Function's backward (reference: inside gradspec's engine; torch: inside torch graphs)")
+    if run == "op":
+        return ({"how": "of user op", "name": target, "what": " (its vjp)"}, {"reference"} & names,
+                "the op's vjp (reference: gradspec's engine)")
+    engines = {n for n in names if n not in builtin}  # an engine under test (fuzz --engine, verify_engine)
+    return ({"how": "against engine", "name": target, "what": ""}, engines,
+            "the engine's backward" if engines else "")
 
 
 def untested_ops(s: dict) -> str:

@@ -46,6 +46,7 @@ def write_result_html(self, directory: str) -> str:
     s = self.to_json()
     summary = {
         "run": self.what,  # "op" | "torch function" | "engine": what the page is about
+        "target": self.target,
         "engine": self.target if self.what == "engine" else "reference",
         "cases": self.cases_run,
         "seconds": self.seconds,
@@ -61,7 +62,8 @@ def write_result_html(self, directory: str) -> str:
         "inconclusive": sum(self.inconclusive.values()),
         "inconclusive_reasons": s["inconclusive"],
     }
-    index = report.write_run_report(directory, summary, items)
+    index = report.write_run_report(directory, summary, items,
+                                    title=report_cause.run_title({"run": self.what, "target": self.target}))
     extra = [f"<h2>gradspec verify {_html.escape(self.what)} <code>{_html.escape(self.target)}</code>: "
              f"{ {'agree': 'OK', 'disagree': 'FAILED'}.get(self.status, 'INCONCLUSIVE')}</h2>"]
     if self.checks:

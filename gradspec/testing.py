@@ -268,13 +268,27 @@ def failure_message(result, reports=()) -> str:
         lines.append(f"{i + 1}. [{d.kind}] {_cause_text(d)}")
         if getattr(d, "cause", None) is not None and d.message not in lines[-1]:
             lines.append(f"   message: {d.message}")
-        if getattr(d, "replay", ""):
-            lines.append(f"   replay: {d.replay}")
+        written = _written_replay(reports[i]) if i < len(reports) else None
+        if written or getattr(d, "replay", ""):  # the case file already written, else how to write it
+            lines.append(f"   replay: {written or d.replay}")
     if result.replay:
         lines.append(f"replay the whole run: {result.replay}")
     for r in reports:
         lines.append(f"HTML report: {r}")
     return "\n".join(lines)
+
+
+def _written_replay(index_path: str) -> str | None:
+    """``gradspec replay <folder>/case.json --allow-import ...`` for a report folder written with a case."""
+    from .caseio import replay_command
+
+    case = os.path.join(os.path.dirname(str(index_path)), "case.json")
+    try:
+        with open(case, encoding="utf-8") as f:
+            d = json.load(f)
+        return replay_command(case, d.get("engine"), d.get("user_ops"))
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def _assert(run, target, kw) -> object:

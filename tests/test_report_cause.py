@@ -256,3 +256,55 @@ def test_headline_renders_in_headless_chromium(tmp_path, request, which):
         assert text.startswith("reset ignored (engine-level: a backward() rule)"), text
         assert "Fix: make zero_grad set .grad back to None (or zeros)" in text
     assert len(png) > 20_000 and _has_headline_colour(png)  # rendered, with the red headline box on screen
+
+
+# ---------------------------------------------------------------------------------------------
+# the run page of a verify_* result names the run kind and the thing under test (not "fuzz report")
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def torch_function_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("fn")
+    r = gs.verify_torch_function(P.MeanNorm.apply, signature="(n)->()", max_examples=15, seed=0)
+    assert len(r.discrepancies) == 1, r.summary()
+    index = r.write_html(str(out))
+    return r, out, open(index, encoding="utf-8").read()
+
+
+def test_a_verify_run_page_is_titled_by_its_kind_and_target(torch_function_run):
+    _, _, text = torch_function_run
+    assert re.search(r"<title>[^<]*: 1 discrepancy</title>", text), text[:300]
+    h1 = re.sub(r"<[^>]+>", "", re.search(r"<h1>(.*?)</h1>", text, re.S).group(1))
+    assert h1 == "gradspec verify_torch_function: MeanNorm.apply", h1
+    assert "fuzz report" not in text and "against engine" not in text
+    assert "of torch function <code>MeanNorm.apply</code> (its backward" in text
+
+
+def test_the_agreement_table_says_which_oracles_run_your_code(torch_function_run):
+    _, _, text = torch_function_run
+    table = text.split("<h2>Agreement per oracle pair</h2>", 1)[1].split("</table>", 1)[0]
+    pairs = re.findall(r'<tr><td class="l">(.*?)</td>', table)
+    # the Function's backward runs inside gradspec's engine (reference) and inside torch graphs (torch-cpu)
+    assert "reference (your code) vs torch-cpu (your code)" in pairs, pairs
+    assert "reference (your code) vs finite-differences" in pairs, pairs
+
+
+def test_the_evidence_names_the_real_twin_of_a_torch_function(torch_function_run):
+    r, out, _ = torch_function_run
+    ev = r.discrepancies[0].cause.evidence
+    # a torch Function has no JVP rule: its twin is finite differences of its forward
+    assert "JVP rule or finite differences" not in ev and "finite differences of the forward" in ev, ev
+
+
+def test_assert_helpers_name_the_case_file_they_wrote(tmp_path):
+    """The pytest message of a finding whose report was written gives its replay command with the real path,
+    not "result.write_html(DIR), then gradspec replay DIR/<id>/case.json"."""
+    with pytest.raises(gs.testing.VerificationFailed) as e:
+        gs.assert_torch_function(P.MeanNorm.apply, signature="(n)->()", max_examples=15, seed=0,
+                                 report_dir=str(tmp_path))
+    case = os.path.join(os.path.dirname(e.value.reports[0]), "case.json")
+    assert os.path.exists(case)
+    text = str(e.value)
+    assert f"replay: gradspec replay {case} --allow-import tests._planted" in text, text
+    assert "write_html(DIR)" not in text
