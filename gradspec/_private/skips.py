@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["word_cut", "kind_of", "group", "KEY_WIDTH"]
+__all__ = ["word_cut", "kind_of", "group", "key", "KEY_WIDTH"]
 
 # Longest count key kept (summary.json["skipped"], inconclusive reasons): the reason of a case that
 # compared nothing joins every oracle's (a few sentences each), so keys stay whole up to this; only an
@@ -48,6 +48,23 @@ def word_cut(text: str, width: int = KEY_WIDTH) -> str:
     if space > width // 2:
         cut = cut[:space]
     return cut.rstrip(" ,;:—-") + "…"
+
+
+def key(name: str, why: str) -> str:
+    """The count key of oracle ``name`` skipped for ``why``: ``"name: why"`` with the oracle's own name
+    at the start of ``why`` said once (``jacobian: jacobian: ...`` before), whole up to :data:`KEY_WIDTH`.
+
+    >>> key("jacobian", "jacobian: exact tie/kink at v0 = abs(x0)")
+    'jacobian: exact tie/kink at v0 = abs(x0)'
+    >>> key("finite-differences", "finite differences: exact tie/kink at v0 = abs(x0)")
+    'finite-differences: exact tie/kink at v0 = abs(x0)'
+    """
+    why = str(why)
+    for own in (f"{name}: ", f"{name.replace('-', ' ')}: "):
+        if why.startswith(own):
+            why = why[len(own):]
+            break
+    return word_cut(f"{name}: {why}")
 
 
 def kind_of(reason: str) -> tuple[str, str]:

@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 from .._private.kinks import tally
 from .._private.records import discrepancy_id, read_records, update_record
+from .._private.skips import key as skip_key
 from .._private.skips import word_cut
 from ..case import Case
 from ..check import Discrepancy, Verdict
@@ -192,7 +193,7 @@ class _Campaign:
             s.pair_counts[key] += 1
             s.pair_agree[key] += int(comp.agreed)
         for name, why in verdict.skipped.items():
-            s.skipped[word_cut(f"{name}: {why.split(':', 1)[1].strip() if ':' in why else why}")] += 1
+            s.skipped[skip_key(name, why)] += 1
         s.hard.update(tally(case, verdict.skipped))
         s.timeouts += sum(d.kind == "timeout" for d in verdict.discrepancies)
         if verdict.status == "inconclusive":

@@ -26,7 +26,7 @@ import numpy as np
 from .. import oracles as _oracles
 from .. import outcome as _outcome
 from .._private import result_sink
-from .._private.skips import word_cut
+from .._private.skips import key as skip_key
 from ..case import Case, Leaf, NodeDef
 from ..check import Discrepancy, _has_fd_jvp, check
 from ..ops.user import ERROR_KINDS, FD_JVP_SOURCE, import_path_of
@@ -414,7 +414,7 @@ def _note_verdicts(result: Result, verdicts) -> None:
             result.pair_counts[tuple(comp.oracles)] += 1
             result.pair_agree[tuple(comp.oracles)] += int(comp.agreed)
         for name, why in v.skipped.items():
-            result.skipped[word_cut(f"{name}: {why}")] += 1
+            result.skipped[skip_key(name, why)] += 1
         _outcome.run_notes(result.notes, v)
         if v.status == "inconclusive":
             result.inconclusive[v.reason[:200]] += 1
