@@ -244,7 +244,8 @@ def supersede(found: dict) -> tuple[list, list]:
         key = (r.get("kind"), tuple(sorted(r.get("oracles") or [])))
         ops = set(r.get("ops") or [])
         cause = (r.get("cause") or {}).get("id")
-        by = None if r.get("rule") or cause not in ENGINE_IDS else rule_by_cause.get(cause)
+        # (value reports only: a raise or a wrong shape keeps its own report, with its traceback)
+        by = None if r.get("rule") or r.get("kind") != "value" or cause not in ENGINE_IDS else rule_by_cause.get(cause)
         by = by or next((o for o in recs if o is not r and (o.get("kind"), tuple(sorted(o.get("oracles") or []))) == key
                          and set(o.get("ops") or []) < ops and r.get("kind") not in ("crash",)), None)
         if by is None:
