@@ -31,6 +31,7 @@ import os
 
 from ._private import limits
 from ._private.imports import ImportSpecError, allowing, load_from_case
+from ._private.skips import word_cut
 from .case import Case, CaseError
 
 __all__ = ["load", "engine_for", "replay_command", "BUILTIN_ENGINES"]
@@ -66,7 +67,7 @@ def load(path: str, *, allow_import=(), max_elements: int | None = None) -> Case
         try:
             d = json.loads(text)
         except (ValueError, RecursionError) as e:
-            raise CaseError(f"{path}: not a gradspec case file: invalid JSON ({str(e)[:200]})") from None
+            raise CaseError(f"{path}: not a gradspec case file: invalid JSON ({word_cut(str(e), 200)})") from None
         if not isinstance(d, dict):  # json.loads succeeded: the text is JSON, only not a case
             kind = {list: "a list", str: "a string", bool: "a boolean", type(None): "null"}.get(type(d), "a number")
             raise CaseError(f"{path}: not a gradspec case file: the file is valid JSON, but {kind}, not a case object "
@@ -80,7 +81,7 @@ def load(path: str, *, allow_import=(), max_elements: int | None = None) -> Case
         except RecursionError:
             raise CaseError(f"{path}: the case nests too deeply to be a gradspec case") from None
         except Exception as e:  # noqa: BLE001 - a user op whose own code fails while the case is built
-            raise CaseError(f"{path}: cannot load the case: {type(e).__name__}: {str(e)[:300]}") from None
+            raise CaseError(f"{path}: cannot load the case: {type(e).__name__}: {word_cut(str(e), 300)}") from None
 
 
 def _check_ops(path: str, d) -> None:

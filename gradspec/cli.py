@@ -689,13 +689,14 @@ def _write_ci_outputs(args, cfg, summary: dict) -> None:
 def _fuzz_rules(cfg, engine, run, ops, err) -> dict:
     """The §5 rule searches (gradspec.fuzz.rules), each finding announced like the campaign's."""
     from . import report
+    from ._private.skips import word_cut
     from .fuzz.rules import run_rules
 
     if run.interrupted or run.stop_reason == "report-dir":
         return {"*": {"status": "skipped", "reason": f"the campaign stopped early ({run.stop_reason})"}}
 
     def announce(rid, d):
-        print(f"gradspec fuzz: discrepancy {rid}: backward() rule '{d.rule}': {d.cause.summary[:160]} "
+        print(f"gradspec fuzz: discrepancy {rid}: backward() rule '{d.rule}': {word_cut(d.cause.summary, 160)} "
               f"[{d.cause.id}]", file=err)
         print(f"  report: {os.path.join(cfg.report_dir, rid, 'index.html')}", file=err)
 

@@ -41,6 +41,7 @@ import itertools
 
 import numpy as np
 
+from ._private.skips import word_cut
 from ._private.vjp_patterns import EXPLAINED, classify, explains, flat, name_factor, shape_pattern
 from .case import Case, Leaf, NodeDef
 from .causes import ENGINE_IDS, Cause
@@ -463,7 +464,7 @@ def _raised_at(mini, node, spec, suspect, err) -> Cause:
         return c
     tname, msg, _ = err
     return Cause("wrong-vjp", f"{_where(node, spec)}: {_whose(spec, suspect)} raised {tname} on its own, at the "
-                 "node's real inputs and upstream gradient", node=node.name, op=node.op, evidence=msg[:400],
+                 "node's real inputs and upstream gradient", node=node.name, op=node.op, evidence=word_cut(msg, 400),
                  pattern="other")
 
 
@@ -545,9 +546,9 @@ def _raised_cause(case: Case, d) -> Cause:
     if node is not None:
         spec = case.spec(node.op)
         return Cause("wrong-vjp", f"{_where(node, spec)}: {_whose(spec, who)} raised ({_clip(text.split(': ', 1)[-1], 160)})",
-                     node=node.name, op=node.op, evidence=text[:400], pattern="other")
+                     node=node.name, op=node.op, evidence=word_cut(text, 400), pattern="other")
     return Cause("not-localised", f"{who} raised on this case; no single node could be named ({_clip(text, 160)})",
-                 evidence=text[:400])
+                 evidence=word_cut(text, 400))
 
 
 def _unlocalised(case, d, suspect, fallback: Cause | None = None) -> Cause:
@@ -759,21 +760,21 @@ def explain_finding(d) -> Cause | None:
         code = _whose(spec, "reference") if spec is not None else "your vjp"
         cid = "wrong-jvp" if d.kind == "jvp-raised" else "wrong-vjp"
         return Cause(cid, f"{where}: {code} {what} — {_clip(msg.split(': ', 2)[-1], 300)}", node=None if node is None else
-                     node.name, op=None if node is None else node.op, evidence=msg[:600], pattern=pattern)
+                     node.name, op=None if node is None else node.op, evidence=word_cut(msg, 600), pattern=pattern)
     if d.kind == "forward-raised":
-        return Cause("forward-raised", f"the forward of the code under test raised: {_clip(msg, 300)}", evidence=msg[:600])
+        return Cause("forward-raised", f"the forward of the code under test raised: {_clip(msg, 300)}", evidence=word_cut(msg, 600))
     if d.kind == "accumulation" and d.check_name == "backward twice" and case is not None:
         return _twice_cause(case, d)
     if d.kind == "raised":
-        return _raised_cause(case, d) if case is not None else Cause("not-localised", _clip(msg, 300), evidence=msg[:600])
+        return _raised_cause(case, d) if case is not None else Cause("not-localised", _clip(msg, 300), evidence=word_cut(msg, 600))
     if d.kind == "implicit-seed":
         cid = "implicit-seed-refused" if "refus" in msg or "numel() == 1" in msg and "raised" in msg else \
             "implicit-seed-non-scalar"
-        return Cause(cid, f"{ENGINE_IDS[cid]} — {_clip(msg, 300)}", evidence=msg[:600])
+        return Cause(cid, f"{ENGINE_IDS[cid]} — {_clip(msg, 300)}", evidence=word_cut(msg, 600))
     cid = _ENGINE_KIND_IDS.get(d.kind)
     if cid is not None:
-        return Cause(cid, f"{ENGINE_IDS[cid]} — {_clip(msg, 300)}", evidence=msg[:600])
-    return Cause("not-localised", f"{d.kind}: {_clip(msg, 300)}", evidence=msg[:600])
+        return Cause(cid, f"{ENGINE_IDS[cid]} — {_clip(msg, 300)}", evidence=word_cut(msg, 600))
+    return Cause("not-localised", f"{d.kind}: {_clip(msg, 300)}", evidence=word_cut(msg, 600))
 
 
 def _node_named_in(case: Case, msg: str) -> NodeDef | None:

@@ -31,6 +31,7 @@ import itertools
 
 import numpy as np
 
+from .._private.skips import word_cut
 from ..causes import Cause
 from .scenario import Obs, Scenario, Step, Trace, first_difference, fmt, raise_reason
 
@@ -409,7 +410,7 @@ def _obs_text(sc, trace, k, leaf) -> str:
     if o is None:
         return "(not run)"
     if o.raised is not None:
-        return f"raised {type(o.raised).__name__}: {str(o.raised).splitlines()[0][:120] if str(o.raised) else ''}"
+        return f"raised {type(o.raised).__name__}: {word_cut(str(o.raised).splitlines()[0], 120) if str(o.raised) else ''}"
     return fmt(o.grads.get(leaf))
 
 
@@ -466,8 +467,8 @@ def _raise_cause(sc, got, ref, k) -> Cause:
     step = sc.steps[k - 1]
     why = raise_reason(sc, k - 1)
     t_exc = ref.obs[k].raised
-    ev = f"{_where(sc, k)}: engine {_obs_text(sc, got, k, next(iter(sc.leaves)))[:160]}; torch " + (
-        f"raises {type(t_exc).__name__}: {str(t_exc).splitlines()[0][:120]}" if t_exc is not None else "does not raise")
+    ev = f"{_where(sc, k)}: engine {word_cut(_obs_text(sc, got, k, next(iter(sc.leaves))), 160)}; torch " + (
+        f"raises {type(t_exc).__name__}: {word_cut(str(t_exc).splitlines()[0], 120)}" if t_exc is not None else "does not raise")
     if t_exc is not None:  # the engine accepted what torch refuses
         if why == "no-grad":
             return Cause("error-type", "backward on a root that does not require grad (no leaf of its graph requires "

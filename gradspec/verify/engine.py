@@ -20,6 +20,7 @@ import time
 from .. import engines as _engines
 from .._private import result_sink
 from .._private.imports import importable_path
+from .._private.skips import word_cut
 from ..case import Case
 from ..check import Discrepancy, check
 from ..diagnose import explain
@@ -172,7 +173,7 @@ def _check_engine_case(case: Case, eo: EngineOracle, result: Result, run_replay:
             if eo.name not in d.oracles or d.kind == "raised":
                 continue
             if ref_vs_jac_bad:
-                result.note(f"reference and jacobian oracles disagree on a case ({d.message[:120]}...): not counted "
+                result.note(f"reference and jacobian oracles disagree on a case ({word_cut(d.message, 120)}): not counted "
                             "against the engine; please report it to gradspec")
                 continue
             fields = {f.name: getattr(d, f.name) for f in dataclasses.fields(Discrepancy)}

@@ -27,6 +27,7 @@ from .. import oracles as _oracles
 from .. import outcome as _outcome
 from .._private import result_sink
 from .._private.skips import key as skip_key
+from .._private.skips import word_cut
 from ..case import Case, Leaf, NodeDef
 from ..check import Discrepancy, _has_fd_jvp, check
 from ..ops.user import ERROR_KINDS, FD_JVP_SOURCE, import_path_of
@@ -417,4 +418,4 @@ def _note_verdicts(result: Result, verdicts) -> None:
             result.skipped[skip_key(name, why)] += 1
         _outcome.run_notes(result.notes, v)
         if v.status == "inconclusive":
-            result.inconclusive[v.reason[:200]] += 1
+            result.inconclusive[word_cut(v.reason)] += 1
