@@ -162,7 +162,7 @@ def localise(case: Case, d, oracles: dict, verdict=None) -> Cause | None:
         mini = _one_node_case(case, node, values, g)
         if mini is None:
             continue
-        c, local = _check_node(case, mini, node, suspects, oracles)
+        c, local = _check_node(case, mini, node, suspects, oracles, raised_only=d.kind in _WALKED_CONTRACT_KINDS)
         if c is not None:
             return c
         for i in set(node.inputs):
@@ -252,9 +252,12 @@ def _differentiable(case: Case) -> dict:
 # =============================================================================================
 
 
-def _check_node(case: Case, mini: Case, node: NodeDef, suspects: list, oracles: dict) -> tuple[Cause | None, dict]:
+def _check_node(case: Case, mini: Case, node: NodeDef, suspects: list, oracles: dict,
+                raised_only: bool = False) -> tuple[Cause | None, dict]:
     """Run ``node`` alone through the suspects and its twins: (the cause if one of the suspects is wrong
-    here, else None; the node's VJP by its twin, per input, which carries the upstream gradient on)."""
+    here, else None; the node's VJP by its twin, per input, which carries the upstream gradient on).
+    ``raised_only``: the finding is a raise, so only a node where the suspect raises is its cause (a wrong
+    value elsewhere in the graph is another finding's)."""
     spec = case.spec(node.op)
     code = [s for s in suspects if s != "jacobian"] or ["reference"]
     names = [oracles.get(s) or s for s in code] + ["jacobian"]
@@ -273,6 +276,8 @@ def _check_node(case: Case, mini: Case, node: NodeDef, suspects: list, oracles: 
     for s in code:
         if s in v.errors:
             return _raised_at(mini, node, spec, s, v.errors[s]), {}
+    if raised_only:
+        return None, _carried(v, code)
 
     def apart(a, b):
         return [x for x in v.discrepancies if set(x.oracles) == {a, b}]

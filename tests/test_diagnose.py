@@ -465,3 +465,13 @@ def test_cause_summaries_are_cut_between_words(kind):
     assert c.summary.endswith("…") and len(c.summary) < 400, c.summary
     last = c.summary.rstrip("…").split()[-1]
     assert last in words.split(), last  # a whole word, not a piece of one
+
+
+def test_a_raise_is_blamed_on_the_node_that_raises_not_on_a_wrong_value_nearer_the_root():
+    # w = pl_sq_raises(x) raises on a 0-d input; y = pl_sq_noseed(w), nearer the root, has a wrong value
+    # of its own (it ignores g = 3): the raise is w's, the wrong value another finding's
+    case = gs.Case.build({"x": np.array(0.7)}, [("w", "pl_sq_raises", ["x"], {}), ("y", "pl_sq_noseed", ["w"], {})],
+                         ["y"], [np.array(3.0)])
+    v = gs.check(case, oracles=["reference", "jacobian"])
+    (d,) = [d for d in v.discrepancies if d.kind == "raised"]
+    assert (d.cause.id, d.cause.node, d.cause.op) == ("wrong-vjp", "w", "pl_sq_raises"), d.cause
