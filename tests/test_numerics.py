@@ -304,3 +304,26 @@ def test_a_case_over_the_per_case_deadline_is_a_timeout_finding(monkeypatch):
     r = gs.verify_torch_function(_Slow.apply, max_examples=1, seed=0)
     timeouts = [d for d in r.discrepancies if d.kind == "timeout"]
     assert timeouts and "took longer than 0.5 s" in timeouts[0].message, str(r)
+
+
+class _CubeThroughFloat32(__import__("torch").autograd.Function):
+    """Correct, but computed in float32 inside: a staircase at the noise line's scale (~2e-8 |x|)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return (x.float() ** 3).to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return (g.float() * 3 * x.float() ** 2).to(x.dtype)
+
+
+def test_fd_steps_aside_where_the_forward_is_a_float32_staircase():
+    # Before: FD measured no noise on its (flat) noise line, vouched for an estimate off by ~quantum / h
+    # (3.012 vs 3 at x = 1) and called the correct backward wrong.
+    r = gs.verify_torch_function(_CubeThroughFloat32.apply, max_examples=40, seed=0)
+    assert r.status == "agree", r.summary()
+    case = gs.Case.build({"x": np.array(1.0)}, [("y", "exp", ["x"], {})], ["y"], None)
+    assert gs.check(case).status == "agree"  # float64 code: the staircase test stays quiet

@@ -513,6 +513,7 @@ class _Pass(NamedTuple):
     sigma: float  # the forward's measured noise (FD_NOISE_POINTS)
     reach: dict  # watched name -> how far each element moves over the stencil
     evaluations: int
+    line: tuple = ()  # s along the noise line (_staircase)
 
 
 class _RowZero(dict):
@@ -552,7 +553,8 @@ def _inline_pass(case, x64, leaves, flat, h, n, watch) -> _Pass:
             reach[name] = _reach(v[1:m], v[0])
     sigma = line_sigma(s[m:].tolist()) if n else 0.0
     return _Pass(center, _floor(vmax, seeds64, abs_seeds), seeds64, float(s[0]), float(S[0]),
-                 s[1:m].reshape(len(FACTORS), n), S[1:m].reshape(len(FACTORS), n), sigma, reach, rows)
+                 s[1:m].reshape(len(FACTORS), n), S[1:m].reshape(len(FACTORS), n), sigma, reach, rows,
+                 tuple(s[m:].tolist()) if n else ())
 
 
 def _chunked_pass(case, x64, leaves, flat, h, n, watch) -> _Pass:
@@ -586,7 +588,8 @@ def _chunked_pass(case, x64, leaves, flat, h, n, watch) -> _Pass:
         sn = _s_values(case._evaluate(_leaf_batches(case, x64, leaves, noise), 1), case.roots, seeds64, len(noise))[0]
         sigma = line_sigma(sn.tolist())
         evaluations += len(noise)
-    return _Pass(center, _floor(vmax, seeds64), seeds64, s0, S0, s_vals, S_vals, sigma, reach, evaluations)
+    return _Pass(center, _floor(vmax, seeds64), seeds64, s0, S0, s_vals, S_vals, sigma, reach, evaluations,
+                 tuple(sn.tolist()) if n else ())
 
 
 @oracle_call
@@ -616,13 +619,47 @@ def fd_gradient(case, *, check_reach: bool = True) -> FDResult:
     if check_reach and p.reach:  # a kink within reach explains a coarse estimate better than "varies too fast"
         _check_reach(plan, p.center, p.reach)
     if small is not None and not small[3]:
-        return _result(leaves, np.array(small[0]), np.array(small[1]), h, p.evaluations)
+        r = np.array(small[0])
+        _staircase(p, r, h, leaves)
+        return _result(leaves, r, np.array(small[1]), h, p.evaluations)
     if small is not None:
         r, err, trunc = (np.array(a) for a in small[:3])
     else:
         r, err, trunc = _combine_all(p.s, p.s0, p.S, p.S0, h, floor)
+    h0 = h.copy()  # the step the noise line was laid out with (refinement changes h in place)
     h, more = _refine(case, x64, leaves, p, h, floor, (r, err, trunc))
+    _staircase(p, r, h0, leaves)
     return _result(leaves, r, err, h, p.evaluations + more)
+
+
+def _staircase(p: _Pass, r, h0, leaves) -> None:
+    """The noise line (FD_NOISE_POINTS points spanning 15 h / FD_NOISE_SPACING, ~2e-8 |x|) measures
+    the forward's noise only where the forward resolves that span.  Code that computes at a lower
+    precision than its dtype (a float64 function through float32 inside) is a staircase there: most
+    neighbouring points give the very same value (its 4th differences, the noise, come out 0) while
+    the step h turns the quantum into an error ~quantum / h far above the estimate's bound.  Float64
+    code never repeats a value where the final slope predicts a change of RESOLUTION_FLOORS rounding
+    floors between neighbouring points (a kink or pole that close was refused before this), so:
+    where half the line's steps repeat a value, FD steps aside, saying why."""
+    line = p.line
+    if len(line) < 2 or not r.size:
+        return
+    d = noise_pattern(r.size)
+    per_step = abs(float(np.dot(r * h0, d[1] - d[0])))
+    if per_step <= RESOLUTION_FLOORS * p.vfloor:
+        return
+    repeats = sum(a == b for a, b in zip(line, line[1:]))
+    if 2 * repeats >= len(line) - 1:
+        raise OracleError(
+            f"finite differences: the forward gave the same value at {repeats + 1} of {len(line)} neighbouring "
+            f"points where its slope predicts a change of {per_step:.2g} from one to the next: it resolves its "
+            f"input more coarsely than {leaves[0].value.dtype} (a computation at lower precision inside, e.g. "
+            "through float32), so no estimate can be vouched for here")
+
+
+# _staircase: a repeated value counts only where the slope predicts a change of this many value floors
+# (VALUE_DEPTH rounding) between neighbouring points of the noise line.
+RESOLUTION_FLOORS = 100.0
 
 
 def _not_finite(j: int, h):
