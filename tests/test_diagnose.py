@@ -475,3 +475,33 @@ def test_a_raise_is_blamed_on_the_node_that_raises_not_on_a_wrong_value_nearer_t
     v = gs.check(case, oracles=["reference", "jacobian"])
     (d,) = [d for d in v.discrepancies if d.kind == "raised"]
     assert (d.cause.id, d.cause.node, d.cause.op) == ("wrong-vjp", "w", "pl_sq_raises"), d.cause
+
+
+class _MulAddOk(__import__("torch").autograd.Function):
+    """a * b + a"""
+
+    @staticmethod
+    def forward(ctx, a, b):
+        ctx.save_for_backward(a, b)
+        return a * b + a
+
+    @staticmethod
+    def backward(ctx, g):
+        a, b = ctx.saved_tensors
+        return g * (b + 1), g * a
+
+
+class _MulAddSwapped(_MulAddOk):
+    @staticmethod
+    def backward(ctx, g):
+        a, b = ctx.saved_tensors
+        return g * a, g * (b + 1)  # each input gets the other's gradient
+
+
+def test_gradients_returned_in_swapped_order_are_named_as_such():
+    # Before: 'other', "with no simple pattern" (found by a new user's tryout).
+    r = gs.verify_torch_function(_MulAddSwapped.apply, max_examples=30, seed=0)
+    causes = [d.cause for d in r.discrepancies if d.kind == "value"]
+    assert causes and all((c.id, c.pattern) == ("wrong-vjp", "permuted") and "are swapped" in c.summary
+                          for c in causes), causes
+    assert gs.verify_torch_function(_MulAddOk.apply, max_examples=30, seed=0).status == "agree"

@@ -210,6 +210,9 @@ def _core_ranks(spec, arity: int):
 
 
 def _permuted(mini, node, leaves, u, t, J, g, cols) -> str | None:
+    swapped = _swapped(leaves, u, t)
+    if swapped is not None:
+        return swapped
     for l in leaves:
         ul, tl = np.asarray(u[l.name], dtype=np.float64), np.asarray(t[l.name], dtype=np.float64)
         if np.allclose(ul, tl, rtol=1e-9, atol=0):
@@ -234,6 +237,21 @@ def _permuted(mini, node, leaves, u, t, J, g, cols) -> str | None:
         err = float(np.max(np.abs(ul - tl)))
         if ul.size > 1 and float(np.max(np.abs(np.sort(ul.ravel()) - np.sort(tl.ravel())))) <= EXPLAINED * err:
             return f"input {l.name}'s gradient holds the right numbers in the wrong places; check the index mapping"
+    return None
+
+
+def _swapped(leaves, u: dict, t: dict) -> str | None:
+    """Two inputs of one shape whose gradients came back in each other's places (``return gb, ga``)."""
+    uu, tt = flat(u, leaves), flat(t, leaves)
+    for a, b in itertools.combinations(range(len(leaves)), 2):
+        la, lb = leaves[a], leaves[b]
+        if la.shape != lb.shape:
+            continue
+        h = dict(t)
+        h[la.name], h[lb.name] = t[lb.name], t[la.name]
+        if explains(uu, flat(h, leaves), tt):
+            return (f"the gradients of inputs {la.name} and {lb.name} are swapped: each holds the other's J^T·g; "
+                    "return them in the order of the forward's inputs")
     return None
 
 
