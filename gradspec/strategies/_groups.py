@@ -1,11 +1,12 @@
 """Several value sets per graph structure: the draw behind ``case_groups()``.
 
 Drawing a graph (ops, shapes, params, dtypes, roots) costs several times what checking one case
-does; its values are one bytes choice per leaf.  A group draws the graph once, then value sets,
-each a block of choices of its own (a "one more set?" flag, the leaf values, the repairs, the
-tie/kink plant, the seeds), like the elements of ``st.lists``: the shrinker deletes whole sets, so
-a group whose third set fails shrinks to that one set, and Hypothesis' mutator can copy one set's
-block onto another (exact duplicates are dropped, never checked twice).
+does; its values are one bytes choice per leaf.  A group draws the graph once, then value sets (leaf
+values, repairs, the tie/kink plant, the seeds), each an element of a list, so the shrinker deletes
+whole sets: a group whose third set fails shrinks to that one set.  The group is drawn inside a unique
+collection, where Hypothesis' mutator does not copy blocks of choices: its copies shifted every later
+choice of a group, which then came out as the simplest one (the same all-1.0 set again) or ran out.
+Sets that repeat another of the group are dropped.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ import threading
 
 from hypothesis import strategies as st
 
-from ._cases import value_set
 from .._private import values as _values
+from ._cases import value_set
 from ._graph import Graph, _Builder, _Cfg, _numel
 
 # Hypothesis gives up on an example whose choices exceed BUFFER_SIZE (8 KiB of "entropy"): a group
