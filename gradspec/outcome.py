@@ -186,7 +186,12 @@ def settle_errors(case, results: dict, errors: dict, oracles: dict) -> tuple[lis
         o = oracles[name]
         first = msg.splitlines()[0] if msg else ""
         if o.kind == "fd":
-            excused[name] = f"{name} could not estimate the gradient ({etype}: {first})"
+            if etype in _PROGRAMMING_ERRORS and _raised_inside_gradspec(tb):
+                # not the user's forward (or an op refusing a perturbed point, a ValueError): gradspec's own code
+                excused[name] = (f"{name} failed inside gradspec itself ({etype}: {first}): a gradspec bug, not your "
+                                 "code's -- please report it with this case; not compared")
+            else:
+                excused[name] = f"{name} could not estimate the gradient ({etype}: {first})"
             continue
         if torch_raised and not is_torch(o):
             excused[name] = f"{name} raised {etype} ({first}) and so did {torch_raised[0]}: both refuse this case"
@@ -201,6 +206,24 @@ def settle_errors(case, results: dict, errors: dict, oracles: dict) -> tuple[lis
             text += f" while {other} returned gradients"
         raised.append((name, other, text, tb))
     return raised, excused
+
+
+_PROGRAMMING_ERRORS = frozenset({"AttributeError", "NameError", "UnboundLocalError", "TypeError", "KeyError",
+                                 "IndexError", "AssertionError"})
+
+
+def _innermost_file(tb: str) -> str | None:
+    frames = [ln.strip() for ln in (tb or "").splitlines() if ln.strip().startswith('File "')]
+    return frames[-1].split('"')[1] if frames else None
+
+
+def _raised_inside_gradspec(tb: str) -> bool:
+    """Whether the innermost Python frame of a formatted traceback is in gradspec's own package (its
+    oracles' code, not a user op's forward or numpy called from it)."""
+    import os
+
+    path = _innermost_file(tb)
+    return path is not None and os.path.abspath(path).startswith(os.path.dirname(os.path.abspath(__file__)) + os.sep)
 
 
 def _raised_inside_torch(tb: str) -> bool:

@@ -339,3 +339,13 @@ def test_an_engine_with_nan_where_the_forward_is_infinite_is_still_found():
     case = gs.Case.build(leaves, nodes, ["y"], seeds)
     v = gs.check(case, oracles=[EngineOracle(NanGrad(), "nan-grad"), "reference", "jacobian", "torch-cpu"])
     assert v.status == "disagree" and any(d.kind == "nan-inf-pattern" for d in v.discrepancies), str(v)
+
+
+def test_an_internal_error_of_finite_differences_is_named_as_gradspecs_own(monkeypatch):
+    # Before: excused as "finite-differences could not estimate the gradient (AttributeError: ...)",
+    # which reads like the user's forward failing at a perturbed point.
+    from gradspec.oracles import fd
+
+    monkeypatch.setattr(fd, "line_sigma", None)  # a TypeError raised in fd.py's own frame
+    v = gs.check(_sin_case("sin"), oracles=["reference", "finite-differences", "jacobian"])
+    assert "failed inside gradspec itself" in v.excused["finite-differences"], v.excused
