@@ -386,7 +386,8 @@ def _print(res):
     row("CPU ms per case: check", lambda r: f"{1e3 * r['split']['check'] / r['split']['cases']:.2f}")
     row("CPU ms per case: other", lambda r: f"{1e3 * r['split']['other'] / r['split']['cases']:.2f}")
     row("fuzz: distinct cases among those checked", lambda r: f"{r['fuzzdist']['unique']} of {r['fuzzdist']['cases']}")
-    row("**distinct cases / CPU s** (rate x distinct share)", lambda r: f"**{r['summary']['fuzz_per_cpu_s'] * r['fuzzdist']['unique'] / max(1, r['fuzzdist']['cases']):.0f}**")
+    row("**distinct cases / CPU s** (rate x distinct share)",
+        lambda r: f"**{r['summary']['fuzz_per_cpu_s'] * r['fuzzdist']['unique'] / max(1, r['fuzzdist']['cases']):.0f}**")
     for src, label in (("fuzzdist", "checked by fuzz"), ("dist", "cases() sampled")):
         for k in ("ops", "leaves", "elements", "broadcast", "fan_out", "x*x", "non_ones_seed", "float32", "mixed",
                   "multi_root", "tie_kink"):
