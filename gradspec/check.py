@@ -602,6 +602,7 @@ def _compare(case, a, b, ra, rb, kinds, tol, M, fd_errs, noise=None, gated=froze
                 tol.rtol, np.maximum(np.abs(fa), leaf_scale), np.abs(fb),
                 None if M is None else np.where(np.isfinite(M[leaf.name]), M[leaf.name], 0.0),
                 None if noise is None else noise.get(leaf.name), _fd_allowance(fd_errs, a, b, leaf.name, tol), claim,
+                tol.floor,
             )
             # An exactly-zero allowance only happens when both sides are exactly 0 everywhere.
             ratio = np.where(fin, err / np.where(allowed > 0, allowed, np.inf), 0.0)

@@ -32,7 +32,7 @@ import functools
 import numpy as np
 
 __all__ = ["Tolerance", "TOLERANCES", "lookup", "EXACT_RTOL", "NOISE_ULPS", "NOISE_FACTOR", "FD_NOISE_POINTS",
-           "FD_NOISE_SPACING", "FD_NOISE_SIGMAS", "FD_FINER_STEPS", "KINK_PERSISTS", "KINK_ROUNDING", "FD_SHAKY",
+           "FD_NOISE_SPACING", "FD_NOISE_SIGMAS", "TINY32", "underflow_floor", "FD_FINER_STEPS", "KINK_PERSISTS", "KINK_ROUNDING", "FD_SHAKY",
            "claimed_allowance", "accuracy_claim", "describe_claim"]
 
 EPS64 = float(np.finfo(np.float64).eps)
@@ -43,6 +43,17 @@ EPS32 = float(np.finfo(np.float32).eps)
 # This is what keeps ill-conditioned derivative formulas (1 - tanh(x)^2 near saturation) from
 # raising false alarms without loosening the tolerance for well-conditioned cases.
 SUBNORMAL_FLOOR = 1e-300  # absolute; see check._compare
+# Below the smallest normal number of a dtype, values are subnormal: their spacing is absolute
+# (1.4e-45 in float32), so they carry no relative precision, and a few ops on them (or a library
+# that flushes them to zero) move a gradient of 9e-40 by dozens of spacings.  Differences below the
+# smallest normal float32 (1.2e-38) are therefore no evidence in a float32 comparison (measured: a
+# correct float32 graph gave -9.0598e-40 vs -9.0607e-40 in a 20,000-case soak).
+TINY32 = float(np.finfo(np.float32).tiny)
+
+
+def underflow_floor(dtype: str) -> float:
+    """The absolute floor of every comparison in ``dtype`` (see TINY32)."""
+    return TINY32 if dtype == "float32" else SUBNORMAL_FLOOR
 NOISE_ULPS = 4.0
 NOISE_FACTOR = 4.0
 EXACT_RTOL = {"float64": 2**12 * EPS64, "float32": 2**9 * EPS32}
@@ -53,6 +64,7 @@ class Tolerance:
     rtol: float
     fd_factor: float
     why: str
+    floor: float = SUBNORMAL_FLOOR  # absolute (underflow_floor of the dtype)
 
     def describe(self) -> str:
         s = f"rtol={self.rtol:.3g} x max(|a|, |b|, sum of |path terms|, leaf max) + {NOISE_FACTOR:g} x rounding noise"
@@ -63,9 +75,9 @@ class Tolerance:
 
 TOLERANCES: dict[tuple[str, str, str], Tolerance] = {
     ("float64", "exact", "exact"): Tolerance(EXACT_RTOL["float64"], 0.0, "float64 rounding: 2^12 eps"),
-    ("float32", "exact", "exact"): Tolerance(EXACT_RTOL["float32"], 0.0, "float32 rounding: 2^9 eps32"),
+    ("float32", "exact", "exact"): Tolerance(EXACT_RTOL["float32"], 0.0, "float32 rounding: 2^9 eps32", TINY32),
     ("float64", "fd", "exact"): Tolerance(EXACT_RTOL["float64"], 4.0, "FD error estimate x4 + float64 rounding"),
-    ("float32", "fd", "exact"): Tolerance(EXACT_RTOL["float32"], 4.0, "FD error estimate x4 + float32 rounding"),
+    ("float32", "fd", "exact"): Tolerance(EXACT_RTOL["float32"], 4.0, "FD error estimate x4 + float32 rounding", TINY32),
 }
 
 

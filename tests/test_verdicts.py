@@ -349,3 +349,31 @@ def test_an_internal_error_of_finite_differences_is_named_as_gradspecs_own(monke
     monkeypatch.setattr(fd, "line_sigma", None)  # a TypeError raised in fd.py's own frame
     v = gs.check(_sin_case("sin"), oracles=["reference", "finite-differences", "jacobian"])
     assert "failed inside gradspec itself" in v.excused["finite-differences"], v.excused
+
+
+
+# A correct float32 graph from the 20,000-case soak (seed 53) whose gradient of x2 is subnormal in
+# float32 (-9.06e-40): reference and torch gave -9.0598e-40, the jacobian -9.0607e-40 (62 spacings
+# of 1.4e-45 apart), judged against rtol x 9e-40 = 5.5e-44 before the float32 underflow floor.
+SUBNORMAL_CASE = (
+    '{"format": "gradspec-case/1", "engine": "reference", "user_ops": {}, "leaves": [{"name": "x0", '
+    '"requires_grad": true, "value": {"dtype": "float32", "shape": [3, 1, 4], "data": ["0x1.85b4aa0000000p+1", '
+    '"0x1.0fba3a0000000p+3", "0x1.35fffe0000000p+3", "0x1.f82b440000000p+5", "0x1.69433e0000000p+2", '
+    '"0x1.f82b440000000p+5", "-0x1.ff3b640000000p-1", "0x1.a596ea0000000p+2", "-0x1.ff3b640000000p-1", '
+    '"-0x1.ff3b640000000p-1", "0x1.4ab2f00000000p+2", "-0x1.6b3d2a0000000p-2"]}}, {"name": "x1", "requires_grad": '
+    'true, "value": {"dtype": "float32", "shape": [], "data": ["-0x1.314de20000000p+2"]}}, {"name": "x2", '
+    '"requires_grad": true, "value": {"dtype": "float32", "shape": [], "data": ["0x1.3ab6e40000000p+3"]}}, {"name":'
+    ' "x3", "requires_grad": true, "value": {"dtype": "float32", "shape": [], "data": ["0x1.f400000000000p+9"]}}], '
+    '"nodes": [{"name": "v0", "op": "unsqueeze", "inputs": ["x0"], "params": {"dim": -4}}, {"name": "v1", "op": '
+    '"softplus", "inputs": ["x1"], "params": {"beta": 2.0, "threshold": 20.0}}, {"name": "v2", "op": "erf", '
+    '"inputs": ["x2"], "params": {}}, {"name": "v3", "op": "sqrt", "inputs": ["x2"], "params": {}}, {"name": "v4", '
+    '"op": "square", "inputs": ["x3"], "params": {}}, {"name": "v5", "op": "log1p", "inputs": ["x0"], "params": '
+    '{}}, {"name": "v6", "op": "expand", "inputs": ["v1"], "params": {"size": [0, 0]}}, {"name": "v7", "op": "elu",'
+    ' "inputs": ["x0"], "params": {"alpha": 1.0}}], "roots": ["v2"], "seeds": [{"dtype": "float32", "shape": [], '
+    '"data": ["-0x1.97a5aa0000000p+9"]}], "meta": {"generator": "gradspec.strategies.cases", "dtype": "float32"}}'
+)
+
+
+def test_float32_gradients_below_the_smallest_normal_are_no_evidence():
+    v = gs.check(gs.Case.from_json(SUBNORMAL_CASE))
+    assert v.status == "agree", str(v)

@@ -48,7 +48,7 @@ def _pair_tolerances(dtype: str, kinds: tuple, estimates: tuple) -> tuple[np.nda
     return rtol, fdf[..., None]
 
 
-def _allowed(rtol, scale_a, scale_b, m, noise, fd, claim=None):
+def _allowed(rtol, scale_a, scale_b, m, noise, fd, claim=None, floor=_tol.SUBNORMAL_FLOOR):
     """The tolerance model of ``gradspec.tolerances``, element-wise (shared by both comparison paths):
     ``rtol * max(scale_a, scale_b, m) + floor + NOISE_FACTOR * noise + fd``, or where the code under
     test claims an accuracy (``claim`` = (rtol, atol), arrays per pair or floats) the larger of that
@@ -61,7 +61,7 @@ def _allowed(rtol, scale_a, scale_b, m, noise, fd, claim=None):
     scale = np.maximum(scale_a, scale_b)
     if m is not None:
         scale = np.maximum(scale, m)
-    allowed = rtol * scale + _tol.SUBNORMAL_FLOOR
+    allowed = rtol * scale + floor
     if noise is not None:
         allowed = allowed + _tol.NOISE_FACTOR * noise
     allowed = allowed + fd
@@ -163,7 +163,7 @@ def _fast_pairs(case, leaves, names, results, kinds, dtype, M, fd_errs, noise, g
         if M is not None:
             np.maximum(scale, M if isinstance(M, np.ndarray) else _flat(M, leaves), out=scale)
         allowed = rtol * scale
-        allowed += _tol.SUBNORMAL_FLOOR
+        allowed += _tol.underflow_floor(dtype)
         if noise is not None:
             allowed += _tol.NOISE_FACTOR * _flat(noise, leaves)
         # an estimate's own error bound is part of each of its pairs' allowance
@@ -239,7 +239,7 @@ def _small_pairs(leaves, names, results, kinds, dtype, M, fd_errs, noise, claim,
             return None
         errs.append(e)
     rtol, fdf = _pair_tolerance_lists(dtype, tuple(kinds[n].kind for n in names), tuple(est))
-    floor = _tol.SUBNORMAL_FLOOR
+    floor = _tol.underflow_floor(dtype)
     out = {}
     for p, (a, b) in enumerate(_pair_list(tuple(range(len(names))))):
         if nones[a] != nones[b] and kinds[names[a]].reports_none and kinds[names[b]].reports_none and \
