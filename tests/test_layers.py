@@ -19,7 +19,7 @@ The table is the layout documented in the README ("Layout"), lowest layer first:
  7    search        result (Result, VerifyDiscrepancy), search (the Hypothesis round driver),
                     semantics (backward() rules as checks)
  8    entry points  gradspec.verify.* (verify_op/_torch_function/_engine), gradspec.fuzz.* (campaigns)
- 9    report        report (HTML, repro.py), result_html (Result.write_html's writer), ci_outputs,
+ 9    report        report (HTML), report_views, report_repro (repro.py), result_html (Result.write_html's writer), ci_outputs,
                     report_cause (a page's headline: the cause, the fix, |difference| / tolerance maps)
 10    front ends    cli, pytest_plugin, testing (assert_gradients), gradspec (the package facade)
 ====  ============  ================================================================================
@@ -67,6 +67,8 @@ MODULES = {
     "gradspec.report": REPORT,
     "gradspec.result_html": REPORT,
     "gradspec.report_cause": REPORT,
+    "gradspec.report_repro": REPORT,
+    "gradspec.report_views": REPORT,
     "gradspec.ci_outputs": REPORT,
     "gradspec.cli": FRONT,
     "gradspec.__main__": FRONT,
