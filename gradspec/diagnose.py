@@ -700,12 +700,7 @@ def _whose(spec, suspect: str) -> str:
 
 def _clip(text: str, n: int) -> str:
     """``text`` in at most ``n`` characters, cut between words (a summary is printed as a terminal line)."""
-    text = " ".join(str(text).split())
-    if len(text) <= n:
-        return text
-    cut = text[: n - 1]
-    space = cut.rfind(" ")
-    return (cut[:space] if space > n // 2 else cut).rstrip(" ,;:—-") + "…"
+    return word_cut(" ".join(str(text).split()), n)
 
 
 def _fmt(a, n: int = 6) -> str:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._private.skips import word_cut
 from .causes import ALL_IDS, ENGINE_IDS, PATTERNS
 
 __all__ = ["headline", "fix_direction", "run_title", "reproduce", "your_code", "ratio_maps", "ratio_heatmap_svg", "strip_tolerance",
@@ -226,14 +227,7 @@ def strip_tolerance(message: str) -> str:
 
 def shorten(text: str, width: int = 160) -> str:
     """``text``'s first line in at most ``width`` characters, cut at a word boundary (never mid-word)."""
-    line = (text or "").splitlines()[0] if text else ""
-    if len(line) <= width:
-        return line
-    cut = line[: width - 1]
-    space = cut.rfind(" ")
-    if space > width // 2:
-        cut = cut[:space]
-    return cut.rstrip(" ,;:—-") + "…"
+    return word_cut((text or "").splitlines()[0] if text else "", width)
 
 
 def heatmap_grid(values, cap: int = 1024) -> np.ndarray:

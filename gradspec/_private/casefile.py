@@ -15,6 +15,7 @@ import math
 import numpy as np
 
 from . import limits, torchfn_record
+from .inert import short_repr
 
 __all__ = ["CaseFileError", "parse", "DTYPES", "MAX_NAME"]
 
@@ -32,14 +33,11 @@ def _fail(field: str, msg: str):
     raise CaseFileError(f"corrupt gradspec case file: field {field}: {msg}")
 
 
-def _short(v, n: int = 60) -> str:
-    s = repr(v)
-    return s if len(s) <= n else s[: n - 3] + "..."
 
 
 def _str(v, field: str, max_len: int = MAX_NAME) -> str:
     if not isinstance(v, str) or not v or len(v) > max_len:
-        _fail(field, f"must be a non-empty string of at most {max_len} characters, got {_short(v)}")
+        _fail(field, f"must be a non-empty string of at most {max_len} characters, got {short_repr(v)}")
     return v
 
 
@@ -61,7 +59,7 @@ def _shape(v, field: str) -> tuple:
         _fail(field, f"has {len(v)} dimensions, at most 32 are supported")
     for i, s in enumerate(v):
         if isinstance(s, bool) or not isinstance(s, int) or s < 0:
-            _fail(f"{field}[{i}]", f"must be a non-negative integer, got {_short(s)}")
+            _fail(f"{field}[{i}]", f"must be a non-negative integer, got {short_repr(s)}")
     return tuple(v)
 
 
@@ -73,7 +71,7 @@ def _array(entry, field: str, budget: limits.Budget) -> np.ndarray:
         _fail(field, f"an array entry needs dtype, shape and data; missing {', '.join(missing)}")
     dt = entry["dtype"]
     if dt not in DTYPES:
-        _fail(f"{field}.dtype", f"must be one of {', '.join(DTYPES)}, got {_short(dt)}")
+        _fail(f"{field}.dtype", f"must be one of {', '.join(DTYPES)}, got {short_repr(dt)}")
     shape = _shape(entry["shape"], f"{field}.shape")
     try:
         budget.add(shape, field)
@@ -91,26 +89,26 @@ def _array(entry, field: str, budget: limits.Budget) -> np.ndarray:
                 try:
                     vals.append(float.fromhex(v))
                 except (ValueError, OverflowError):
-                    _fail(f"{field}.data[{i}]", f"{_short(v)} is not a float.hex() string")
+                    _fail(f"{field}.data[{i}]", f"{short_repr(v)} is not a float.hex() string")
             elif isinstance(v, (int, float)) and not isinstance(v, bool):
                 try:
                     vals.append(float(v))
                 except OverflowError:
-                    _fail(f"{field}.data[{i}]", f"{_short(v)} is out of float64's range")
+                    _fail(f"{field}.data[{i}]", f"{short_repr(v)} is out of float64's range")
             else:
-                _fail(f"{field}.data[{i}]", f"must be a float.hex() string or a number, got {_short(v)}")
+                _fail(f"{field}.data[{i}]", f"must be a float.hex() string or a number, got {short_repr(v)}")
         return np.array(vals, dtype=np.float64).astype(dt).reshape(shape)
     if kind == "b":
         bad = next((i for i, v in enumerate(data) if not isinstance(v, bool)), None)
         if bad is not None:
-            _fail(f"{field}.data[{bad}]", f"must be true or false for dtype bool, got {_short(data[bad])}")
+            _fail(f"{field}.data[{bad}]", f"must be true or false for dtype bool, got {short_repr(data[bad])}")
         return np.array(data, dtype=bool).reshape(shape)
     info = np.iinfo(dt)
     bad = next((i for i, v in enumerate(data)
                 if isinstance(v, bool) or not isinstance(v, int) or not info.min <= v <= info.max), None)
     if bad is not None:
         _fail(f"{field}.data[{bad}]", f"must be an integer in [{info.min}, {info.max}] for dtype {dt}, "
-                                      f"got {_short(data[bad])}")
+                                      f"got {short_repr(data[bad])}")
     return np.array(data, dtype=dt).reshape(shape)
 
 
@@ -124,7 +122,7 @@ def _params(v, field: str, depth: int = 0):
     if isinstance(v, dict):
         if depth and set(v) == {"float"}:  # a non-finite float, as Case._jsonable writes it
             if v["float"] not in ("inf", "-inf", "nan"):
-                _fail(field, f"a {{\"float\": ...}} entry must hold 'inf', '-inf' or 'nan', got {_short(v['float'])}")
+                _fail(field, f"a {{\"float\": ...}} entry must hold 'inf', '-inf' or 'nan', got {short_repr(v['float'])}")
             return v
         for k, x in v.items():
             _str(k, f"{field} key", 64)
@@ -142,11 +140,11 @@ def _params(v, field: str, depth: int = 0):
         return v
     if isinstance(v, int):
         if abs(v) > 2**62:  # beyond int64 no shape, axis or count means anything; numpy would overflow
-            _fail(field, f"integer {_short(v)} is out of range")
+            _fail(field, f"integer {short_repr(v)} is out of range")
         return v
     if isinstance(v, float):
         return v
-    _fail(field, f"must be a number, string, boolean, null, list or object, got {_short(v)}")
+    _fail(field, f"must be a number, string, boolean, null, list or object, got {short_repr(v)}")
 
 
 def parse(d) -> dict:
@@ -158,7 +156,7 @@ def parse(d) -> dict:
     for k, v in user_ops.items():
         _str(k, "user_ops key")
         if not isinstance(v, str) or v.count(":") != 1 or len(v) > 512:
-            _fail(f"user_ops.{k}", f"must be an import path 'package.module:attr', got {_short(v)}")
+            _fail(f"user_ops.{k}", f"must be an import path 'package.module:attr', got {short_repr(v)}")
     meta = _dict(d.get("meta", {}) or {}, "meta")
     inline = meta.get("inline_ops")
     if inline is not None and not (isinstance(inline, list) and all(isinstance(s, str) for s in inline)):
@@ -173,7 +171,7 @@ def parse(d) -> dict:
         _dict(l, f)
         rg = l.get("requires_grad", True)
         if not isinstance(rg, bool):
-            _fail(f"{f}.requires_grad", f"must be true or false, got {_short(rg)}")
+            _fail(f"{f}.requires_grad", f"must be true or false, got {short_repr(rg)}")
         leaves.append((_str(l.get("name"), f"{f}.name"), _array(l.get("value"), f"{f}.value", budget), rg))
     nodes = []
     for i, n in enumerate(_list(d.get("nodes"), "nodes")):

@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 
-__all__ = ["literal", "docstring"]
+__all__ = ["literal", "docstring", "short_repr"]
 
 
 def literal(v) -> str:
@@ -48,3 +48,10 @@ def docstring(text: str, limit: int = 300) -> str:
     """
     s = str(text)[:limit].encode("unicode_escape").decode("ascii")
     return s.replace('"', '\\"')
+
+
+def short_repr(v, n: int = 60) -> str:
+    """``repr(v)`` in at most ``n`` characters: how a case-file error quotes the offending value (as
+    text, never evaluated), whatever its size."""
+    s = repr(v)
+    return s if len(s) <= n else s[: n - 3] + "..."

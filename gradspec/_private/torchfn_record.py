@@ -31,6 +31,8 @@ from __future__ import annotations
 
 import math
 
+from .inert import short_repr
+
 __all__ = ["KEY", "SHAPES", "RecordError", "check", "parse", "record"]
 
 KEY = "torch_function_specs"
@@ -48,14 +50,11 @@ def _fail(field: str, msg: str):
     raise RecordError(f"corrupt gradspec case file: field {field}: {msg}")
 
 
-def _short(v, n: int = 60) -> str:
-    s = repr(v)
-    return s if len(s) <= n else s[: n - 3] + "..."
 
 
 def _int(v, field: str, lo: int, hi: int) -> int:
     if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
-        _fail(field, f"must be an integer in [{lo}, {hi}], got {_short(v)}")
+        _fail(field, f"must be an integer in [{lo}, {hi}], got {short_repr(v)}")
     return v
 
 
@@ -64,7 +63,7 @@ def _float(v, field: str, *, inf_ok: bool) -> float:
         return float(v)
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
         alt = " (or 'inf' / '-inf')" if inf_ok else ""
-        _fail(field, f"must be a finite number{alt}, got {_short(v)}")
+        _fail(field, f"must be a finite number{alt}, got {short_repr(v)}")
     return float(v)
 
 
@@ -72,21 +71,21 @@ def _domain(d, field: str):
     from ..domains import Domain
 
     if not isinstance(d, dict) or set(d) != {"lo", "hi", "points", "margin", "name"}:
-        _fail(field, f"must be an object with lo, hi, points, margin and name (Domain.to_json), got {_short(d)}")
+        _fail(field, f"must be an object with lo, hi, points, margin and name (Domain.to_json), got {short_repr(d)}")
     lo = _float(d["lo"], f"{field}.lo", inf_ok=True)
     hi = _float(d["hi"], f"{field}.hi", inf_ok=True)
     if not lo < hi:
         _fail(field, f"needs lo < hi, got lo={lo!r}, hi={hi!r}")
     pts = d["points"]
     if not isinstance(pts, list) or len(pts) > _MAX_POINTS:
-        _fail(f"{field}.points", f"must be a list of at most {_MAX_POINTS} numbers, got {_short(pts)}")
+        _fail(f"{field}.points", f"must be a list of at most {_MAX_POINTS} numbers, got {short_repr(pts)}")
     points = tuple(_float(p, f"{field}.points[{i}]", inf_ok=False) for i, p in enumerate(pts))
     margin = _float(d["margin"], f"{field}.margin", inf_ok=False)
     if margin < 0:
         _fail(f"{field}.margin", f"must be >= 0, got {margin!r}")
     nm = d["name"]
     if not isinstance(nm, str) or not nm.replace("_", "").isalnum() or len(nm) > 64:
-        _fail(f"{field}.name", f"must be a domain name such as {', '.join(map(repr, _DOMAIN_NAMES))}, got {_short(nm)}")
+        _fail(f"{field}.name", f"must be a domain name such as {', '.join(map(repr, _DOMAIN_NAMES))}, got {short_repr(nm)}")
     return Domain(lo, hi, points, margin, nm)
 
 
@@ -99,23 +98,23 @@ def _one(name: str, r, field: str) -> dict:
     n = _int(r.get("n_args"), f"{field}.n_args", 1, _MAX_ARGS)
     pos = r.get("tensor_pos")
     if not isinstance(pos, list) or not pos:
-        _fail(f"{field}.tensor_pos", f"must be a non-empty list of positions, got {_short(pos)}")
+        _fail(f"{field}.tensor_pos", f"must be a non-empty list of positions, got {short_repr(pos)}")
     pos = [_int(p, f"{field}.tensor_pos[{i}]", 0, n - 1) for i, p in enumerate(pos)]
     if len(set(pos)) != len(pos) or pos != sorted(pos):
-        _fail(f"{field}.tensor_pos", f"must be increasing positions without repeats, got {_short(pos)}")
+        _fail(f"{field}.tensor_pos", f"must be increasing positions without repeats, got {short_repr(pos)}")
     shape = r.get("shape")
     if shape not in SHAPES:
-        _fail(f"{field}.shape", f"must be one of {', '.join(map(repr, SHAPES))}, got {_short(shape)}")
+        _fail(f"{field}.shape", f"must be one of {', '.join(map(repr, SHAPES))}, got {short_repr(shape)}")
     sig = r.get("signature")
     if shape == "signature":
         from .signature import parse as parse_sig
 
         if not isinstance(sig, str) or len(sig) > 256:
-            _fail(f"{field}.signature", f"must be a gufunc signature string such as '(n)->()', got {_short(sig)}")
+            _fail(f"{field}.signature", f"must be a gufunc signature string such as '(n)->()', got {short_repr(sig)}")
         try:
             cores = parse_sig(sig)[0]
         except Exception as e:  # noqa: BLE001 - the parser's own words say what is wrong
-            _fail(f"{field}.signature", f"{_short(sig)} is not a gufunc signature: {e}")
+            _fail(f"{field}.signature", f"{short_repr(sig)} is not a gufunc signature: {e}")
         if len(cores) != len(pos):
             _fail(f"{field}.signature", f"{sig!r} has {len(cores)} input(s), tensor_pos has {len(pos)}")
     elif sig is not None:
@@ -142,11 +141,11 @@ def parse_all(meta) -> dict:
     if recs is None:
         return {}
     if not isinstance(recs, dict) or len(recs) > 64:
-        _fail(f"meta.{KEY}", f"must be an object op name -> record (at most 64), got {_short(recs)}")
+        _fail(f"meta.{KEY}", f"must be an object op name -> record (at most 64), got {short_repr(recs)}")
     out = {}
     for name, r in recs.items():
         if not isinstance(name, str) or not name or len(name) > 128:
-            _fail(f"meta.{KEY} key", f"must be an op name, got {_short(name)}")
+            _fail(f"meta.{KEY} key", f"must be an op name, got {short_repr(name)}")
         out[name] = _one(name, r, f"meta.{KEY}.{name}")
     return out
 
