@@ -644,12 +644,13 @@ def _staircase(p: _Pass, r, h0, leaves) -> None:
     line = p.line
     if len(line) < 2 or not r.size:
         return
+    # The repeats first (15 float comparisons): the common case, no staircase, costs no numpy call.
+    repeats = sum(a == b for a, b in zip(line, line[1:]))
+    if 2 * repeats < len(line) - 1:
+        return
     d = noise_pattern(r.size)
     per_step = abs(float(np.dot(r * h0, d[1] - d[0])))
-    if per_step <= RESOLUTION_FLOORS * p.vfloor:
-        return
-    repeats = sum(a == b for a, b in zip(line, line[1:]))
-    if 2 * repeats >= len(line) - 1:
+    if per_step > RESOLUTION_FLOORS * p.vfloor:
         raise OracleError(
             f"finite differences: the forward gave the same value at {repeats + 1} of {len(line)} neighbouring "
             f"points where its slope predicts a change of {per_step:.2g} from one to the next: it resolves its "
