@@ -377,3 +377,33 @@ SUBNORMAL_CASE = (
 def test_float32_gradients_below_the_smallest_normal_are_no_evidence():
     v = gs.check(gs.Case.from_json(SUBNORMAL_CASE))
     assert v.status == "agree", str(v)
+
+
+# Found by benchmarks/throughput.py (fuzz --engine reference, seed 100): gelu at x = -8.1 in float32, where
+# erf(x / sqrt 2) rounds to exactly -1 and the derivative's 1 + erf cancels to 0.  Correct libraries differ
+# there by an ulp of erf (torch gives 0, the reference -2.93e-14, the float64 Jacobian -2.89e-14); the rounding
+# noise estimate missed it because both of its jittered runs drew perturbations under half an ulp of -1.
+GELU_CANCELLATION_CASE = (
+    '{"format": "gradspec-case/1", "engine": "reference", "leaves": [{"name": "x0", "requires_grad": true, "value":'
+    ' {"dtype": "float32", "shape": [1, 4, 1], "data": ["0x1.47ae2a0000000p-7", "0x1.0000000000000p-2", "0x1.32463c'
+    '0000000p+3", "0x1.47ae2a0000000p-7"]}}, {"name": "x1", "requires_grad": true, "value": {"dtype": "float32", "s'
+    'hape": [1], "data": ["-0x1.03a78c0000000p+3"]}}, {"name": "x2", "requires_grad": true, "value": {"dtype": "flo'
+    'at32", "shape": [1], "data": ["0x1.0000000000000p+0"]}}, {"name": "x3", "requires_grad": true, "value": {"dtyp'
+    'e": "float32", "shape": [4, 1, 2], "data": ["0x1.0000000000000p+1", "0x1.0000000000000p-1", "0x1.0487b80000000'
+    'p+3", "0x1.8000000000000p+1", "0x1.812b880000000p+9", "0x1.8000000000000p+1", "0x1.91a4040000000p+2", "0x1.f40'
+    '0000000000p+9"]}}], "nodes": [{"name": "v0", "op": "abs", "inputs": ["x0"], "params": {}}, {"name": "v1", "op"'
+    ': "stack", "inputs": ["x1", "x2"], "params": {"dim": -1}}, {"name": "v2", "op": "pow_scalar", "inputs": ["x2"]'
+    ', "params": {"exponent": 2}}, {"name": "v3", "op": "var", "inputs": ["v2"], "params": {"dim": [-1], "keepdim":'
+    ' true, "correction": 0, "full": true}}, {"name": "v4", "op": "rsqrt", "inputs": ["x3"], "params": {}}, {"name"'
+    ': "v5", "op": "pow_scalar", "inputs": ["x0"], "params": {"exponent": 1.5}}, {"name": "v6", "op": "gelu", "inpu'
+    'ts": ["v1"], "params": {"approximate": "none"}}, {"name": "v7", "op": "conv1d_nobias", "inputs": ["x0", "x0"],'
+    ' "params": {"stride": 2, "padding": 0, "dilation": 2}}, {"name": "v8", "op": "log1p", "inputs": ["x3"], "param'
+    's": {}}, {"name": "v9", "op": "prod", "inputs": ["v7"], "params": {"dim": [-3], "keepdim": true}}], "roots": ['
+    '"v6"], "seeds": [{"dtype": "float64", "shape": [1, 2], "data": ["0x1.cb9d9674bc6aap+0", "0x1.0000000000000p-1"'
+    ']}], "meta": {"generator": "gradspec.strategies.case_groups", "dtype": "float32"}}'
+)
+
+
+def test_rounding_noise_sees_an_ulp_of_a_value_that_cancels_later():
+    v = gs.check(gs.Case.from_json(GELU_CANCELLATION_CASE))
+    assert v.status == "agree", str(v)
