@@ -1,0 +1,40 @@
+"""Correct user code as people write it, for the no-false-alarm tests (tests/test_false_alarms.py).
+
+Every Function here has a correct backward (the same formula torch uses for its built-in twin,
+NaN included where torch gives NaN); gradspec must never report a discrepancy on it.  Module level,
+so that saved cases replay in another process.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class Hypot(torch.autograd.Function):
+    """torch.hypot with torch's own backward: a / h, b / h (0 / 0 = NaN at a = b = 0, as torch's)."""
+
+    @staticmethod
+    def forward(ctx, a, b):
+        h = torch.hypot(a, b)
+        ctx.save_for_backward(a, b, h)
+        return h
+
+    @staticmethod
+    def backward(ctx, g):
+        a, b, h = ctx.saved_tensors
+        return g * a / h, g * b / h
+
+
+class Atan2(torch.autograd.Function):
+    """torch.atan2 with torch's own backward: x / r, -y / r (NaN at y = x = 0, as torch's)."""
+
+    @staticmethod
+    def forward(ctx, y, x):
+        ctx.save_for_backward(y, x)
+        return torch.atan2(y, x)
+
+    @staticmethod
+    def backward(ctx, g):
+        y, x = ctx.saved_tensors
+        r = x * x + y * y
+        return g * x / r, -g * y / r
