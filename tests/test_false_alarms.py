@@ -44,3 +44,43 @@ def test_verify_torch_function_nan_at_the_origin_is_no_accumulation_finding(fn):
     r = gs.verify_torch_function(fn, max_examples=60, seed=2)
     assert "accumulation" not in r.kinds, str(r)
     assert r.ok, str(r)
+
+
+# ---------------------------------------------------------------------------------------------
+# gs.check: gradients that rounding alone decides
+# ---------------------------------------------------------------------------------------------
+
+# gradspec fuzz --engine reference --dtype float32 --seed 1 --max-examples 400: cos(x2 ** x3) in float32
+# with x2 ** x3 = 7.3e7, where one float32 ulp is 8 radians: the gradient of x3, -sin(v2) v2 log(x2), is
+# anything in +-4.4e8 depending on the last bit of pow (reference 4.1e8, torch -1.7e8).  The rounding noise
+# saw it (a 4-ulp jitter moves the phase by 8 to 32 radians), but its two jittered runs both landed near
+# the reference's value (|sin| ~ 0.9 at each), so 4 x their spread, 5.2e8, fell short of the 5.8e8 apart.
+COS_OF_HUGE_PHASE_CASE = (
+    '{"format": "gradspec-case/1", "engine": "reference", "user_ops": {}, "leaves": [{"name": "x0", "requires_grad":'
+    ' true, "value": {"dtype": "float32", "shape": [1], "data": ["0x1.0000000000000p+0"]}}, {"name": "x1", "requires'
+    '_grad": true, "value": {"dtype": "float32", "shape": [1], "data": ["0x1.0000000000000p+0"]}}, {"name": "x2", "re'
+    'quires_grad": false, "value": {"dtype": "float32", "shape": [1, 1, 1], "data": ["0x1.3a51d40000000p-9"]}}, {"nam'
+    'e": "x3", "requires_grad": true, "value": {"dtype": "float32", "shape": [], "data": ["-0x1.7f6c8c0000000p+1"]}}]'
+    ', "nodes": [{"name": "v0", "op": "gelu", "inputs": ["x0"], "params": {"approximate": "none"}}, {"name": "v1", "o'
+    'p": "cat", "inputs": ["v0", "x1"], "params": {"dim": -1}}, {"name": "v2", "op": "pow", "inputs": ["x2", "x3"], "'
+    'params": {}}, {"name": "v3", "op": "pow_scalar", "inputs": ["x2"], "params": {"exponent": 2}}, {"name": "v4", "o'
+    'p": "log_softmax", "inputs": ["v2"], "params": {"dim": -2}}, {"name": "v5", "op": "cos", "inputs": ["v2"], "para'
+    'ms": {}}, {"name": "v6", "op": "log1p", "inputs": ["x2"], "params": {}}, {"name": "v7", "op": "neg", "inputs": ['
+    '"v6"], "params": {}}], "roots": ["v5", "v4"], "seeds": [null, null], "meta": {"generator": "gradspec.strategies.'
+    'case_groups", "dtype": "float32"}}'
+)
+
+
+def test_a_gradient_that_rounding_decides_is_no_discrepancy():
+    v = gs.check(gs.Case.from_json(COS_OF_HUGE_PHASE_CASE))
+    assert v.status == "agree", str(v)
+
+
+def test_a_wrong_rule_beside_a_noisy_gradient_is_still_found():
+    # the same kind of graph at a phase that float32 still resolves (x2 ** x3 = 8): exact oracles
+    # agree to rounding there, and a wrong cos rule (sin where -sin belongs) is found
+    bad = gs.Op("t_cos_wrong_sign", forward=np.cos, vjp=lambda g, x, out: (g * np.sin(x),))
+    case = gs.Case.build({"x2": np.float32([0.5]), "x3": np.float32(-3.0)},
+                         [("v2", "pow", ["x2", "x3"], {}), ("v5", bad.name, ["v2"], {})], ["v5"],
+                         [np.float32([1.0])], requires_grad={"x2": False})
+    assert gs.check(case).status == "disagree"
