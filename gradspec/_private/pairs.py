@@ -208,11 +208,11 @@ def _small_pairs(leaves, names, results, kinds, dtype, M, fd_errs, noise, claim,
     rows, tops, nones = [], [], []  # per oracle: its flat gradient, per element its leaf's max |g|, its None leaves
     for name in names:
         res = results[name]
-        row, top, none = [], [], set()
+        row, top, none = [], [], None
         for l in leaves:
             g = res.get(l.name)
             if g is None:  # compared as zeros (below: unless None itself is the disagreement)
-                none.add(l.name)
+                none = {l.name} if none is None else none | {l.name}
                 row += [0.0] * l.value.size
                 top += [0.0] * l.value.size
                 continue
@@ -231,38 +231,58 @@ def _small_pairs(leaves, names, results, kinds, dtype, M, fd_errs, noise, claim,
         m = (M if isinstance(M, np.ndarray) else _flat(M, leaves)).tolist()
         if not isfinite(sum(m)):
             return None
-    est = [i for i, n in enumerate(names) if fd_errs and n in fd_errs]
-    errs = []
-    for i in est:
-        e = _flat(fd_errs[names[i]], leaves).tolist()
-        if not isfinite(sum(e)):
-            return None
-        errs.append(e)
-    rtol, fdf = _pair_tolerance_lists(dtype, tuple(kinds[n].kind for n in names), tuple(est))
+    else:
+        m = [0.0] * N  # (no path scale: a scale term of 0 never wins over the leaf maxima, which are >= 0)
+    est, errs = [], []
+    if fd_errs:
+        for i, n in enumerate(names):
+            if n in fd_errs:
+                e = _flat(fd_errs[n], leaves).tolist()
+                if not isfinite(sum(e)):
+                    return None
+                est.append(i)
+                errs.append(e)
+    rtol, fdf = _pair_tolerance_lists(dtype, tuple([kinds[n].kind for n in names]), tuple(est))
     floor = _tol.underflow_floor(dtype)
-    out = {}
+    out, terms = {}, {}
     for p, (a, b) in enumerate(_pair_list(tuple(range(len(names))))):
         if nones[a] != nones[b] and kinds[names[a]].reports_none and kinds[names[b]].reports_none and \
-                (nones[a] ^ nones[b]) - gated:
+                ((nones[a] or set()) ^ (nones[b] or set())) - gated:
             continue  # None vs a gradient, for oracles that report None: _compare says so
         ra, rb, ta, tb, r = rows[a], rows[b], tops[a], tops[b], rtol[p]
-        fds = [(f[p], e) for f, e in zip(fdf, errs)]
+        # The estimates of this pair (factor 0 elsewhere: adding 0 * a finite error is adding +0.0, which
+        # leaves every allowance >= floor > 0 unchanged, so those terms are left out); their sum per
+        # element, in order, is shared by every pair with the same factors.
+        fds = tuple([(f[p], i) for i, f in enumerate(fdf) if f[p]])
         worst = 0.0
-        for j in range(N):
-            scale = ta[j] if ta[j] >= tb[j] else tb[j]
-            if M is not None and m[j] > scale:
-                scale = m[j]
-            allowed = r * scale + floor
-            if fds:
-                fd = fds[0][0] * fds[0][1][j]
-                for f, e in fds[1:]:
-                    fd = fd + f * e[j]
-                allowed = allowed + fd
+        if not fds:
+            for x, y, s, t, u in zip(ra, rb, ta, tb, m):
+                if t > s:  # scale = max(a's leaf max, b's leaf max, m)
+                    s = t
+                if u > s:
+                    s = u
+                d = abs(x - y) / (r * s + floor)
+                if d > worst:
+                    worst = d
+        else:
+            fd = terms.get(fds)
+            if fd is None:
+                (f0, i0), more = fds[0], fds[1:]
+                fd = [f0 * e for e in errs[i0]]
+                for f, i in more:
+                    fd = [x + f * e for x, e in zip(fd, errs[i])]
+                terms[fds] = fd
+            for x, y, s, t, u, v in zip(ra, rb, ta, tb, m, fd):
+                if t > s:
+                    s = t
+                if u > s:
+                    s = u
+                allowed = r * s + floor + v
                 if not isfinite(allowed):
                     return None
-            d = abs(ra[j] - rb[j]) / allowed
-            if d > worst:
-                worst = d
+                d = abs(x - y) / allowed
+                if d > worst:
+                    worst = d
         if worst <= 1.0:
             out[(names[a], names[b])] = worst
     return out

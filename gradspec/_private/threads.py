@@ -14,7 +14,6 @@ that does not use torch does not pay for it.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
 
@@ -39,19 +38,25 @@ def wanted() -> int | None:
     return n or None
 
 
-@contextlib.contextmanager
-def oracle_threads():
-    torch = sys.modules.get("torch")
-    want = wanted() if torch is not None else None
-    if want is None:
-        yield
-        return
-    old = torch.get_num_threads()
-    if old == want:
-        yield
-        return
-    torch.set_num_threads(want)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(old)
+class oracle_threads:
+    """Run the body with ``wanted()`` torch intra-op threads (torch's own setting restored after).
+    (A class rather than a generator context manager: it is entered on every ``gs.check``, where
+    contextlib's machinery cost more than the rest of this.)"""
+
+    __slots__ = ("_torch", "_old")
+
+    def __enter__(self) -> None:
+        self._old = None
+        torch = sys.modules.get("torch")
+        want = wanted() if torch is not None else None
+        if want is None:
+            return
+        old = torch.get_num_threads()
+        if old != want:
+            torch.set_num_threads(want)
+            self._torch, self._old = torch, old
+
+    def __exit__(self, *exc) -> bool:
+        if self._old is not None:
+            self._torch.set_num_threads(self._old)
+        return False
