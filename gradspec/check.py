@@ -325,12 +325,14 @@ def _check(case: Case, oracles) -> Verdict:
 
 
 def _discount_numerical_kinks(case, kinds, comparisons, discrepancies) -> str:
-    """A witness (finite differences, the jacobian) disagreed on a case with user ops that declare no
-    kinks: if one of them is not differentiable at this very point (found numerically), no oracle's
-    gradient means anything there -- the case is inconclusive with that reason (CONTRACT §3)."""
+    """A witness (finite differences, the jacobian, a user op's torch twin) disagreed on a case with user
+    ops that declare no kinks: if one of them is not differentiable at this very point (found
+    numerically), no oracle's gradient means anything there -- the case is inconclusive with that
+    reason (CONTRACT §3).  The twin too: relu's vjp g * (x > 0) and its twin clamp(min=0) (whose
+    convention at 0 is 1) are both right at x = 0, and differ there by the whole slope."""
     if not discrepancies:
         return ""
-    witnesses = {n for n, o in kinds.items() if o.kind == "fd" or n == "jacobian"}
+    witnesses = {n for n, o in kinds.items() if o.kind == "fd" or n == "jacobian" or _outcome.is_torch(o)}
     if not any(set(d.oracles) & witnesses for d in discrepancies if d.kind != "raised"):
         return ""
     at = _outcome.numerical_kinks(case)

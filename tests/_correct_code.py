@@ -38,3 +38,17 @@ class Atan2(torch.autograd.Function):
         y, x = ctx.saved_tensors
         r = x * x + y * y
         return g * x / r, -g * y / r
+
+
+# ---------------------------------------------------------------------------------------------
+# user ops (gs.Op)
+# ---------------------------------------------------------------------------------------------
+
+import numpy as np  # noqa: E402
+
+import gradspec as gs  # noqa: E402
+
+# relu with the convention 0 at x = 0 and, as its torch twin, clamp(min=0), whose convention there is 1:
+# both correct (no derivative exists at 0), they differ only at the kink.
+relu_clamp_twin = gs.Op("cc_relu", forward=lambda x: np.maximum(x, 0.0), vjp=lambda g, x, out: (g * (x > 0),),
+                        torch=lambda x: x.clamp(min=0))

@@ -84,3 +84,34 @@ def test_a_wrong_rule_beside_a_noisy_gradient_is_still_found():
                          [("v2", "pow", ["x2", "x3"], {}), ("v5", bad.name, ["v2"], {})], ["v5"],
                          [np.float32([1.0])], requires_grad={"x2": False})
     assert gs.check(case).status == "disagree"
+
+
+# ---------------------------------------------------------------------------------------------
+# kinks of user ops, found numerically
+# ---------------------------------------------------------------------------------------------
+
+# gs.verify_op(relu with twin clamp(min=0)) cried wolf on 4 seeds of 4 (80 cases each): relu(0) beside
+# large values (s = 850).  FD's finest step, h = 1.5e-9, sees the kink's slope jump of 1 against a
+# worst-case rounding bound of 1.04 and calls the element "no usable step" (beside 5000 it accepts a
+# noise-dominated estimate); the jacobian refuses too; the kink check ran only when FD or the jacobian
+# disagreed, so the exact oracles were compared at the kink, each with its own convention (0 vs 1).
+KINKS_BESIDE_LARGE_VALUES = {
+    "relu-at-0-beside-850": {"x0": np.array([0.0, 850.0])},
+    "relu-at-0-beside-5000": {"x0": np.array([1.0, 0.0, -3.0, 5000.0])},
+}
+
+
+@pytest.mark.parametrize("leaves", KINKS_BESIDE_LARGE_VALUES.values(), ids=list(KINKS_BESIDE_LARGE_VALUES))
+def test_a_kink_beside_large_values_is_found_and_skipped(leaves):
+    n = leaves["x0"].size
+    case = gs.Case.build(leaves, [("v0", C.relu_clamp_twin.name, ["x0"], {})], ["v0"], [np.ones(n)])
+    v = gs.check(case)
+    assert v.status == "inconclusive" and "kink" in v.reason, str(v)
+
+
+def test_a_wrong_vjp_off_the_kink_is_still_found():
+    # the same points, a vjp wrong off the kink (the slope of x > 0 is 1, not 2): reported
+    bad = gs.Op("t_relu_twice", forward=lambda x: np.maximum(x, 0.0), vjp=lambda g, x, out: (2 * g * (x > 0),),
+                torch=lambda x: x.clamp(min=0))
+    case = gs.Case.build({"x0": np.array([0.5, 850.0])}, [("v0", bad.name, ["x0"], {})], ["v0"], [np.ones(2)])
+    assert gs.check(case).status == "disagree"
