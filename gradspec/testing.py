@@ -207,8 +207,12 @@ def refresh_index(where: str) -> str:
         "config": {"source": "gradspec pytest plugin / gs.assert_gradients", "session": sid or ""},
         "oracles": {},
         "ops": {},
+        "tests": sorted({r["test"] for r in mine if r.get("test")}),
     }
-    return report.write_run_report(where, summary, title="test report")
+    n = len(mine)
+    # What the page holds: the failing checks of one session (passing checks write nothing).
+    title = f"test report: {n} failing gradient check{'' if n == 1 else 's'}" + (f" in session {sid}" if sid else "")
+    return report.write_run_report(where, summary, title=title)
 
 
 # =============================================================================================

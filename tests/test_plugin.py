@@ -119,6 +119,12 @@ def test_failing_checks_write_html_reports(pytester, restore_hypothesis_profile,
             assert (f / name).stat().st_size > 0
     index = (rep / "index.html").read_text()
     assert all(f.name in index for f in folders)
+    # the session page says what it holds: the failing checks of this session and their tests (before:
+    # titled "gradspec test report", with "No comparisons" and "0 of 0 ops appeared in at least one case")
+    assert "<title>gradspec test report: 2 failing gradient checks" in index
+    assert "test_user.py::test_fixture_reports" in index and "test_user.py::test_helper_reports" in index
+    assert "checks that passed are not listed here" in index
+    assert "No comparisons" not in index and "0 of 0 ops" not in index
     assert "GRADSPEC_REPORT_DIR" not in os.environ  # the inner session left the environment as it was
 
 
