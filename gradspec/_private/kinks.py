@@ -39,13 +39,12 @@ def _exact_kinks(case) -> list[str]:
     watched = [(n, spec) for n, spec in zip(case.nodes, specs) if _has_kinks(spec)]
     if not watched:
         return []
-    try:
-        with np.errstate(all="ignore"):
-            env = case.evaluate()
-    except Exception:  # noqa: BLE001 - a case that does not evaluate has no kinks to speak of
-        return []
     out = []
-    with np.errstate(all="ignore"):
+    with np.errstate(all="ignore"):  # (one context for the forward and the distances: each costs ~1 us)
+        try:
+            env = case._evaluate(None, 0)
+        except Exception:  # noqa: BLE001 - a case that does not evaluate has no kinks to speak of
+            return []
         for n, spec in watched:
             args = [env[i] for i in n.inputs]
             try:

@@ -242,21 +242,15 @@ def _small_pairs(leaves, names, results, kinds, dtype, M, fd_errs, noise, claim,
                     return None
                 est.append(i)
                 errs.append(e)
-    rtol, fdf = _pair_tolerance_lists(dtype, tuple([kinds[n].kind for n in names]), tuple(est))
     floor = _tol.underflow_floor(dtype)
     out, terms = {}, {}
-    for p, (a, b) in enumerate(_pair_list(tuple(range(len(names))))):
+    for a, b, r, fds in _small_plan(dtype, tuple([kinds[n].kind for n in names]), tuple(est)):
         if nones[a] != nones[b] and kinds[names[a]].reports_none and kinds[names[b]].reports_none and \
                 ((nones[a] or set()) ^ (nones[b] or set())) - gated:
             continue  # None vs a gradient, for oracles that report None: _compare says so
-        ra, rb, ta, tb, r = rows[a], rows[b], tops[a], tops[b], rtol[p]
-        # The estimates of this pair (factor 0 elsewhere: adding 0 * a finite error is adding +0.0, which
-        # leaves every allowance >= floor > 0 unchanged, so those terms are left out); their sum per
-        # element, in order, is shared by every pair with the same factors.
-        fds = tuple([(f[p], i) for i, f in enumerate(fdf) if f[p]])
         worst = 0.0
         if not fds:
-            for x, y, s, t, u in zip(ra, rb, ta, tb, m):
+            for x, y, s, t, u in zip(rows[a], rows[b], tops[a], tops[b], m):
                 if t > s:  # scale = max(a's leaf max, b's leaf max, m)
                     s = t
                 if u > s:
@@ -265,14 +259,14 @@ def _small_pairs(leaves, names, results, kinds, dtype, M, fd_errs, noise, claim,
                 if d > worst:
                     worst = d
         else:
-            fd = terms.get(fds)
+            fd = terms.get(fds)  # the estimates' terms, summed in order, shared by pairs with the same factors
             if fd is None:
                 (f0, i0), more = fds[0], fds[1:]
                 fd = [f0 * e for e in errs[i0]]
                 for f, i in more:
                     fd = [x + f * e for x, e in zip(fd, errs[i])]
                 terms[fds] = fd
-            for x, y, s, t, u, v in zip(ra, rb, ta, tb, m, fd):
+            for x, y, s, t, u, v in zip(rows[a], rows[b], tops[a], tops[b], m, fd):
                 if t > s:
                     s = t
                 if u > s:
@@ -286,6 +280,17 @@ def _small_pairs(leaves, names, results, kinds, dtype, M, fd_errs, noise, claim,
         if worst <= 1.0:
             out[(names[a], names[b])] = worst
     return out
+
+
+@functools.lru_cache(maxsize=None)
+def _small_plan(dtype: str, kinds: tuple, estimates: tuple) -> list:
+    """Per pair, in ``itertools.combinations`` order: ``(a, b, rtol, terms)`` with ``terms`` the
+    ``(fd_factor, estimate index)`` of the pair's estimates.  An estimate outside the pair has factor 0
+    there, and adding 0 x a finite error adds +0.0, which leaves every allowance (>= floor > 0) as it
+    is: those terms are left out."""
+    rtol, fdf = _pair_tolerance_lists(dtype, kinds, estimates)
+    return [(a, b, rtol[p], tuple([(f[p], i) for i, f in enumerate(fdf) if f[p]]))
+            for p, (a, b) in enumerate(itertools.combinations(range(len(kinds)), 2))]
 
 
 @functools.lru_cache(maxsize=None)
