@@ -105,6 +105,7 @@ class Result:
     seconds: float = 0.0
     time_to_first: float | None = None
     cases_to_first: int | None = None
+    first_found_by: str | None = None  # what found the first discrepancy when no value case did (§5 rules)
     max_examples: int | None = None
     budget_seconds: float | None = None
     strict: bool | None = None
@@ -165,7 +166,9 @@ class Result:
         if self.accuracy:
             lines.append(f"  claimed accuracy: rtol={self.accuracy['rtol']:g}, atol={self.accuracy['atol']:g}")
         if self.time_to_first is not None:
-            lines.append(f"  first discrepancy after {self.time_to_first:.2f} s ({self.cases_to_first} cases)")
+            by = (f"found by {self.first_found_by}" + (f", after {self.cases_to_first} value cases" if self.cases_to_first
+                                                      else "") if self.first_found_by else f"{self.cases_to_first} cases")
+            lines.append(f"  first discrepancy after {self.time_to_first:.2f} s ({by})")
         if self.checks:
             failed = [k for k, v in self.checks.items() if v == "failed"]
             # a rule hit only by one op's wrong VJP is no broken rule: that bug is a value discrepancy below
@@ -201,6 +204,7 @@ class Result:
             "seconds": round(self.seconds, 3),
             "time_to_first": None if self.time_to_first is None else round(self.time_to_first, 3),
             "cases_to_first": self.cases_to_first,
+            "first_found_by": self.first_found_by,
             "strict": self.strict,
             "checks": dict(self.checks),
             "notes": list(self.notes),

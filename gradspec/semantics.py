@@ -60,6 +60,7 @@ def check_engine_rules(eng, label: str, result: Result, strict: bool, seed: int,
         if result.time_to_first is None and first:
             result.time_to_first = first[0]
             result.cases_to_first = result.cases_run
+            result.first_found_by = f"the backward() rule search ({title})"
     if res.hung is not None and res.hung[1] is not None:
         # The engine under test never returned: a finding of its own (CONTRACT §3), not only rules skipped.
         name, sc = res.hung

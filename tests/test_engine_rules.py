@@ -215,3 +215,15 @@ def test_a_value_bug_of_one_op_is_not_reported_as_broken_rules(tmp_path):
     assert hit and {st["status"] for st in s["rules"].values()} == {"passed", "value-bug"}, s["rules"]
     assert all(s["rules"][n]["ops"] == ["exp"] for n in hit)
     assert f"{len(hit)} passed apart from the value bug of exp (wrong-vjp)" in proc.stdout and "failed:" not in proc.stdout
+
+
+def test_the_first_finding_says_what_found_it():
+    """A seed-misapplying engine is caught by the §5 rule search before any value case runs: the
+    summary said "first discrepancy after 0.40 s (0 cases)", which read like nothing was checked."""
+    import gradspec as gs
+    from tests import _planted_engines as P
+
+    r = gs.verify_engine(P.seed_mean(), max_examples=10, seed=0)
+    line = next(l for l in r.summary().splitlines() if "first discrepancy" in l)
+    assert "(0 cases)" not in line and "found by the backward() rule search" in line, line
+    assert r.first_found_by.startswith("the backward() rule search (") and r.to_json()["first_found_by"] == r.first_found_by
