@@ -504,6 +504,7 @@ def _check_report_dir(path: str) -> None:
 
 def _fuzz(args) -> int:
     from . import fuzz, report
+    from ._private.memory import freeze_heap
     from .fuzz import liveness
     from .report_cause import shorten, strip_tolerance
 
@@ -609,6 +610,7 @@ def _fuzz(args) -> int:
         # dead workers were on) come back here and are written by on_found, in this process only.
         run = fuzz.run_distributed(cfg, progress=printer, on_found=on_found, oracles=oracles)
     else:
+        freeze_heap()  # this process is gradspec's own: see _private.memory.freeze_heap
         run = fuzz._Campaign(cfg, 0, progress=progress, on_found=on_found, oracles=oracles, found=stats.found).run()
     if printer is not None and getattr(printer, "tty", False):
         printer(run, final=True)

@@ -383,6 +383,26 @@ def test_values_lie_in_their_domain_away_from_edges(domain):
     check()
 
 
+# Every kind of element (simple, moderate, log-uniform, wide, repeat) and short byte strings (missing bytes
+# count as zero), in every DOMAINS entry: the per-element decoding of small leaves must be the array
+# decoding bit for bit, or a saved example would replay as another case.
+@pytest.mark.parametrize("domain", list(DOMAINS.values()), ids=list(DOMAINS))
+def test_small_leaves_decode_exactly_as_large_ones(domain, monkeypatch):
+    dec = values_module.decoder(tuple(domain if isinstance(domain, list) else [domain]), 1e-3, 1e3)
+    rng = random.Random(0)
+    kinds = [0, 76, 77, 178, 179, 228, 229, 249, 250, 255]
+    for _ in range(200):
+        n = rng.randint(1, values_module._SMALL)
+        raw = bytes(rng.choice(kinds) if k % 4 == 0 and rng.random() < 0.5 else rng.getrandbits(8)
+                    for k in range(rng.randint(0, 4 * n)))
+        small = dec(raw, n)
+        with monkeypatch.context() as m:
+            m.setattr(values_module, "_SMALL", 0)
+            large = dec(raw, n)
+        assert small.dtype == large.dtype == np.float64
+        assert small.view(np.int64).tolist() == large.view(np.int64).tolist(), raw.hex()
+
+
 def test_values_mix_interesting_values():
     seen = set()
 

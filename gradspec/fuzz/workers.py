@@ -37,6 +37,7 @@ import tempfile
 import time
 from typing import Callable
 
+from .._private.memory import freeze_heap
 from .._private.records import discrepancy_id
 from ..case import Case
 from ..causes import Cause
@@ -155,6 +156,7 @@ def run_chunk(item, campaign: dict, chunk: dict) -> None:
     else:
         known = _FOUND_HERE.setdefault(cfg.run_id, {})
         cfg.replay_saved = not known.get("_replayed")
+        freeze_heap()  # a worker gradspec fuzz started runs nothing but its chunks (_private.memory)
         stats = _Campaign(cfg, chunk["chunk"], on_found=on_found, found=dict(known.get("found", {}))).run()
         known["_replayed"] = True
         known.setdefault("found", {}).update(stats.found)

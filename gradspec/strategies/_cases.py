@@ -63,7 +63,7 @@ def draw_bools(draw, shape: tuple) -> np.ndarray:
 
 _SEED_KINDS = ("ones", "ones", "zeros", "onehot", "integers", "random", "random", "random", "random", "random")
 _SEED_KIND = ints(0, len(_SEED_KINDS) - 1)
-_OTHER_DTYPE = ints(0, 5)
+_SEED_KIND_AND_DTYPE = ints(0, 6 * len(_SEED_KINDS) - 1)
 _SMALL_INTS = np.array([0.0, 1.0, -1.0, 2.0, -2.0, 3.0, -3.0])
 
 
@@ -75,7 +75,11 @@ def _seeds(draw, shape, dtype, implicit, mixed_dtypes):
 def draw_seed(draw, shape, dtype, implicit, mixed_dtypes):
     """What ``seeds()`` draws, with the caller's ``draw`` (a composite per seed costs more than the seed)."""
     n = _numel(shape)
-    k = draw(_SEED_KIND)
+    # The kind and (when mixing) the other-dtype switch in one integer choice: one draw fewer per root;
+    # it still shrinks to 0 = ones in the root's dtype.  The switch is k // 10 == 5 (1 in 6, as before).
+    k = draw(_SEED_KIND_AND_DTYPE if mixed_dtypes else _SEED_KIND)
+    other_dtype = k // len(_SEED_KINDS) == 5
+    k %= len(_SEED_KINDS)
     if implicit and n == 1 and k <= 3:
         return None
     kind = _SEED_KINDS[k]
@@ -92,7 +96,7 @@ def draw_seed(draw, shape, dtype, implicit, mixed_dtypes):
     else:
         a = draw_array(draw, shape, (), "float64")
     dt = dtype
-    if mixed_dtypes and draw(_OTHER_DTYPE) == 5:
+    if other_dtype:
         dt = "float32" if dtype == "float64" else "float64"  # cast by backward, as torch does
     return a.astype(dt)
 
@@ -124,26 +128,22 @@ def _bad_at(g: Graph, idx: int, n, env: dict, allow) -> list | None:
     spec = g.spec(n.op)
     args = [env[i] for i in n.inputs]
     doms = spec.domains_for(len(args))
-    scale = 1.0
+    planted = idx in allow
     slots = []
-    for j, (a, d) in enumerate(zip(args, doms, strict=False)):
-        a = np.asarray(a)
-        if a.dtype.kind != "f":
-            continue
-        if idx not in allow and not _values.element_margin_ok(d, a):
-            slots.append(j)
-        if a.size:
-            scale = max(scale, float(np.max(np.abs(a))))
+    if not planted:
+        for j, (a, d) in enumerate(zip(args, doms, strict=False)):
+            if d is not None and a.dtype.kind == "f" and not _values.element_margin_ok(d, a):
+                slots.append(j)
     if slots:
         return slots
     try:
-        if idx in allow:
+        if planted:
             kd = spec.singular_distance(args, n.params)
-            if not (kd == 0 or kd >= CHECK_MARGIN * scale):
+            if not (kd == 0 or kd >= CHECK_MARGIN * _input_scale(args)):
                 return []
         elif spec.kink_distance is not None:
             kd = float(spec.kink_distance(*args, **n.params))
-            if not kd >= CHECK_MARGIN * scale:
+            if not kd >= CHECK_MARGIN * _input_scale(args):
                 return []
         out = np.asarray(spec.forward(*args, **n.params))
     except Exception:  # noqa: BLE001 - treat as invalid values; the repair redraws them
@@ -153,6 +153,15 @@ def _bad_at(g: Graph, idx: int, n, env: dict, allow) -> list | None:
         return []
     env[n.name] = out
     return None
+
+
+def _input_scale(args) -> float:
+    """max(1, the largest |element| of the float inputs): what a kink distance is relative to."""
+    scale = 1.0
+    for a in args:
+        if a.dtype.kind == "f" and a.size:
+            scale = max(scale, float(np.max(np.abs(a))))
+    return scale
 
 
 def _detach_input(g: Graph, idx: int, slots: list, vals: dict, rng, cfg: _Cfg) -> bool:
