@@ -63,7 +63,7 @@ def draw_bools(draw, shape: tuple) -> np.ndarray:
 
 _SEED_KINDS = ("ones", "ones", "zeros", "onehot", "integers", "random", "random", "random", "random", "random")
 _SEED_KIND = ints(0, len(_SEED_KINDS) - 1)
-_SEED_KIND_AND_DTYPE = ints(0, 6 * len(_SEED_KINDS) - 1)
+_OTHER_DTYPE = ints(0, 5)
 _SMALL_INTS = np.array([0.0, 1.0, -1.0, 2.0, -2.0, 3.0, -3.0])
 
 
@@ -75,11 +75,7 @@ def _seeds(draw, shape, dtype, implicit, mixed_dtypes):
 def draw_seed(draw, shape, dtype, implicit, mixed_dtypes):
     """What ``seeds()`` draws, with the caller's ``draw`` (a composite per seed costs more than the seed)."""
     n = _numel(shape)
-    # The kind and (when mixing) the other-dtype switch in one integer choice: one draw fewer per root;
-    # it still shrinks to 0 = ones in the root's dtype.  The switch is k // 10 == 5 (1 in 6, as before).
-    k = draw(_SEED_KIND_AND_DTYPE if mixed_dtypes else _SEED_KIND)
-    other_dtype = k // len(_SEED_KINDS) == 5
-    k %= len(_SEED_KINDS)
+    k = draw(_SEED_KIND)
     if implicit and n == 1 and k <= 3:
         return None
     kind = _SEED_KINDS[k]
@@ -96,7 +92,7 @@ def draw_seed(draw, shape, dtype, implicit, mixed_dtypes):
     else:
         a = draw_array(draw, shape, (), "float64")
     dt = dtype
-    if other_dtype:
+    if mixed_dtypes and draw(_OTHER_DTYPE) == 5:
         dt = "float32" if dtype == "float64" else "float64"  # cast by backward, as torch does
     return a.astype(dt)
 
