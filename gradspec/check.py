@@ -315,7 +315,7 @@ def _check(case: Case, chosen: list) -> Verdict:
         discrepancies.append(Discrepancy(kind="dtype", oracles=(name, other), case=case, leaf=leaf, message=(
             f"{name} returned a {got} gradient for leaf {leaf!r}, whose dtype is {want} (torch's .grad has the leaf's dtype)")))
     leaves = case.grad_leaves()
-    m = None if jac is None else _path_scale(jac)
+    m = None if jac is None else _path_scale(jac, quiet=_engine._FP_QUIET)
     M = None  # m per leaf, for the leaf-by-leaf comparison of pairs the fast path did not settle
     names = list(results)
     noise = None

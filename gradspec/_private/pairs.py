@@ -70,11 +70,16 @@ def _allowed(rtol, scale_a, scale_b, m, noise, fd, claim=None, floor=_tol.SUBNOR
     return allowed
 
 
-def _path_scale(jac) -> np.ndarray:
+def _path_scale(jac, quiet: bool = False) -> np.ndarray:
     """``|J|^T |seed|`` (flat, in leaf order): per input element, the sum of the absolute values of
-    every path's contribution -- the scale that bounds the rounding error of any evaluation order."""
+    every path's contribution -- the scale that bounds the rounding error of any evaluation order.
+    ``quiet``: the caller already ignores numpy's floating-point errors (no errstate of its own)."""
+    if not jac.matrix.size:
+        return np.zeros(jac.matrix.shape[1])
+    if quiet:
+        return np.abs(jac.matrix).T @ np.abs(jac.seed_vector)
     with np.errstate(all="ignore"):
-        return np.abs(jac.matrix).T @ np.abs(jac.seed_vector) if jac.matrix.size else np.zeros(jac.matrix.shape[1])
+        return np.abs(jac.matrix).T @ np.abs(jac.seed_vector)
 
 
 def _per_leaf(flat: np.ndarray, leaves) -> dict:
