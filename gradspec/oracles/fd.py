@@ -620,7 +620,7 @@ def fd_gradient(case, *, check_reach: bool = True) -> FDResult:
         _check_reach(plan, p.center, p.reach)
     if small is not None and not small[3]:
         r = np.array(small[0])
-        _staircase(p, r, h, leaves)
+        _staircase(p, r, h, leaves, (case, x64, flat))
         return _result(leaves, r, np.array(small[1]), h, p.evaluations)
     if small is not None:
         r, err, trunc = (np.array(a) for a in small[:3])
@@ -628,11 +628,11 @@ def fd_gradient(case, *, check_reach: bool = True) -> FDResult:
         r, err, trunc = _combine_all(p.s, p.s0, p.S, p.S0, h, floor)
     h0 = h.copy()  # the step the noise line was laid out with (refinement changes h in place)
     h, more = _refine(case, x64, leaves, p, h, floor, (r, err, trunc))
-    _staircase(p, r, h0, leaves)
+    _staircase(p, r, h0, leaves, (case, x64, flat))
     return _result(leaves, r, err, h, p.evaluations + more)
 
 
-def _staircase(p: _Pass, r, h0, leaves) -> None:
+def _staircase(p: _Pass, r, h0, leaves, along=None) -> None:
     """The noise line (FD_NOISE_POINTS points spanning 15 h / FD_NOISE_SPACING, ~2e-8 |x|) measures
     the forward's noise only where the forward resolves that span.  Code that computes at a lower
     precision than its dtype (a float64 function through float32 inside) is a staircase there: most
@@ -640,7 +640,9 @@ def _staircase(p: _Pass, r, h0, leaves) -> None:
     the step h turns the quantum into an error ~quantum / h far above the estimate's bound.  Float64
     code never repeats a value where the final slope predicts a change of RESOLUTION_FLOORS rounding
     floors between neighbouring points (a kink or pole that close was refused before this), so:
-    where half the line's steps repeat a value, FD steps aside, saying why."""
+    where half the line's steps repeat a value, FD steps aside, saying why.  A line that crosses the
+    gradient at a right angle (its predicted change too small to tell) is laid again along the gradient
+    (``along`` = (case, x64, flat): what evaluating it takes)."""
     line = p.line
     if len(line) < 2 or not r.size:
         return
@@ -650,6 +652,19 @@ def _staircase(p: _Pass, r, h0, leaves) -> None:
         return
     d = noise_pattern(r.size)
     per_step = abs(float(np.dot(r * h0, d[1] - d[0])))
+    if per_step <= RESOLUTION_FLOORS * p.vfloor and along is not None:
+        # The line may be flat because it crosses the gradient at a right angle (x = [1, 1] of x1^3 + x2^3
+        # runs along (1, -1)): then its repeats prove nothing.  A second line along the signs of the
+        # estimate has slope sum |r_j h_j| / FD_NOISE_SPACING per step (15 more points, on this rare path).
+        case, x64, flat = along
+        u = np.where(r < 0, -1.0, 1.0)
+        X = flat + np.outer(np.arange(len(line)) - (len(line) - 1) / 2, u * h0) / _tol.FD_NOISE_SPACING
+        line = tuple(_s_values(case._evaluate(_leaf_batches(case, x64, leaves, X), 1), case.roots, p.seeds64,
+                               len(X))[0].tolist())
+        repeats = sum(a == b for a, b in zip(line, line[1:]))
+        if 2 * repeats < len(line) - 1:
+            return
+        per_step = float(np.dot(np.abs(r), h0)) / _tol.FD_NOISE_SPACING
     if per_step > RESOLUTION_FLOORS * p.vfloor:
         raise OracleError(
             f"finite differences: the forward gave the same value at {repeats + 1} of {len(line)} neighbouring "
