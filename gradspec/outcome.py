@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["AGREE", "DISAGREE", "INCONCLUSIVE", "exit_code", "forward_error", "user_gated_leaves", "settle_errors",
+__all__ = ["AGREE", "DISAGREE", "INCONCLUSIVE", "exit_code", "forward_error", "user_gated_leaves", "settle_errors", "has_user_ops",
            "torch_no_grad_as_none", "twin_mismatches", "is_torch", "TWIN_ULPS"]
 
 AGREE, DISAGREE, INCONCLUSIVE = "agree", "disagree", "inconclusive"
@@ -80,6 +80,11 @@ def forward_error(case) -> str | None:
 
 def _is_user_op(spec) -> bool:
     return isinstance(spec, _classes()[1])
+
+
+def has_user_ops(case) -> bool:
+    """Whether a node of ``case`` runs a user op (code gradspec cannot see inside)."""
+    return any(_is_user_op(case.spec(n.op)) for n in case.nodes)
 
 
 def _open_reach(case) -> dict | None:

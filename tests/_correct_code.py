@@ -7,6 +7,7 @@ so that saved cases replay in another process.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 
@@ -40,11 +41,43 @@ class Atan2(torch.autograd.Function):
         return g * x / r, -g * y / r
 
 
+def cond_matrix(n: int, cond: float = 1e6) -> np.ndarray:
+    """``Q diag(logspace(0, -log10 cond, n)) P^T`` with orthogonal Q, P from a fixed seed: non-symmetric."""
+    rng = np.random.default_rng(7 + n)
+    q, _ = np.linalg.qr(rng.standard_normal((n, n)))
+    p, _ = np.linalg.qr(rng.standard_normal((n, n)))
+    return q @ np.diag(np.logspace(0, -np.log10(cond), n)) @ p.T
+
+
+class Solve1e6(torch.autograd.Function):
+    """x = K^-1 b with K fixed, non-symmetric, of condition 1e6; backward K^-T g (a second solve).
+
+    Correct, and accurate to ~cond x eps = 2e-10 relative only: the forward factors K, the backward
+    K^T, each exact for its own nearby matrix (Higham thm 7.2)."""
+
+    @staticmethod
+    def forward(ctx, b):
+        k = torch.from_numpy(cond_matrix(b.shape[-1])).to(b.dtype)
+        ctx.save_for_backward(k)
+        return torch.linalg.solve(k, b.unsqueeze(-1)).squeeze(-1)
+
+    @staticmethod
+    def backward(ctx, g):
+        (k,) = ctx.saved_tensors
+        return torch.linalg.solve(k.mT, g.unsqueeze(-1)).squeeze(-1)
+
+
+class Solve1e6Scaled(Solve1e6):
+    """BUG: the gradient 1e-6 too large (the smallest bug gradspec must find)."""
+
+    @staticmethod
+    def backward(ctx, g):
+        return Solve1e6.backward(ctx, g) * (1 + 1e-6)
+
+
 # ---------------------------------------------------------------------------------------------
 # user ops (gs.Op)
 # ---------------------------------------------------------------------------------------------
-
-import numpy as np  # noqa: E402
 
 import gradspec as gs  # noqa: E402
 
