@@ -403,6 +403,23 @@ def test_small_leaves_decode_exactly_as_large_ones(domain, monkeypatch):
         assert small.view(np.int64).tolist() == large.view(np.int64).tolist(), raw.hex()
 
 
+# The domain check at the drawn values, element by element for small arrays and vectorised for large
+# ones: the same answer on values inside, on the margins, at singular points, non-finite, float32.
+@pytest.mark.parametrize("domain", list(DOMAINS.values()), ids=list(DOMAINS))
+def test_small_arrays_pass_the_margin_check_exactly_as_large_ones(domain, monkeypatch):
+    rng = random.Random(1)
+    special = [0.0, -0.0, 1.0, -1.0, 1e-3, -1e-3, 1.5e-3, 2.0, 5.0, 6.0, 5.0075, -0.999, math.inf, -math.inf, math.nan]
+    for d in domain if isinstance(domain, list) else [domain]:
+        for _ in range(300):
+            n = rng.randint(1, values_module._SMALL)
+            a = np.array([rng.choice(special) if rng.random() < 0.3 else rng.uniform(-3, 8) for _ in range(n)],
+                         dtype=rng.choice([np.float64, np.float32]))
+            small = values_module.element_margin_ok(d, a)
+            with monkeypatch.context() as m:
+                m.setattr(values_module, "_SMALL", 0)
+                assert values_module.element_margin_ok(d, a) == small, (d, a)
+
+
 def test_values_mix_interesting_values():
     seen = set()
 

@@ -144,11 +144,18 @@ def _bad_at(g: Graph, idx: int, n, env: dict, allow) -> list | None:
         out = np.asarray(spec.forward(*args, **n.params))
     except Exception:  # noqa: BLE001 - treat as invalid values; the repair redraws them
         return []
-    # max |out| is NaN when any element is NaN, inf when any is infinite: one reduction checks all three
-    if out.dtype.kind == "f" and out.size and not float(np.max(np.abs(out))) <= _MAX_ABS:
+    if out.dtype.kind == "f" and out.size and not _tame(out):
         return []
     env[n.name] = out
     return None
+
+
+def _tame(out: np.ndarray) -> bool:
+    """Every element finite and at most _MAX_ABS in size."""
+    if out.size <= 16:  # element by element: one numpy reduction costs more than a few comparisons
+        return all(abs(v) <= _MAX_ABS for v in out.ravel().tolist())  # False for NaN and inf too
+    # max |out| is NaN when any element is NaN, inf when any is infinite: one reduction checks all three
+    return bool(np.abs(out).max() <= _MAX_ABS)
 
 
 def _input_scale(args) -> float:

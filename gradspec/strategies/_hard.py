@@ -95,10 +95,10 @@ def candidates(g) -> list[int]:
     for idx, n in enumerate(g.nodes):
         ins = [leaves.get(i) for i in n.inputs]
         if n.op in POINT_KINKS or n.op in BOUND_KINKS or n.op in SLICE_TIES:
-            ok = ins and ins[0] is not None and ins[0].is_float and int(np.prod(ins[0].shape)) > 0
+            ok = ins and ins[0] is not None and ins[0].is_float and 0 not in ins[0].shape
         elif n.op in PAIR_TIES:
             ok = (len(ins) == 2 and all(l is not None and l.is_float for l in ins) and ins[0] is not ins[1]
-                  and int(np.prod(ins[0].shape)) > 0 and int(np.prod(ins[1].shape)) > 0)
+                  and 0 not in ins[0].shape and 0 not in ins[1].shape)
         else:
             ok = False
         if ok:
