@@ -116,3 +116,53 @@ LINES = {
 def test_line_sigma_is_noise_sigma_of_one_line(name):
     a, b = fdstep.noise_sigma(LINES[name]), fdstep.line_sigma(LINES[name].tolist())
     assert a == b or (np.isnan(a) and np.isnan(b)), (a, b)
+
+
+def _numpy_estimate(s, S, s0, S0, h, floor):
+    """What the old oracle computed from the same stencil values (its finiteness test, _combine and
+    coarse-step test, on arrays)."""
+    s, S, h = np.array(s), np.array(S), np.array(h)
+    if not np.isfinite(s).all():
+        return "not finite", int(np.argwhere(~np.isfinite(s))[0][1])
+    with np.errstate(all="ignore"):
+        r, err, trunc = old._combine(s, s0, S.max(axis=0), S0, h, floor)
+        scale = max(float(np.abs(r).max(initial=0.0)), 1e-300)
+        refine = bool(trunc.max(initial=0.0) > old.COARSE * scale
+                      and ((trunc > old.COARSE * np.maximum(np.abs(r), scale)) & (trunc > 0.5 * err)).any())
+    return r.tolist(), err.tolist(), trunc.tolist(), refine
+
+
+_H = [6e-6, 6e-6, 1.2e-5]
+_S3 = [[1.0, 2.0, 3.0], [1.0, 2.0, 3.0], [1.0, 2.0, 3.0]]
+BIG, INF, NAN = 1.5e308, float("inf"), float("nan")
+# (s rows, S rows, s0, S0, h, floor): values whose sums overflow although each is finite, non-finite
+# values in each place, a correction that overflows to inf and then to NaN
+ESTIMATES = {
+    "smooth": ([[1.1, 2.1, 3.1], [0.9, 1.9, 2.9], [1.2, 2.2, 3.2]], _S3, 1.0, 1.0, _H, 1e-15),
+    "coarse step": ([[1.1, 2.0, 3.0], [0.9, 2.0, 3.0], [1.5, 2.0, 3.0]], _S3, 1.0, 1.0, _H, 1e-15),
+    "s sums overflow": ([[BIG, BIG, 1.0], [BIG, 1.0, BIG], [BIG, BIG, BIG]], _S3, 1.0, 1.0, _H, 0.0),
+    "S sums overflow": ([[1.1, 2.1, 3.1], [0.9, 1.9, 2.9], [1.2, 2.2, 3.2]], [[BIG] * 3] * 3, BIG, BIG, _H, 0.0),
+    "correction overflows": ([[-BIG, 1.0, 2.0], [BIG, 1.0, 2.0], [BIG, 1.0, 2.0]], _S3, 0.0, 1.0, _H, 0.0),
+    "inf in s": ([[1.0, 2.0, 3.0], [1.0, INF, 3.0], [1.0, 2.0, 3.0]], _S3, 1.0, 1.0, _H, 0.0),
+    "nan in s": ([[1.0, 2.0, NAN], [1.0, 2.0, 3.0], [1.0, 2.0, 3.0]], _S3, 1.0, 1.0, _H, 0.0),
+    "inf in S": ([[1.1, 2.1, 3.1], [0.9, 1.9, 2.9], [1.2, 2.2, 3.2]], [[1.0, INF, 1.0]] * 3, 1.0, 1.0, _H, 0.0),
+    "nan centre": ([[1.1, 2.1, 3.1], [0.9, 1.9, 2.9], [1.2, 2.2, 3.2]], _S3, NAN, 1.0, _H, 0.0),
+    "inf step": ([[1.1, 2.1, 3.1], [0.9, 1.9, 2.9], [1.2, 2.2, 3.2]], _S3, 1.0, 1.0, [6e-6, INF, 6e-6], 0.0),
+}
+
+
+@pytest.mark.parametrize("name", list(ESTIMATES), ids=list(ESTIMATES))
+def test_small_estimate_is_the_numpy_estimate(name):
+    args = ESTIMATES[name]
+    got = fd._estimate_small(*args)
+    if got is None:  # the caller takes the numpy path: allowed only for a non-finite S, centre, step or floor
+        s, S, s0, S0, h, floor = args
+        assert not np.isfinite(np.array([*np.ravel(S), s0, S0, *h, floor])).all()
+        return
+    want = _numpy_estimate(*args)
+    if got[0] == "not finite" or want[0] == "not finite":
+        assert got == want
+        return
+    for a, b in zip(got[:3], want[:3]):
+        np.testing.assert_array_equal(a, b)  # the same floats (NaN where numpy's are NaN)
+    assert got[3] == want[3]

@@ -52,6 +52,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import operator
 from typing import NamedTuple
 
 import numpy as np
@@ -153,13 +154,25 @@ def _scale(floats) -> tuple[float, str | None]:
     """``_center_scale`` of the (name, non-empty float array) pairs ``floats``."""
     if not floats:
         return 0.0, None
-    a = np.abs(np.concatenate([c for _, c in floats], axis=None) if len(floats) > 1 else floats[0][1])
+    a = np.concatenate([c for _, c in floats], axis=None) if len(floats) > 1 else floats[0][1]
+    if a.size <= _SCALE_SMALL:
+        # Python's max of the |values|, exact like numpy's, taken only where nothing is NaN (a NaN sum
+        # says so; a NaN from inf - inf only sends a finite centre to the numpy path below)
+        vals = a.tolist() if a.ndim else [a.item()]
+        vmax = max(map(abs, vals))
+        total = sum(vals)
+        if vmax < math.inf and total == total:
+            return vmax, None
+    a = np.abs(a)
     vmax = float(_MAX(a, axis=None))
     if vmax < np.inf:  # NaN fails this too
         return vmax, None
     a = a.ravel()
     bad = next(name for name, c in floats if not np.isfinite(c).all())
     return float(a[np.isfinite(a)].max(initial=0.0)), bad
+
+
+_SCALE_SMALL = 64  # elements: the centre's scale on Python floats up to here (~30 ns an element)
 
 
 def _finite_center_scale(center) -> float:
@@ -182,6 +195,32 @@ def _floor(vmax: float, seeds64, abs_seeds=None) -> float:
 def _seeds64(case, center):
     """The case's seeds (implicit ones made explicit, rounded to each root's dtype) in float64."""
     return [np.asarray(seed, dtype=np.float64) for seed in case.seed_arrays(center)]
+
+
+def _batch_seeds64(case, env, center):
+    """``_seeds64`` and the raveled ``|seed|`` from a batched environment, without copies where the
+    conversions change nothing (float64 roots): an implicit seed is then ones (one shared read-only
+    array per shape), an explicit float64 seed is used as it is (read only).  Other dtypes go
+    through ``case.seed_arrays`` as before."""
+    seeds, absolute = [], []
+    for r, sd in zip(case.roots, case.seeds):
+        if env[r].dtype != np.float64 or not (sd is None or getattr(sd, "dtype", None) == np.float64):
+            seeds = _seeds64(case, center)
+            return seeds, [np.abs(seed.ravel()) for seed in seeds]
+        if sd is None:
+            seeds.append(_ones(env[r].shape[1:]))
+            absolute.append(seeds[-1].reshape(-1))
+        else:
+            seeds.append(sd)
+            absolute.append(np.abs(sd.reshape(-1)))
+    return seeds, absolute
+
+
+@functools.lru_cache(maxsize=256)
+def _ones(shape) -> np.ndarray:
+    out = np.ones(shape)
+    out.flags.writeable = False  # shared by every case with a root of this shape
+    return out
 
 
 def _at_center(case, center, seeds64):
@@ -324,25 +363,31 @@ def _estimate_small(s, S, s0, S0, h, floor):
     the same floats.  Returns ``("not finite", j)`` for the first element j whose stencil is not
     finite (row-major, as ``np.argwhere``); None where Python's ``max`` would order a NaN
     differently from ``np.maximum`` (a non-finite S, step or centre: the caller uses the numpy
-    path); else ``(r, err, trunc, refine)``."""
+    path); else ``(r, err, trunc, refine)``.
+
+    Finiteness is tested on sums first (a sum is finite only if every term is; one that is not,
+    which may be an overflow, goes through the element-wise tests)."""
     isfinite = math.isfinite
-    for row in s:
-        if not all(map(isfinite, row)):
-            return "not finite", next(j for j, v in enumerate(row) if not isfinite(v))
-    if not (isfinite(s0) and isfinite(S0) and isfinite(floor) and all(map(isfinite, h))):
-        return None
-    for row in S:
-        if not all(map(isfinite, row)):
+    sp_, sm_, s2_ = s
+    if not isfinite(sum(sp_) + sum(sm_) + sum(s2_)):
+        for row in s:
+            if not all(map(isfinite, row)):
+                return "not finite", next(j for j, v in enumerate(row) if not isfinite(v))
+    Sp_, Sm_, S2_ = S
+    if not isfinite(s0 + S0 + floor + sum(h) + sum(Sp_) + sum(Sm_) + sum(S2_)):
+        if not (isfinite(s0) and isfinite(S0) and isfinite(floor) and all(map(isfinite, h))):
             return None
+        for row in S:
+            if not all(map(isfinite, row)):
+                return None
     a0, s03 = abs(s0), 3 * s0
     r, err, trunc = [], [], []
-    rmax = tmax = 0.0
-    nan = False
+    add_r, add_err, add_trunc = r.append, err.append, trunc.append
     # max() spelled as comparisons (a builtin call per max is most of the loop's time); the
     # values are finite, so the order of a comparison cannot change the result
-    for sp, sm, s2, Sp, Sm, S2, hj in zip(*s, *S, h):
+    for sp, sm, s2, Sp, Sm, S2, hj in zip(sp_, sm_, s2_, Sp_, Sm_, S2_, h):
         correction = (s2 - 3 * sp + s03 - sm) / (6 * hj)
-        rj = (sp - sm) / (2 * hj) - correction
+        add_r((sp - sm) / (2 * hj) - correction)
         t = abs(correction)
         top = abs(sp)
         x = abs(sm)
@@ -355,19 +400,13 @@ def _estimate_small(s, S, s0, S0, h, floor):
         x = S0 if S0 > x else x
         delta = _RD_EPS * (x + top)
         delta = floor if floor > delta else delta
-        r.append(rj)
-        err.append(t + 2.4 * delta / hj)
-        trunc.append(t)
-        a = abs(rj)
-        if a > rmax:
-            rmax = a
-        if t > tmax:
-            tmax = t
-        if a != a or t != t:
-            nan = True
+        add_err(t + 2.4 * delta / hj)
+        add_trunc(t)
     # numpy's rules: a NaN in |r| or trunc makes scale or trunc.max() NaN, and the test False
-    scale = max(rmax, 1e-300)
-    refine = not nan and tmax > COARSE * scale and any(
+    if not isfinite(sum(r) + sum(trunc)) and (any(v != v for v in r) or any(v != v for v in trunc)):
+        return r, err, trunc, False
+    scale = max(max(map(abs, r), default=0.0), 1e-300)  # no NaN here: max is numpy's
+    refine = max(trunc, default=0.0) > COARSE * scale and any(
         t > COARSE * max(abs(x), scale) and t > 0.5 * e for x, e, t in zip(r, err, trunc))
     return r, err, trunc, refine
 
@@ -377,6 +416,36 @@ def _estimate_small(s, S, s0, S0, h, floor):
 # shape rules say the largest tensor times the rows stays under MAX_BATCH_ELEMENTS.
 INLINE_ROWS = 64
 INLINE_ROWS_CHECKED = 1024
+
+
+def _largest(case) -> int:
+    """The number of elements of the case's largest tensor, from the shape rules: ``max(prod(s) for s
+    in case.shapes().values())``, with each node's output shape remembered per (op spec, input
+    shapes, params).  Shape rules without a declared rule run the op on ones (~3 us a node, up to
+    ~15% of FD on graphs of 20 to 100 inputs); graphs repeat their ops' signatures all the time."""
+    shapes = {l.name: l.value.shape for l in case.leaves}
+    top = max([l.value.size for l in case.leaves] + [1])
+    specs = case._node_specs()
+    for k, node in enumerate(case.nodes):
+        spec = case.spec(node.op) if specs is None else specs[k]
+        ins = [tuple(shapes[i]) for i in node.inputs]
+        try:
+            key = (spec, tuple(ins), tuple([(p, type(v), v) for p, v in node.params.items()]))
+            out = _OUT_SHAPES.get(key)
+        except TypeError:  # a parameter that cannot be hashed (an array): no memo
+            key = out = None
+        if out is None:
+            out = tuple(spec.out_shape(ins, node.params))
+            if key is not None:
+                if len(_OUT_SHAPES) > 4096:  # user ops made afresh in a loop: keep the memo bounded
+                    _OUT_SHAPES.clear()
+                _OUT_SHAPES[key] = out
+        shapes[node.name] = out
+        top = max(top, math.prod(out))
+    return top
+
+
+_OUT_SHAPES: dict = {}  # (spec, input shapes, params) -> output shape (_largest)
 
 
 def _stencil(flat, h, n):
@@ -514,6 +583,7 @@ class _Pass(NamedTuple):
     reach: dict  # watched name -> how far each element moves over the stencil
     evaluations: int
     line: tuple = ()  # s along the noise line (_staircase)
+    lists: tuple | None = None  # (s, S) stencil rows as lists of Python floats (n <= SMALL_N, inline)
 
 
 class _RowZero(dict):
@@ -542,8 +612,7 @@ def _inline_pass(case, x64, leaves, flat, h, n, watch) -> _Pass:
     if bad is not None:
         raise OracleError(f"finite differences: {bad} is not finite at the case's inputs")
     center = _RowZero(env)
-    seeds64 = _seeds64(case, center)
-    abs_seeds = [np.abs(seed.ravel()) for seed in seeds64]
+    seeds64, abs_seeds = _batch_seeds64(case, env, center)
     s, S = _s_values(env, case.roots, seeds64, rows, abs_seeds)
     m = len(FACTORS) * n + 1
     reach = _leaf_reach(leaves, flat, h, watch) if n else {}
@@ -551,10 +620,18 @@ def _inline_pass(case, x64, leaves, flat, h, n, watch) -> _Pass:
         v = env[name]
         if name not in reach and v.dtype.kind == "f" and v.size:
             reach[name] = _reach(v[1:m], v[0])
-    sigma = line_sigma(s[m:].tolist()) if n else 0.0
-    return _Pass(center, _floor(vmax, seeds64, abs_seeds), seeds64, float(s[0]), float(S[0]),
+    small = None
+    if n <= SMALL_N:  # one conversion each of s and S for the centre, the noise line and _estimate_small
+        sl, Sl = s.tolist(), S[:m].tolist()
+        line, s0, S0 = sl[m:], sl[0], Sl[0]
+        small = ([sl[1 : n + 1], sl[n + 1 : 2 * n + 1], sl[2 * n + 1 : m]],
+                 [Sl[1 : n + 1], Sl[n + 1 : 2 * n + 1], Sl[2 * n + 1 :]])
+    else:
+        line, s0, S0 = s[m:].tolist(), float(s[0]), float(S[0])
+    sigma = line_sigma(line) if n else 0.0
+    return _Pass(center, _floor(vmax, seeds64, abs_seeds), seeds64, s0, S0,
                  s[1:m].reshape(len(FACTORS), n), S[1:m].reshape(len(FACTORS), n), sigma, reach, rows,
-                 tuple(s[m:].tolist()) if n else ())
+                 tuple(line), small)
 
 
 def _chunked_pass(case, x64, leaves, flat, h, n, watch) -> _Pass:
@@ -606,12 +683,13 @@ def fd_gradient(case, *, check_reach: bool = True) -> FDResult:
     plan = _watch_plan(case) if check_reach else []
     rows = len(FACTORS) * n + 1 + (_tol.FD_NOISE_POINTS if n else 0)
     inline = rows * max([l.value.size for l in case.leaves]) <= MAX_BATCH_ELEMENTS and (
-        rows <= INLINE_ROWS
-        or rows <= INLINE_ROWS_CHECKED and rows * max(math.prod(s) for s in case.shapes().values()) <= MAX_BATCH_ELEMENTS
-    )
+        rows <= INLINE_ROWS or rows <= INLINE_ROWS_CHECKED and rows * _largest(case) <= MAX_BATCH_ELEMENTS)
     p = (_inline_pass if inline else _chunked_pass)(case, x64, leaves, flat, h, n, _watched(plan))
     floor = float(max(p.vfloor, _tol.FD_NOISE_SIGMAS * p.sigma))
-    small = _estimate_small(p.s.tolist(), p.S.tolist(), p.s0, p.S0, h.tolist(), floor) if n <= SMALL_N else None
+    small = None
+    if n <= SMALL_N:
+        sl, Sl = p.lists if p.lists is not None else (p.s.tolist(), p.S.tolist())
+        small = _estimate_small(sl, Sl, p.s0, p.S0, h.tolist(), floor)
     if small is not None and small[0] == "not finite":
         _not_finite(small[1], h)
     if small is None and not _ALL(np.isfinite(p.s), axis=None):
@@ -619,9 +697,8 @@ def fd_gradient(case, *, check_reach: bool = True) -> FDResult:
     if check_reach and p.reach:  # a kink within reach explains a coarse estimate better than "varies too fast"
         _check_reach(plan, p.center, p.reach)
     if small is not None and not small[3]:
-        r = np.array(small[0])
-        _staircase(p, r, h, leaves, (case, x64, flat))
-        return _result(leaves, r, np.array(small[1]), h, p.evaluations)
+        _staircase(p, small[0], h, leaves, (case, x64, flat))
+        return _result(leaves, np.array(small[0]), np.array(small[1]), h, p.evaluations)
     if small is not None:
         r, err, trunc = (np.array(a) for a in small[:3])
     else:
@@ -644,12 +721,13 @@ def _staircase(p: _Pass, r, h0, leaves, along=None) -> None:
     gradient at a right angle (its predicted change too small to tell) is laid again along the gradient
     (``along`` = (case, x64, flat): what evaluating it takes)."""
     line = p.line
-    if len(line) < 2 or not r.size:
+    if len(line) < 2 or not len(r):
         return
     # The repeats first (15 float comparisons): the common case, no staircase, costs no numpy call.
-    repeats = sum(a == b for a, b in zip(line, line[1:]))
+    repeats = sum(map(operator.eq, line, line[1:]))
     if 2 * repeats < len(line) - 1:
         return
+    r = np.asarray(r)
     d = noise_pattern(r.size)
     per_step = abs(float(np.dot(r * h0, d[1] - d[0])))
     if per_step <= RESOLUTION_FLOORS * p.vfloor and along is not None:
@@ -686,6 +764,10 @@ def _not_finite(j: int, h):
 
 
 def _result(leaves, r, err, h, evaluations) -> FDResult:
+    if len(leaves) == 1:  # the whole vectors, as the slices below would give them
+        l = leaves[0]
+        shape = l.value.shape
+        return FDResult({l.name: r.reshape(shape)}, {l.name: err.reshape(shape)}, {l.name: h.reshape(shape)}, evaluations)
     grads, errors, steps = {}, {}, {}
     off = 0
     for l in leaves:
