@@ -411,7 +411,7 @@ def prop_nonleaf_grad(B, case, data):
     retain = data.draw(st.booleans(), label="retain_grad")
     env, roots = B.build(case)
     t = env[name]
-    if not t.requires_grad:
+    if not t.requires_grad or t.is_leaf:  # (torch's flatten over nothing returns its input: the leaf itself)
         return
     if retain:
         t.retain_grad()
