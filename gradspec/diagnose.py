@@ -42,7 +42,7 @@ import itertools
 import numpy as np
 
 from ._private.skips import word_cut
-from ._private.vjp_patterns import EXPLAINED, classify, explains, flat, name_factor, shape_pattern
+from ._private.vjp_patterns import EXPLAINED, by_output, classify, disagrees, explains, flat, name_factor, shape_pattern
 from .case import Case, Leaf, NodeDef
 from .causes import ENGINE_IDS, Cause
 from .check import check as _run_check
@@ -343,6 +343,11 @@ def _wrong_vjp(mini: Case, node: NodeDef, spec, suspect: str, u: dict, t: dict, 
                  "that is 0 there?); compute it without the singular step"
     elif pattern != "other" and run is not None and twin is not None:
         pattern, factor, detail = _confirmed(mini, node, spec, suspect, twin, run, J, (pattern, factor, detail))
+    part = None if run is None or twin is None else by_output(mini, node, spec, lambda g2: _recheck(mini, g2, run),
+                                                              suspect, twin, J)
+    if part:
+        pattern, factor, detail = part[1] or (pattern, factor, detail)
+        detail = f"{part[0]}: {detail}"
     summary = f"{where}: {code} is wrong — {detail}"
     return Cause("wrong-vjp", summary, node=node.name, op=node.op,
                  evidence=_evidence(mini, leaves, u, t, g, suspect, _twin_label(spec, twin)), pattern=pattern, factor=factor)
@@ -363,13 +368,12 @@ def _confirmed(mini, node, spec, suspect, twin, run, J, found) -> tuple:
     fresh = []
     for _ in range(_FRESH_SEEDS):
         g2 = (rng.uniform(0.5, 1.5, out) * rng.choice([-1.0, 1.0], out)).astype(np.asarray(mini.seeds[0]).dtype)
-        m2 = Case(mini.leaves, mini.nodes, mini.roots, [g2], engine=mini.engine, user_ops=dict(mini.user_ops))
-        try:
-            v2 = run(m2)
-        except Exception:  # noqa: BLE001 - no second opinion; the first one stands
+        v2 = _recheck(mini, g2, run)
+        if v2 is None:  # no second opinion; the first one stands
             continue
+        m2 = v2.case
         u2, t2 = v2.results.get(suspect), v2.results.get(twin)
-        if u2 is None or t2 is None or not any(set(x.oracles) == {suspect, twin} for x in v2.discrepancies):
+        if u2 is None or t2 is None or not disagrees(v2, suspect, twin):
             continue  # right on this g: it says nothing about the pattern
         leaves = [l for l in m2.grad_leaves() if u2.get(l.name) is not None and t2.get(l.name) is not None]
         fresh.append(classify(m2, node, spec, leaves, u2, t2, J, np.asarray(g2, dtype=np.float64)))
@@ -388,6 +392,15 @@ def _confirmed(mini, node, spec, suspect, twin, run, J, found) -> tuple:
     return "other", None, (f"it differs from J^T·g with no single pattern: on this case's upstream gradient it looks "
                            f"like '{pattern}', on fresh upstream gradients at the same inputs like "
                            f"{' / '.join(repr(p) for p in seen)}")
+
+
+def _recheck(mini, g2, run):
+    """The verdict of ``mini`` under another upstream gradient, or None where that check fails."""
+    m2 = Case(mini.leaves, mini.nodes, mini.roots, [g2], engine=mini.engine, user_ops=dict(mini.user_ops))
+    try:
+        return run(m2)
+    except Exception:  # noqa: BLE001
+        return None
 
 
 def _wrong_jvp(mini, node, spec, jac_res, fd) -> Cause:

@@ -75,6 +75,29 @@ class Solve1e6Scaled(Solve1e6):
         return Solve1e6.backward(ctx, g) * (1 + 1e-6)
 
 
+class SinCos(torch.autograd.Function):
+    """Two outputs, sin and cos; each its own upstream gradient."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return torch.sin(x), torch.cos(x)
+
+    @staticmethod
+    def backward(ctx, g_sin, g_cos):
+        (x,) = ctx.saved_tensors
+        return g_sin * torch.cos(x) - g_cos * torch.sin(x)
+
+
+class SinCosWrongCos(SinCos):
+    """BUG in the second output's part only: cos' taken as +sin."""
+
+    @staticmethod
+    def backward(ctx, g_sin, g_cos):
+        (x,) = ctx.saved_tensors
+        return g_sin * torch.cos(x) + g_cos * torch.sin(x)
+
+
 # ---------------------------------------------------------------------------------------------
 # user ops (gs.Op)
 # ---------------------------------------------------------------------------------------------

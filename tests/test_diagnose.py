@@ -507,3 +507,15 @@ def test_gradients_returned_in_swapped_order_are_named_as_such():
     assert causes and all((c.id, c.pattern) == ("wrong-vjp", "permuted") and "are swapped" in c.summary
                           for c in causes), causes
     assert gs.verify_torch_function(_MulAddOk.apply, max_examples=30, seed=0).status == "agree"
+
+
+def test_a_wrong_backward_for_one_output_of_several_names_that_output():
+    """Before: 'other: it differs from J^T·g with no single pattern', which output's gradient was wrong unsaid."""
+    from tests import _correct_code as C
+
+    r = gs.verify_torch_function(C.SinCosWrongCos.apply, max_examples=20, seed=0)
+    (d,) = r.discrepancies
+    assert d.cause.id == "wrong-vjp"
+    assert "output 1 of 2" in d.cause.summary and "output 0 is right" in d.cause.summary, d.cause.summary
+    assert d.cause.pattern == "sign", d.cause  # +sin where -sin belongs, on a seed of output 1 alone
+    assert gs.verify_torch_function(C.SinCos.apply, max_examples=20, seed=0).ok

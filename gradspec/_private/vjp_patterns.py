@@ -27,7 +27,7 @@ from fractions import Fraction
 import numpy as np
 
 __all__ = ["classify", "name_factor", "snap", "dims", "shape_pattern", "columns", "flat", "fit", "explains",
-           "EXPLAINED"]
+           "EXPLAINED", "by_output", "disagrees"]
 
 # A hypothesis "explains" a wrong gradient when what is left of the error under it is at most this
 # fraction of the error itself: the hypotheses are exact transformations of J^T g (a sign, a factor,
@@ -403,3 +403,52 @@ def _split_point(pairs) -> str | None:
                     f"{int(cr.shape[ax])} entries where the inputs have {'/'.join(map(str, want))}; split at the "
                     f"inputs' own sizes (cut{'s' if len(cuts) > 1 else ''} at {', '.join(map(str, cuts))})")
     return None
+
+
+def disagrees(v, suspect, twin) -> bool | None:
+    """Whether verdict ``v`` has suspect and twin disagreeing (None: no verdict)."""
+    return None if v is None else any(set(x.oracles) == {suspect, twin} for x in v.discrepancies)
+
+
+def by_output(mini, node, spec, recheck, suspect, twin, J) -> tuple[str, tuple | None] | None:
+    """Code with several outputs (a torch Function returning a tuple, checked as one flat output): which
+    outputs' upstream gradients it gets wrong, from one check per output (``recheck(g)``: the verdict
+    under seed g, or None) with a seed that is zero outside that output's block.  Returns (what to say,
+    the wrong output's own (pattern, factor, detail) when one output alone is wrong and a pattern names
+    it), or None when all are wrong, or it cannot tell."""
+    blocks_of = getattr(spec, "output_blocks", None)
+    if blocks_of is None or len(mini.nodes) != 1 or list(mini.roots) != [node.name]:
+        return None
+    try:
+        env = mini.evaluate()
+        blocks = blocks_of(*[np.asarray(env[i]) for i in node.inputs], **node.params)
+    except Exception:  # noqa: BLE001 - no blocks, no per-output answer
+        return None
+    if not blocks or len(blocks) < 2:
+        return None
+    g = np.asarray(mini.seeds[0])
+    rng = np.random.default_rng(9)
+    verdicts, wrong = [], []
+    for a, b, _ in blocks:
+        gk = np.zeros(g.size, dtype=g.dtype)
+        gk[a:b] = rng.uniform(0.5, 1.5, b - a) * rng.choice([-1.0, 1.0], b - a)
+        verdicts.append(recheck(gk.reshape(g.shape)))
+        wrong.append(disagrees(verdicts[-1], suspect, twin))
+        if wrong[-1] is None:
+            return None
+    if all(wrong) or not any(wrong):
+        return None
+    n = len(blocks)
+    bad_k, ok_k = [k for k in range(n) if wrong[k]], [k for k in range(n) if not wrong[k]]
+    text = (f"for the upstream gradient of output{'s' if len(bad_k) > 1 else ''} {', '.join(map(str, bad_k))} of {n} "
+            f"(shape{'s' if len(bad_k) > 1 else ''} {', '.join(str(tuple(blocks[k][2])) for k in bad_k)}) only "
+            f"(output{'s' if len(ok_k) > 1 else ''} {', '.join(map(str, ok_k))} {'are' if len(ok_k) > 1 else 'is'} right)")
+    own = None
+    if len(bad_k) == 1:  # its own pattern, on a seed of that output alone
+        v = verdicts[bad_k[0]]
+        u, t = v.results.get(suspect), v.results.get(twin)
+        if u is not None and t is not None:
+            ls = [l for l in v.case.grad_leaves() if u.get(l.name) is not None and t.get(l.name) is not None]
+            own = classify(v.case, node, spec, ls, u, t, J, np.asarray(v.case.seeds[0], dtype=np.float64))
+            own = own if own[0] != "other" else None
+    return text, own

@@ -141,6 +141,12 @@ def _torch_wrap(fn, name: str, layout: CallLayout, signature, shape_fn, domain, 
     owner = getattr(fn, "__self__", None)
     spec.import_path = importable_path(owner if isinstance(owner, type) else fn)
     spec.forward_errors = forward.errors  # type: ignore[attr-defined]
+
+    def output_blocks(*arrays, **kw):  # where each output sits in the flat one (diagnose names the wrong one)
+        _, outs, multi = run(arrays, kw, False)
+        return blocks(outs) if multi else None
+
+    spec.output_blocks = output_blocks  # type: ignore[attr-defined]
     return spec
 
 
