@@ -136,7 +136,8 @@ def localise(case: Case, d, oracles: dict, verdict=None) -> Cause | None:
     suspect = _suspect(d.oracles, oracles)
     suspects = _suspects(d.oracles)
     if _is_engine(suspect) and verdict is not None and d.kind != "raised":
-        c = _engine_seed_ignored(case, suspect, verdict) or _engine_overwrite(case, suspect, verdict)
+        c = (_engine_seed_ignored(case, suspect, verdict) or _engine_overwrite(case, suspect, verdict)
+             or _engine_cleared(case, suspect, verdict))
         if c is not None:
             return c
     if d.kind == "none-vs-zeros":
@@ -682,6 +683,40 @@ def _engine_overwrite(case: Case, suspect: str, verdict) -> Cause | None:
                          f"all roots {_fmt(full)}")
     return None
 
+
+
+def _engine_cleared(case: Case, suspect: str, verdict) -> Cause | None:
+    """Several roots, each back-propagated by its own backward() call, and .grad None exactly for the leaves
+    that only earlier roots reach (a gradient of zeros, say relu at 0, leaves no value to tell by): a later
+    backward cleared them.  Needs a leaf the last root reaches updated (else nothing was computed at all)."""
+    got, ref = verdict.results.get(suspect), verdict.results.get("reference")
+    if got is None or ref is None or len(case.roots) < 2:
+        return None
+    producers = {n.name: n for n in case.nodes}
+
+    def reached(root: str) -> set:
+        seen, todo = set(), [root]
+        while todo:
+            t = todo.pop()
+            if t not in seen:
+                seen.add(t)
+                todo.extend(producers[t].inputs if t in producers else ())
+        return seen
+
+    last = reached(case.roots[-1])
+    earlier = set().union(*(reached(r) for r in case.roots[:-1]))
+    leaves = [l.name for l in case.grad_leaves()]
+    missing = [n for n in leaves if got.get(n) is None and ref.get(n) is not None]
+    if not missing or any(n in last or n not in earlier for n in missing):
+        return None
+    if not any(got.get(n) is not None for n in leaves if n in last):
+        return None
+    names = ", ".join(missing)
+    return Cause("accumulation-overwrite", f"backward() of root {case.roots[-1]} cleared the .grad of {names}, which "
+                 f"only earlier roots reach: each backward replaced .grad instead of adding to it",
+                 evidence=f"the engine's .grad is None for {names} (reached by "
+                 f"{', '.join(r for r in case.roots[:-1] if set(missing) & reached(r))}, not by the last root "
+                 f"{case.roots[-1]}); the reference has {', '.join(f'{n} = {_fmt(ref[n])}' for n in missing)}")
 
 
 def _where(node: NodeDef, spec) -> str:

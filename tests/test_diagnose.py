@@ -326,6 +326,24 @@ def test_engine_value_bug_is_diagnosed(bug):
             assert c.factor == pytest.approx(factor, rel=1e-12)
 
 
+def test_a_leaf_cleared_by_a_later_backward_is_named_accumulation_not_none_vs_zeros():
+    # Found by verify_engine seed 2: root v1 = exp(relu(x0)) at x0 = 0 gives x0 a gradient of exactly 0;
+    # root v2 does not reach x0, and NoAccumulation clears every leaf before each backward, so x0 reads
+    # back None.  The symptom is None vs zeros; the cause is the cleared .grad (was: 'none-vs-zeros').
+    eo = EngineOracle(P.BUGS["engine-no-accumulation"].target(), strict=True)  # as verify_engine builds it
+    case = gs.Case.build({"x0": np.array(0.0), "x1": np.array([693.25, -0.18]), "x2": np.array([[[-1.0], [-7.98]]])},
+                         [("v0", "relu", ["x0"], {}), ("v1", "exp", ["v0"], {}), ("v2", "matmul", ["x1", "x2"], {})],
+                         ["v1", "v2"], [np.array(-207.6), np.array([[-485.5]])], requires_grad={"x1": False})
+    v = gs.check(case, oracles=[eo, "reference", "jacobian"])
+    mine = [d for d in v.discrepancies if eo.name in d.oracles]
+    assert mine, str(v)
+    for d in mine:
+        assert d.cause.id == "accumulation-overwrite", f"{d.kind}: {d.cause}\n{d.cause.evidence}"
+        assert "x0" in d.cause.evidence and "v2" in d.cause.evidence, d.cause.evidence
+    # the same case through a correct engine agrees: None where no gradient flows is torch's convention
+    assert gs.check(case, oracles=[EngineOracle(P.Small(), strict=True), "reference", "jacobian"]).status == "agree"
+
+
 # planted engine -> {finding kind of verify_engine: the cause id}.  Every finding of the run is checked:
 # a symptom another rule sees (no-accumulation clears every leaf's .grad, so a leaf that the last root
 # does not reach reads back None) is blamed on the same bug, not on the symptom's own name.
