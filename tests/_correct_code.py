@@ -108,3 +108,16 @@ import gradspec as gs  # noqa: E402
 # both correct (no derivative exists at 0), they differ only at the kink.
 relu_clamp_twin = gs.Op("cc_relu", forward=lambda x: np.maximum(x, 0.0), vjp=lambda g, x, out: (g * (x > 0),),
                         torch=lambda x: x.clamp(min=0))
+
+
+def _lse(x):
+    m = np.max(x, axis=-1, keepdims=True)
+    return (m + np.log(np.sum(np.exp(x - m), axis=-1, keepdims=True)))[..., 0]
+
+
+# log-sum-exp of large inputs (50 x + 1000), no jvp and no twin: the jacobian oracle composes
+# finite-difference JVPs of its forward
+lse_big = gs.Op("cc_lse_big", forward=lambda x: _lse(50 * x + 1000), signature="(n)->()",
+                vjp=lambda g, x, out: (50 * g[..., None] * np.exp(50 * x + 1000 - out[..., None]),))
+clamp = gs.Op("cc_clamp", forward=lambda x: np.clip(x, -1, 1), vjp=lambda g, x, out: (g * ((x >= -1) & (x <= 1)),),
+              torch=lambda x: x.clamp(-1, 1))
