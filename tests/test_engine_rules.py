@@ -227,3 +227,20 @@ def test_the_first_finding_says_what_found_it():
     line = next(l for l in r.summary().splitlines() if "first discrepancy" in l)
     assert "(0 cases)" not in line and "found by the backward() rule search" in line, line
     assert r.first_found_by.startswith("the backward() rule search (") and r.to_json()["first_found_by"] == r.first_found_by
+
+
+def test_an_engine_computing_float32_leaves_in_float64_is_no_difference_on_one_node():
+    # verify_engine (stale engine, other draws) named 'accumulation-overwrite' from a one-node probe where
+    # the engine, computing in float64, and torch's float32 differed by float32 rounding (0.30926509 vs
+    # 0.30926508): the engine's float64 gradients set the trace's tolerance to float64's.  The tolerance
+    # is the lower precision of the two sides.
+    from gradspec.rules.scenario import first_difference
+
+    one = Scenario({"in0": np.float32(1.5208141), "in1": np.array([[[0.7572, -1.8613, 1.6289]]], dtype=np.float32)},
+                   [("v0", "mul", ("in0", "in1"), {})], [Step("backward", "v0", np.array([[[1.137, 0.7698, 0.541]]]),
+                                                              False)], "node", {"in0": True, "in1": True})
+    got, want = run(one, M.correct()), run(one, ReferenceEngine())
+    assert got.dtype == "float64" and want.dtype == "float32"  # the premise: two precisions
+    assert first_difference(one, got, want, none_is_zeros=True) is None
+    wrong = run(one, M.Mini("seed-mean"))  # a real bug on the same probe is still a difference
+    assert first_difference(one, wrong, want, none_is_zeros=True) is not None
