@@ -225,11 +225,16 @@ def test_an_alarm_inside_a_gc_callback_waits_instead_of_being_lost(monkeypatch, 
     # Before: the budget alarm raised inside weakref's 'remove' callback, where the exception is
     # swallowed as unraisable (a flaky failure of test_verify.py::test_seconds_budget in CI).
     from gradspec import guard
+    from gradspec.rules import scenario
 
     armed = []
     monkeypatch.setattr(signal, "setitimer", lambda which, t, *a: armed.append(t))
     guard.Alarm(1.0, "time budget spent")._on_alarm(signal.SIGALRM, _frame(name, filename))
     guard._Alarm(1.0)(signal.SIGALRM, _frame(name, filename))
-    assert armed == [0.01, 0.01]  # both re-armed a moment later; neither raised
+    # the §5 rule scenarios' alarm too (it raised there: verify_engine's values test failed under load)
+    scenario._scenario_alarm(1.0)(signal.SIGALRM, _frame(name, filename))
+    assert armed == [0.01, 0.01, 0.01]  # all re-armed a moment later; none raised
     with pytest.raises(guard.CaseTimeout):  # in ordinary code the alarm still fires
         guard._Alarm(1.0)(signal.SIGALRM, _frame("step", "/somewhere/user_code.py"))
+    with pytest.raises(scenario.ScenarioTimeout):
+        scenario._scenario_alarm(1.0)(signal.SIGALRM, _frame("step", "/somewhere/user_code.py"))

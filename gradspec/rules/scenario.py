@@ -229,14 +229,28 @@ def run(sc: Scenario, eng, timeout: float | None = None) -> Trace:
     return _alarmed(sc, eng, timeout)
 
 
+def _scenario_alarm(timeout: float):
+    """The SIGALRM handler of one scenario: raises ScenarioTimeout, re-armed so that whatever runs next
+    is cut as well; inside a gc / weakref callback (where a raise is lost, or escapes as an unraisable
+    error: test_timeouts under load) it waits a moment instead, as guard's alarms do."""
+    import signal
+
+    from ..guard import _in_callback
+
+    def on_alarm(signum, frame):
+        if _in_callback(frame):
+            signal.setitimer(signal.ITIMER_REAL, 0.01)
+            return
+        signal.setitimer(signal.ITIMER_REAL, timeout)
+        raise ScenarioTimeout(f"the scenario exceeded its timeout of {timeout:g} s")
+
+    return on_alarm
+
+
 def _alarmed(sc: Scenario, eng, timeout: float) -> Trace:
     import signal
 
-    def on_alarm(signum, frame):
-        signal.setitimer(signal.ITIMER_REAL, timeout)  # re-armed: whatever runs next is cut as well
-        raise ScenarioTimeout(f"the scenario exceeded its timeout of {timeout:g} s")
-
-    previous = signal.signal(signal.SIGALRM, on_alarm)
+    previous = signal.signal(signal.SIGALRM, _scenario_alarm(timeout))
     try:
         signal.setitimer(signal.ITIMER_REAL, timeout)
         return _run(sc, eng)
