@@ -166,3 +166,34 @@ def test_small_estimate_is_the_numpy_estimate(name):
     for a, b in zip(got[:3], want[:3]):
         np.testing.assert_array_equal(a, b)  # the same floats (NaN where numpy's are NaN)
     assert got[3] == want[3]
+
+
+def test_small_estimate_sees_a_nan_that_max_would_skip():
+    # element 1's step is so small that both the central difference and the correction overflow to
+    # inf, and r = inf - inf = NaN: numpy's max is NaN there and the coarse-step test False; Python's
+    # max of |r|, having seen element 0 first, skips the NaN
+    s = [[1.0, 2.0], [0.9, 1.0], [1.1, 10.0]]
+    args = (s, [[1.0, 1.0]] * 3, 1.0, 1.0, [6e-6, 1e-310], 1e-15)
+    got, want = fd._estimate_small(*args), _numpy_estimate(*args)
+    assert np.isnan(want[0][1]) and want[3] is False
+    assert got[3] is False
+    for a, b in zip(got[:3], want[:3]):
+        np.testing.assert_array_equal(a, b)
+
+
+STENCIL_INPUTS = {
+    "one": [0.3],
+    "signed zeros": [0.0, -0.0, 1e-300, -5e-324],
+    "large and tiny": [1e300, -3.5, 7e-8, 2.0**60, -1.0],
+    "nan": [np.nan, 1.0],
+    "twenty": list(np.random.default_rng(3).standard_normal(20) * 10.0 ** np.arange(-10, 10)),
+}
+
+
+@pytest.mark.parametrize("name", list(STENCIL_INPUTS), ids=list(STENCIL_INPUTS))
+def test_dense_stencil_is_the_indexed_one_bit_for_bit(name):
+    flat = np.array(STENCIL_INPUTS[name])
+    h = fd.STEP * np.maximum(1.0, np.abs(flat))
+    a, b = fd._stencil(flat, h, flat.size), fd._stencil(flat, h, flat.size, finite=True)
+    assert a.shape == b.shape
+    assert np.array_equal(a.view(np.int64), b.view(np.int64)) or name == "nan" and np.array_equal(a, b, equal_nan=True)

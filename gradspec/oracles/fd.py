@@ -172,7 +172,7 @@ def _scale(floats) -> tuple[float, str | None]:
     return float(a[np.isfinite(a)].max(initial=0.0)), bad
 
 
-_SCALE_SMALL = 64  # elements: the centre's scale on Python floats up to here (~30 ns an element)
+_SCALE_SMALL = 8  # elements: the centre's scale on Python floats up to here (callgrind: fewer instructions than numpy below ~12)
 
 
 def _finite_center_scale(center) -> float:
@@ -198,19 +198,21 @@ def _seeds64(case, center):
 
 
 def _batch_seeds64(case, env, center):
-    """``_seeds64`` and the raveled ``|seed|`` from a batched environment, without copies where the
-    conversions change nothing (float64 roots): an implicit seed is then ones (one shared read-only
-    array per shape), an explicit float64 seed is used as it is (read only).  Other dtypes go
-    through ``case.seed_arrays`` as before."""
+    """``_seeds64`` and the raveled ``|seed|`` from a batched environment, with one conversion at
+    most where the root is float64 (FD evaluates float32 graphs in float64 too): an implicit seed is
+    then ones (one shared read-only array per shape), an explicit one the seed in float64 (itself,
+    read only, if it is float64 already), as ``seed_arrays``' cast to the root's dtype gives it.
+    Roots of other dtypes go through ``case.seed_arrays`` as before."""
     seeds, absolute = [], []
     for r, sd in zip(case.roots, case.seeds):
-        if env[r].dtype != np.float64 or not (sd is None or getattr(sd, "dtype", None) == np.float64):
+        if env[r].dtype != np.float64 or not (sd is None or isinstance(sd, np.ndarray)):
             seeds = _seeds64(case, center)
             return seeds, [np.abs(seed.ravel()) for seed in seeds]
         if sd is None:
             seeds.append(_ones(env[r].shape[1:]))
             absolute.append(seeds[-1].reshape(-1))
         else:
+            sd = sd if sd.dtype == np.float64 else sd.astype(np.float64)
             seeds.append(sd)
             absolute.append(np.abs(sd.reshape(-1)))
     return seeds, absolute
@@ -382,31 +384,39 @@ def _estimate_small(s, S, s0, S0, h, floor):
                 return None
     a0, s03 = abs(s0), 3 * s0
     r, err, trunc = [], [], []
-    add_r, add_err, add_trunc = r.append, err.append, trunc.append
     # max() spelled as comparisons (a builtin call per max is most of the loop's time); the
     # values are finite, so the order of a comparison cannot change the result
     for sp, sm, s2, Sp, Sm, S2, hj in zip(sp_, sm_, s2_, Sp_, Sm_, S2_, h):
         correction = (s2 - 3 * sp + s03 - sm) / (6 * hj)
-        add_r((sp - sm) / (2 * hj) - correction)
+        r.append((sp - sm) / (2 * hj) - correction)
         t = abs(correction)
         top = abs(sp)
         x = abs(sm)
-        top = x if x > top else top
+        if x > top:
+            top = x
         x = abs(s2)
-        top = x if x > top else top
-        top = a0 if a0 > top else top
+        if x > top:
+            top = x
+        if a0 > top:
+            top = a0
         x = Sp if Sp > Sm else Sm
-        x = S2 if S2 > x else x
-        x = S0 if S0 > x else x
+        if S2 > x:
+            x = S2
+        if S0 > x:
+            x = S0
         delta = _RD_EPS * (x + top)
-        delta = floor if floor > delta else delta
-        add_err(t + 2.4 * delta / hj)
-        add_trunc(t)
-    # numpy's rules: a NaN in |r| or trunc makes scale or trunc.max() NaN, and the test False
+        if floor > delta:
+            delta = floor
+        err.append(t + 2.4 * delta / hj)
+        trunc.append(t)
+    # numpy's rules: a NaN in |r| or trunc makes scale or trunc.max() NaN, and the test False (a
+    # finite sum says there is none; without NaN, max() is numpy's max)
     if not isfinite(sum(r) + sum(trunc)) and (any(v != v for v in r) or any(v != v for v in trunc)):
         return r, err, trunc, False
-    scale = max(max(map(abs, r), default=0.0), 1e-300)  # no NaN here: max is numpy's
-    refine = max(trunc, default=0.0) > COARSE * scale and any(
+    tmax = max(trunc) if trunc else 0.0
+    rmax = max(map(abs, r)) if r else 0.0
+    scale = rmax if rmax > 1e-300 else 1e-300
+    refine = tmax > COARSE * scale and any(
         t > COARSE * max(abs(x), scale) and t > 0.5 * e for x, e, t in zip(r, err, trunc))
     return r, err, trunc, refine
 
@@ -448,21 +458,38 @@ def _largest(case) -> int:
 _OUT_SHAPES: dict = {}  # (spec, input shapes, params) -> output shape (_largest)
 
 
-def _stencil(flat, h, n):
+def _stencil(flat, h, n, finite=False):
     """(3n + 1 + FD_NOISE_POINTS, n) matrix of points: row 0 the centre, then x + f h e_j for f in
     FACTORS, then the noise line ``x + noise_pattern(n) h`` (none for n = 0).
 
     Every element perturbed, all leaves in one matrix sliced per leaf: the small-case twin of
     ``_points``, which stays for chunks and refinement, where only the perturbed leaf may be
     materialised.  One fancy-indexed addition places every offset (stencil and noise line),
-    ``x + f h_j`` and ``x + p h_j`` exactly as separate passes would.
+    ``x + f h_j`` and ``x + p h_j`` exactly as separate passes would.  ``finite``: every step is
+    finite (no input is infinite), which the dense form below needs.
     """
+    if 0 < n <= SMALL_N and finite:
+        # the offsets as one (rows, n) matrix of multipliers of h, -0.0 where an element stays: x + -0.0
+        # is x for every x but inf (-0.0 * inf is NaN), and x + m h is the addition below, so the same
+        # matrix in two numpy calls instead of seven
+        X = _stencil_dense(n) * h
+        X += flat
+        return X
     X = np.empty((len(FACTORS) * n + 1 + (_tol.FD_NOISE_POINTS if n else 0), n))
     X[:] = flat
     if n:
         idx, mult, col = _stencil_plan(n)
         X.reshape(-1)[idx] += mult * h[col]
     return X
+
+
+@functools.lru_cache(maxsize=64)
+def _stencil_dense(n: int) -> np.ndarray:
+    idx, mult, _ = _stencil_plan(n)
+    P = np.full((len(FACTORS) * n + 1 + _tol.FD_NOISE_POINTS, n), -0.0)
+    P.reshape(-1)[idx] = mult
+    P.flags.writeable = False  # shared by every call with this n
+    return P
 
 
 @functools.lru_cache(maxsize=256)
@@ -602,10 +629,10 @@ class _RowZero(dict):
         return True
 
 
-def _inline_pass(case, x64, leaves, flat, h, n, watch) -> _Pass:
+def _inline_pass(case, x64, leaves, flat, h, n, watch, finite_steps=False) -> _Pass:
     """Small n: the centre is row 0 of the one batched pass, the noise line its last rows (the fixed
     cost of a second evaluation would dominate a graph of a few elements)."""
-    X = _stencil(flat, h, n)
+    X = _stencil(flat, h, n, finite_steps)
     rows = X.shape[0]
     env = case._evaluate(_leaf_batches(case, x64, leaves, X), 1)
     vmax, bad = _scale([(name, v[0]) for name, v in env.items() if v.dtype.kind == "f" and v.size])
@@ -684,12 +711,16 @@ def fd_gradient(case, *, check_reach: bool = True) -> FDResult:
     rows = len(FACTORS) * n + 1 + (_tol.FD_NOISE_POINTS if n else 0)
     inline = rows * max([l.value.size for l in case.leaves]) <= MAX_BATCH_ELEMENTS and (
         rows <= INLINE_ROWS or rows <= INLINE_ROWS_CHECKED and rows * _largest(case) <= MAX_BATCH_ELEMENTS)
-    p = (_inline_pass if inline else _chunked_pass)(case, x64, leaves, flat, h, n, _watched(plan))
+    hl = h.tolist() if n <= SMALL_N else None  # (the steps as Python floats: the small estimate's)
+    if inline:
+        p = _inline_pass(case, x64, leaves, flat, h, n, _watched(plan), hl is not None and math.isfinite(sum(hl)))
+    else:
+        p = _chunked_pass(case, x64, leaves, flat, h, n, _watched(plan))
     floor = float(max(p.vfloor, _tol.FD_NOISE_SIGMAS * p.sigma))
     small = None
     if n <= SMALL_N:
         sl, Sl = p.lists if p.lists is not None else (p.s.tolist(), p.S.tolist())
-        small = _estimate_small(sl, Sl, p.s0, p.S0, h.tolist(), floor)
+        small = _estimate_small(sl, Sl, p.s0, p.S0, hl, floor)
     if small is not None and small[0] == "not finite":
         _not_finite(small[1], h)
     if small is None and not _ALL(np.isfinite(p.s), axis=None):
@@ -734,6 +765,9 @@ def _staircase(p: _Pass, r, h0, leaves, along=None) -> None:
         # The line may be flat because it crosses the gradient at a right angle (x = [1, 1] of x1^3 + x2^3
         # runs along (1, -1)): then its repeats prove nothing.  A second line along the signs of the
         # estimate has slope sum |r_j h_j| / FD_NOISE_SPACING per step (15 more points, on this rare path).
+        along_step = float(np.dot(np.abs(r), h0)) / _tol.FD_NOISE_SPACING
+        if along_step <= RESOLUTION_FLOORS * p.vfloor:
+            return  # (a zero gradient, say) no line along it could show a staircase: nothing to evaluate
         case, x64, flat = along
         u = np.where(r < 0, -1.0, 1.0)
         X = flat + np.outer(np.arange(len(line)) - (len(line) - 1) / 2, u * h0) / _tol.FD_NOISE_SPACING
@@ -742,7 +776,7 @@ def _staircase(p: _Pass, r, h0, leaves, along=None) -> None:
         repeats = sum(a == b for a, b in zip(line, line[1:]))
         if 2 * repeats < len(line) - 1:
             return
-        per_step = float(np.dot(np.abs(r), h0)) / _tol.FD_NOISE_SPACING
+        per_step = along_step
     if per_step > RESOLUTION_FLOORS * p.vfloor:
         raise OracleError(
             f"finite differences: the forward gave the same value at {repeats + 1} of {len(line)} neighbouring "
