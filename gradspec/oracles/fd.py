@@ -267,6 +267,29 @@ def _leaf_reach(leaves, flat, h, watch) -> dict:
     return out
 
 
+def _leaf_reach_small(leaves, flat, hl, watch, tops) -> dict:
+    """``_leaf_reach`` on Python floats for a few elements with finite steps (``hl``: h as a list),
+    and the largest reach of each watched leaf in ``tops`` (what a kink test takes).  The same
+    operations (``f h``, ``x + f h``, ``- x``, ``abs``, the max of three): with x and h finite no
+    NaN arises, so Python's max is numpy's."""
+    out, off, moved = {}, 0, None
+    for l in leaves:
+        size = l.value.size
+        if l.name in watch and size:
+            if moved is None:
+                moved = []
+                for x, hj in zip(flat.tolist(), hl):
+                    a, b, c = abs((x + hj) - x), abs((x + -1.0 * hj) - x), abs((x + 2.0 * hj) - x)
+                    if b > a:
+                        a = b
+                    moved.append(c if c > a else a)
+            mine = moved[off : off + size]
+            out[l.name] = np.array(mine).reshape(l.value.shape)
+            tops[l.name] = max(mine)
+        off += size
+    return out
+
+
 def _points(x64, leaves, idx_chunk, h):
     """Leaf batches perturbing the elements ``idx_chunk`` (global indices) by FACTORS * h.
 
@@ -611,6 +634,7 @@ class _Pass(NamedTuple):
     evaluations: int
     line: tuple = ()  # s along the noise line (_staircase)
     lists: tuple | None = None  # (s, S) stencil rows as lists of Python floats (n <= SMALL_N, inline)
+    tops: dict | None = None  # watched leaf -> its largest reach, where already known (_leaf_reach_small)
 
 
 class _RowZero(dict):
@@ -629,10 +653,11 @@ class _RowZero(dict):
         return True
 
 
-def _inline_pass(case, x64, leaves, flat, h, n, watch, finite_steps=False) -> _Pass:
+def _inline_pass(case, x64, leaves, flat, h, n, watch, hl=None) -> _Pass:
     """Small n: the centre is row 0 of the one batched pass, the noise line its last rows (the fixed
-    cost of a second evaluation would dominate a graph of a few elements)."""
-    X = _stencil(flat, h, n, finite_steps)
+    cost of a second evaluation would dominate a graph of a few elements).  ``hl``: the steps as
+    Python floats, given for n <= SMALL_N when every step is finite (the small forms' condition)."""
+    X = _stencil(flat, h, n, hl is not None)
     rows = X.shape[0]
     env = case._evaluate(_leaf_batches(case, x64, leaves, X), 1)
     vmax, bad = _scale([(name, v[0]) for name, v in env.items() if v.dtype.kind == "f" and v.size])
@@ -642,7 +667,11 @@ def _inline_pass(case, x64, leaves, flat, h, n, watch, finite_steps=False) -> _P
     seeds64, abs_seeds = _batch_seeds64(case, env, center)
     s, S = _s_values(env, case.roots, seeds64, rows, abs_seeds)
     m = len(FACTORS) * n + 1
-    reach = _leaf_reach(leaves, flat, h, watch) if n else {}
+    tops: dict = {}
+    if hl is not None and n:  # the stencil's factors are FACTORS = (1, -1, 2): asserted at the module's end
+        reach = _leaf_reach_small(leaves, flat, hl, watch, tops)
+    else:
+        reach = _leaf_reach(leaves, flat, h, watch) if n else {}
     for name in watch if n else ():  # n = 0: the centre alone, nothing moves
         v = env[name]
         if name not in reach and v.dtype.kind == "f" and v.size:
@@ -658,7 +687,7 @@ def _inline_pass(case, x64, leaves, flat, h, n, watch, finite_steps=False) -> _P
     sigma = line_sigma(line) if n else 0.0
     return _Pass(center, _floor(vmax, seeds64, abs_seeds), seeds64, s0, S0,
                  s[1:m].reshape(len(FACTORS), n), S[1:m].reshape(len(FACTORS), n), sigma, reach, rows,
-                 tuple(line), small)
+                 tuple(line), small, tops)
 
 
 def _chunked_pass(case, x64, leaves, flat, h, n, watch) -> _Pass:
@@ -713,7 +742,7 @@ def fd_gradient(case, *, check_reach: bool = True) -> FDResult:
         rows <= INLINE_ROWS or rows <= INLINE_ROWS_CHECKED and rows * _largest(case) <= MAX_BATCH_ELEMENTS)
     hl = h.tolist() if n <= SMALL_N else None  # (the steps as Python floats: the small estimate's)
     if inline:
-        p = _inline_pass(case, x64, leaves, flat, h, n, _watched(plan), hl is not None and math.isfinite(sum(hl)))
+        p = _inline_pass(case, x64, leaves, flat, h, n, _watched(plan), hl if hl and math.isfinite(sum(hl)) else None)
     else:
         p = _chunked_pass(case, x64, leaves, flat, h, n, _watched(plan))
     floor = float(max(p.vfloor, _tol.FD_NOISE_SIGMAS * p.sigma))
@@ -726,7 +755,7 @@ def fd_gradient(case, *, check_reach: bool = True) -> FDResult:
     if small is None and not _ALL(np.isfinite(p.s), axis=None):
         _not_finite(int(np.argwhere(~np.isfinite(p.s))[0][1]), h)
     if check_reach and p.reach:  # a kink within reach explains a coarse estimate better than "varies too fast"
-        _check_reach(plan, p.center, p.reach)
+        _check_reach(plan, p.center, p.reach, p.tops)
     if small is not None and not small[3]:
         _staircase(p, small[0], h, leaves, (case, x64, flat))
         return _result(leaves, np.array(small[0]), np.array(small[1]), h, p.evaluations)
@@ -734,10 +763,9 @@ def fd_gradient(case, *, check_reach: bool = True) -> FDResult:
         r, err, trunc = (np.array(a) for a in small[:3])
     else:
         r, err, trunc = _combine_all(p.s, p.s0, p.S, p.S0, h, floor)
-    h0 = h.copy()  # the step the noise line was laid out with (refinement changes h in place)
-    h, more = _refine(case, x64, leaves, p, h, floor, (r, err, trunc))
-    _staircase(p, r, h0, leaves, (case, x64, flat))
-    return _result(leaves, r, err, h, p.evaluations + more)
+    h_final, more = _refine(case, x64, leaves, p, h, floor, (r, err, trunc))
+    _staircase(p, r, h, leaves, (case, x64, flat))  # (h: the steps the noise line was laid out with)
+    return _result(leaves, r, err, h_final, p.evaluations + more)
 
 
 def _staircase(p: _Pass, r, h0, leaves, along=None) -> None:
@@ -817,22 +845,23 @@ def _refine(case, x64, leaves, p: _Pass, h, floor, out):
     """Where the function varies too fast for the step (cos of a large intermediate) the truncation
     term dominates and the third-difference estimate itself becomes unreliable: refine those
     elements with h / 16 while that lowers the error estimate, then try finer steps (``_finer``).
-    ``out`` = (r, err, trunc), updated in place; returns (the steps, the evaluations spent)."""
+    ``out`` = (r, err, trunc), updated in place; returns (the steps: ``h`` itself where nothing was
+    refined, else a new array, and the evaluations spent)."""
     r, err, trunc = out
-    n, nf = r.size, len(FACTORS)
-    seeds64, s0, S0 = p.seeds64, p.s0, p.S0
-    evaluations = 0
     scale = max(float(_MAX(np.abs(r), axis=None, initial=0.0)), 1e-300)
-
-    def too_coarse(idx):
-        return idx[(trunc[idx] > COARSE * np.maximum(np.abs(r[idx]), scale)) & (trunc[idx] > 0.5 * err[idx])]
-
     # trunc > COARSE * max(|r|, scale) needs trunc > COARSE * scale somewhere: one reduction settles
     # the common case (no element too coarse) before the element-wise test.
     if not (_MAX(trunc, axis=None, initial=0.0) > COARSE * scale and (
             (trunc > COARSE * np.maximum(np.abs(r), scale)) & (trunc > 0.5 * err)).any()):
         return h, 0
-    h0 = h.copy()  # the first step (refinement changes h)
+    n, nf = r.size, len(FACTORS)
+    seeds64, s0, S0 = p.seeds64, p.s0, p.S0
+    evaluations = 0
+
+    def too_coarse(idx):
+        return idx[(trunc[idx] > COARSE * np.maximum(np.abs(r[idx]), scale)) & (trunc[idx] > 0.5 * err[idx])]
+
+    h0, h = h, h.copy()  # the first step, and the steps refinement changes
     coarse = too_coarse(np.arange(n))
     for _ in range(REFINEMENTS):
         if coarse.size == 0:
@@ -904,3 +933,6 @@ class FiniteDifferences(Oracle):
         res = fd_gradient(case)
         dtypes = {l.name: l.value.dtype for l in case.leaves}
         return {k: v.astype(dtypes[k]) for k, v in res.grads.items()}
+
+
+assert FACTORS == (1.0, -1.0, 2.0), "_leaf_reach_small writes the stencil's factors out"
