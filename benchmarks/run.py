@@ -9,7 +9,8 @@ larger leaves (``MID_STRATEGY``), which fills only that bucket.  For every case:
 
 * each oracle's time (reference, finite-differences, jacobian, torch-cpu) and all CPU oracles
   together (``gs.check`` with those four, comparisons included: the number the goal is about),
-  and the four run back to back without ``check`` (what the comparisons add);
+  and the four run back to back without ``check`` (what the comparisons add), and ``check`` with
+  each oracle's answer replayed (``check``'s own cost: applicability and kink tests, comparisons, rules);
 * ``torch.autograd.gradcheck`` (default, slow mode: full numerical and analytical Jacobians)
   on the same graph written as a torch function of the differentiable leaves, in float64;
 * one batched forward of the graph at 2n points (what plain central differences must evaluate)
@@ -119,6 +120,30 @@ def plain_central_differences(case):
     return run
 
 
+def replay_oracles(case):
+    """The four CPU oracles, each answering ``case`` with its result computed once (gs.check's own cost)."""
+    import copy
+
+    out = []
+    for name in CPU_ORACLES:
+        o = gs.oracles.get(name)
+        fake = copy.copy(o)  # (same class: check() treats it as that oracle)
+        try:
+            if o.kind == "fd":
+                r = o.result(case)
+                fake.result = lambda case, r=r, **kw: r
+            elif o.name == "jacobian":
+                j = o.jacobian(case)
+                fake.jacobian = lambda case, j=j: j
+            else:
+                v = o.vjp(case)
+                fake.vjp = lambda case, v=v: v
+        except Exception:  # an oracle that refuses the case refuses it again inside check()
+            pass
+        out.append(fake)
+    return out
+
+
 def bucket(n):
     return "n<=10" if n <= 10 else "n<=100" if n <= 100 else "n<=1000" if n <= 1000 else "n>1000"
 
@@ -163,6 +188,10 @@ def run(corpus, quick):
         # what the comparisons cost, and how much slower code runs interleaved than alone.
         orcs = [gs.oracles.get(o) for o in usable]
         row["oracles_back_to_back"] = timeit(lambda: [o.vjp(case) for o in orcs])
+        # check() with each oracle's answer replayed (computed once, returned at once): what the
+        # applicability tests, kink checks, pair comparisons and verdict rules cost by themselves.
+        replayed = replay_oracles(case)
+        row["check_oracles_replayed"] = timeit(lambda: gs.check(case, oracles=replayed))
         f, inputs = torch_function(case)
         try:
             row["gradcheck"] = timeit(lambda: torch.autograd.gradcheck(f, inputs, raise_exception=False))
@@ -274,6 +303,7 @@ def main(argv=None):
         "per_bucket": {
             "all_cpu_oracles_vs_gradcheck": ratios(rows, "all_cpu_oracles", "gradcheck"),
             "oracles_back_to_back_vs_gradcheck": ratios(rows, "oracles_back_to_back", "gradcheck"),
+            "check_with_oracles_replayed_vs_gradcheck": ratios(rows, "check_oracles_replayed", "gradcheck"),
             "oracles_alone_sum_vs_gradcheck": ratios(rows, "oracles_alone_sum", "gradcheck"),
             "fd_vs_batched_forward": ratios(rows, "fd", "batched_forward_2n"),
             "plain_central_differences_vs_batched_forward": ratios(rows, "fd_plain", "batched_forward_2n"),
@@ -282,7 +312,7 @@ def main(argv=None):
             **{f"{o}_vs_gradcheck": ratios(rows, o, "gradcheck") for o in CPU_ORACLES},
         },
         "median_seconds": {k: statistics.median([r[k] for r in rows if k in r and r["corpus"] == "default"]) for k in
-                           CPU_ORACLES + ["all_cpu_oracles", "oracles_back_to_back", "gradcheck", "fd", "batched_forward_2n", "torch_graph_build"]
+                           CPU_ORACLES + ["all_cpu_oracles", "oracles_back_to_back", "check_oracles_replayed", "gradcheck", "fd", "batched_forward_2n", "torch_graph_build"]
                            if any(k in r and r["corpus"] == "default" for r in rows)},
         "clock": a.clock,
         "scaling": [] if a.no_extras else scaling(a.quick),
