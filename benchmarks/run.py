@@ -312,7 +312,8 @@ def main(argv=None):
             **{f"{o}_vs_gradcheck": ratios(rows, o, "gradcheck") for o in CPU_ORACLES},
         },
         "median_seconds": {k: statistics.median([r[k] for r in rows if k in r and r["corpus"] == "default"]) for k in
-                           CPU_ORACLES + ["all_cpu_oracles", "oracles_back_to_back", "check_oracles_replayed", "gradcheck", "fd", "batched_forward_2n", "torch_graph_build"]
+                           CPU_ORACLES + ["all_cpu_oracles", "oracles_back_to_back", "check_oracles_replayed", "gradcheck", "fd",
+                                          "batched_forward_2n", "torch_graph_build"]
                            if any(k in r and r["corpus"] == "default" for r in rows)},
         "clock": a.clock,
         "scaling": [] if a.no_extras else scaling(a.quick),

@@ -101,6 +101,11 @@ def compare(before: dict, after: dict) -> list[str]:
     return diffs
 
 
+def _load(path: str) -> dict:
+    with open(path) as f:
+        return json.load(f)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--before", help="an older checkout (its gradspec/ is imported in the 'before' subprocess)")
@@ -121,7 +126,7 @@ def main(argv=None) -> int:
         for name, src in (("before", a.before), ("after", None)):
             outs[name] = os.path.join(tmp, f"{name}.json")
             run_version(src, corpus, outs[name])
-        before, after = (json.load(open(outs[k])) for k in ("before", "after"))
+        before, after = (_load(outs[k]) for k in ("before", "after"))
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"before": before, "after": after}, f)
