@@ -244,3 +244,20 @@ def test_an_engine_computing_float32_leaves_in_float64_is_no_difference_on_one_n
     assert first_difference(one, got, want, none_is_zeros=True) is None
     wrong = run(one, M.Mini("seed-mean"))  # a real bug on the same probe is still a difference
     assert first_difference(one, wrong, want, none_is_zeros=True) is not None
+
+
+def test_a_float32_leaf_of_a_mixed_graph_is_compared_at_float32_precision():
+    # verify_engine (edge-overwrite engine, seed 2) could not name its finding: in a graph of a float64 and
+    # a float32 leaf both traces are 'float64', so the float32 leaf's rounding was a 'difference' at the
+    # first call that no wrong semantics reproduces.  Each leaf is judged at its own dtype's precision.
+    from gradspec.rules.scenario import first_difference
+
+    rng = np.random.default_rng(0)
+    sc = Scenario({"x0": np.array([0.7]), "x1": rng.uniform(-2, 2, (3, 2)).astype(np.float32)},
+                  [("v0", "exp", ("x0",), {}), ("v1", "mul", ("x1", "x0"), {})],
+                  [Step("backward", "v1", rng.uniform(-2, 2, (3, 2)), True), Step("backward", "x0", np.array([1.5]), True),
+                   Step("backward", "v0", np.array([-0.5]), False)], "values", {"x0": True, "x1": True})
+    got, want = run(sc, M.correct()), run(sc, ReferenceEngine())
+    assert first_difference(sc, got, want, none_is_zeros=True) is None
+    wrong = run(sc, M.edge_overwrite())  # x0 keeps one use's gradient: still a difference
+    assert first_difference(sc, wrong, want, none_is_zeros=True) is not None

@@ -360,9 +360,11 @@ def first_difference(sc: Scenario, got: Trace, want: Trace, scales=None, none_is
         if (got.build is None) != (want.build is None):
             return (-1, "build", None)
         return None
-    # The lower precision of the two sides: an engine that computes float32 leaves in float64 is held to
-    # what torch's float32 gradients can promise, not to float64's rounding.
-    dtype = "float32" if "float32" in (got.dtype, want.dtype) else "float64"
+    # The lower precision of the two sides, and of the leaf itself: an engine that computes float32 leaves
+    # in float64 is held to what torch's float32 gradients can promise, and so is the float32 leaf of a
+    # graph that also has float64 ones (both traces read 'float64' there).
+    low = "float32" in (got.dtype, want.dtype)
+    dtypes = {leaf: "float32" if low or np.asarray(v).dtype == np.float32 else "float64" for leaf, v in sc.leaves.items()}
     for k, (g, w) in enumerate(zip(got.obs, want.obs)):
         if (g.raised is None) != (w.raised is None):
             return (k, "raised", None)
@@ -372,7 +374,7 @@ def first_difference(sc: Scenario, got: Trace, want: Trace, scales=None, none_is
             return None  # a failing backward is not atomic in torch: nothing after it is compared
         for leaf in sc.leaves:
             sc_ = None if scales is None else scales[k].get(leaf)
-            if not close(g.grads.get(leaf), w.grads.get(leaf), sc_, dtype, none_is_zeros):
+            if not close(g.grads.get(leaf), w.grads.get(leaf), sc_, dtypes[leaf], none_is_zeros):
                 return (k, "grad", leaf)
     return None
 
