@@ -115,6 +115,23 @@ def test_op_bug_is_localised(bug):
         assert c.summary.startswith(f"node {node} = {op.name}(")
 
 
+# A vjp of the wrong sign on every element of a case: "everywhere; negate it" only when the inputs take both
+# signs there; on all-negative inputs the case cannot tell whether the other branch is right (a new user's
+# Function, wrong only for x < 0, was told to negate it everywhere from x0 = -1).
+@pytest.mark.parametrize("x,everywhere", [([-1.0, -2.5], False), ([[-1.0, 0.5, 2.0]], True)],
+                         ids=["all-negative-inputs", "both-signs"])
+def test_a_sign_error_is_claimed_everywhere_only_where_the_case_shows_it(x, everywhere):
+    flip = gs.Op("pl_neg_vjp", forward=lambda x: x * x, vjp=lambda g, x, out: (-2.0 * x * g,))
+    v = _run(flip, {"x": x}, None)
+    assert v.discrepancies, str(v)
+    for d in v.discrepancies:
+        c = d.cause
+        assert (c.id, c.pattern) == ("wrong-vjp", "sign"), c
+        assert ("everywhere" in c.summary) == everywhere, c.summary
+        if not everywhere:
+            assert "x < 0" in c.summary, c.summary
+
+
 def test_wrong_torch_twin_is_a_note_naming_the_node():
     v = _run(P.pl_sin_badtorch, {"x": M23}, None)
     assert v.ok, str(v)  # the vjp is right; torch's gradient does not count where its twin is another function

@@ -56,6 +56,10 @@ def classify(mini, node, spec, leaves, u: dict, t: dict, J, g) -> tuple[str, flo
     err = uu - tt
     c = fit(uu, tt)
     if c is not None and abs(c + 1) < 1e-9 and explains(uu, -tt, tt):
+        side = _one_sign(mini)
+        if side:  # every element flipped, but every input on one side of 0: the other side is untested here
+            return "sign", -1.0, (f"it has the wrong sign on every element here, all where {side} (this case cannot "
+                                  "tell whether it is right for the other sign); fix the sign of the derivative there")
         return "sign", -1.0, "it has the wrong sign everywhere; negate it"
     cols = None if J is None else columns(J, leaves)
     if cols is not None:
@@ -253,6 +257,20 @@ def _swapped(leaves, u: dict, t: dict) -> str | None:
             return (f"the gradients of inputs {la.name} and {lb.name} are swapped: each holds the other's J^T·g; "
                     "return them in the order of the forward's inputs")
     return None
+
+
+def _one_sign(mini) -> str:
+    """``"x < 0"`` (or ``> 0``) for the first float input of the one-node case whose elements all sit on one
+    side of 0, else ""."""
+    for l in mini.leaves:
+        if l.value.dtype.kind != "f" or not l.value.size:
+            continue
+        v = np.asarray(l.value, dtype=np.float64)
+        if np.all(v < 0):
+            return f"{l.name} < 0"
+        if np.all(v > 0):
+            return f"{l.name} > 0"
+    return ""
 
 
 def _where_neg(mini, leaves, flip) -> str:
