@@ -786,7 +786,12 @@ def _staircase(p: _Pass, r, h0, leaves, along=None) -> None:
     repeats = sum(map(operator.eq, line, line[1:]))
     if 2 * repeats < len(line) - 1:
         return
+    # The slope at the first step too: refining into the staircase (every point of a finer stencil
+    # equal, x = 1 of tanh through float32) leaves r = 0 there, a zero that predicts no change.
+    with np.errstate(all="ignore"):
+        r1 = (p.s[0] - p.s[1]) / (2 * h0)
     r = np.asarray(r)
+    r = np.where(np.abs(r1) > np.abs(r), r1, r)
     d = noise_pattern(r.size)
     per_step = abs(float(np.dot(r * h0, d[1] - d[0])))
     if per_step <= RESOLUTION_FLOORS * p.vfloor and along is not None:
