@@ -30,7 +30,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import math
-import random
 import time
 import warnings
 from typing import Callable
@@ -38,6 +37,7 @@ from typing import Callable
 import numpy as np
 
 from ._private.hypothesis_env import fixed_constants
+from ._private.seeds import resolve_seed as _resolve_seed  # noqa: F401 - verify_* import it from here
 from .case import Case
 from .diagnose import deferred, explain
 from .findings import covered, covers, localise, search_signature
@@ -449,14 +449,6 @@ def _case_key(case: Case) -> str:
         return hashlib.sha1(case.to_json(indent=None).encode()).hexdigest()
     except Exception:  # noqa: BLE001
         return repr(id(case))
-
-
-def _resolve_seed(seed) -> int:
-    if seed is None:
-        return random.SystemRandom().randrange(2**31)
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-        raise TypeError(f"seed must be an int or None, got {seed!r}")
-    return int(seed)
 
 
 def _check_budget(max_examples, seconds) -> None:

@@ -43,6 +43,7 @@ import time
 import uuid
 
 from ._private import result_sink
+from ._private.seeds import current_test
 from .check import Verdict
 
 __all__ = ["assert_gradients", "GradientMismatch", "GradientCheckInconclusive", "current_report_dir", "refresh_index",
@@ -232,17 +233,6 @@ class VerificationFailed(AssertionError):
 
 class VerificationInconclusive(VerificationFailed):
     """A ``verify_*`` run under ``assert_*`` compared nothing (``.result.reason`` says why): never a pass."""
-
-
-def current_test() -> str | None:
-    """The running pytest test's node id (from ``PYTEST_CURRENT_TEST``), or None outside pytest."""
-    cur = os.environ.get("PYTEST_CURRENT_TEST")
-    if not cur:
-        return None
-    for phase in (" (setup)", " (call)", " (teardown)"):
-        if cur.endswith(phase):
-            return cur[: -len(phase)]
-    return cur
 
 
 def _cause_text(d) -> str:

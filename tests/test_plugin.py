@@ -326,3 +326,63 @@ def test_same_seed_same_cases_with_and_without_the_plugin(pytester, clean_env):
     prints = [next(ln for ln in r.stdout.lines if "FINGERPRINT" in ln).split("FINGERPRINT")[1]
               for r in (plain, plugin, without)]
     assert prints[0] == prints[1] == prints[2], prints
+
+
+NO_SEED_TESTS = '''
+import torch
+import gradspec as gs
+
+
+class Square(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * x
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return 3.0 * x * g  # wrong: 2 x g
+
+
+def test_one():
+    gs.assert_torch_function(Square.apply, max_examples=3)
+
+
+def test_two():
+    gs.assert_torch_function(Square.apply, max_examples=3)
+'''
+
+
+def test_ci_profile_fixes_the_seed_of_a_call_without_one(pytester, clean_env):
+    """Under the derandomized ci profile a verify_* call without seed= used the system's entropy: every run
+    printed another seed (and could pass a bug another run finds). Now it is derived from the test id, as
+    Hypothesis' derandomize does, and the replay line names it."""
+    import re
+
+    pytester.makepyfile(test_noseed=NO_SEED_TESTS)
+    seeds = []
+    for _ in range(2):
+        result = pytester.runpytest_subprocess("--gradspec-profile", "ci")
+        result.assert_outcomes(failed=2)
+        found = re.findall(r"replay the whole run: gs\.verify_torch_function\(Square\.apply, seed=(\d+)",
+                           result.stdout.str())
+        assert len(found) == 2, result.stdout.str()[-3000:]
+        seeds.append(found)
+    assert seeds[0] == seeds[1]
+    assert seeds[0][0] != seeds[0][1]  # from each test's own id
+
+
+def test_ci_profile_outside_a_test_uses_the_fixed_seed(monkeypatch, restore_hypothesis_profile):
+    from hypothesis import settings
+
+    from gradspec._private.seeds import FIXED_SEED, resolve_seed
+    from gradspec.profiles import register_profiles
+
+    register_profiles()
+    settings.load_profile("ci")
+    monkeypatch.delenv("PYTEST_CURRENT_TEST", raising=False)
+    assert resolve_seed(None) == FIXED_SEED
+    monkeypatch.setenv("PYTEST_CURRENT_TEST", "tests/test_a.py::test_b (call)")
+    assert resolve_seed(None) == resolve_seed(None) != FIXED_SEED
+    assert resolve_seed(5) == 5
