@@ -243,30 +243,36 @@ def _explain(argv: list) -> int:
     p.add_argument("--const", action="append", default=[], metavar="NAME", help="an input that does not require grad")
     p.add_argument("--limit", type=_positive_int, default=24, metavar="N", help="input elements whose contributions "
                    "are spelled out (default 24)")
-    p.add_argument("--allow-import", action="append", default=[], metavar="MODULE",
-                   help="a module a case file may import (its user ops); without it nothing is imported")
+    _data_flags(p)
     args, rest = p.parse_known_args(argv)
-    from .explain import ExplainError, explain, parse_array
+    from ._private import limits
+    from .explain import ExplainError
 
     try:
-        inputs = _explain_inputs(rest)
-        if args.what.endswith(".json") or os.path.isfile(args.what):
-            if inputs or args.seed is not None:
-                raise ExplainError("a case file carries its own values and seeds: give no --NAME / --seed with it")
-            from ._private import imports
-
-            with imports.allowing(list(args.allow_import)):
-                ex = explain(_load_case(args.what))
-        else:
-            seed = None if args.seed is None else parse_array(args.seed)
-            ex = explain(args.what, seed=seed, requires_grad={c: False for c in args.const}, **inputs)
-    except (ExplainError, _UsageError) as e:
+        with limits.limiting(args.max_elements):  # as replay: sizes refused before anything is allocated
+            ex = _explain_run(args, rest)
+    except (ExplainError, _UsageError, limits.SizeError) as e:
         return _err(str(e))
     try:
         print(ex.text(limit=args.limit))
     except BrokenPipeError:  # `gradspec explain ... | head`
         sys.stdout = open(os.devnull, "w")
     return EXIT_OK
+
+
+def _explain_run(args, rest: list):
+    from .explain import ExplainError, explain, parse_array
+
+    inputs = _explain_inputs(rest)
+    if args.what.endswith(".json") or os.path.isfile(args.what):
+        if inputs or args.seed is not None:
+            raise ExplainError("a case file carries its own values and seeds: give no --NAME / --seed with it")
+        from ._private import imports
+
+        with imports.allowing(list(args.allow_import)):
+            return explain(_load_case(args.what))
+    seed = None if args.seed is None else parse_array(args.seed, f"--seed {args.seed}")
+    return explain(args.what, seed=seed, requires_grad={c: False for c in args.const}, **inputs)
 
 
 def _explain_inputs(rest: list) -> dict:
@@ -284,7 +290,7 @@ def _explain_inputs(rest: list) -> dict:
             value, k = rest[k + 1], k + 1
         if not name.isidentifier():
             raise ExplainError(f"--{name}: an input name must be a Python identifier")
-        inputs[name] = parse_array(value)
+        inputs[name] = parse_array(value, f"--{name} {value}")
         k += 1
     return inputs
 

@@ -27,6 +27,7 @@ import difflib
 
 import numpy as np
 
+from ._private import limits as _limits
 from .case import Case, CaseError
 from .oracles.jacobian import jacobian
 from .spec import registry as _registry
@@ -258,9 +259,12 @@ def _suggest(word: str, choices: set) -> str:
     return f"; did you mean {', '.join(close)}?" if close else ""
 
 
-def parse_array(spec: str) -> np.ndarray:
+def parse_array(spec: str, where: str | None = None) -> np.ndarray:
     """An input from the command line: ``ones:2,3``, ``zeros:4``, ``arange:2,3``, ``randn:2,3`` (seeded),
-    ``full:0.5:2,3``, a number, or a nested list ``[[1,2],[3,4]]``."""
+    ``full:0.5:2,3``, a number, or a nested list ``[[1,2],[3,4]]``.
+
+    Under a size limit (``gradspec explain --max-elements``, :mod:`gradspec._private.limits`) a shape above
+    it raises ``SizeError`` naming ``where`` (default: the spec) before anything is allocated."""
     text = spec.strip()
     if not text:
         raise ExplainError("an empty array spec: use e.g. ones:2,3 or [[1,2],[3,4]]")
@@ -276,6 +280,7 @@ def parse_array(spec: str) -> np.ndarray:
                 raise ValueError
         except ValueError:
             raise ExplainError(f"bad shape in {spec!r}: give sizes as integers, e.g. {kind}:2,3") from None
+        _limits.check_dims(shape, where or repr(spec))
         if kind in makers:
             return makers[kind](shape)
         if kind == "arange":

@@ -97,7 +97,13 @@ def test_cli_explain(capsys):
     (["explain", "sum(x)", "--x", "oness:3"], "cannot read the array 'oness:3'"),
     (["explain", "sum(x)", "--x"], "--x needs a value"),
     (["explain", "sum(x)", "x"], "unexpected argument 'x'"),
-], ids=["unknown-op", "shapes", "bad-array", "missing-value", "stray-argument"])
+    # refused before numpy allocates 74.5 GiB (it died with _ArrayMemoryError): the size, the limit, the flag
+    (["explain", "x*x", "--x", "ones:100000,100000"], "--x ones:100000,100000 has shape (100000, 100000) "
+                                                      "(10,000,000,000 elements), above --max-elements "),
+    (["explain", "x*x", "--x", "ones:2", "--seed", "zeros:100000,100000"], "--seed zeros:100000,100000 has shape"),
+    (["explain", "x*x", "--x", "arange:20", "--max-elements", "10"], "(20 elements), above --max-elements 10 "),
+], ids=["unknown-op", "shapes", "bad-array", "missing-value", "stray-argument", "too-big", "seed-too-big",
+        "max-elements"])
 def test_cli_explain_errors_exit_2(capsys, argv, message):
     assert cli.main(argv) == 2
     err = capsys.readouterr().err
@@ -111,3 +117,13 @@ def test_cli_explains_a_case_file(tmp_path, capsys):
     assert cli.main(["explain", str(path)]) == 0
     out = capsys.readouterr().out
     assert "x.grad = [ 6., -2.]" in out and "x[0] = 2·3 (y[0]) = 6" in out
+
+
+def test_cli_explain_refuses_a_case_file_above_max_elements(tmp_path, capsys):
+    """explain read case files without the size limit replay applies (a case file is data, CONTRACT §6)."""
+    case = gs.Case.build({"x": np.arange(50.0)}, [("y", "mul", ["x", "x"], {})], ["y"], [np.ones(50)])
+    path = tmp_path / "case.json"
+    path.write_text(case.to_json())
+    assert cli.main(["explain", str(path), "--max-elements", "100"]) == 2
+    err = capsys.readouterr().err
+    assert "--max-elements 100" in err and "Traceback" not in err
