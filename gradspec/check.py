@@ -319,7 +319,8 @@ def _check(case: Case, chosen: list) -> Verdict:
     M = None  # m per leaf, for the leaf-by-leaf comparison of pairs the fast path did not settle
     names = list(results)
     noise = None
-    pairs = list(itertools.combinations(names, 2))
+    # A pair where neither side holds an element compared nothing ({} vs {} where no leaf requires grad)
+    pairs = [(a, b) for a, b in itertools.combinations(names, 2) if _holds_elements(results[a], results[b])]
     opaque = _tol.opaque_claim(claim) if dtype == "float64" and _outcome.has_user_ops(case) else claim
     for attempt in range(2):
         # The rounding-noise floor only ever loosens a tolerance, and measuring it costs three
@@ -358,11 +359,18 @@ def _check(case: Case, chosen: list) -> Verdict:
         where = f"at {'; '.join(at[:3])}{' ...' if len(at) > 3 else ''}" if at else f"({nondiff})"
         unjudged = (f"{_EXCLUDED} detected numerically {where}: not differentiable at this point, so no gradient "
                     "is compared on this case")
+    if not leaves and not unjudged:
+        why = "; ".join(f"{n}: {w}" for n, w in excused.items())  # (torch's own refusal, say)
+        unjudged = "no leaf requires grad: nothing to compare" + (f" ({why})" if why else "")
     verdict = Verdict(case, results, comparisons, discrepancies, skipped, errors, jac, fd_errs.get("finite-differences"),
                       notes, excused, kinds, unjudged, nondiff, claim)
     for explain in _EXPLAINERS if discrepancies else ():
         explain(verdict, kinds)
     return verdict
+
+
+def _holds_elements(*grads) -> bool:
+    return any(g is not None and np.size(g) for r in grads for g in r.values())
 
 
 def _discount_numerical_kinks(case, kinds, comparisons, discrepancies) -> str:

@@ -407,3 +407,26 @@ GELU_CANCELLATION_CASE = (
 def test_rounding_noise_sees_an_ulp_of_a_value_that_cancels_later():
     v = gs.check(gs.Case.from_json(GELU_CANCELLATION_CASE))
     assert v.status == "agree", str(v)
+
+
+# A new user's mm case with requires_grad false on every leaf: reference and torch both raised "element 0
+# of tensors does not require grad" (excused: torch refuses too), finite differences and the jacobian
+# returned {} and {} -- and that pair counted as a comparison: "OK: 1 oracle pair(s) compared", exit 0.
+NO_GRAD_CASE = (
+    '{"format": "gradspec-case/1", "engine": "reference", "user_ops": {}, "leaves": [{"name": "x0", "requires_grad":'
+    ' false, "value": {"dtype": "float64", "shape": [1, 2], "data": ["0x1.8p+0", "-0x1.4p-2"]}}, {"name": "x1", '
+    '"requires_grad": false, "value": {"dtype": "float64", "shape": [2, 2], "data": ["0x1.4p+0", "0x1.cp-1", '
+    '"-0x1.2p-2", "0x1.6p+0"]}}], "nodes": [{"name": "y", "op": "mm", "inputs": ["x0", "x1"], "params": {}}], '
+    '"roots": ["y"], "seeds": [{"dtype": "float64", "shape": [1, 2], "data": ["0x1.0p+0", "-0x1.8p-1"]}], "meta": {}}'
+)
+
+
+def test_a_case_where_no_leaf_requires_grad_is_inconclusive(tmp_path):
+    v = gs.check(gs.Case.from_json(NO_GRAD_CASE))
+    assert v.status == "inconclusive" and not v.comparisons, str(v)
+    assert v.reason.startswith("no leaf requires grad: nothing to compare"), v.reason
+    p = tmp_path / "case.json"
+    p.write_text(NO_GRAD_CASE)
+    r = _gradspec("replay", p, cwd=tmp_path)
+    assert r.returncode == 3, r.stdout + r.stderr
+    assert "no leaf requires grad: nothing to compare" in r.stdout
