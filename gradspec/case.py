@@ -94,7 +94,9 @@ class Case:
         lv = []
         for name, value in leaves.items():
             arr = np.array(value, copy=True)
-            if arr.dtype == np.float16 or arr.dtype.kind in "iu" and rg.get(name, False):
+            if arr.dtype == np.float16:  # (gradients are computed in float64 or float32 only)
+                raise CaseError(f"leaf {name!r}: dtype float16 is not supported: float64 or float32")
+            if arr.dtype.kind in "iu" and rg.get(name, False):
                 arr = arr.astype(np.float64)
             lv.append(Leaf(name, arr, rg.get(name, np.issubdtype(arr.dtype, np.floating))))
         nd = [NodeDef(n, op, list(ins), dict(p or {})) for n, op, ins, p in nodes]

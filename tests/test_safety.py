@@ -123,6 +123,9 @@ E9 = 10**9
 MALFORMED = {
     "dtype-object": (lambda d: _leaf_value(d, dtype="object"), "leaves[0].value.dtype"),
     "dtype-str": (lambda d: _leaf_value(d, dtype="<U3", data=["a", "b"]), "leaves[0].value.dtype"),
+    # a float16 leaf reached torch as Half and came back as "torch's backward for 'mm' raised on its own", exit 1
+    "dtype-float16": (lambda d: _leaf_value(d, dtype="float16"), "leaves[0].value.dtype: dtype float16 is not supported"),
+    "int-requires-grad": (lambda d: _leaf_value(d, dtype="int64", data=[1, 2]), "leaves[0].requires_grad"),
     "shape-negative": (lambda d: _leaf_value(d, shape=[-2]), "leaves[0].value.shape[0]"),
     "shape-float": (lambda d: _leaf_value(d, shape=[2.0]), "leaves[0].value.shape[0]"),
     "shape-string": (lambda d: _leaf_value(d, shape="2"), "leaves[0].value.shape"),
@@ -171,6 +174,11 @@ def test_malformed_or_oversized_case_files_exit_2_naming_the_field(tmp_path, cap
     assert field in err and "Traceback" not in err and "internal error" not in err, err
     # Refused before allocating: the process's peak RSS grew by less than 64 MiB (the bombs ask for 7-30 GiB).
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 64 * 1024
+
+
+def test_case_build_refuses_a_float16_leaf():
+    with pytest.raises(gs.CaseError, match="leaf 'x': dtype float16 is not supported: float64 or float32"):
+        gs.Case.build({"x": np.ones(2, np.float16)}, [("y", "sin", ["x"], {})], ["y"], [np.ones(2)])
 
 
 def test_the_size_limit_is_a_flag_and_names_itself(tmp_path, capsys):

@@ -147,6 +147,16 @@ def _params(v, field: str, depth: int = 0):
     _fail(field, f"must be a number, string, boolean, null, list or object, got {short_repr(v)}")
 
 
+def _leaf_dtype(dt, requires_grad: bool, field: str) -> None:
+    """Gradients are computed in float64 or float32: a float16 leaf reached torch as Half beside a
+    float64 leaf and came back as 'torch's backward for mm raised on its own', a false discrepancy."""
+    if dt == np.float16:
+        _fail(f"{field}.value.dtype", "dtype float16 is not supported: float64 or float32")
+    if requires_grad and dt.kind != "f":
+        _fail(f"{field}.requires_grad", f"a leaf of dtype {dt} cannot require grad (torch: only floating point "
+              "tensors can require gradients): set it to false, or give the leaf dtype float64 or float32")
+
+
 def parse(d) -> dict:
     """Pieces of a validated case file: leaves, nodes, roots, seeds, engine, user_ops, meta."""
     budget = limits.Budget()
@@ -172,7 +182,9 @@ def parse(d) -> dict:
         rg = l.get("requires_grad", True)
         if not isinstance(rg, bool):
             _fail(f"{f}.requires_grad", f"must be true or false, got {short_repr(rg)}")
-        leaves.append((_str(l.get("name"), f"{f}.name"), _array(l.get("value"), f"{f}.value", budget), rg))
+        value = _array(l.get("value"), f"{f}.value", budget)
+        _leaf_dtype(value.dtype, rg, f)
+        leaves.append((_str(l.get("name"), f"{f}.name"), value, rg))
     nodes = []
     for i, n in enumerate(_list(d.get("nodes"), "nodes")):
         f = f"nodes[{i}]"
