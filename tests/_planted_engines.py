@@ -150,6 +150,8 @@ class Mini:
                     leaf_in.setdefault(id(p), (p, []))[1].append(c)
                 elif stale:
                     p.grad = c if p.grad is None else p.grad + c
+                elif "inner-overwrite" in self.bugs:  # an intermediate used twice: the last use wins
+                    grads[id(p)] = c
                 else:
                     grads[id(p)] = grads[id(p)] + c if id(p) in grads else c
         for p, cs in leaf_in.values():
@@ -209,3 +211,7 @@ def seed_mean():
 
 def implicit_0d_only():
     return Mini("implicit-0d-only")
+
+
+def inner_overwrite():
+    return Mini("inner-overwrite")

@@ -60,6 +60,13 @@ FLAGS = {
                                                      "every use's gradient"),
     "overwrite-edge-first": ("accumulation-overwrite", "a leaf used by several ops keeps only one use's gradient "
                                                        "(the first one delivered): add every use's gradient"),
+    "overwrite-inner-last": ("accumulation-overwrite", "an intermediate tensor used by several ops passes on only one "
+                                                       "use's gradient (the last one delivered is assigned): add the "
+                                                       "gradients of all its uses before back-propagating it"),
+    "overwrite-inner-dfs": ("accumulation-overwrite", "an intermediate tensor used by several ops passes on only one "
+                                                      "use's gradient (the last one delivered in depth-first order is "
+                                                      "assigned): add the gradients of all its uses before "
+                                                      "back-propagating it"),
     "stale": ("stale-intermediate-grads", "gradients of intermediate nodes are kept from the previous backward and "
                                           "flow again: reset every non-leaf's gradient at the start of each backward"),
     "root-assigned": ("root-grad-assigned", "backward(root) sets the root's gradient to the seed instead of adding "
@@ -186,6 +193,7 @@ class _Sim:
             return self._leaves(contrib)
         anc = _ancestors(sc, root)
         stale = "stale" in f
+        inner_assign = "overwrite-inner-last" in f or "overwrite-inner-dfs" in f
         g = {n: self.node_grad[n].copy() for n in anc if stale and n in self.node_grad}
         assign = "root-assigned" in f or ("root-assigned-implicit" in f and self.implicit)
         g[root] = seed.copy() if (assign or root not in g) else g[root] + seed
@@ -204,6 +212,8 @@ class _Sim:
                 c = ((np.abs(J).T @ np.abs(G)) if self.abs else (J.T @ G)).reshape(self.shapes[inp])
                 if inp in sc.leaves:
                     contrib[inp].append(c)
+                elif inner_assign:  # the last use delivered wins (the order: self.order)
+                    g[inp] = c
                 else:
                     g[inp] = g[inp] + c if inp in g else c
         if stale:
@@ -214,7 +224,7 @@ class _Sim:
         """Nodes in the order their gradients are pushed: reverse creation order, or (for the
         DFS variant) the reverse of a depth-first topological sort from the root, inputs in order,
         as micrograd-style engines build it; only the edge-overwrite variants can tell."""
-        if "overwrite-edge-dfs" not in self.flags:
+        if "overwrite-edge-dfs" not in self.flags and "overwrite-inner-dfs" not in self.flags:
             return list(reversed(self.sc.nodes))
         by = {n[0]: n for n in self.sc.nodes}
         topo, seen = [], set()
@@ -310,7 +320,7 @@ def matches(sc: Scenario, got: Trace, ref: Trace, flags, strict: bool = False) -
 # ---------------------------------------------------------------------------------------------
 
 _EXCLUSIVE = [{"seed-ignored", "seed-mean"}, {"overwrite", "overwrite-clears", "overwrite-edge-last", "overwrite-edge-first",
-               "overwrite-edge-dfs"},
+               "overwrite-edge-dfs"}, {"overwrite-inner-last", "overwrite-inner-dfs"},
               {"not-updated", "not-updated-0d", "not-updated-numel1"}, {"repeated-drop-first", "repeated-drop-second"},
               {"root-assigned", "root-assigned-implicit"}]
 _PAIRS = [p for p in itertools.combinations(VALUE_FLAGS, 2) if not any(set(p) <= g for g in _EXCLUSIVE)]
