@@ -11,6 +11,8 @@ Example::
     >>> d = gs.domains.away_from([0.0], margin=0.1)
     >>> d.contains(0.05), d.contains(0.5)
     (False, True)
+    >>> gs.domains.coerce("positive") == gs.domains.positive()
+    True
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import dataclasses
 import math
 from typing import Sequence
 
-__all__ = ["Domain", "real", "positive", "interval", "away_from"]
+__all__ = ["Domain", "real", "positive", "interval", "away_from", "coerce"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,3 +99,33 @@ def away_from(points: Sequence[float] | float, margin: float = 1e-2) -> Domain:
     if margin < 0:
         raise ValueError(f"away_from(margin={margin!r}): margin must be >= 0")
     return Domain(points=tuple(float(p) for p in points), margin=float(margin), name="away_from")
+
+
+_BY_NAME = {"real": real, "positive": positive}  # the constructors that need no argument
+_ACCEPTS = ("a gradspec.domains.Domain (gs.domains.real(), gs.domains.positive(), gs.domains.interval(lo, hi), "
+            "gs.domains.away_from(points, margin)), the name 'real' or 'positive', or a list with one per input")
+
+
+def coerce(domain, where: str = "domain"):
+    """``domain`` as Domain(s): None, a Domain, ``"real"`` / ``"positive"``, or a list/tuple of those.
+
+    Anything else raises ``TypeError`` (``ValueError`` for a name that needs arguments or is unknown)
+    naming ``where`` and what is accepted -- not an ``AttributeError`` from deep inside a run."""
+    if domain is None or isinstance(domain, Domain):
+        return domain
+    if isinstance(domain, (list, tuple)):
+        return [_one(d, where) for d in domain]
+    return _one(domain, where)
+
+
+def _one(d, where: str) -> Domain:
+    if isinstance(d, Domain):
+        return d
+    if isinstance(d, str):
+        if d in _BY_NAME:
+            return _BY_NAME[d]()
+        if d in ("interval", "away_from"):
+            args = "lo, hi" if d == "interval" else "points, margin"
+            raise ValueError(f"{where}: domain={d!r} needs arguments: pass gs.domains.{d}({args})")
+        raise ValueError(f"{where}: domain={d!r} is not a domain name; give {_ACCEPTS}")
+    raise TypeError(f"{where}: domain={d!r} ({type(d).__name__}) is not a domain; give {_ACCEPTS}")

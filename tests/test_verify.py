@@ -157,6 +157,36 @@ def test_argument_errors(kw, exc):
         gs.verify_op(P.pl_sq_ok, **kw)
 
 
+def _matmul(x, w):
+    return x @ w
+
+
+@pytest.mark.parametrize("kw, exc, message", [
+    # was AttributeError: 'str' object has no attribute 'lo'
+    (dict(arity=1, domain="interval"), ValueError, r"domain='interval' needs arguments: pass gs.domains.interval"),
+    (dict(arity=1, domain="posit"), ValueError, r"domain='posit' is not a domain name; give a gradspec.domains.Domain"),
+    (dict(arity=1, domain=3), TypeError, r"domain=3 \(int\) is not a domain; give a gradspec.domains.Domain"),
+    # was UserOpError "... zip() argument 2 is longer than argument 1"
+    (dict(fn=_matmul, signature="(m,n)->(m,n)"), gs.UserOpError,
+     r"signature '\(m,n\)->\(m,n\)' has 1 input\(s\) but _matmul takes 2 tensor input\(s\)"),
+], ids=["domain-needs-arguments", "domain-unknown-name", "domain-not-a-domain", "signature-arity"])
+def test_verify_torch_function_argument_errors(kw, exc, message):
+    import torch
+
+    fn = kw.pop("fn", torch.sin)
+    with pytest.raises(exc, match=message):
+        gs.verify_torch_function(fn, max_examples=2, seed=0, **kw)
+
+
+def test_domain_names_are_accepted():
+    import torch
+
+    r = gs.verify_torch_function(torch.log, arity=1, domain="positive", max_examples=5, seed=0)
+    assert r.ok and "domain=gs.domains.positive()" in r.replay
+    op = gs.Op("u_log_named_domain", forward=np.log, vjp=lambda g, x, out: (g / x,), domain=["positive"])
+    assert op.domain == [gs.domains.positive()]
+
+
 def test_verify_op_rejects_non_ops():
     with pytest.raises(TypeError, match="gs.Op"):
         gs.verify_op(lambda x: x)

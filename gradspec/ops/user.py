@@ -641,18 +641,13 @@ def Op(
                 "fix the signature or pass arity="
             )
     if domain is not None:
-        doms = domain if isinstance(domain, (list, tuple)) else [domain]
-        if isinstance(domain, (list, tuple)) and len(domain) != arity:
+        try:  # a Domain, a name ('positive'), or a list with one per input
+            domain = _domains.coerce(domain, f"Op {name!r}")
+        except (TypeError, ValueError) as e:
+            raise UserOpError(str(e)) from None
+        if isinstance(domain, list) and len(domain) != arity:
             raise UserOpError(f"Op {name!r}: domain has {len(domain)} entries for {arity} input(s); give one "
                               "domain for all inputs or exactly one per input")
-        for d in doms:
-            if not isinstance(d, _domains.Domain):
-                raise UserOpError(
-                    f"Op {name!r}: domain entries must come from gs.domains (real(), positive(), interval(lo, hi), "
-                    f"away_from(points, margin)), got {d!r}"
-                )
-        if isinstance(domain, tuple):
-            domain = list(domain)
 
     strategies = params
 

@@ -18,6 +18,7 @@ import traceback
 
 import numpy as np
 
+from .. import domains as _domains
 from .._private import result_sink
 from .._private import torchfn_record as _rec
 from .._private.imports import importable_path
@@ -252,11 +253,13 @@ def verify_torch_function(fn, *, arity: int | None = None, signature: str | None
                         f"(the distance from the inputs to the nearest kink), got {type(kink_distance).__name__}")
     if not callable(fn):
         raise TypeError(f"verify_torch_function expects a callable on torch tensors, got {type(fn).__name__}")
+    domain = _domains.coerce(domain, "verify_torch_function")  # a name ('positive') or a clear error
     if _is_module(fn):  # parameters and inputs as leaves (gs.verify_module)
         return verify_module(fn, example_inputs=example_inputs, max_examples=max_examples, seconds=seconds,
                              seed=seed, domain=domain, broadcast=broadcast)
     params = dict(params or {})
     layout = _layout(fn, arity, signature, params, example_inputs, args)
+    _check_signature_arity(fn, signature, layout)
     try:
         plan = fn_shapes.plan(fn, layout, example_inputs=example_inputs, signature=signature, shape_fn=shape_fn,
                               params=params, domain=domain, broadcast=broadcast)
@@ -434,6 +437,22 @@ def _layout(fn, arity, signature, params, example_inputs, args) -> CallLayout:
                 raise UserOpError("verify_torch_function: cannot infer fn's number of tensor inputs; pass arity=N "
                                   "or example_inputs=(...)")
     return CallLayout.plain(arity)
+
+
+def _check_signature_arity(fn, signature, layout: CallLayout) -> None:
+    """A signature with another number of inputs than fn's tensors: said here, not as a zip() error later."""
+    if not isinstance(signature, str):
+        return
+    from .._private.signature import SignatureError, parse
+
+    try:
+        n = len(parse(signature)[0])
+    except SignatureError:
+        return  # the plan reports a malformed signature with its own message
+    if n != layout.arity:
+        raise UserOpError(f"verify_torch_function: signature {signature!r} has {n} input(s) but {label_of(fn)} takes "
+                          f"{layout.arity} tensor input(s); give one signature block per tensor input "
+                          "(e.g. '(m,n),(n,p)->(m,p)' for two) or pass arity=")
 
 
 def _positional_rule(shape_fn, layout: CallLayout):
