@@ -187,6 +187,30 @@ def test_domain_names_are_accepted():
     assert op.domain == [gs.domains.positive()]
 
 
+def test_verify_torch_function_says_float32_was_not_checked(tmp_path):
+    """fn runs on float64 only (float32 inputs are cast): a backward 1% wrong only in float32 passed without a word."""
+    import torch
+
+    class WrongInFloat32(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x * x
+
+        @staticmethod
+        def backward(ctx, g):
+            (x,) = ctx.saved_tensors
+            return 2 * x * g * (1.01 if x.dtype == torch.float32 else 1.0)
+
+    r = gs.verify_torch_function(WrongInFloat32.apply, example_inputs=(torch.ones(3, dtype=torch.float32),),
+                                 max_examples=5, seed=0)
+    text = r.summary()
+    assert "float32 was not checked: fn runs on float64 inputs" in text
+    assert "your example_inputs are float32: they ran as float64" in text
+    page = open(r.write_html(str(tmp_path)), encoding="utf-8").read()
+    assert "float32 was not checked" in page
+
+
 def test_verify_op_rejects_non_ops():
     with pytest.raises(TypeError, match="gs.Op"):
         gs.verify_op(lambda x: x)

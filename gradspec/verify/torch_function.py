@@ -305,6 +305,7 @@ def verify_torch_function(fn, *, arity: int | None = None, signature: str | None
     result.note("fn's backward is checked call by call (torch.autograd.grad of one call, inside gradspec's engine) "
                 "and inside whole torch graphs (the torch-cpu oracle); the jacobian oracle uses a finite-difference "
                 "JVP of fn's forward (compared with a finite-difference tolerance)")
+    result.note(_float32_note(example_inputs))
     for text in (plan.why, "fn returns several outputs: they are checked as one flat output (each output its own "
                  "block of the seed; a zero block: that output unused)" if plan.multi else ""):
         if text:
@@ -365,6 +366,22 @@ def verify_module(module, *, example_inputs=None, max_examples: int | None = Non
     torch_module.finish(r, labels)
     result_sink.emit(r)
     return r
+
+
+def _float32_note(example_inputs) -> str:
+    """Say that float32 was not checked: a backward wrong only in float32 passes a float64 run."""
+    import torch
+
+    if isinstance(example_inputs, torch.Tensor):
+        example_inputs = (example_inputs,)
+    low = sorted({str(a.dtype).replace("torch.", "") for a in (example_inputs or ())
+                  if isinstance(a, torch.Tensor) and a.is_floating_point() and a.dtype != torch.float64})
+    text = ("float32 was not checked: fn runs on float64 inputs (every input, drawn or from example_inputs, is cast "
+            "to float64, where gradspec can bound the rounding of fn's forward and backward); a backward that is "
+            "wrong only in float32 (a float32-only branch, a cast, a float32 accumulation) passes this run")
+    if low:
+        text += f"; your example_inputs are {', '.join(low)}: they ran as float64"
+    return text
 
 
 def _as_float64(case: Case) -> Case:
