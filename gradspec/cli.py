@@ -758,7 +758,7 @@ def _print_summary(cfg, s: dict, index: str | None, ops: list[str]) -> None:
         failed = [f"{n} ({', '.join(r.get('causes', []))})" for n, r in rules.items() if r["status"] == "failed"]
         skipped = [f"{n} ({r.get('reason', '')})" for n, r in rules.items() if r["status"] == "skipped"]
         # a rule hit only by one op's wrong VJP is no broken rule: that bug is a value discrepancy below
-        apart = collections.Counter(rule_text(r) for r in rules.values() if r["status"] == VALUE_BUG)
+        apart = collections.Counter(rule_text(r) for r in rules.values() if r["status"] in (VALUE_BUG, "other-bug"))
         line = f"  backward() rules (§5): {sum(r['status'] == 'passed' for r in rules.values())} passed"
         line += "".join(f"; {k} {v}" for v, k in apart.items())
         line += f"; failed: {'; '.join(failed)}" if failed else ""

@@ -14,6 +14,8 @@ Example::
     'passed'
     >>> rule_text({"status": "value-bug", "causes": ["wrong-vjp"], "ops": ["tanh"]})
     'passed apart from the value bug of tanh (wrong-vjp)'
+    >>> rule_text({"status": "other-bug", "owners": {"accumulation-overwrite": "accumulate-uses"}})
+    "passed apart from the accumulation-overwrite bug (filed under rule 'accumulate-uses')"
 """
 
 from __future__ import annotations
@@ -75,7 +77,7 @@ def check_engine_rules(eng, label: str, result: Result, strict: bool, seed: int,
         title = _rules.RULES[name].title
         if st["status"] == "skipped":
             result.checks[title] = f"skipped: {st['reason']}"
-        elif st["status"] == VALUE_BUG:
+        elif st["status"] in (VALUE_BUG, _rules.OTHER_BUG):
             result.checks[title] = rule_text(st)
         elif st["status"] == "failed":
             real = strict or set(st.get("causes", [])) - _rules.STRICT_ONLY
@@ -108,6 +110,9 @@ def rule_text(st) -> str:
         return str(st)
     if st.get("status") == VALUE_BUG:
         return f"passed apart from the value bug of {', '.join(st.get('ops') or ['an op'])} (wrong-vjp)"
+    if st.get("status") == _rules.OTHER_BUG:  # another rule's cause (rules.OWNS), filed under that rule
+        owners = st.get("owners") or {}
+        return "passed apart from " + "; ".join(f"the {c} bug (filed under rule '{r}')" for c, r in sorted(owners.items()))
     extra = ", ".join(st.get("causes") or []) or st.get("reason") or ""
     return f"{st.get('status', '?')}" + (f": {extra}" if extra else "")
 

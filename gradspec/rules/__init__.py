@@ -35,7 +35,7 @@ from . import diagnosis as _ws
 from .scenario import Scenario, ScenarioTimeout, Step, Trace, first_difference, run, timed_out
 
 __all__ = ["RULES", "RuleFinding", "RulesResult", "check_rules", "DEFAULT_EXAMPLES", "diagnose_case", "KIND",
-           "STRICT_ONLY", "explain_engine_finding",
+           "STRICT_ONLY", "explain_engine_finding", "OWNS", "OTHER_BUG", "owner",
            "replay_rule_case"]
 
 DEFAULT_EXAMPLES = 40  # per rule: every planted broken rule is found within ~10 (tests/test_engine_rules.py)
@@ -48,6 +48,25 @@ KIND = {"implicit-seed-non-scalar": "implicit-seed", "implicit-seed-refused": "i
         "error-type": "error-type", "wrong-vjp": "value", "unexplained": "value"}
 # torch-specific details: failures with strict=True, notes with strict=False
 STRICT_ONLY = {"no-freeing", "none-vs-zeros", "error-type"}
+# The causes each rule is about.  A rule's scenarios can fail for another rule's reason (an engine that drops
+# one use's gradient fails the 'reset' and 'freeing' scenarios too, whose calls use a tensor twice): such a
+# finding is filed under the rule its cause breaks, and the rule that only met it reads "passed apart from"
+# that bug (status OTHER_BUG) -- it was not blamed for a bug in code it does not test.
+_ACCUMULATION = {"accumulation-overwrite", "stale-intermediate-grads", "root-grad-assigned", "grad-not-updated"}
+OWNS = {"implicit-seed-scalar": {"implicit-seed-refused"}, "implicit-seed-non-scalar": {"implicit-seed-non-scalar"},
+        "seed-shape": {"seed-shape-accepted"}, "seed-values": {"seed-ignored", "seed-misapplied", "grad-not-updated"},
+        "accumulate-calls": _ACCUMULATION, "accumulate-roots": _ACCUMULATION,
+        "accumulate-uses": {"accumulation-overwrite", "grad-not-updated"}, "reset": {"reset-ignored"},
+        "freeing": {"no-freeing"}, "repeated-arguments": {"repeated-input-dropped"}, "requires-grad-root": set()}
+ANY_RULE = {"error-type", "none-vs-zeros", "unexplained", "wrong-vjp"}  # a failure of whichever rule meets it
+OTHER_BUG = "other-bug"  # a rule status: its only failures were another rule's cause (see OWNS)
+
+
+def owner(rule: str, cause_id: str) -> str:
+    """The rule a finding of ``rule``'s search with cause ``cause_id`` is filed under."""
+    if cause_id in ANY_RULE or rule not in OWNS or cause_id in OWNS[rule]:
+        return rule
+    return next((r for r, ids in OWNS.items() if cause_id in ids), rule)
 SHRINK_CALLS = 80
 SHRINK_SECONDS = 3.0
 
@@ -561,6 +580,7 @@ def check_rules(engine, *, max_examples: int | None = None, seconds: float | Non
                             f"{timeout:g} s (cut; nothing concluded)", "title": rule.title}
             continue
         for f in new:
+            f.rule = owner(f.rule, f.cause.id)
             findings.append(f)
             if on_finding is not None:
                 on_finding(f)
@@ -571,7 +591,23 @@ def check_rules(engine, *, max_examples: int | None = None, seconds: float | Non
         if not s.causes and s.examples == 0:
             st = {"status": "skipped", "reason": "no scenario ran (time budget)", "title": rule.title}
         status[name] = st
+    _file_by_owner(status, findings)
     return RulesResult(status, findings, time.perf_counter() - t0, hung_on)
+
+
+def _file_by_owner(status: dict, findings: list) -> None:
+    """A rule that failed only with other rules' causes gets OTHER_BUG (and ``owners``: cause -> rule); a
+    rule a finding is filed under is failed with that cause, whatever its own search met."""
+    for name, st in status.items():
+        causes = st.get("causes") or []
+        if st.get("status") == "failed" and causes and all(owner(name, c) != name for c in causes):
+            st["status"], st["owners"] = OTHER_BUG, {c: owner(name, c) for c in causes}
+    for f in findings:
+        st = status.get(f.rule)
+        if st is not None and st.get("status") in ("passed", OTHER_BUG) and f.cause.id not in ANY_RULE:
+            st["status"] = "failed"
+            st["causes"] = sorted(set(st.get("causes") or []) | {f.cause.id})
+            st.pop("owners", None)
 
 
 def explain_engine_finding(engine, d, timeout: float | None = None) -> None:
