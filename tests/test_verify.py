@@ -61,6 +61,37 @@ def test_verify_torch_function_plain_callable_and_arity():
         gs.verify_torch_function(lambda *xs: xs[0], max_examples=2, seed=0)
 
 
+# A new user's SoftAbsOK.apply (forward(ctx, x)) with arity=3: every case's forward raised TypeError and the
+# run FAILED on "backward twice (retain_graph=True) raised TypeError: ... takes 2 positional arguments but 4
+# were given" -- a finding against correct code.  Where the signature can be read: a usage error naming arity.
+WRONG_ARITY = {
+    "function-too-many": (None, dict(arity=3),
+                          r"arity=3 but SinCos.forward takes 1 positional input\(s\): pass arity=1"),
+    "function-none": (None, dict(arity=0), r"arity=0 but SinCos.forward takes 1 positional input\(s\): pass arity=1"),
+    "lambda-with-default": ("lambda", dict(arity=3), r"arity=3 but .*<lambda> takes 1 to 2 positional input\(s\)"),
+}
+
+
+@pytest.mark.parametrize("which, kwargs, words", WRONG_ARITY.values(), ids=list(WRONG_ARITY))
+def test_verify_torch_function_refuses_an_arity_fn_cannot_take(which, kwargs, words):
+    import torch
+
+    from tests import _correct_code as C
+
+    fn = (lambda x, y=1.0: torch.sin(x) * y) if which == "lambda" else C.SinCos.apply
+    with pytest.raises(gs.UserOpError, match=words):
+        gs.verify_torch_function(fn, max_examples=2, seed=0, **kwargs)
+
+
+def test_verify_torch_function_whose_forward_cannot_take_the_arity_is_inconclusive_not_failed():
+    # torch.sin's signature cannot be read: each forward raises TypeError; that is no backward-twice finding
+    import torch
+
+    r = gs.verify_torch_function(torch.sin, arity=3, max_examples=3, seed=1)
+    assert r.status == "inconclusive" and not r.discrepancies, str(r)
+    assert "takes 1 positional argument but 3 were given" in r.reason
+
+
 # ---------------------------------------------------------------------------------------------
 # engines
 # ---------------------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ Example::
 
 from __future__ import annotations
 
+import math
 import traceback
 
 import numpy as np
@@ -161,6 +162,9 @@ def _twice_check(case: Case, spec: OpSpec, target: str, replay: str) -> list:
         return []
     try:
         env, roots = build_torch_graph(case)
+    except Exception:  # noqa: BLE001 - the forward itself raised: the case's own check says so, or excuses it
+        return []
+    try:
         seeds = [torch.ones_like(r) if s is None else torch.from_numpy(np.array(s, dtype=np.float64)).to(r.dtype)
                  for r, s in zip(roots, case.seeds, strict=True)]
         torch.autograd.backward(roots, seeds, retain_graph=True)
@@ -430,6 +434,8 @@ def _layout(fn, arity, signature, params, example_inputs, args) -> CallLayout:
             raise UserOpError(f"verify_torch_function: arity={arity} but example_inputs has {layout.arity} float "
                               "tensor(s)")
         return layout
+    if arity is not None:
+        _check_arity(fn, arity, len(args or ()), params)
     schema = schema_of(fn)
     if schema is not None and arity is None:
         tensors, others = schema
@@ -470,6 +476,49 @@ def _check_signature_arity(fn, signature, layout: CallLayout) -> None:
         raise UserOpError(f"verify_torch_function: signature {signature!r} has {n} input(s) but {label_of(fn)} takes "
                           f"{layout.arity} tensor input(s); give one signature block per tensor input "
                           "(e.g. '(m,n),(n,p)->(m,p)' for two) or pass arity=")
+
+
+def _check_arity(fn, arity: int, n_args: int, params: dict) -> None:
+    """An arity fn's forward cannot take is a usage error up front, where its signature can be read:
+    before, SoftAbsOK.apply (forward(ctx, x)) with arity=3 raised TypeError on every case and the run
+    FAILED on 'backward twice raised TypeError: forward() takes 2 positional arguments but 4 were given'."""
+    got = _positional_range(fn, params)
+    if got is None:
+        return
+    lo, hi, where = got
+    n = arity + n_args
+    if lo <= n <= hi:
+        return
+    takes = f"{lo}" if lo == hi else f"at least {lo}" if hi == math.inf else f"{lo} to {hi}"
+    given = f"arity={arity}" + (f" plus {n_args} fixed argument(s) from args=" if n_args else "")
+    fix = f": pass arity={lo - n_args}" if lo == hi and lo - n_args >= 1 else ""
+    raise UserOpError(f"verify_torch_function: {given} but {where} takes {takes} positional input(s){fix}")
+
+
+def _positional_range(fn, params: dict):
+    """(fewest, most, what was read) positional inputs fn accepts, or None where no signature can be read."""
+    import inspect
+
+    target, skip_ctx, where = fn, False, label_of(fn)
+    try:
+        import torch
+
+        cls = getattr(fn, "__self__", None)
+        if isinstance(cls, type) and issubclass(cls, torch.autograd.Function):
+            target, where = cls.forward, f"{cls.__name__}.forward"
+            base_setup = getattr(torch.autograd.function._SingleLevelFunction, "setup_context", None)
+            skip_ctx = getattr(cls, "setup_context", base_setup) is base_setup  # forward(ctx, ...)
+    except ImportError:
+        pass
+    try:
+        ps = list(inspect.signature(target).parameters.values())
+    except (TypeError, ValueError):
+        return None
+    if skip_ctx and ps:
+        ps = ps[1:]
+    pos = [p for p in ps if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.name not in params]
+    hi = math.inf if any(p.kind == p.VAR_POSITIONAL for p in ps) else len(pos)
+    return sum(p.default is p.empty for p in pos), hi, where
 
 
 def _positional_rule(shape_fn, layout: CallLayout):
