@@ -359,6 +359,7 @@ _DISC = """<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{{ 
 <p class="small">Roots have an orange border and say <b>root</b>{% if head and head.title and d.cause and d.cause.node %}; the node the cause blames is red{% endif %}; blue leaves require grad.</p>
 <h3>The shrunk case</h3>
 <pre id="case-text">{{ case_text }}</pre>
+{% if rule %}<p id="rule-note">A backward() rule finding: what is wrong is the sequence of calls under <i>The numbers that decided it</i> above (each call's gradients against torch's). One backward of this graph alone may agree, so the per-oracle gradient tables of a value finding are not shown.</p>{% endif %}
 
 <h2>Inputs and seeds</h2>
 <div class="grid">
@@ -485,6 +486,14 @@ def write_discrepancy_report(directory: str, d, verdict=None, info: dict | None 
         }
         atomic_write(os.path.join(staging, RECORD), json.dumps(rec, indent=1, default=_jdefault))
         grads, worst, order, pair = _grads_view(case, verdict, d)
+        # A backward() rule finding is about its sequence of calls (the numbers that decided it, shown once, in
+        # the cause): the per-oracle tables below describe one backward of the graph, which may well agree --
+        # a new user read "myengine 16.808004 vs 16.808004" beside "engine 8.404, torch 16.808" as a contradiction.
+        rule = bool((case.meta or {}).get("scenario_steps"))
+        message = _cause.strip_tolerance(d.message)
+        if rule:
+            grads = worst = None
+            message = message.split("\n\nthe calls:", 1)[0]
         try:
             case_text = case.to_text()
         except Exception as e:  # a case that cannot be evaluated (the very thing that failed)
@@ -521,9 +530,10 @@ def write_discrepancy_report(directory: str, d, verdict=None, info: dict | None 
             svg=graph_svg(case, getattr(d.cause, "node", None)),
             head=_cause.headline(d.cause),
             run_title=_cause.run_title(info, d),
-            message=_cause.strip_tolerance(d.message),
+            message=message,
+            rule=rule,
             mine=_cause.your_code(case, order, getattr(verdict, "oracles", None)),
-            ratios=_safe(_ratio_views, case, verdict, d) or [],
+            ratios=[] if rule else _safe(_ratio_views, case, verdict, d) or [],
             case_text=case_text,
             leaves_in=leaves_in,
             roots=roots,
@@ -531,10 +541,10 @@ def write_discrepancy_report(directory: str, d, verdict=None, info: dict | None 
             worst=worst,
             order=order,
             pair=pair if len(pair) == 2 else list(d.oracles),
-            tol=_safe(_tol_parts, case, verdict, d),
+            tol=None if rule else _safe(_tol_parts, case, verdict, d),
             tol_formula="|a - b| <= rtol x scale + rounding noise allowance (+ FD error estimate for finite differences)",
             tol_doc=(_tol.__doc__ or "").strip(),
-            jac=_safe(_jacobian_view, verdict, d),
+            jac=None if rule else _safe(_jacobian_view, verdict, d),
             all_d=(verdict.discrepancies if verdict is not None else [d]),
             skipped=list((verdict.skipped if verdict is not None else {}).items()),
             tracebacks=tracebacks,

@@ -227,3 +227,20 @@ def test_report_renders_in_headless_chromium(tmp_path, value_report):
     assert run.returncode == 0, run.stderr[-2000:]
     data = shot.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20_000  # a rendered page, not a blank one
+
+
+def test_a_rule_finding_page_shows_its_calls_once_and_no_single_backward_tables(tmp_path):
+    # A new user's engine report: "engine x0.grad = 8.404, torch 16.808" in the evidence beside a gradient
+    # table of one backward where the engine agreed (16.808004 both), and the evidence printed twice.
+    from gradspec import cli
+
+    cli.main(["fuzz", "--engine", "tests._planted_engines:inner_overwrite", "--max-examples", "20", "--seed", "1",
+              "--oracles", "reference", "--report-dir", str(tmp_path), "-q"])
+    with open(os.path.join(str(tmp_path), "summary.json")) as f:
+        reports = json.load(f)["reports"]
+    rule_ids = [r["id"] for r in reports if r["kind"].startswith("semantics:")]
+    assert rule_ids, reports
+    page = open(os.path.join(str(tmp_path), rule_ids[0], "index.html")).read()
+    assert 'id="rule-note"' in page
+    assert "Gradients per oracle" not in page and "The worst elements" not in page
+    assert page.count("after call") == 1, page.count("after call")  # the evidence, once
