@@ -41,6 +41,8 @@ _RATIONAL_RTOL = 1e-7
 # What a true hypothesis may leave, relative to the largest gradient: the twin's own error (1e-16 for an exact
 # JVP rule, ~1e-9 for a finite-difference JVP, more for finite differences of a stiff function), far below it.
 _HYP_RTOL = 1e-5
+# A relative error at most this (4 float32 ulps) in float64 code is float32 rounding, not a factor.
+_FLOAT32_ROUNDING = 4 * float(np.finfo(np.float32).eps)
 
 
 def classify(mini, node, spec, leaves, u: dict, t: dict, J, g) -> tuple[str, float | None, str]:
@@ -87,6 +89,17 @@ def classify(mini, node, spec, leaves, u: dict, t: dict, J, g) -> tuple[str, flo
         name = name_factor(c, dims(mini, node))
         c = snap(c, dims(mini, node)) if name else c
         small = abs(c - 1) < 1e-3
+        if small and abs(c - 1) <= _FLOAT32_ROUNDING:
+            # A relative error the size of float32's rounding is what a float32 computation inside float64 code
+            # leaves (a .float() in a backward), not a factor in a formula.
+            return "other", None, (f"it is off by a relative {abs(c - 1):.2g}, the size of float32's rounding: a "
+                                   "float32 computation inside (e.g. .float()), not a factor in the formula")
+        if small and np.count_nonzero(tt) < 2:
+            # At one input point a factor in the formula and precision lost computing the derivative there
+            # (cancellation) look the same; several points tell them apart.
+            return "scale", float(c), (f"it is (1 {'+' if c > 1 else '-'} {abs(c - 1):.2g}) times J^T·g on its one "
+                                       "element: a factor in the formula, or precision lost computing the derivative "
+                                       "there (cancellation); a case of several elements tells them apart")
         text = f"it is (1 {'+' if c > 1 else '-'} {abs(c - 1):.2g}) times J^T·g: a small relative error in the formula" \
             if small else f"it is {c:.6g} × J^T·g{' (' + f'{c:.6g}' + ' = ' + name + ')' if name and name != f'{c:g}' else ''}"
         return "scale", float(c), text + "; remove that factor"
@@ -98,6 +111,10 @@ def classify(mini, node, spec, leaves, u: dict, t: dict, J, g) -> tuple[str, flo
     if p is not None:
         return "permuted", None, p
     bad = np.abs(err) > EXPLAINED * np.max(np.abs(err))
+    rel = float(np.max(np.abs(err) / np.maximum(np.abs(tt), np.finfo(np.float64).tiny)))
+    if rel <= _FLOAT32_ROUNDING:
+        return "other", None, (f"it differs from J^T·g by at most {rel:.2g} relative, the size of float32's rounding: a "
+                               "float32 computation inside (e.g. .float()), not a formula error")
     return "other", None, f"it differs from J^T·g on {int(bad.sum())} of {uu.size} elements, with no simple pattern"
 
 
