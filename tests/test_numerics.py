@@ -374,3 +374,45 @@ def test_fd_steps_aside_where_it_refined_into_a_float32_staircase(x):
     v = gs.check(case)
     assert v.status == "agree", str(v)
     assert "finite-differences" in v.skipped and "same value" in v.skipped["finite-differences"], str(v)
+
+
+# Points where the whole stencil gave one value (float32's steps wider than 2 h): FD said 0 with a tiny
+# error (x = 5: reference 1.8e-4 vs 0.0, a FAILED), and at x = 8 the jacobian's finite-difference JVP said 0
+# too (reference 4.77e-7).  Both now probe farther, see the staircase and step aside.  At x = 12 float32's
+# tanh is exactly 1 wherever FD looks and the Function's own rule gives 0: every oracle agrees on 0.
+@pytest.mark.parametrize("x, steps_aside", [(5.0, ["finite-differences"]), (8.0, ["finite-differences", "jacobian"]),
+                                            (12.0, [])], ids=["x=5", "x=8", "x=12"])
+def test_fd_steps_aside_where_a_float32_staircase_is_flat_over_the_whole_stencil(x, steps_aside):
+    from gradspec.verify.torch_function import _torch_fn_name
+
+    fn = _TanhThroughFloat32.apply
+    gs.verify_torch_function(fn, max_examples=1, seed=0)  # registers the Function as an op
+    case = gs.Case.build({"x0": np.array(x)}, [("v0", _torch_fn_name(fn), ["x0"], {})], ["v0"], None)
+    v = gs.check(case)
+    assert v.status == "agree", str(v)
+    for name in steps_aside:
+        assert name not in v.results and "very same" in v.skipped[name], str(v)
+
+
+class _ReluPassingNegatives(__import__("torch").autograd.Function):
+    """relu with the classic bug: its backward passes g where x < 0 too."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.clamp(min=0)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g
+
+
+def test_a_forward_flat_over_the_probe_is_still_a_witness():
+    # relu at x = -1 is constant far beyond the flat-stencil probe (~0.025): FD's 0 still finds the bug
+    from gradspec.verify.torch_function import _torch_fn_name
+
+    fn = _ReluPassingNegatives.apply
+    gs.verify_torch_function(fn, max_examples=1, seed=0)
+    case = gs.Case.build({"x0": np.array([-1.0, -0.5])}, [("v0", _torch_fn_name(fn), ["x0"], {})], ["v0"],
+                         [np.ones(2)])
+    v = gs.check(case)
+    assert v.status == "disagree" and "finite-differences" in v.results, str(v)

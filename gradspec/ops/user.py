@@ -447,6 +447,7 @@ def _two_steps(spec, units, xs, params, idx, h, coeffs, out):
     d1, f1, r1 = _stencil(spec, units, xs, params, idx, h[idx], coeffs, raw=True)
     d2, f2, r2 = _stencil(spec, units, xs, params, idx, h[idx] / 2, coeffs, raw=True)
     bad = fdstep.bad_directions(r1, r2, out, NOISE_ULPS)
+    _flat_or_stairs(spec, units, xs, params, idx, h, coeffs, (r1, r2))
     sigma = None
     if bad.any():  # noisy rather than kinked? measure the forward's noise (16 evaluations) and look again
         sigma = _measured_noise(spec, xs, params)
@@ -469,6 +470,37 @@ def _two_steps(spec, units, xs, params, idx, h, coeffs, out):
             f"{float(h[idx[bad][0]]):.3g}: its second differences do not scale like a smooth function's (a kink, "
             "jump or pole within every step tried, or noise far above its measured level)")
     return d1, f1, d2, f2
+
+
+def _flat_or_stairs(spec, units, xs, params, idx, h, coeffs, raws) -> None:
+    """Directions along which all 8 points gave the very same outputs: the op is constant there (the
+    JVP 0 is right), or a staircase wider than the stencil (tanh through float32 at x = 8 gave 0 for a
+    slope of 4.8e-7, the reference's: a false alarm).  The stencil at FLAT_PROBE x the step tells them
+    apart; a staircase (or the edge of a flat region) leaves no estimate to vouch for."""
+    r1, r2 = raws
+    m, k = r1.shape[0], r1.shape[1]
+    first = r1[:1]
+    flat = np.all((r1 == first).reshape(m, k, -1), axis=(0, 2)) & np.all((r2 == first).reshape(m, k, -1), axis=(0, 2))
+    if not flat.any():
+        return
+    sub = idx[flat]
+    far = _stencil(spec, units, xs, params, sub, h[sub] * FLAT_PROBE, coeffs, raw=True)[2]
+    with np.errstate(all="ignore"):  # the odd part (the slope's), not the even one (a stationary point's curvature)
+        odd = np.abs(far[0] - far[1]) / 2
+        change = np.where(odd > np.abs((far[0] + far[1]) / 2 - first[0, flat]), odd, 0.0).reshape(sub.size, -1).max(axis=1)
+        floor = 100 * NOISE_ULPS * np.finfo(np.float64).eps * np.abs(first[0, flat]).reshape(sub.size, -1).max(axis=1)
+    if (change > floor).any():
+        j = int(np.flatnonzero(change > floor)[0])
+        raise FDStepError(
+            f"finite-difference JVP of {spec.name!r}: the forward gave the very same outputs at every stencil point "
+            f"within {2 * float(h[sub[j]]):.3g} but its odd part changes by {float(change[j]):.3g} at {FLAT_PROBE:g} x that step: "
+            "a staircase (a computation at lower precision inside, e.g. through float32) or the edge of a flat "
+            "region, so its JVP 0 cannot be vouched for")
+
+
+# _flat_or_stairs: how much farther than the step the flat stencil is probed (a float32 staircase's
+# steps are ~6e-8 |f| wide: 64 x eps^(1/5) ~ 0.05 |x| crosses one wherever the slope is above ~1e-6 |f|).
+FLAT_PROBE = 64.0
 
 
 def _stencil(spec, tangents, xs, params, idx, h, coeffs, raw=False):

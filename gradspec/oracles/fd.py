@@ -799,9 +799,10 @@ def _staircase(p: _Pass, r, h0, leaves, along=None) -> None:
         # runs along (1, -1)): then its repeats prove nothing.  A second line along the signs of the
         # estimate has slope sum |r_j h_j| / FD_NOISE_SPACING per step (15 more points, on this rare path).
         along_step = float(np.dot(np.abs(r), h0)) / _tol.FD_NOISE_SPACING
-        if along_step <= RESOLUTION_FLOORS * p.vfloor:
-            return  # (a zero gradient, say) no line along it could show a staircase: nothing to evaluate
         case, x64, flat = along
+        if along_step <= RESOLUTION_FLOORS * p.vfloor:  # every point so far gave one value: no slope at all
+            _flat_or_stairs(p, h0, leaves, along, len(line))
+            return
         u = np.where(r < 0, -1.0, 1.0)
         X = flat + np.outer(np.arange(len(line)) - (len(line) - 1) / 2, u * h0) / _tol.FD_NOISE_SPACING
         line = tuple(_s_values(case._evaluate(_leaf_batches(case, x64, leaves, X), 1), case.roots, p.seeds64,
@@ -816,6 +817,29 @@ def _staircase(p: _Pass, r, h0, leaves, along=None) -> None:
             f"points where its slope predicts a change of {per_step:.2g} from one to the next: it resolves its "
             f"input more coarsely than {leaves[0].value.dtype} (a computation at lower precision inside, e.g. "
             "through float32), so no estimate can be vouched for here")
+
+
+def _flat_or_stairs(p: _Pass, h0, leaves, along, points: int) -> None:
+    """The stencil and the noise line all gave one value: the forward is constant here (relu below 0:
+    the estimate 0 is right), or a staircase whose steps are wider than 2 h (tanh through float32 at
+    x = 5: 0.99990922 at every point while its slope is 1.8e-4, so FD said 0).  Four points at
+    FD_NOISE_SPACING x the step (~2.5e-2 |x|, along the noise line's signs and along all +1) tell them
+    apart: a constant is still flat there; a staircase has changed by far more than rounding."""
+    case, x64, flat = along
+    u = np.where(noise_pattern(flat.size)[-1] < 0, -1.0, 1.0)
+    big = _tol.FD_NOISE_SPACING * h0
+    X = np.stack([flat + big * u, flat - big * u, flat + big, flat - big])
+    far = _s_values(case._evaluate(_leaf_batches(case, x64, leaves, X), 1), case.roots, p.seeds64, len(X))[0]
+    # The odd part of the change is the slope's, the even part the curvature's: a smooth function at a
+    # stationary point (flat to float64 over 2 h, a log_softmax of large values) changes there too, evenly.
+    odd, even = np.abs(far[0::2] - far[1::2]) / 2, np.abs((far[0::2] + far[1::2]) / 2 - p.s0)
+    change = float(np.max(np.where(odd > even, odd, 0.0)))
+    if change > RESOLUTION_FLOORS * p.vfloor:  # (a NaN there says nothing either way)
+        raise OracleError(
+            f"finite differences: the forward gave the very same value at all {3 * flat.size + 1 + points} points "
+            f"within {2 * float(np.max(h0)):.2g} of the case's inputs but its odd part changes by {change:.2g} at "
+            f"{float(np.max(big)):.2g}: a staircase (a computation at lower precision inside, e.g. through "
+            "float32) or the edge of a flat region, so its estimate 0 cannot be vouched for here")
 
 
 # _staircase: a repeated value counts only where the slope predicts a change of this many value floors
