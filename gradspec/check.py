@@ -319,7 +319,7 @@ def _check(case: Case, chosen: list) -> Verdict:
     M = None  # m per leaf, for the leaf-by-leaf comparison of pairs the fast path did not settle
     names = list(results)
     noise = None
-    # A pair where neither side holds an element compared nothing ({} vs {} where no leaf requires grad)
+    # A pair where neither side holds a gradient compared nothing ({} vs {} where no leaf requires grad)
     pairs = [(a, b) for a, b in itertools.combinations(names, 2) if _holds_elements(results[a], results[b])]
     opaque = _tol.opaque_claim(claim) if dtype == "float64" and _outcome.has_user_ops(case) else claim
     for attempt in range(2):
@@ -370,7 +370,8 @@ def _check(case: Case, chosen: list) -> Verdict:
 
 
 def _holds_elements(*grads) -> bool:
-    return any(g is not None and np.size(g) for r in grads for g in r.values())
+    # (an empty leaf's (0, 1) gradient still counts: its shape is compared)
+    return any(g is not None for r in grads for g in r.values())
 
 
 def _discount_numerical_kinks(case, kinds, comparisons, discrepancies) -> str:
