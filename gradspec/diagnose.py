@@ -38,6 +38,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import itertools
+import re
 
 import numpy as np
 
@@ -482,7 +483,11 @@ def _raised_at(mini, node, spec, suspect, err) -> Cause:
     if c is not None:
         return c
     tname, msg, _ = err
-    return Cause("wrong-vjp", f"{_where(node, spec)}: {_whose(spec, suspect)} raised {tname} on its own, at the "
+    inner = re.search(r"(?:vjp|backward) raised (\w+): (.*)", msg or "")
+    said = ""
+    if tname.startswith("VJP") and inner:  # gradspec's wrapper: name the code's own exception and its words
+        tname, said = inner.group(1), f" ({_clip(inner.group(2), 80)})"
+    return Cause("wrong-vjp", f"{_where(node, spec)}: {_whose(spec, suspect)} raised {tname}{said} on its own, at the "
                  "node's real inputs and upstream gradient", node=node.name, op=node.op, evidence=word_cut(msg, 400),
                  pattern="other")
 

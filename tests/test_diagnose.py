@@ -150,6 +150,18 @@ def test_a_factor_near_one_is_no_formula_error_when_rounding_or_one_element_expl
         assert words in d.cause.summary, d.cause.summary
 
 
+def test_a_raising_vjp_is_named_by_the_codes_own_exception():
+    # was: "your vjp raised VJPRaisedError on its own" (gradspec's wrapper), the user's ValueError only inside
+    def vjp(g, x, out):
+        raise ValueError("oops in backward")
+
+    v = _run(gs.Op("pl_vjp_raises", forward=lambda x: x * x, vjp=vjp), {"x": [[0.5, -1.5]]}, None)
+    assert v.discrepancies, str(v)
+    for d in v.discrepancies:
+        assert "raised ValueError (" in d.cause.summary and "oops in backward" in d.cause.summary, d.cause.summary
+        assert "VJPRaisedError" not in d.cause.summary, d.cause.summary
+
+
 def test_wrong_torch_twin_is_a_note_naming_the_node():
     v = _run(P.pl_sin_badtorch, {"x": M23}, None)
     assert v.ok, str(v)  # the vjp is right; torch's gradient does not count where its twin is another function
