@@ -362,11 +362,42 @@ def _check(case: Case, chosen: list) -> Verdict:
     if not leaves and not unjudged:
         why = "; ".join(f"{n}: {w}" for n, w in excused.items())  # (torch's own refusal, say)
         unjudged = "no leaf requires grad: nothing to compare" + (f" ({why})" if why else "")
+    if not unjudged and not discrepancies and comparisons:
+        unjudged = _compared_with_itself(case, comparisons, {**skipped, **excused})
+        if unjudged:
+            comparisons[:] = []  # no witness: the verdict is inconclusive with this reason, never "agree"
     verdict = Verdict(case, results, comparisons, discrepancies, skipped, errors, jac, fd_errs.get("finite-differences"),
                       notes, excused, kinds, unjudged, nondiff, claim)
     for explain in _EXPLAINERS if discrepancies else ():
         explain(verdict, kinds)
     return verdict
+
+
+# The twin of a torch Function (verify_torch_function) is the Function itself: the reference oracle runs its
+# backward inside gradspec's engine and torch-cpu inside torch, so that pair agreeing vouches for nothing
+# about the backward.  A case where no other pair was compared (finite differences and the jacobian both
+# stepped aside, say at a float32 staircase) is inconclusive, never "agree".
+_SAME_CODE = frozenset({"reference", "torch-cpu", "torch-cuda"})
+
+
+def _compared_with_itself(case, comparisons, why: dict) -> str:
+    """Why nothing independent was compared on a case of a torch Function ("" when something was)."""
+    if any(set(c.oracles) - _SAME_CODE for c in comparisons):
+        return ""
+    fns = []
+    for n in case.nodes:
+        try:
+            spec = case.spec(n.op)
+        except Exception:  # noqa: BLE001
+            continue
+        name = f"{spec.name.removeprefix('torch_')}.backward"
+        if getattr(spec, "twin_is_self", False) and name not in fns:
+            fns.append(name)
+    if not fns:
+        return ""
+    reasons = "; ".join(f"{k}: {w}" for k, w in why.items() if k in ("finite-differences", "jacobian"))
+    return (f"only {', '.join(fns)} was compared with itself (reference and torch-cpu both run it): "
+            "no independent oracle ran" + (f" ({reasons})" if reasons else ""))
 
 
 def _holds_elements(*grads) -> bool:

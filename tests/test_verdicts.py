@@ -430,3 +430,36 @@ def test_a_case_where_no_leaf_requires_grad_is_inconclusive(tmp_path):
     r = _gradspec("replay", p, cwd=tmp_path)
     assert r.returncode == 3, r.stdout + r.stderr
     assert "no leaf requires grad: nothing to compare" in r.stdout
+
+
+class _F32BadTanh(__import__("torch").autograd.Function):
+    """tanh through float32 inside, with a backward that is wrong (+1e-3): at x = 8 its float32 output is
+    flat over every finite-difference stencil, so both independent witnesses step aside."""
+
+    @staticmethod
+    def forward(ctx, x):
+        xf = x.float()
+        ctx.save_for_backward(xf)
+        return __import__("torch").tanh(xf).to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, g):
+        (xf,) = ctx.saved_tensors
+        t = __import__("torch").tanh(xf)
+        return (g.float() * (1 - t * t) + 1e-3).to(g.dtype)
+
+
+def test_a_torch_function_compared_only_with_itself_is_inconclusive_not_agree():
+    # reference and torch-cpu both run fn's backward: their agreement says nothing about it.  Before, with
+    # finite differences and the jacobian both refusing (a float32 staircase), the case said "agree".
+    from gradspec.verify.torch_function import _torch_fn_name
+
+    fn = _F32BadTanh.apply
+    gs.verify_torch_function(fn, arity=1, max_examples=1, seed=0)  # registers the Function as an op
+    case = gs.Case.build({"x": np.array([8.0])}, [("y", _torch_fn_name(fn), ["x"], {})], ["y"], [np.ones(1)])
+    v = gs.check(case)
+    assert v.status == "inconclusive", str(v)
+    assert "itself" in v.reason and "finite differences" in v.reason, v.reason
+    # a built-in op's torch twin is independent code: the same pair still decides there
+    c2 = gs.Case.build({"x": np.array([0.5])}, [("y", "tanh", ["x"], {})], ["y"], [np.ones(1)])
+    assert gs.check(c2, oracles=["reference", "torch-cpu"]).status == "agree"

@@ -139,6 +139,7 @@ def _torch_wrap(fn, name: str, layout: CallLayout, signature, shape_fn, domain, 
     spec = Op(name, forward=forward, vjp=vjp, torch=torch_fn, arity=layout.arity, signature=signature,
               shape_fn=shape_fn, params=params, domain=domain, kink_distance=kink_distance)
     spec.torch_name = getattr(fn, "__qualname__", repr(fn))
+    spec.twin_is_self = True  # type: ignore[attr-defined]  (torch-cpu runs fn's backward too: gs.check knows)
     spec.defining_module = None  # type: ignore[attr-defined]  (replayed through import_path, see _resolve)
     owner = getattr(fn, "__self__", None)
     spec.import_path = importable_path(owner if isinstance(owner, type) else fn)
