@@ -102,6 +102,33 @@ class SinCosWrongCos(SinCos):
 # user ops (gs.Op)
 # ---------------------------------------------------------------------------------------------
 
+class TanhThroughFloat32(torch.autograd.Function):
+    """Correct, computed in float32 inside (a new user's report): tanh of x.float(), its rule in float32."""
+
+    @staticmethod
+    def forward(ctx, x):
+        xf = x.float()
+        ctx.save_for_backward(xf)
+        return torch.tanh(xf).to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, g):
+        (xf,) = ctx.saved_tensors
+        t = torch.tanh(xf)
+        return (g.float() * (1 - t * t)).to(g.dtype)
+
+
+class TanhThroughFloat32Off(TanhThroughFloat32):
+    """The same with a backward wrong by +1e-3: at x = 8 its float32 output is flat over every
+    finite-difference stencil, so both independent witnesses step aside."""
+
+    @staticmethod
+    def backward(ctx, g):
+        (xf,) = ctx.saved_tensors
+        t = torch.tanh(xf)
+        return (g.float() * (1 - t * t) + 1e-3).to(g.dtype)
+
+
 import gradspec as gs  # noqa: E402
 
 # relu with the convention 0 at x = 0 and, as its torch twin, clamp(min=0), whose convention there is 1:

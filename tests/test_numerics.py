@@ -344,20 +344,7 @@ def test_fd_steps_aside_on_a_staircase_whose_noise_line_is_flat_by_symmetry():
     assert "finite-differences" not in v.results  # it stepped aside, saying why
 
 
-class _TanhThroughFloat32(__import__("torch").autograd.Function):
-    """Correct, computed in float32 inside (the user's report): tanh of x.float(), its rule in float32."""
-
-    @staticmethod
-    def forward(ctx, x):
-        xf = x.float()
-        ctx.save_for_backward(xf)
-        return __import__("torch").tanh(xf).to(x.dtype)
-
-    @staticmethod
-    def backward(ctx, g):
-        (xf,) = ctx.saved_tensors
-        t = __import__("torch").tanh(xf)
-        return (g.float() * (1 - t * t)).to(g.dtype)
+from tests._correct_code import TanhThroughFloat32 as _TanhThroughFloat32  # noqa: E402
 
 
 # Points where the first step resolved the staircase but FD refined into it: at x = 1 (verify seed 11's

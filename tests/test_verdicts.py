@@ -432,21 +432,7 @@ def test_a_case_where_no_leaf_requires_grad_is_inconclusive(tmp_path):
     assert "no leaf requires grad: nothing to compare" in r.stdout
 
 
-class _F32BadTanh(__import__("torch").autograd.Function):
-    """tanh through float32 inside, with a backward that is wrong (+1e-3): at x = 8 its float32 output is
-    flat over every finite-difference stencil, so both independent witnesses step aside."""
-
-    @staticmethod
-    def forward(ctx, x):
-        xf = x.float()
-        ctx.save_for_backward(xf)
-        return __import__("torch").tanh(xf).to(x.dtype)
-
-    @staticmethod
-    def backward(ctx, g):
-        (xf,) = ctx.saved_tensors
-        t = __import__("torch").tanh(xf)
-        return (g.float() * (1 - t * t) + 1e-3).to(g.dtype)
+from tests._correct_code import TanhThroughFloat32Off as _F32BadTanh  # noqa: E402
 
 
 def test_a_torch_function_compared_only_with_itself_is_inconclusive_not_agree():
