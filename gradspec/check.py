@@ -26,7 +26,7 @@ from ._private import percase as _percase
 from ._private.kinks import EXCLUDED as _EXCLUDED
 from ._private.pairs import _allowed, _fast_pairs, _pair_claim, _path_scale, _per_leaf
 from ._private.threads import oracle_threads
-from .case import Case
+from .case import Case, CaseError
 from .causes import Cause
 
 __all__ = ["check", "Verdict", "Discrepancy", "Comparison", "register_explainer"]
@@ -207,8 +207,30 @@ def check(case: Case, oracles=None) -> Verdict:
         chosen = _oracles.all_oracles()
     else:
         chosen = [o if isinstance(o, _oracles.Oracle) else _oracles.get(o) for o in oracles]
+    if len({l.value.dtype for l in case.leaves}) > 1:
+        refuse_unpromoted(case)
     with oracle_threads(), _percase.scope(case), _quiet_fp(chosen):
         return _check(case, chosen)
+
+
+def refuse_unpromoted(case: Case) -> None:
+    """Raise ``CaseError`` if torch refuses to run the case's forward because an op that does not promote
+    dtypes (``OpSpec.same_dtype``: mm, matmul, linear, conv1d, einsum) gets inputs of different dtypes
+    (an int64 constant next to a float64 leaf in ``mm``, say). numpy would promote and compute, so
+    finite differences and the jacobian would return gradients and torch's refusal would read as a bug
+    in torch; the program is invalid instead. Only cases with leaves of several dtypes can be refused."""
+    if not any(case.spec(n.op).same_dtype for n in case.nodes):
+        return
+    env = {l.name: _engine.Tensor(l.value) for l in case.leaves}
+    with _engine.no_grad():
+        for n in case.nodes:
+            try:
+                env[n.name] = _engine.apply(case.spec(n.op), [env[i] for i in n.inputs], n.params)
+            except _engine.DtypeMismatchError as e:
+                raise CaseError(f"node {n.name!r} = {n.op}({', '.join(n.inputs)}): torch refuses this case's "
+                                f"forward: {e}") from None
+            except Exception:  # noqa: BLE001 - any other failure is the oracles' to report, case by case
+                return
 
 
 def _quiet_fp(chosen):

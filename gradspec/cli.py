@@ -343,11 +343,14 @@ def _ops(args) -> int:
 
 def _load_case(path: str):
     from . import caseio
+    from .check import refuse_unpromoted
 
     try:
-        return caseio.load(path)
+        case = caseio.load(path)
+        refuse_unpromoted(case)  # a program torch refuses is the file's fault, not a bug in torch
+        return case
     except caseio.CaseError as e:
-        raise _UsageError(str(e)) from None
+        raise _UsageError(f"{path}: {e}" if not str(e).startswith(path) else str(e)) from None
 
 
 def _replay(args) -> int:

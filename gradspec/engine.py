@@ -36,6 +36,7 @@ from .spec import registry as _registry
 from .spec.opspec import set_applier as _set_applier
 
 __all__ = [
+    "DtypeMismatchError",
     "Tensor",
     "tensor",
     "backward",
@@ -562,6 +563,8 @@ def apply(spec, inputs: Sequence[Any], params: dict) -> Tensor:
             if a.dtype != dt:  # one dtype (the common case): nothing to promote
                 arrays = _promote(spec, arrays)
                 break
+    elif spec.same_dtype and len(arrays) > 1:
+        _same_dtype(spec, arrays)
     try:
         if _FP_QUIET:
             data = spec.forward(*arrays, **params)
@@ -594,6 +597,21 @@ def apply(spec, inputs: Sequence[Any], params: dict) -> Tensor:
 
 
 _set_applier(apply)  # calling an OpSpec on tensors (spec layer) runs it here
+
+
+class DtypeMismatchError(RuntimeError):
+    """An op that torch runs without type promotion (mm, matmul, ...) was given inputs of different dtypes."""
+
+
+def _same_dtype(spec, arrays: list) -> None:
+    """Refuse what torch refuses: ops without type promotion (``OpSpec.same_dtype``: mm, matmul, linear,
+    conv1d, einsum) given tensors of different dtypes, where numpy would promote and compute."""
+    dts = [a.dtype for a in arrays]
+    if any(d != dts[0] for d in dts):
+        names = " != ".join(str(d) for d in dts)
+        raise DtypeMismatchError(
+            f"{spec.name}: expected all inputs to have the same dtype, but got: {names} ({spec.torch_name or spec.name} "
+            f"does not promote dtypes, unlike elementwise ops): cast the inputs to one dtype")
 
 
 def _promote(spec, arrays: list) -> list:

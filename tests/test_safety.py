@@ -231,3 +231,44 @@ def test_the_dense_jacobian_obeys_the_limit_of_the_command_line():
     assert jacobian(case).matrix.shape == (20, 20)  # 400 elements: no limit in force in Python
     with limits.limiting(399), pytest.raises(OracleError, match="above the dense limit of 399 .--max-elements."):
         jacobian(case)
+
+
+# Programs torch refuses because the op does not promote dtypes (numpy would): an int64 constant next to
+# a float64 leaf in mm was reported as "torch's backward for 'mm' raised on its own", exit 1.
+_UNPROMOTED = {  # leaves, nodes (the last one is refused), the root's shape
+    "mm-int64-constant": ({"c": np.ones((1, 2), np.int64), "w": np.ones((2, 2))}, [("y", "mm", ["c", "w"], {})], (1, 2)),
+    "matmul-float32-float64": ({"a": np.ones((2, 2), np.float32), "w": np.ones((2, 2))},
+                               [("y", "matmul", ["a", "w"], {})], (2, 2)),
+    "linear-after-a-float32-node": ({"a": np.ones((2, 3), np.float32), "w": np.ones((4, 3))},
+                                    [("s", "sin", ["a"], {}), ("y", "linear_nobias", ["s", "w"], {})], (2, 4)),
+}
+
+
+@pytest.mark.parametrize("leaves,nodes,out", _UNPROMOTED.values(), ids=list(_UNPROMOTED))
+def test_a_program_torch_refuses_is_refused_not_blamed_on_torch(leaves, nodes, out, tmp_path, capsys):
+    import torch
+
+    from gradspec import cli, engine
+
+    name, op = nodes[-1][:2]
+    case = gs.Case.build(leaves, nodes, [name], [np.ones(out)],
+                         requires_grad={k: v.dtype.kind == "f" for k, v in leaves.items()})
+    for run, tensor, error in [(lambda o, *a, **p: case.spec(o).torch(*a, **p), torch.from_numpy, RuntimeError),
+                               (engine.call, engine.tensor, engine.DtypeMismatchError)]:
+        env = {k: tensor(v) for k, v in leaves.items()}
+        with pytest.raises(error, match="same dtype"):  # torch's verdict on the program, and the engine's
+            for n, o, ins, p in nodes:
+                env[n] = run(o, *[env[x] for x in ins], **p)
+        assert n == name  # refused at the last node
+    with pytest.raises(gs.CaseError, match=f"node '{name}' = {op}.*cast the inputs to one dtype"):
+        gs.check(case)
+    (tmp_path / "case.json").write_text(case.to_json())
+    assert cli.main(["replay", str(tmp_path / "case.json")]) == 2
+    err = capsys.readouterr().err
+    assert "torch refuses this case's forward" in err and "Traceback" not in err
+
+
+def test_elementwise_ops_still_promote_mixed_dtypes():
+    case = gs.Case.build({"a": np.ones(2, np.float32), "b": np.ones(2)}, [("y", "mul", ["a", "b"], {})], ["y"],
+                         [np.ones(2)])
+    assert gs.check(case, oracles=["reference", "torch-cpu", "finite-differences"]).status == "agree"

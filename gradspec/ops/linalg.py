@@ -211,6 +211,7 @@ def _einsum_norm(shapes, subscripts):
 register(
     OpSpec(
         name="_linalg_einsum",
+        same_dtype=True,
         family="internal",
         arity=None,
         forward=_einsum_fwd,
@@ -325,6 +326,7 @@ def _matmul_params(shapes):
 register(
     OpSpec(
         name="matmul",
+        same_dtype=True,
         family="linalg",
         arity=2,
         forward=_matmul_fwd,
@@ -360,6 +362,7 @@ def _mm_norm(shapes):
 register(
     OpSpec(
         name="mm",
+        same_dtype=True,
         family="linalg",
         arity=2,
         forward=_matmul_fwd,
@@ -489,6 +492,7 @@ _LINEAR_NOTES = (
 register(
     OpSpec(
         name="linear",
+        same_dtype=True,
         family="linalg",
         arity=3,
         forward=_linear_fwd,
@@ -509,6 +513,7 @@ register(
 register(
     OpSpec(
         name="linear_nobias",
+        same_dtype=True,
         family="linalg",
         arity=2,
         forward=_linear_nobias_fwd,

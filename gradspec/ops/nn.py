@@ -691,6 +691,7 @@ _CONV_NOTES = (
 register(
     OpSpec(
         name="conv1d",
+        same_dtype=True,
         family="linalg",
         arity=3,
         forward=_conv_fwd,
@@ -713,6 +714,7 @@ register(
 register(
     OpSpec(
         name="conv1d_nobias",
+        same_dtype=True,
         family="linalg",
         arity=2,
         forward=_conv_nobias_fwd,

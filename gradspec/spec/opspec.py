@@ -82,6 +82,9 @@ class OpSpec:
     method: bool = False  # also a Tensor method
     linear: bool = False  # forward is linear in all inputs jointly: jvp(t) = forward(t)
     broadcasting: bool = False  # inputs broadcast against each other (aligned before batching)
+    # torch refuses tensor inputs of different dtypes here (mm, matmul, linear, conv1d, einsum: no type
+    # promotion, unlike numpy): the engine refuses them too, so such a program is not blamed on torch
+    same_dtype: bool = False
     notes: str = ""  # tie/kink conventions, in words (shown by `gradspec ops`)
     user: bool = False
     import_path: str | None = None  # "module:attr" for user ops that can be re-imported
