@@ -449,3 +449,12 @@ def test_a_torch_function_compared_only_with_itself_is_inconclusive_not_agree():
     # a built-in op's torch twin is independent code: the same pair still decides there
     c2 = gs.Case.build({"x": np.array([0.5])}, [("y", "tanh", ["x"], {})], ["y"], [np.ones(1)])
     assert gs.check(c2, oracles=["reference", "torch-cpu"]).status == "agree"
+
+
+def test_a_case_whose_leaves_are_all_empty_says_only_shapes_were_compared():
+    """Zero-element gradients: the shapes are compared (an engine returning None or a wrong shape is found),
+    but no value is; an 'agree' there must say so rather than read like a checked gradient."""
+    empty = gs.Case.build({"x": np.ones((0, 3))}, [("y", "sin", ["x"], {})], ["y"], [np.ones((0, 3))])
+    v = gs.check(empty)
+    assert v.status == "agree" and any("no values to compare" in n for n in v.notes), v.notes
+    assert not any("no values" in n for n in gs.check(_sin_case("sin")).notes)
