@@ -20,7 +20,10 @@ of one element fits any factor).  Gradients of the wrong shape are named from th
 returned before any shape check.
 
 :func:`attach` is called by ``check()`` on every disagreement (registered below, so the
-comparison layer does not import this one); it sets ``Discrepancy.cause``.
+comparison layer does not import this one); it sets ``Discrepancy.cause``.  Its private parts: ``_diagnose_engine`` (whole-graph
+hypotheses for an engine under test, tried before the walk), ``_diagnose_raw`` (what the code under test
+returns at one node before any check), ``_diagnose_findings`` (findings outside ``check()``'s comparison)
+and ``_diagnose_text`` (the wording they share).
 
 Example::
 
@@ -42,10 +45,15 @@ import re
 
 import numpy as np
 
+from ._diagnose_engine import _engine_cleared, _engine_implicit_refused, _engine_overwrite, _engine_seed_ignored
+from ._diagnose_findings import _raised_cause, explain_finding
+from ._diagnose_raw import _returned_shapes, _split_case
+from ._diagnose_text import ENGINES as _ENGINES
+from ._diagnose_text import _clip, _evidence, _fmt, _is_engine, _is_torch_function, _twin_label, _where, _whose
 from ._private.skips import word_cut
-from ._private.vjp_patterns import EXPLAINED, by_output, classify, disagrees, explains, flat, name_factor, shape_pattern
+from ._private.vjp_patterns import EXPLAINED, by_output, classify, disagrees, explains, name_factor
 from .case import Case, Leaf, NodeDef
-from .causes import ENGINE_IDS, Cause
+from .causes import Cause
 from .check import check as _run_check
 from .check import register_explainer
 from .oracles import jacobian as _jac
@@ -54,7 +62,6 @@ from .oracles.engine_oracle import EngineOracle
 __all__ = ["attach", "explain", "deferred", "localise", "classify", "name_factor", "explain_finding", "EXPLAINED"]
 
 _ACTIVE: contextvars.ContextVar = contextvars.ContextVar("gradspec_diagnosing", default=False)
-_ENGINES: contextvars.ContextVar = contextvars.ContextVar("gradspec_engine_oracles", default=frozenset())
 _DEFERRED: contextvars.ContextVar = contextvars.ContextVar("gradspec_diagnosis_deferred", default=False)
 _LOCALISED_KINDS = ("value", "nan-inf-pattern", "shape", "none-vs-zeros")
 # verify_op / verify_torch_function contract findings that the node walk can name better than the message
@@ -190,10 +197,6 @@ def _root_seeds(case: Case, values: dict) -> dict:
     return adj
 
 
-def _is_engine(name: str) -> bool:
-    return name.startswith("engine:") or name in _ENGINES.get()
-
-
 def _suspects(pair) -> list:
     """The sides of an oracle pair that run code under test (VJP rules, an engine, a torch twin, a JVP)."""
     engines = [n for n in pair if _is_engine(n)]
@@ -310,10 +313,6 @@ def _carried(v, code) -> dict:
             return v.results[name]
     return {}
 
-
-def _is_torch_function(spec) -> bool:
-    """A ``verify_torch_function`` op: its torch twin is the user's Function itself, the code under test."""
-    return bool(spec.user and getattr(spec, "torch_name", None) and spec.name.startswith("torch_"))
 
 
 def _node_cause(mini, node, spec, suspect, v, twin, first, run=None) -> Cause:
@@ -435,18 +434,6 @@ def _shape_cause(mini, node, spec, suspect, d) -> Cause:
                  f"({msg})", node=node.name, op=node.op, evidence=msg, pattern="other")
 
 
-def _split_case(mini, node, every: bool = False) -> Case:
-    """``node`` with each input position its own leaf ``<input>__use<k>`` (differentiable as in ``mini``, or
-    every float input when ``every``): the gradient of each use of a repeated input, apart."""
-    leaves, names = [], []
-    for k, i in enumerate(node.inputs):
-        src = next(l for l in mini.leaves if l.name == i)
-        v = np.array(src.value, copy=True)
-        leaves.append(Leaf(f"{i}__use{k}", v, (v.dtype.kind == "f") if every else src.differentiable))
-        names.append(f"{i}__use{k}")
-    return Case(leaves, [NodeDef(node.name, node.op, names, dict(node.params))], [node.name], list(mini.seeds),
-                engine=mini.engine, user_ops=dict(mini.user_ops))
-
 
 def _repeated_dropped(mini, node, spec, suspect, u) -> Cause | None:
     """op(x, x) whose gradient is what some of the uses of x give, not all: one use of the repeated input lost."""
@@ -492,89 +479,6 @@ def _raised_at(mini, node, spec, suspect, err) -> Cause:
                  pattern="other")
 
 
-def _returned_shapes(mini, node, spec, suspect, hidden: bool = False) -> Cause | None:
-    """The cause when the code under test returns gradients of the wrong shapes, named from the arrays it
-    returned before any shape check (a user op's vjp called directly; a torch Function's backward called
-    through its graph node, which is what torch's own validation would have refused or silently summed)."""
-    if _is_engine(str(suspect)) or not spec.user or (str(suspect).startswith("torch") and not _is_torch_function(spec)):
-        return None
-    try:
-        vals = {l.name: np.asarray(l.value) for l in mini.leaves}
-        ins = [vals[i] for i in node.inputs]
-        g = np.asarray(mini.seeds[0], dtype=np.float64)
-        raw = _raw_grads(spec, ins, mini.evaluate()[node.name], g, node.params)
-        if raw is None or not any(r is not None and np.shape(r) != np.shape(x) for r, x in zip(raw, ins)):
-            return None
-        split = _split_case(mini, node, every=True)
-        right = _jac.jacobian(split).vjp
-    except Exception:  # noqa: BLE001 - no raw gradients to name: the caller's cause stands
-        return None
-    want = [right.get(f"{i}__use{k}") for k, i in enumerate(node.inputs)]
-    named = shape_pattern(list(node.inputs), raw, want, reducible=_is_torch_function(spec))
-    if named is None:
-        return None
-    pattern, detail = named
-    if hidden and str(suspect).startswith("torch"):
-        detail += ("; torch's autograd summed the gradient of the wrong shape down to the input's shape without a "
-                   "word (it is expandable to it), so it showed as wrong values")
-    ev = [f"inputs: {'; '.join(f'{i} {np.shape(x)} = {_fmt(x)}' for i, x in zip(node.inputs, ins))}",
-          f"upstream g {g.shape} = {_fmt(g)}"]
-    ev += [f"{i}: returned {np.shape(r)} {_fmt(r)} vs J^T·g {np.shape(w)} {_fmt(w)}"
-           for i, r, w in zip(node.inputs, raw, want) if r is not None and w is not None]
-    return Cause("wrong-vjp", f"{_where(node, spec)}: {_whose(spec, suspect)} returns gradients of the wrong shape — "
-                 f"{detail}", node=node.name, op=node.op, evidence="; ".join(ev), pattern=pattern)
-
-
-def _raw_grads(spec, ins: list, out, g: np.ndarray, params: dict) -> list | None:
-    """What the code under test returns for each input position at one node, unchecked (None: not known)."""
-    if _is_torch_function(spec) and spec.torch is not None:
-        return _torch_raw_grads(spec, ins, g, params)
-    fn = getattr(spec, "user_vjp", None)
-    if fn is None:
-        return None
-    with np.errstate(all="ignore"):
-        res = fn(np.array(g, copy=True), *[np.array(x, copy=True) for x in ins], np.array(out, copy=True), **params)
-    res = (res,) if isinstance(res, np.ndarray) or res is None or np.isscalar(res) else tuple(res)
-    if len(res) != len(ins):
-        return None
-    return [None if r is None else np.asarray(r) for r in res]
-
-
-def _torch_raw_grads(spec, ins: list, g: np.ndarray, params: dict) -> list | None:
-    import torch
-
-    xs = [torch.tensor(np.array(x, dtype=np.float64), requires_grad=True) for x in ins]
-    with torch.enable_grad():
-        y = spec.torch(*xs, **params)
-    fn = getattr(y, "grad_fn", None)
-    if not isinstance(y, torch.Tensor) or fn is None or not hasattr(fn, "_forward_cls"):
-        return None  # not a custom Function's own output: no unchecked gradients to read
-    res = fn.apply(torch.from_numpy(np.array(g, dtype=np.float64).reshape(tuple(y.shape))))
-    res = res if isinstance(res, tuple) else (res,)
-    # The Function's inputs that need a gradient, in order, are the graph edges that lead somewhere.
-    needs = [k for k, b in enumerate(fn.needs_input_grad) if b]
-    edges = [e for e, _ in fn.next_functions if e is not None]
-    out = [None] * len(xs)
-    for k, e in zip(needs, edges):
-        var = getattr(e, "variable", None)
-        j = next((j for j, x in enumerate(xs) if x is var), None)
-        if j is not None and k < len(res) and isinstance(res[k], torch.Tensor):
-            out[j] = res[k].detach().numpy().copy()
-    return out
-
-
-def _raised_cause(case: Case, d) -> Cause:
-    who = d.oracles[0]
-    text = d.message
-    node = next((n for n in case.nodes if f"{n.op!r}" in text or f" {n.op}" in text), None)
-    if node is not None:
-        spec = case.spec(node.op)
-        return Cause("wrong-vjp", f"{_where(node, spec)}: {_whose(spec, who)} raised ({_clip(text.split(': ', 1)[-1], 160)})",
-                     node=node.name, op=node.op, evidence=word_cut(text, 400), pattern="other")
-    return Cause("not-localised", f"{who} raised on this case; no single node could be named ({_clip(text, 160)})",
-                 evidence=word_cut(text, 400))
-
-
 def _unlocalised(case, d, suspect, fallback: Cause | None = None) -> Cause:
     calls = {}
     for n in case.nodes:
@@ -594,280 +498,6 @@ def _unlocalised(case, d, suspect, fallback: Cause | None = None) -> Cause:
                  f"and upstream gradient; the disagreement between {d.oracles[0]} and {d.oracles[1]} comes from how "
                  "the graph combines them (accumulation over the uses of a tensor, state shared between calls) or "
                  "from an oracle's own error", evidence=d.message)
-
-
-# =============================================================================================
-# engines: whole-graph hypotheses tried before bisecting
-# =============================================================================================
-
-
-def _engine_seed_ignored(case: Case, suspect: str, verdict) -> Cause | None:
-    """The engine computes with another seed than the one passed to backward(): ones, or the seed's mean."""
-    got = verdict.results.get(suspect)
-    seeds = [None if s is None else np.asarray(s, dtype=np.float64) for s in case.seeds]
-    if got is None or all(s is None or np.all(s == 1) for s in seeds):
-        return None
-    # the mean differs from the seed only where some seed is not constant
-    varied = any(s is not None and s.size and np.ptp(s) > 0 for s in seeds)
-    leaves = [l for l in case.grad_leaves() if got.get(l.name) is not None]
-    if not leaves:
-        return None
-    try:
-        right = _jac.jacobian(case).vjp
-    except Exception:  # noqa: BLE001
-        return None
-    uu, tt = flat(got, leaves), flat(right, leaves)
-    for how, other in (("ones", lambda s: np.ones_like(s)), ("mean", lambda s: np.full_like(s, s.mean()))):
-        if how == "mean" and not varied:
-            continue
-        alt = Case(case.leaves, case.nodes, case.roots, [None if s is None else other(s) for s in seeds],
-                   engine=case.engine, user_ops=case.user_ops)
-        try:
-            hh = flat(_jac.jacobian(alt).vjp, leaves)
-        except Exception:  # noqa: BLE001
-            continue
-        if not explains(uu, hh, tt):
-            continue
-        if how == "ones":
-            return Cause("seed-ignored", "the engine's backward(gradient) ignores the gradient: every leaf's .grad is "
-                         "what a seed of ones gives (J^T·1), not J^T·seed; use the gradient passed to backward() as "
-                         "the root's initial gradient", evidence=f"engine {_fmt(uu)}; J^T·1 {_fmt(hh)}; "
-                                                                  f"J^T·seed {_fmt(tt)}")
-        return Cause("seed-misapplied", "the engine's backward(gradient) uses the mean of the gradient for every "
-                     "element instead of the gradient itself: every leaf's .grad is J^T·mean(seed), not J^T·seed; use "
-                     "the gradient passed to backward() element by element",
-                     evidence=f"engine {_fmt(uu)}; J^T·mean(seed) {_fmt(hh)}; J^T·seed {_fmt(tt)}")
-    return None
-
-
-def _engine_implicit_refused(case: Case, suspect: str, oracles: dict) -> Cause | None:
-    """The engine raises on backward() without a gradient for a one-element root, and runs with ones."""
-    if oracles.get(suspect) is None or not any(s is None for s in case.seeds):
-        return None
-    shapes = case.shapes()
-    ones = Case(case.leaves, case.nodes, case.roots, [np.ones(shapes[r]) if s is None else s
-                                                      for r, s in zip(case.roots, case.seeds)],
-                engine=case.engine, user_ops=case.user_ops)
-    try:
-        v = _run_check(ones, oracles=[oracles[suspect], "reference"])
-    except Exception:  # noqa: BLE001
-        return None
-    if suspect in v.errors:
-        return None
-    implicit = [f"{r} {shapes[r]}" for r, s in zip(case.roots, case.seeds) if s is None]
-    return Cause("implicit-seed-refused", "the engine raises on backward() without a gradient for a root of one "
-                 f"element ({', '.join(implicit)}), and runs when given np.ones of that shape; torch accepts an "
-                 "implicit seed of ones for any one-element output, whatever its shape",
-                 evidence=f"implicit seeds for {', '.join(implicit)}: raised; explicit ones: no error")
-
-
-def _engine_overwrite(case: Case, suspect: str, verdict) -> Cause | None:
-    """Several roots, each back-propagated by its own backward() call: .grad holds only the last roots' part."""
-    got = verdict.results.get(suspect)
-    if got is None or len(case.roots) < 2:
-        return None
-    try:
-        J = _jac.jacobian(case)
-    except Exception:  # noqa: BLE001
-        return None
-    leaves = case.grad_leaves()
-    uu = np.concatenate([np.zeros(l.value.size) if got.get(l.name) is None else
-                         np.asarray(got[l.name], dtype=np.float64).reshape(-1) for l in leaves])
-    parts, row = [], 0
-    for _, shape in J.row_blocks:
-        n = int(np.prod(shape))
-        parts.append(J.matrix[row: row + n].T @ J.seed_vector[row: row + n])
-        row += n
-    full = sum(parts)
-    for k in range(1, len(parts)):
-        tail = sum(parts[k:])
-        if explains(uu, tail, full):
-            return Cause("accumulation-overwrite", f"the engine's .grad holds only what the last {len(parts) - k} of "
-                         f"{len(parts)} backward() calls (one per root) contributed: each backward replaced .grad "
-                         "instead of adding to it", evidence=f"engine {_fmt(uu)}; last roots only {_fmt(tail)}; "
-                         f"all roots {_fmt(full)}")
-    return None
-
-
-
-def _engine_cleared(case: Case, suspect: str, verdict) -> Cause | None:
-    """Several roots, each back-propagated by its own backward() call, and .grad None exactly for the leaves
-    that only earlier roots reach (a gradient of zeros, say relu at 0, leaves no value to tell by): a later
-    backward cleared them.  Needs a leaf the last root reaches updated (else nothing was computed at all)."""
-    got, ref = verdict.results.get(suspect), verdict.results.get("reference")
-    if got is None or ref is None or len(case.roots) < 2:
-        return None
-    producers = {n.name: n for n in case.nodes}
-
-    def reached(root: str) -> set:
-        seen, todo = set(), [root]
-        while todo:
-            t = todo.pop()
-            if t not in seen:
-                seen.add(t)
-                todo.extend(producers[t].inputs if t in producers else ())
-        return seen
-
-    last = reached(case.roots[-1])
-    earlier = set().union(*(reached(r) for r in case.roots[:-1]))
-    leaves = [l.name for l in case.grad_leaves()]
-    missing = [n for n in leaves if got.get(n) is None and ref.get(n) is not None]
-    if not missing or any(n in last or n not in earlier for n in missing):
-        return None
-    if not any(got.get(n) is not None for n in leaves if n in last):
-        return None
-    names = ", ".join(missing)
-    return Cause("accumulation-overwrite", f"backward() of root {case.roots[-1]} cleared the .grad of {names}, which "
-                 f"only earlier roots reach: each backward replaced .grad instead of adding to it",
-                 evidence=f"the engine's .grad is None for {names} (reached by "
-                 f"{', '.join(r for r in case.roots[:-1] if set(missing) & reached(r))}, not by the last root "
-                 f"{case.roots[-1]}); the reference has {', '.join(f'{n} = {_fmt(ref[n])}' for n in missing)}")
-
-
-def _where(node: NodeDef, spec) -> str:
-    return f"node {node.name} = {node.op}({', '.join(node.inputs)})"
-
-
-def _twin_label(spec, twin) -> str:
-    """What the twin that decided a node's VJP is, for the evidence (a torch Function has no JVP rule)."""
-    if twin == "finite-differences":
-        return "finite differences"
-    if twin == "jacobian" and getattr(spec, "jvp_source", None) not in (None, "declared"):
-        return "J^T·g from finite differences of the forward (JVP)"
-    if twin == "jacobian":
-        return "J^T·g from your jvp" if spec.user else f"J^T·g from the JVP rule of {spec.name!r}"
-    return "J^T·g from the twin (JVP rule or finite differences)"
-
-
-def _whose(spec, suspect: str) -> str:
-    if _is_engine(str(suspect)):
-        return f"the engine's backward for {spec.name!r}"
-    if spec.user and getattr(spec, "torch_name", None) and spec.name.startswith("torch_"):
-        return f"your backward ({spec.name[6:]}.backward)"
-    if spec.user:
-        return "your vjp"
-    if str(suspect).startswith("torch"):
-        return f"torch's backward for {spec.name!r}"
-    return f"gradspec's VJP rule for {spec.name!r}"
-
-
-def _clip(text: str, n: int) -> str:
-    """``text`` in at most ``n`` characters, cut between words (a summary is printed as a terminal line)."""
-    return word_cut(" ".join(str(text).split()), n)
-
-
-def _fmt(a, n: int = 6) -> str:
-    try:
-        vals = np.asarray(a, dtype=np.float64).ravel()
-    except (TypeError, ValueError):
-        return str(a)
-    body = ", ".join(f"{v:.10g}" for v in vals[:n])  # 10 digits: 1 + 1e-06 must not read as 1
-    return "[" + body + (", ..." if vals.size > n else "") + "]"
-
-
-def _evidence(mini, leaves, u, t, g, suspect, twin="J^T·g from the twin (JVP rule or finite differences)") -> str:
-    parts = ["inputs: " + "; ".join(f"{l.name} = {_fmt(l.value)}" for l in mini.leaves), f"upstream g = {_fmt(g)}"]
-    for l in leaves:
-        parts.append(f"{l.name}: {suspect} {_fmt(u[l.name])} vs {twin} {_fmt(t[l.name])}")
-    return "; ".join(parts)
-
-
-
-
-# =============================================================================================
-# findings that are not value discrepancies of check(): a user op's contract, a Function run twice,
-# an engine rule (the engine-level diagnosis of each rule may replace these with sharper causes)
-# =============================================================================================
-
-_ENGINE_KIND_IDS = {
-    "seed-shape": "seed-shape-accepted",
-    "accumulation": "accumulation-overwrite",
-    "reset": "reset-ignored",
-    "freeing": "no-freeing",
-    "retain-graph": "no-freeing",
-    "repeated-argument": "repeated-input-dropped",
-    "none-before-backward": "none-vs-zeros",
-    "none-vs-zeros": "none-vs-zeros",
-    "error-type": "error-type",
-    "requires-grad": "error-type",
-}
-
-
-def explain_finding(d) -> Cause | None:
-    """A cause for a finding made outside ``check()``'s value comparison (None only for ``timeout``)."""
-    if d.kind == "timeout":
-        return None
-    msg = d.message or ""
-    case = d.case
-    node = _node_named_in(case, msg) if case is not None else None
-    spec = case.spec(node.op) if node is not None else None
-    if d.kind.startswith("vjp-") or d.kind == "jvp-raised":
-        pattern = "other"
-        if d.kind == "vjp-shape":
-            pattern = _shape_pattern(case, node, msg)
-        what = {"vjp-raised": "raised", "vjp-count": "returned the wrong number of gradients",
-                "vjp-shape": "returned a gradient of the wrong shape", "vjp-dtype": "returned a gradient of the wrong "
-                "dtype", "vjp-writes-input": "wrote into an array it was given (its upstream gradient or an input)",
-                "jvp-raised": "(the declared jvp) raised"}.get(d.kind, d.kind)
-        where = _where(node, spec) if node is not None else "the op under test"
-        code = _whose(spec, "reference") if spec is not None else "your vjp"
-        cid = "wrong-jvp" if d.kind == "jvp-raised" else "wrong-vjp"
-        return Cause(cid, f"{where}: {code} {what} — {_clip(msg.split(': ', 2)[-1], 300)}", node=None if node is None else
-                     node.name, op=None if node is None else node.op, evidence=word_cut(msg, 600), pattern=pattern)
-    if d.kind == "forward-raised":
-        return Cause("forward-raised", f"the forward of the code under test raised: {_clip(msg, 300)}", evidence=word_cut(msg, 600))
-    if d.kind == "accumulation" and d.check_name == "backward twice" and case is not None:
-        return _twice_cause(case, d)
-    if d.kind == "raised":
-        return _raised_cause(case, d) if case is not None else Cause("not-localised", _clip(msg, 300), evidence=word_cut(msg, 600))
-    if d.kind == "implicit-seed":
-        cid = "implicit-seed-refused" if "refus" in msg or "numel() == 1" in msg and "raised" in msg else \
-            "implicit-seed-non-scalar"
-        return Cause(cid, f"{ENGINE_IDS[cid]} — {_clip(msg, 300)}", evidence=word_cut(msg, 600))
-    cid = _ENGINE_KIND_IDS.get(d.kind)
-    if cid is not None:
-        return Cause(cid, f"{ENGINE_IDS[cid]} — {_clip(msg, 300)}", evidence=word_cut(msg, 600))
-    return Cause("not-localised", f"{d.kind}: {_clip(msg, 300)}", evidence=word_cut(msg, 600))
-
-
-def _node_named_in(case: Case, msg: str) -> NodeDef | None:
-    for n in case.nodes:
-        if f"{n.op!r}" in msg:
-            return n
-    user = [n for n in case.nodes if case.spec(n.op).user]
-    return user[0] if user else None
-
-
-def _shape_pattern(case, node, msg) -> str:
-    import re
-
-    m = re.search(r"shape (\([^)]*\)) for input (\d+), whose shape is (\([^)]*\))", msg)
-    if not m:
-        return "broadcast-reduction" if "broadcast axes" in msg else "other"
-    got, want = (tuple(int(x) for x in s.strip("()").split(",") if x.strip()) for s in (m.group(1), m.group(3)))
-    if sorted(got) == sorted(want):
-        return "permuted"
-    if "broadcast axes" in msg and int(np.prod(got)) > int(np.prod(want)):
-        return "broadcast-reduction"
-    return "other"
-
-
-def _twice_cause(case: Case, d) -> Cause:
-    node = next((n for n in case.nodes if case.spec(n.op).user), None)
-    factor = None
-    if d.values is not None:
-        twice, got = (float(v) for v in d.values)
-        once = twice / 2
-        if once:
-            factor = (got - once) / once
-    spec = case.spec(node.op) if node is not None else None
-    where = _where(node, spec) if node is not None else "the Function"
-    detail = f" (the second call gave {factor:.6g} times the first)" if factor is not None else ""
-    return Cause("wrong-vjp", f"{where}: {_whose(spec, 'torch-cpu') if spec else 'its backward'} gives another answer "
-                 f"when the same graph is backpropagated a second time (retain_graph=True){detail}: it modifies what "
-                 "it saved on ctx or keeps state between calls; leave ctx unchanged in backward",
-                 node=None if node is None else node.name, op=None if node is None else node.op, evidence=d.message,
-                 pattern="scale" if factor is not None else "other", factor=factor)
 
 
 # The comparison layer calls the explainers registered with it on every disagreement (it does not

@@ -13,7 +13,7 @@ The table is the layout documented in the README ("Layout"), lowest layer first:
  4    oracles       gradspec.oracles.* (reference, FD, jacobian, FD-jacobian, torch, engine oracle),
                     _private.prologue
  5    comparison    check (one case through oracles: a Verdict), guard (check with timeouts),
-                    diagnose (the cause of a finding), explain (J, the seed and J^T·seed spelled out), outcome (the verdict rules: what is a
+                    diagnose (the cause of a finding; its private parts _diagnose_*), explain (J, the seed and J^T·seed spelled out), outcome (the verdict rules: what is a
                     discrepancy, what is excused, why inconclusive)
  6    strategies    strategies (Hypothesis strategies for cases)
  7    search        result (Result, VerifyDiscrepancy), search (the Hypothesis round driver),
@@ -58,6 +58,10 @@ MODULES = {
     "gradspec.check": COMPARISON,
     "gradspec.guard": COMPARISON,
     "gradspec.diagnose": COMPARISON,
+    "gradspec._diagnose_text": COMPARISON,  # diagnose's private parts: wording, engine hypotheses,
+    "gradspec._diagnose_engine": COMPARISON,  # findings outside check(), raw gradients of the code under test
+    "gradspec._diagnose_findings": COMPARISON,
+    "gradspec._diagnose_raw": COMPARISON,
     "gradspec.explain": COMPARISON,
     "gradspec.outcome": COMPARISON,
     "gradspec.result": SEARCH,

@@ -1,0 +1,152 @@
+"""Engine findings: whole-graph hypotheses tried before the node-by-node walk (CONTRACT §8 engine ids).
+
+An engine under test that ignores the seed, uses its mean, refuses an implicit seed of one element, or
+lets a later backward() replace .grad instead of adding to it is wrong on every node at once; these
+hypotheses simulate each wrong semantics on the whole case and keep the one that reproduces the
+engine's numbers.  Called by :func:`gradspec.diagnose.localise`.
+
+Example::
+
+    >>> import numpy as np, gradspec as gs
+    >>> from gradspec._diagnose_engine import _engine_overwrite
+    >>> case = gs.Case.build({"x": np.array([1.0, 2.0])}, [("a", "sin", ["x"], {}), ("b", "cos", ["x"], {})],
+    ...                      ["a", "b"], seeds=[np.ones(2), np.ones(2)])
+    >>> _engine_overwrite(case, "engine:mine", gs.check(case, oracles=["reference"])) is None  # right numbers
+    True
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._diagnose_text import _fmt
+from ._private.vjp_patterns import explains, flat
+from .case import Case
+from .causes import Cause
+from .check import check as _run_check
+from .oracles import jacobian as _jac
+
+__all__: list = []
+
+
+def _engine_seed_ignored(case: Case, suspect: str, verdict) -> Cause | None:
+    """The engine computes with another seed than the one passed to backward(): ones, or the seed's mean."""
+    got = verdict.results.get(suspect)
+    seeds = [None if s is None else np.asarray(s, dtype=np.float64) for s in case.seeds]
+    if got is None or all(s is None or np.all(s == 1) for s in seeds):
+        return None
+    # the mean differs from the seed only where some seed is not constant
+    varied = any(s is not None and s.size and np.ptp(s) > 0 for s in seeds)
+    leaves = [l for l in case.grad_leaves() if got.get(l.name) is not None]
+    if not leaves:
+        return None
+    try:
+        right = _jac.jacobian(case).vjp
+    except Exception:  # noqa: BLE001
+        return None
+    uu, tt = flat(got, leaves), flat(right, leaves)
+    for how, other in (("ones", lambda s: np.ones_like(s)), ("mean", lambda s: np.full_like(s, s.mean()))):
+        if how == "mean" and not varied:
+            continue
+        alt = Case(case.leaves, case.nodes, case.roots, [None if s is None else other(s) for s in seeds],
+                   engine=case.engine, user_ops=case.user_ops)
+        try:
+            hh = flat(_jac.jacobian(alt).vjp, leaves)
+        except Exception:  # noqa: BLE001
+            continue
+        if not explains(uu, hh, tt):
+            continue
+        if how == "ones":
+            return Cause("seed-ignored", "the engine's backward(gradient) ignores the gradient: every leaf's .grad is "
+                         "what a seed of ones gives (J^T·1), not J^T·seed; use the gradient passed to backward() as "
+                         "the root's initial gradient", evidence=f"engine {_fmt(uu)}; J^T·1 {_fmt(hh)}; "
+                                                                  f"J^T·seed {_fmt(tt)}")
+        return Cause("seed-misapplied", "the engine's backward(gradient) uses the mean of the gradient for every "
+                     "element instead of the gradient itself: every leaf's .grad is J^T·mean(seed), not J^T·seed; use "
+                     "the gradient passed to backward() element by element",
+                     evidence=f"engine {_fmt(uu)}; J^T·mean(seed) {_fmt(hh)}; J^T·seed {_fmt(tt)}")
+    return None
+
+
+def _engine_implicit_refused(case: Case, suspect: str, oracles: dict) -> Cause | None:
+    """The engine raises on backward() without a gradient for a one-element root, and runs with ones."""
+    if oracles.get(suspect) is None or not any(s is None for s in case.seeds):
+        return None
+    shapes = case.shapes()
+    ones = Case(case.leaves, case.nodes, case.roots, [np.ones(shapes[r]) if s is None else s
+                                                      for r, s in zip(case.roots, case.seeds)],
+                engine=case.engine, user_ops=case.user_ops)
+    try:
+        v = _run_check(ones, oracles=[oracles[suspect], "reference"])
+    except Exception:  # noqa: BLE001
+        return None
+    if suspect in v.errors:
+        return None
+    implicit = [f"{r} {shapes[r]}" for r, s in zip(case.roots, case.seeds) if s is None]
+    return Cause("implicit-seed-refused", "the engine raises on backward() without a gradient for a root of one "
+                 f"element ({', '.join(implicit)}), and runs when given np.ones of that shape; torch accepts an "
+                 "implicit seed of ones for any one-element output, whatever its shape",
+                 evidence=f"implicit seeds for {', '.join(implicit)}: raised; explicit ones: no error")
+
+
+def _engine_overwrite(case: Case, suspect: str, verdict) -> Cause | None:
+    """Several roots, each back-propagated by its own backward() call: .grad holds only the last roots' part."""
+    got = verdict.results.get(suspect)
+    if got is None or len(case.roots) < 2:
+        return None
+    try:
+        J = _jac.jacobian(case)
+    except Exception:  # noqa: BLE001
+        return None
+    leaves = case.grad_leaves()
+    uu = np.concatenate([np.zeros(l.value.size) if got.get(l.name) is None else
+                         np.asarray(got[l.name], dtype=np.float64).reshape(-1) for l in leaves])
+    parts, row = [], 0
+    for _, shape in J.row_blocks:
+        n = int(np.prod(shape))
+        parts.append(J.matrix[row: row + n].T @ J.seed_vector[row: row + n])
+        row += n
+    full = sum(parts)
+    for k in range(1, len(parts)):
+        tail = sum(parts[k:])
+        if explains(uu, tail, full):
+            return Cause("accumulation-overwrite", f"the engine's .grad holds only what the last {len(parts) - k} of "
+                         f"{len(parts)} backward() calls (one per root) contributed: each backward replaced .grad "
+                         "instead of adding to it", evidence=f"engine {_fmt(uu)}; last roots only {_fmt(tail)}; "
+                         f"all roots {_fmt(full)}")
+    return None
+
+
+
+def _engine_cleared(case: Case, suspect: str, verdict) -> Cause | None:
+    """Several roots, each back-propagated by its own backward() call, and .grad None exactly for the leaves
+    that only earlier roots reach (a gradient of zeros, say relu at 0, leaves no value to tell by): a later
+    backward cleared them.  Needs a leaf the last root reaches updated (else nothing was computed at all)."""
+    got, ref = verdict.results.get(suspect), verdict.results.get("reference")
+    if got is None or ref is None or len(case.roots) < 2:
+        return None
+    producers = {n.name: n for n in case.nodes}
+
+    def reached(root: str) -> set:
+        seen, todo = set(), [root]
+        while todo:
+            t = todo.pop()
+            if t not in seen:
+                seen.add(t)
+                todo.extend(producers[t].inputs if t in producers else ())
+        return seen
+
+    last = reached(case.roots[-1])
+    earlier = set().union(*(reached(r) for r in case.roots[:-1]))
+    leaves = [l.name for l in case.grad_leaves()]
+    missing = [n for n in leaves if got.get(n) is None and ref.get(n) is not None]
+    if not missing or any(n in last or n not in earlier for n in missing):
+        return None
+    if not any(got.get(n) is not None for n in leaves if n in last):
+        return None
+    names = ", ".join(missing)
+    return Cause("accumulation-overwrite", f"backward() of root {case.roots[-1]} cleared the .grad of {names}, which "
+                 f"only earlier roots reach: each backward replaced .grad instead of adding to it",
+                 evidence=f"the engine's .grad is None for {names} (reached by "
+                 f"{', '.join(r for r in case.roots[:-1] if set(missing) & reached(r))}, not by the last root "
+                 f"{case.roots[-1]}); the reference has {', '.join(f'{n} = {_fmt(ref[n])}' for n in missing)}")

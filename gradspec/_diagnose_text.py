@@ -1,0 +1,84 @@
+"""Wording shared by the diagnosis modules: where a node is, whose code ran, numbers in a line.
+
+Private to :mod:`gradspec.diagnose` and its helpers (``_diagnose_*``); the engine oracles under test
+are known here (:data:`ENGINES`, set by the diagnosis while it runs) so every module names them alike.
+
+Example::
+
+    >>> from gradspec._diagnose_text import _fmt, _clip
+    >>> _fmt([1.0, 2.5])
+    '[1, 2.5]'
+    >>> _clip("one two three", 7)[:3]
+    'one'
+"""
+
+from __future__ import annotations
+
+import contextvars
+
+import numpy as np
+
+from ._private.skips import word_cut
+from .case import NodeDef
+
+__all__ = ["ENGINES"]
+
+# The names of the oracles that run an engine under test, while a diagnosis runs (diagnose sets it).
+ENGINES: contextvars.ContextVar = contextvars.ContextVar("gradspec_engine_oracles", default=frozenset())
+
+
+def _is_engine(name: str) -> bool:
+    return name.startswith("engine:") or name in ENGINES.get()
+
+
+def _is_torch_function(spec) -> bool:
+    """A ``verify_torch_function`` op: its torch twin is the user's Function itself, the code under test."""
+    return bool(spec.user and getattr(spec, "torch_name", None) and spec.name.startswith("torch_"))
+
+
+def _where(node: NodeDef, spec) -> str:
+    return f"node {node.name} = {node.op}({', '.join(node.inputs)})"
+
+
+def _twin_label(spec, twin) -> str:
+    """What the twin that decided a node's VJP is, for the evidence (a torch Function has no JVP rule)."""
+    if twin == "finite-differences":
+        return "finite differences"
+    if twin == "jacobian" and getattr(spec, "jvp_source", None) not in (None, "declared"):
+        return "J^T·g from finite differences of the forward (JVP)"
+    if twin == "jacobian":
+        return "J^T·g from your jvp" if spec.user else f"J^T·g from the JVP rule of {spec.name!r}"
+    return "J^T·g from the twin (JVP rule or finite differences)"
+
+
+def _whose(spec, suspect: str) -> str:
+    if _is_engine(str(suspect)):
+        return f"the engine's backward for {spec.name!r}"
+    if spec.user and getattr(spec, "torch_name", None) and spec.name.startswith("torch_"):
+        return f"your backward ({spec.name[6:]}.backward)"
+    if spec.user:
+        return "your vjp"
+    if str(suspect).startswith("torch"):
+        return f"torch's backward for {spec.name!r}"
+    return f"gradspec's VJP rule for {spec.name!r}"
+
+
+def _clip(text: str, n: int) -> str:
+    """``text`` in at most ``n`` characters, cut between words (a summary is printed as a terminal line)."""
+    return word_cut(" ".join(str(text).split()), n)
+
+
+def _fmt(a, n: int = 6) -> str:
+    try:
+        vals = np.asarray(a, dtype=np.float64).ravel()
+    except (TypeError, ValueError):
+        return str(a)
+    body = ", ".join(f"{v:.10g}" for v in vals[:n])  # 10 digits: 1 + 1e-06 must not read as 1
+    return "[" + body + (", ..." if vals.size > n else "") + "]"
+
+
+def _evidence(mini, leaves, u, t, g, suspect, twin="J^T·g from the twin (JVP rule or finite differences)") -> str:
+    parts = ["inputs: " + "; ".join(f"{l.name} = {_fmt(l.value)}" for l in mini.leaves), f"upstream g = {_fmt(g)}"]
+    for l in leaves:
+        parts.append(f"{l.name}: {suspect} {_fmt(u[l.name])} vs {twin} {_fmt(t[l.name])}")
+    return "; ".join(parts)
