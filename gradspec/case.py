@@ -21,6 +21,7 @@ Example::
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 from typing import Any, Mapping, Sequence
@@ -353,15 +354,22 @@ class Case:
 
 def encode_array(a: np.ndarray) -> dict:
     a = np.asarray(a)
-    if np.issubdtype(a.dtype, np.floating):
-        data = [float(v).hex() for v in a.astype(np.float64).ravel()]
-    elif a.dtype == np.bool_:
-        data = [bool(v) for v in a.ravel()]
-    elif np.issubdtype(a.dtype, np.integer):
-        data = [int(v) for v in a.ravel()]
+    # (dtype.kind rather than np.issubdtype, and a cached dtype name: both cost microseconds per call,
+    # and the in-flight file encodes every case fuzz checks)
+    kind = a.dtype.kind
+    if kind == "f":
+        # (tolist: Python floats at once, ~3x faster than float() of each numpy scalar; same values)
+        data = [v.hex() for v in a.astype(np.float64).ravel().tolist()]
+    elif kind == "b" or kind in "iu":
+        data = a.ravel().tolist()
     else:
         raise CaseError(f"cannot store arrays of dtype {a.dtype} in a case")
-    return {"dtype": a.dtype.name, "shape": list(a.shape), "data": data}
+    return {"dtype": _dtype_name(a.dtype), "shape": list(a.shape), "data": data}
+
+
+@functools.lru_cache(maxsize=64)
+def _dtype_name(dt: np.dtype) -> str:
+    return dt.name
 
 
 def decode_array(d: dict) -> np.ndarray:
