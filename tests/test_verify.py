@@ -275,3 +275,16 @@ def test_fd_jacobian_oracle_is_an_fd_kind_oracle():
     np.testing.assert_allclose(res.grads["x"], [1.0, 6.0], rtol=1e-10)
     assert np.all(res.error["x"] < 1e-8)
     assert gs.check(case, oracles=["reference", o]).ok
+
+
+def test_a_torch_function_keeps_its_op_name_from_one_verify_call_to_the_next():
+    """``Cls.apply`` is a new bound method object at each access: keyed by its id, the second
+    verify_torch_function of the same Function named its op 'torch_Cls_2' (an order-dependent test failure)."""
+    from gradspec.verify.torch_function import _torch_fn_name
+    from tests._planted import SquareNoSeed, SquareOk
+
+    first = _torch_fn_name(SquareNoSeed.apply)
+    assert _torch_fn_name(SquareNoSeed.apply) == first == "torch_SquareNoSeed"
+    assert _torch_fn_name(SquareOk.apply) != first
+    two = [lambda x: x, lambda x: x]  # different functions with one label still get different names
+    assert _torch_fn_name(two[0]) != _torch_fn_name(two[1])

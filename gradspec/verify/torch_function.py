@@ -46,7 +46,13 @@ def _torch_fn_name(fn) -> str:
     if base[0].isdigit():
         base = "f_" + base
     base = f"torch_{base}"
-    key = id(fn)
+    # ``Cls.apply`` is a new bound method at every attribute access (a new id, the old one possibly reused):
+    # bound methods compare and hash by (__self__, __func__), so the same Function keeps its name
+    try:
+        hash(fn)
+        key = fn
+    except TypeError:
+        key = id(fn)
     taken = {v for k, v in _TORCH_FN_NAMES.items() if k != key}
     name, k = base, 1
     while name in taken or (name in _registry.all_specs() and not _registry.all_specs()[name].user):
