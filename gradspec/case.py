@@ -28,6 +28,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from ._private import graphwalk as _graphwalk
 from ._private import percase as _percase
 from .spec import registry as _registry
 
@@ -237,6 +238,10 @@ class Case:
             except Exception:  # noqa: BLE001 - reported by the per-node lookup of the caller
                 return None
         return specs
+
+    def ancestors(self, names) -> set[str]:
+        """The leaves and nodes ``names`` are computed from, ``names`` included."""
+        return _graphwalk.ancestors({n.name: n.inputs for n in self.nodes}, names)
 
     def grad_leaves(self) -> list[Leaf]:
         memo = _percase.active(self)  # every oracle and rule asks, while gs.check runs: once per check

@@ -98,19 +98,6 @@ def covers(d, found: list) -> list[tuple]:
     return sorted(out, key=repr)
 
 
-def _ancestors(case: Case, names) -> set:
-    by_name = {n.name: n for n in case.nodes}
-    seen, todo = set(), list(names)
-    while todo:
-        x = todo.pop()
-        if x in seen:
-            continue
-        seen.add(x)
-        if x in by_name:
-            todo += by_name[x].inputs
-    return seen
-
-
 def _rebuilt(case: Case, leaves: list, nodes: list, roots=None, seeds=None) -> Case:
     """A new case of ``leaves`` and ``nodes`` that keeps ``case``'s engine, user ops and meta (and its
     roots and seeds unless given); ValueError if it does not validate."""
@@ -135,7 +122,7 @@ def _sub(case: Case, keep: set, roots: list, seeds: list) -> Case:
 
 def prune_dead(case: Case) -> Case:
     """``case`` without the nodes and leaves that feed no root (the same case if there are none)."""
-    keep = _ancestors(case, case.roots)
+    keep = case.ancestors(case.roots)
     if len(keep) == len(case.leaves) + len(case.nodes):
         return case
     return _sub(case, keep, case.roots, case.seeds)
@@ -161,7 +148,7 @@ def cut_at(case: Case, node: str) -> Case | None:
     if out.dtype.kind != "f":
         return None
     try:
-        return _sub(case, _ancestors(case, [node]), [node], [_seed_for(case, node, out.shape, out.dtype)])
+        return _sub(case, case.ancestors([node]), [node], [_seed_for(case, node, out.shape, out.dtype)])
     except Exception:  # noqa: BLE001 - e.g. a node whose cut does not validate: not a candidate
         return None
 

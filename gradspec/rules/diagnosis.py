@@ -31,6 +31,7 @@ import itertools
 
 import numpy as np
 
+from .._private import graphwalk as _graphwalk
 from .._private.skips import word_cut
 from ..causes import Cause
 from .scenario import Obs, Scenario, Step, Trace, first_difference, fmt, raise_reason
@@ -139,15 +140,7 @@ def jacobians(sc: Scenario) -> dict:
 
 
 def _ancestors(sc: Scenario, root: str) -> set:
-    inputs = {name: ins for name, _op, ins, _p in sc.nodes}
-    seen, todo = set(), [root]
-    while todo:
-        n = todo.pop()
-        if n in seen:
-            continue
-        seen.add(n)
-        todo.extend(inputs.get(n, ()))
-    return seen
+    return _graphwalk.ancestors({name: ins for name, _op, ins, _p in sc.nodes}, [root])
 
 
 class _Sim:

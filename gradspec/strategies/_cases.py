@@ -11,6 +11,7 @@ import numpy as np
 from hypothesis import assume
 from hypothesis import strategies as st
 
+from .._private import graphwalk as _graphwalk
 from .._private import values as _values
 from ..case import Case
 from . import _hard
@@ -202,16 +203,8 @@ def _detach_input(g: Graph, idx: int, slots: list, vals: dict, rng, cfg: _Cfg) -
 
 
 def _ancestor_leaves(g: Graph, idx: int) -> set[str]:
-    leaves = {l.name for l in g.leaves}
-    producers = {n.name: n for n in g.nodes}
-    out, stack = set(), list(g.nodes[idx].inputs)
-    while stack:
-        m = stack.pop()
-        if m in leaves:
-            out.add(m)
-        elif m in producers:
-            stack.extend(producers[m].inputs)
-    return out
+    walked = _graphwalk.ancestors({n.name: n.inputs for n in g.nodes}, g.nodes[idx].inputs)
+    return {l.name for l in g.leaves} & walked
 
 
 def _repair(draw, g: Graph, vals: dict, cfg: _Cfg, reject: bool = True) -> dict | None:
