@@ -125,19 +125,9 @@ def _engine_cleared(case: Case, suspect: str, verdict) -> Cause | None:
     got, ref = verdict.results.get(suspect), verdict.results.get("reference")
     if got is None or ref is None or len(case.roots) < 2:
         return None
-    producers = {n.name: n for n in case.nodes}
-
-    def reached(root: str) -> set:
-        seen, todo = set(), [root]
-        while todo:
-            t = todo.pop()
-            if t not in seen:
-                seen.add(t)
-                todo.extend(producers[t].inputs if t in producers else ())
-        return seen
-
-    last = reached(case.roots[-1])
-    earlier = set().union(*(reached(r) for r in case.roots[:-1]))
+    reached = {r: case.ancestors([r]) for r in case.roots}
+    last = reached[case.roots[-1]]
+    earlier = set().union(*(reached[r] for r in case.roots[:-1]))
     leaves = [l.name for l in case.grad_leaves()]
     missing = [n for n in leaves if got.get(n) is None and ref.get(n) is not None]
     if not missing or any(n in last or n not in earlier for n in missing):
@@ -148,5 +138,5 @@ def _engine_cleared(case: Case, suspect: str, verdict) -> Cause | None:
     return Cause("accumulation-overwrite", f"backward() of root {case.roots[-1]} cleared the .grad of {names}, which "
                  f"only earlier roots reach: each backward replaced .grad instead of adding to it",
                  evidence=f"the engine's .grad is None for {names} (reached by "
-                 f"{', '.join(r for r in case.roots[:-1] if set(missing) & reached(r))}, not by the last root "
+                 f"{', '.join(r for r in case.roots[:-1] if set(missing) & reached[r])}, not by the last root "
                  f"{case.roots[-1]}); the reference has {', '.join(f'{n} = {_fmt(ref[n])}' for n in missing)}")
