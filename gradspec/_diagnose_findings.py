@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._diagnose_raw import _mutation_cause
 from ._diagnose_text import _clip, _where, _whose
 from ._private.skips import word_cut
 from .case import Case, NodeDef
@@ -63,6 +64,8 @@ def explain_finding(d) -> Cause | None:
         return Cause("forward-raised", f"the forward of the code under test raised: {_clip(msg, 300)}", evidence=word_cut(msg, 600))
     if d.kind == "accumulation" and d.check_name == "backward twice" and case is not None:
         return _twice_cause(case, d)
+    if d.kind == "raised" and case is not None and d.check_name == "backward twice":
+        return _mutation_cause(case) or _raised_cause(case, d)  # torch refuses what a backward modified
     if d.kind == "raised":
         return _raised_cause(case, d) if case is not None else Cause("not-localised", _clip(msg, 300), evidence=word_cut(msg, 600))
     if d.kind == "implicit-seed":
@@ -106,6 +109,11 @@ def _twice_cause(case: Case, d) -> Cause:
         if once:
             factor = (got - once) / once
     spec = case.spec(node.op) if node is not None else None
+    mutated = _mutation_cause(case)
+    if mutated is not None:  # what it modifies, found by calling it: the sharper sentence, the same pattern
+        return Cause("wrong-vjp", mutated.summary, node=mutated.node, op=mutated.op,
+                     evidence=f"{d.message}; {mutated.evidence}", pattern="scale" if factor is not None else "other",
+                     factor=factor, fix=mutated.fix)
     where = _where(node, spec) if node is not None else "the Function"
     detail = f" (the second call gave {factor:.6g} times the first)" if factor is not None else ""
     return Cause("wrong-vjp", f"{where}: {_whose(spec, 'torch-cpu') if spec else 'its backward'} gives another answer "
@@ -113,9 +121,6 @@ def _twice_cause(case: Case, d) -> Cause:
                  "it saved on ctx or keeps state between calls; leave ctx unchanged in backward",
                  node=None if node is None else node.name, op=None if node is None else node.op, evidence=d.message,
                  pattern="scale" if factor is not None else "other", factor=factor)
-
-
-# The comparison layer calls the explainers registered with it on every disagreement (it does not
 
 
 def _raised_cause(case: Case, d) -> Cause:

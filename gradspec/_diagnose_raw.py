@@ -57,7 +57,8 @@ def _returned_shapes(mini, node, spec, suspect, hidden: bool = False) -> Cause |
     except Exception:  # noqa: BLE001 - no raw gradients to name: the caller's cause stands
         return None
     want = [right.get(f"{i}__use{k}") for k, i in enumerate(node.inputs)]
-    named = shape_pattern(list(node.inputs), raw, want, reducible=_is_torch_function(spec))
+    named = shape_pattern(list(node.inputs), raw, want, reducible=_is_torch_function(spec),
+                          out_shape=np.shape(mini.evaluate()[node.name]))
     if named is None:
         return None
     pattern, detail = named
@@ -68,14 +69,23 @@ def _returned_shapes(mini, node, spec, suspect, hidden: bool = False) -> Cause |
           f"upstream g {g.shape} = {_fmt(g)}"]
     ev += [f"{i}: returned {np.shape(r)} {_fmt(r)} vs J^T·g {np.shape(w)} {_fmt(w)}"
            for i, r, w in zip(node.inputs, raw, want) if r is not None and w is not None]
+    fix = "return each gradient in its input's shape (reshape to it, or reduce with keepdim=True)" \
+        if pattern == "other" else ""
     return Cause("wrong-vjp", f"{_where(node, spec)}: {_whose(spec, suspect)} returns gradients of the wrong shape — "
-                 f"{detail}", node=node.name, op=node.op, evidence="; ".join(ev), pattern=pattern)
+                 f"{detail}", node=node.name, op=node.op, evidence="; ".join(ev), pattern=pattern, fix=fix)
 
 
 def _raw_grads(spec, ins: list, out, g: np.ndarray, params: dict) -> list | None:
     """What the code under test returns for each input position at one node, unchecked (None: not known)."""
+    got = _raw(spec, ins, out, g, params)
+    return None if got is None else got[0]
+
+
+def _raw(spec, ins: list, out, g: np.ndarray, params: dict) -> tuple[list, set] | None:
+    """(what the code returns per input position, unchecked; the positions of inputs that need a gradient for
+    which it returned None), or None where that is not known."""
     if _is_torch_function(spec) and spec.torch is not None:
-        return _torch_raw_grads(spec, ins, g, params)
+        return _torch_raw(spec, ins, g, params)
     fn = getattr(spec, "user_vjp", None)
     if fn is None:
         return None
@@ -84,10 +94,10 @@ def _raw_grads(spec, ins: list, out, g: np.ndarray, params: dict) -> list | None
     res = (res,) if isinstance(res, np.ndarray) or res is None or np.isscalar(res) else tuple(res)
     if len(res) != len(ins):
         return None
-    return [None if r is None else np.asarray(r) for r in res]
+    return [None if r is None else np.asarray(r) for r in res], {j for j, r in enumerate(res) if r is None}
 
 
-def _torch_raw_grads(spec, ins: list, g: np.ndarray, params: dict) -> list | None:
+def _torch_raw(spec, ins: list, g: np.ndarray, params: dict) -> tuple[list, set] | None:
     import torch
 
     xs = [torch.tensor(np.array(x, dtype=np.float64), requires_grad=True) for x in ins]
@@ -101,10 +111,134 @@ def _torch_raw_grads(spec, ins: list, g: np.ndarray, params: dict) -> list | Non
     # The Function's inputs that need a gradient, in order, are the graph edges that lead somewhere.
     needs = [k for k, b in enumerate(fn.needs_input_grad) if b]
     edges = [e for e, _ in fn.next_functions if e is not None]
-    out = [None] * len(xs)
+    out, nones = [None] * len(xs), set()
     for k, e in zip(needs, edges):
         var = getattr(e, "variable", None)
         j = next((j for j, x in enumerate(xs) if x is var), None)
         if j is not None and k < len(res) and isinstance(res[k], torch.Tensor):
             out[j] = res[k].detach().numpy().copy()
-    return out
+        elif j is not None and (k >= len(res) or res[k] is None):
+            nones.add(j)
+    return out, nones
+
+
+def _short(a) -> str:
+    """A gradient in a summary line: 4 significant digits (the evidence has them all)."""
+    vals = np.asarray(a, dtype=np.float64).ravel()
+    return "[" + ", ".join(f"{v:.4g}" for v in vals[:6]) + (", ..." if vals.size > 6 else "") + "]"
+
+
+def _none_returned(mini: Case, node: NodeDef, spec, suspect: str, u: dict, t: dict) -> Cause | None:
+    """The code returns None for an input that needs a gradient and reaches the output (J^T·g is not zero
+    there): torch, and gradspec's engine, take a None as a gradient of zeros."""
+    if _is_engine(str(suspect)) or not spec.user or (str(suspect).startswith("torch") and not _is_torch_function(spec)):
+        return None
+    try:
+        vals = {l.name: np.asarray(l.value) for l in mini.leaves}
+        ins = [vals[i] for i in node.inputs]
+        g = np.asarray(mini.seeds[0], dtype=np.float64)
+        got = _raw(spec, ins, mini.evaluate()[node.name], g, node.params)
+        if got is None or not got[1]:
+            return None
+        right = _jac.jacobian(_split_case(mini, node, every=True)).vjp
+    except Exception:  # noqa: BLE001 - no raw gradients to read: the caller's cause stands
+        return None
+    needs = {l.name for l in mini.leaves if l.differentiable}
+    want = [right.get(f"{i}__use{k}") for k, i in enumerate(node.inputs)]
+    blamed = [k for k in sorted(got[1]) if node.inputs[k] in needs and want[k] is not None and np.any(want[k] != 0)]
+    if not blamed:
+        return None
+    k, name = blamed[0], node.inputs[blamed[0]]
+    also = ", ".join(f"{j} ({node.inputs[j]})" for j in blamed[1:])
+    others = [j for j, i in enumerate(node.inputs) if j not in got[1] and i in needs and u.get(i) is not None
+              and t.get(i) is not None and not np.allclose(np.asarray(u[i], dtype=np.float64),
+                                                           np.asarray(t[i], dtype=np.float64), rtol=1e-6, atol=0)]
+    tail = "".join(f"; the gradient it returns for input {j} ({node.inputs[j]}) differs from J^T·g as well "
+                   f"({_short(u[node.inputs[j]])} vs {_short(t[node.inputs[j]])})" for j in others)
+    need = f"ctx.needs_input_grad[{k}]" if _is_torch_function(spec) else "the input is a constant"
+    summary = (f"{_where(node, spec)}: {_whose(spec, suspect)} returns None for input {k} ({name})"
+               f"{' (and for input ' + also + ')' if also else ''}, which requires grad and reaches the output: its "
+               f"gradient is treated as zero (torch adds nothing for a None: .grad stays None where nothing else "
+               f"reaches the input), but J^T·g there is {_short(want[k])}; return its gradient (None only where "
+               f"{need} is False){tail}")
+    ev = [f"inputs: {'; '.join(f'{i} {np.shape(x)} = {_fmt(x)}' for i, x in zip(node.inputs, ins))}",
+          f"upstream g {g.shape} = {_fmt(g)}"] + [f"{node.inputs[j]}: returned None vs J^T·g {_fmt(want[j])}"
+                                                 for j in blamed]
+    return Cause("wrong-vjp", summary, node=node.name, op=node.op, evidence="; ".join(ev), pattern="other",
+                 fix=f"return a gradient for every input that requires grad (None only where {need} is False)")
+
+
+# =============================================================================================
+# a backward that modifies what it saved: one call at the node's inputs, everything ctx holds compared before
+# and after it, then a second call
+# =============================================================================================
+
+
+def _mutation(spec, ins: list, g: np.ndarray, params: dict) -> tuple[list, str, str] | None:
+    """(what a torch Function's backward changed among what it saved, what the second call did, the two
+    gradients for the evidence), from two backward calls on one graph at inputs ``ins``; None when nothing
+    it saved changed (or it is not known)."""
+    import torch
+
+    xs = [torch.tensor(np.array(x, dtype=np.float64), requires_grad=True) for x in ins]
+    with torch.enable_grad():
+        y = spec.torch(*xs, **params)
+    fn = getattr(y, "grad_fn", None)
+    if not isinstance(y, torch.Tensor) or fn is None or not hasattr(fn, "_forward_cls"):
+        return None
+    watched = [(f"ctx.saved_tensors[{i}]", s) for i, s in enumerate(fn.saved_tensors)]
+    watched += [(f"ctx.{k}", v) for k, v in vars(fn).items() if isinstance(v, torch.Tensor)]
+    watched = [(label + (" (also the Function's output 0)" if _same_storage(s, y) else ""), s, s._version,
+                s.detach().clone()) for label, s in watched]
+    plain = {k: v for k, v in vars(fn).items() if isinstance(v, (int, float, bool, str, tuple))}
+    gt = torch.from_numpy(np.array(g, dtype=np.float64).reshape(tuple(y.shape)))
+    first = torch.autograd.grad(y, xs, gt, retain_graph=True, allow_unused=True)
+    changed = [label for label, s, ver, before in watched
+               if s._version != ver or not torch.equal(torch.isnan(s.detach()), torch.isnan(before))
+               or not torch.equal(torch.nan_to_num(s.detach()), torch.nan_to_num(before))]
+    changed += [f"ctx.{k} ({v!r} -> {getattr(fn, k, None)!r})" for k, v in plain.items() if getattr(fn, k, None) != v]
+    if not changed:
+        return None
+    one = "; ".join(_fmt(a) for a in first if a is not None)
+    try:
+        second = torch.autograd.grad(y, xs, gt, retain_graph=True, allow_unused=True)
+    except RuntimeError as e:
+        said = str(e).split(":")[0].split(". Hint")[0]
+        return changed, (f"or, where torch checks the saved tensor's version as here, raises RuntimeError "
+                         f"'{said}'"), f"first call {one}; second call raised"
+    two = "; ".join(_fmt(a) for a in second if a is not None)
+    return changed, f"here {two} where the first gave {one}", f"first call {one}; second call {two}"
+
+
+def _same_storage(a, b) -> bool:
+    return a.shape == b.shape and a.numel() > 0 and a.data_ptr() == b.data_ptr()
+
+
+def _mutation_cause(case: Case, values: dict | None = None) -> Cause | None:
+    """The first torch Function node of ``case`` whose backward modifies what it saved (at the node's real
+    inputs, upstream gradient ones), named; None when none does."""
+    for node in case.nodes:
+        spec = case.spec(node.op)
+        if not _is_torch_function(spec) or spec.torch is None:
+            continue
+        try:
+            values = case.evaluate() if values is None else values
+            out = np.asarray(values[node.name])
+            got = _mutation(spec, [np.asarray(values[i]) for i in node.inputs], np.ones(out.shape), node.params)
+        except Exception:  # noqa: BLE001 - the probe itself failed: no cause from it
+            continue
+        if got is None:
+            continue
+        changed, second, ev = got
+        tensors = [c for c in changed if " -> " not in c]
+        what = (f"modifies a saved tensor in place ({', '.join(tensors)})" if tensors else
+                f"changes what it saved on ctx ({', '.join(changed)})")
+        fix = ("; anything else that reads that tensor later sees the new values too; compute out of place (e.g. "
+               "y = y * y, not y.mul_(y)), or clone what you modify" if tensors else
+               "; leave ctx unchanged in backward (compute into a local name)")
+        return Cause("wrong-vjp", f"{_where(node, spec)}: {_whose(spec, 'torch-cpu')} {what}: a second call gives a "
+                     f"different gradient ({second}){fix}",
+                     node=node.name, op=node.op, evidence=f"at {', '.join(f'{i} = {_fmt(values[i])}' for i in node.inputs)}"
+                     f", upstream g = ones: {ev}", pattern="other",
+                     fix="leave what forward saved unchanged in backward: compute out of place (y * y, not y.mul_(y))")
+    return None

@@ -77,7 +77,9 @@ class Cause:
 
     ``id`` is one of :data:`ALL_IDS` (more may be added); ``summary`` is one sentence a user can act
     on; ``node`` / ``op`` name the blamed graph node (None for engine-level causes); ``evidence``
-    holds the numbers that decided it; ``pattern`` / ``factor`` describe a wrong VJP.
+    holds the numbers that decided it; ``pattern`` / ``factor`` describe a wrong VJP; ``fix`` is the change
+    to make where the cause knows it better than its pattern does ("" otherwise: reports then say the
+    pattern's own fix direction).
     """
 
     id: str
@@ -87,6 +89,7 @@ class Cause:
     evidence: str = ""
     pattern: str | None = None
     factor: float | None = None
+    fix: str = ""
 
     @property
     def is_engine_level(self) -> bool:

@@ -47,7 +47,7 @@ import numpy as np
 
 from ._diagnose_engine import _engine_cleared, _engine_implicit_refused, _engine_overwrite, _engine_seed_ignored
 from ._diagnose_findings import _raised_cause, explain_finding
-from ._diagnose_raw import _returned_shapes, _split_case
+from ._diagnose_raw import _mutation_cause, _none_returned, _returned_shapes, _split_case
 from ._diagnose_text import ENGINES as _ENGINES
 from ._diagnose_text import _clip, _evidence, _fmt, _is_engine, _is_torch_function, _twin_label, _where, _whose
 from ._private.skips import word_cut
@@ -177,12 +177,17 @@ def localise(case: Case, d, oracles: dict, verdict=None) -> Cause | None:
         for i in set(node.inputs):
             if i not in leaf_names and (local or {}).get(i) is not None:
                 adj[i] = np.asarray(local[i], dtype=np.float64) + adj.get(i, 0.0)
+    if d.kind not in _LOCALISED_KINDS + ("raised",):
+        return None
+    # No node is wrong on its own: a backward that modifies what it saved is right once and wrong (or refused
+    # by torch) the next time the graph is backpropagated
+    c = _mutation_cause(case, values)
+    if c is not None:
+        return c
     if d.kind == "raised":
         c = _raised_cause(case, d)
         # no node raises on its own: the graph raises only when a Function is called several times (state)
         return c if c.id != "not-localised" else _unlocalised(case, d, suspect, c)
-    if d.kind not in _LOCALISED_KINDS:
-        return None
     return _unlocalised(case, d, suspect)
 
 
@@ -320,7 +325,8 @@ def _node_cause(mini, node, spec, suspect, v, twin, first, run=None) -> Cause:
         c = _repeated_dropped(mini, node, spec, suspect, v.results[suspect])
         if c is not None:
             return c
-    c = _returned_shapes(mini, node, spec, suspect, hidden=True)
+    c = _returned_shapes(mini, node, spec, suspect, hidden=True) or _none_returned(
+        mini, node, spec, suspect, v.results.get(suspect) or {}, v.results.get(twin) or {})
     if c is not None:
         return c
     if first.kind == "shape":

@@ -74,6 +74,8 @@ def headline(cause) -> dict | None:
 
 
 def fix_direction(cause) -> str:
+    if getattr(cause, "fix", ""):
+        return cause.fix
     if cause.id == "wrong-vjp" and cause.pattern == "scale" and cause.factor:
         f = float(cause.factor)
         inv = 1 / f

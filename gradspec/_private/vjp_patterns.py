@@ -81,7 +81,7 @@ def classify(mini, node, spec, leaves, u: dict, t: dict, J, g) -> tuple[str, flo
                                           "not g; use g element-wise")
         b = _broadcast(mini, node, spec, leaves, u, t, J, g, cols)
         if b is not None:
-            return "broadcast-reduction", None, b
+            return "broadcast-reduction", b[1], b[0]
         fan = _not_accumulated(uu, tt, J.matrix[:, cols], np.ravel(g))
         if fan is not None:
             return "other", None, fan
@@ -176,42 +176,92 @@ def dims(mini, node) -> list:
     return [d for i in node.inputs for d in shapes[i]] + list(shapes[node.name])
 
 
-def _broadcast(mini, node, spec, leaves, u, t, J, g, cols) -> str | None:
-    """A broadcast input whose gradient keeps the first slice (or the mean) of the broadcast copies."""
-    out_shape = np.shape(g)
+def _broadcast(mini, node, spec, leaves, u, t, J, g, cols) -> tuple[str, float | None] | None:
+    """(what to say, the factor) for a broadcast input whose gradient keeps the first slice of the broadcast
+    copies, or their mean over some of the broadcast axes (``g.mean(0)`` where ``g.sum(0)`` belongs), while
+    every other input's gradient is right."""
+    out_shape = tuple(np.shape(g))
     core_in, core_out = _core_ranks(spec, len(node.inputs))
-    if core_in is None:
-        return None
+    learnt = core_in is None
+    if learnt:
+        if not getattr(spec, "user", False):
+            return None
+        # shapes learnt from the code (a torch Function's example call): an input whose shape broadcasts to
+        # the output's is taken as broadcast elementwise; the hypotheses below must still fit every element
+        core_in, core_out = [0] * len(node.inputs), 0
+    uu, tt = flat(u, leaves), flat(t, leaves)
     off = 0
     for l in leaves:
-        k = node.inputs.index(l.name)
-        lo_out = len(out_shape) - core_out
-        lo_in = len(l.shape) - core_in[k]
-        loop_out, loop_in = out_shape[:lo_out], l.shape[:lo_in]
-        axes = []
-        for a in range(lo_out):
-            j = a - (lo_out - lo_in)
-            if loop_out[a] > 1 and (j < 0 or loop_in[j] == 1):
-                axes.append(a)
         size = l.value.size
-        if axes:
-            ul, tl = np.asarray(u[l.name], dtype=np.float64).ravel(), np.asarray(t[l.name], dtype=np.float64).ravel()
-            if np.allclose(ul, tl, rtol=1e-9, atol=0):
-                off += size
-                continue
+        k = node.inputs.index(l.name)
+        axes, kept = _broadcast_axes(l.shape, out_shape, core_in[k], core_out)
+        if learnt and not _broadcasts_to(l.shape, out_shape):
+            axes = []
+        tl = np.asarray(t[l.name], dtype=np.float64).ravel()
+        if axes and not np.allclose(np.asarray(u[l.name], dtype=np.float64).ravel(), tl, rtol=1e-9, atol=0):
+
+            def only(block, at=off, n=size):  # J^T·g with this input's gradient replaced by ``block``
+                h = tt.copy()
+                h[at: at + n] = block
+                return h
+
             mask = np.zeros(out_shape)
             mask[tuple(slice(0, 1) if a in axes else slice(None) for a in range(len(out_shape)))] = 1.0
-            first = (J.matrix.T @ (g * mask).ravel())[off: off + size]
-            copies = int(np.prod([out_shape[a] for a in axes]))
+            first = J.matrix[:, columns(J, [l])].T @ (g * mask).ravel()
             where = f"axis {axes[0]}" if len(axes) == 1 else f"axes {tuple(axes)}"
-            if explains(ul, first, tl):
-                return (f"input {l.name} {l.shape} is broadcast over {where} of the output {tuple(out_shape)}, but its "
+            if explains(uu, only(first), tt):
+                return (f"input {l.name} {l.shape} is broadcast over {where} of the output {out_shape}, but its "
                         "gradient keeps only the first slice; sum over the broadcast axes (e.g. sum_to(g * ..., "
-                        f"{l.name}.shape))")
-            if explains(ul, tl / copies, tl):
-                return (f"input {l.name} {l.shape} is broadcast over {where} of the output {tuple(out_shape)}, but its "
-                        f"gradient is averaged over the {copies} copies; sum them instead")
+                        f"{l.name}.shape))"), None
+            named = _averaged(l, out_shape, axes, kept, lambda n: explains(uu, only(tl / n), tt))
+            if named is not None:
+                return named
         off += size
+    return None
+
+
+def _broadcast_axes(in_shape, out_shape, core_in: int, core_out: int) -> tuple[list, set]:
+    """The output axes an input is broadcast over (size > 1 there, absent or 1 in the input), and those of
+    them the input keeps as size-1 axes."""
+    lo_out = len(out_shape) - core_out
+    lo_in = len(in_shape) - core_in
+    axes, kept = [], set()
+    for a in range(lo_out):
+        j = a - (lo_out - lo_in)
+        if out_shape[a] > 1 and (j < 0 or in_shape[j] == 1):
+            axes.append(a)
+            if j >= 0:
+                kept.add(a)
+    return axes, kept
+
+
+def _broadcasts_to(in_shape, out_shape) -> bool:
+    try:
+        return tuple(np.broadcast_shapes(tuple(in_shape), tuple(out_shape))) == tuple(out_shape)
+    except ValueError:
+        return False
+
+
+def _averaged(l, out_shape, axes, kept, fits) -> tuple[str, float] | None:
+    """(what to say, 1/n) when the gradient of input ``l`` is its J^T·g divided by the number of copies along
+    some of its broadcast ``axes`` (a mean over them where the sum belongs); ``fits(n)`` tests J^T·g / n."""
+    subsets = [c for r in range(1, len(axes) + 1) for c in itertools.combinations(axes, r)]
+    for sub in subsets:
+        n = int(np.prod([out_shape[a] for a in sub]))
+        if n < 2 or not fits(n):
+            continue
+        over = f"axis {sub[0]} (size {n})" if len(sub) == 1 else \
+            f"axes {sub} (sizes {' x '.join(str(out_shape[a]) for a in sub)})"
+        sizes = f"size of axis {sub[0]}" if len(sub) == 1 else f"product of the sizes of axes {sub}"
+        dim = sub[0] if len(sub) == 1 else sub
+        keep = ", keepdim=True" if set(sub) <= kept else ""
+        same = [o for o in subsets if o != sub and int(np.prod([out_shape[a] for a in o])) == n]
+        alt = (f" (or over {'axis ' + str(same[0][0]) if len(same[0]) == 1 else 'axes ' + str(same[0])}, of the "
+               "same size: these numbers cannot tell)") if same else ""
+        return (f"input {l.name} {l.shape} is broadcast over {over} of the output {tuple(out_shape)}, and its gradient "
+                f"is the mean of g over that {'axis' if len(sub) == 1 else 'set of axes'}{alt} where the sum belongs: "
+                f"1/{n} = 1/({sizes}) of J^T·g; sum over it instead (g.sum({dim}{keep}) where the backward has "
+                f"g.mean({dim}{keep}))"), 1.0 / n
     return None
 
 
@@ -376,12 +426,13 @@ def _sum_to(a: np.ndarray, shape: tuple) -> np.ndarray | None:
     return s if s.shape == tuple(shape) else None
 
 
-def shape_pattern(names, raw, right, reducible: bool = False) -> tuple[str, str] | None:
+def shape_pattern(names, raw, right, reducible: bool = False, out_shape=()) -> tuple[str, str] | None:
     """(pattern, a sentence with the fix direction) for gradients returned in the wrong shapes, or None
     when every shape is right.  ``raw[k]``: what the code under test returned for input position ``k``
     (before any shape check; None when it returned none), ``right[k]``: J^T·g for that position.
     ``reducible``: a gradient in a shape the input broadcasts to is summed down to it by the caller (torch's
-    autograd does that for a Function's backward), so only the other shapes are wrong."""
+    autograd does that for a Function's backward, and refuses the others), so only the other shapes are wrong.
+    ``out_shape``: the output's shape (its sizes name a factor)."""
     pairs = [(n, None if r is None else np.asarray(r, dtype=np.float64),
               None if w is None else np.asarray(w, dtype=np.float64)) for n, r, w in zip(names, raw, right)]
     wrong = [k for k, (_, r, w) in enumerate(pairs) if r is not None and w is not None and r.shape != w.shape
@@ -404,6 +455,10 @@ def shape_pattern(names, raw, right, reducible: bool = False) -> tuple[str, str]
             return "broadcast-reduction", (f"input {n}'s gradient comes back in the broadcast shape {r.shape}, not "
                                            f"summed down to the input's {w.shape}; sum over the broadcast axes "
                                            f"(sum_to(..., {n}.shape))")
+    for k in wrong:
+        n, r, w = pairs[k]
+        if r.size == w.size:
+            return "other", _reshaped(k, n, r, w, reducible, out_shape)
     both = [(r, w) for _, r, w in pairs if r is not None and w is not None]
     allr = np.concatenate([r.ravel() for r, _ in both])
     allw = np.concatenate([w.ravel() for _, w in both])
@@ -413,6 +468,27 @@ def shape_pattern(names, raw, right, reducible: bool = False) -> tuple[str, str]
                                         for n, r, w in (pairs[k] for k in wrong)) + "; check the index mapping")
     n, r, w = pairs[wrong[0]]
     return "other", f"input {n}'s gradient comes back in shape {r.shape}, but the input's shape is {w.shape}"
+
+
+def _reshaped(k: int, n: str, r: np.ndarray, w: np.ndarray, torch_refuses: bool, out_shape) -> str:
+    """A gradient of as many elements as its input, in another shape (``()`` for ``(1,)``): its values said
+    apart from its shape, what the caller does with it, and the fix."""
+    rr, ww = r.ravel(), w.ravel()
+    c = fit(rr, ww)
+    if _same(rr, ww):
+        values = "its values are right (those of J^T·g): only the shape is wrong"
+    elif c is not None and c != 0 and explains(rr, c * ww, ww):
+        name = name_factor(c, list(out_shape) + list(w.shape))
+        values = f"its values are {c:.6g}{f' = {name}' if name and name != f'{c:g}' else ''} × J^T·g as well"
+    else:
+        values = "its values differ from J^T·g as well"
+    got, want = ", ".join(map(str, r.shape)), ", ".join(map(str, w.shape))
+    caller = (f"torch refuses it (\"returned an invalid gradient at index {k} - got [{got}] but expected shape "
+              f"compatible with [{want}]\": a gradient is summed down to the input's shape only when that shape "
+              "broadcasts to it)" if torch_refuses else "gradspec requires every gradient in its input's shape")
+    return (f"it returns a gradient of shape {r.shape} for input {k} ({n}), an input of shape {w.shape}; {values}; "
+            f"{caller}; return it in the input's shape ({n}.shape: e.g. .reshape({n}.shape), or reduce with "
+            "keepdim=True)")
 
 
 def _split_point(pairs) -> str | None:
