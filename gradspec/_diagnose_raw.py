@@ -214,9 +214,10 @@ def _same_storage(a, b) -> bool:
     return a.shape == b.shape and a.numel() > 0 and a.data_ptr() == b.data_ptr()
 
 
-def _mutation_cause(case: Case, values: dict | None = None) -> Cause | None:
+def _mutation_cause(case: Case, values: dict | None = None, wrong: str = "") -> Cause | None:
     """The first torch Function node of ``case`` whose backward modifies what it saved (at the node's real
-    inputs, upstream gradient ones), named; None when none does."""
+    inputs, upstream gradient ones), named; None when none does.  ``wrong``: how its first call is wrong
+    already (it computes from what it modified), said with it."""
     for node in case.nodes:
         spec = case.spec(node.op)
         if not _is_torch_function(spec) or spec.torch is None:
@@ -236,6 +237,8 @@ def _mutation_cause(case: Case, values: dict | None = None) -> Cause | None:
         fix = ("; anything else that reads that tensor later sees the new values too; compute out of place (e.g. "
                "y = y * y, not y.mul_(y)), or clone what you modify" if tensors else
                "; leave ctx unchanged in backward (compute into a local name)")
+        if wrong:
+            what += f", and its gradient is wrong from the first call on ({wrong})"
         return Cause("wrong-vjp", f"{_where(node, spec)}: {_whose(spec, 'torch-cpu')} {what}: a second call gives a "
                      f"different gradient ({second}){fix}",
                      node=node.name, op=node.op, evidence=f"at {', '.join(f'{i} = {_fmt(values[i])}' for i in node.inputs)}"

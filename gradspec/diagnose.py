@@ -331,7 +331,13 @@ def _node_cause(mini, node, spec, suspect, v, twin, first, run=None) -> Cause:
         return c
     if first.kind == "shape":
         return _shape_cause(mini, node, spec, suspect, first)
-    return _wrong_vjp(mini, node, spec, suspect, v.results[suspect], v.results[twin], first, twin, run)
+    c = _wrong_vjp(mini, node, spec, suspect, v.results[suspect], v.results[twin], first, twin, run)
+    if _is_torch_function(spec):  # computing from a saved tensor it modified in place: that is the cause
+        m = _mutation_cause(mini, wrong=c.summary.split(" is wrong — ", 1)[-1])
+        if m is not None:
+            return Cause(c.id, m.summary, node=c.node, op=c.op, evidence=f"{c.evidence}; {m.evidence}",
+                         pattern=c.pattern, factor=c.factor, fix=m.fix)
+    return c
 
 
 def _wrong_vjp(mini: Case, node: NodeDef, spec, suspect: str, u: dict, t: dict, first, twin=None, run=None) -> Cause:

@@ -293,3 +293,32 @@ def test_none_found_by_verify_is_named():
     assert r.discrepancies, str(r)
     for d in r.discrepancies:
         assert d.cause.id == "wrong-vjp" and "returns None for input 0" in d.cause.summary, d.cause
+
+
+class TanhPowInplace(torch.autograd.Function):
+    """tanh; the backward squares its saved output with pow_ (in place) and then squares it again: wrong already
+    on the first call (1 - tanh^4), and the saved output is changed for the next one."""
+
+    @staticmethod
+    def forward(ctx, x):
+        y = torch.tanh(x)
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        (y,) = ctx.saved_tensors
+        y.pow_(2)
+        return g * (1 - y * y)
+
+
+def test_a_wrong_gradient_computed_from_a_tensor_modified_in_place_names_the_modification():
+    # Before: 'scale' ("it is 1.58003 × J^T·g; remove that factor") on the shrunk one-element case.
+    r = gs.verify_torch_function(TanhPowInplace.apply, arity=1, max_examples=10, seed=1)
+    assert r.discrepancies, str(r)
+    for d in r.discrepancies:
+        c = d.cause
+        assert c.id == "wrong-vjp" and c.op == "torch_TanhPowInplace", c
+        assert "modifies a saved tensor in place (ctx.saved_tensors[0]" in c.summary, c.summary
+        assert "wrong from the first call on" in c.summary, c.summary
+        assert "out of place" in fix_direction(c), fix_direction(c)
