@@ -279,6 +279,7 @@ def _check(case: Case, chosen: list) -> Verdict:
     directional = None
     nondiff = ""
     used = {}
+    f32: dict = {}  # estimate name -> its result, where the forward computes in float32 inside
     for o in chosen:
         if o.name == "jacobian" and o.kind == "exact" and _has_fd_jvp(case):
             # A user op without a declared jvp gets a finite-difference JVP: the jacobian is then
@@ -305,6 +306,8 @@ def _check(case: Case, chosen: list) -> Verdict:
                 res = o.result(case)
                 fd_errs[o.name] = res.error
                 results[o.name] = res.grads
+                if getattr(res, "float32_inside", ""):  # an estimate of a forward through float32
+                    f32[o.name] = res
             elif o.name == "jacobian":
                 jac = o.jacobian(case)
                 results[o.name] = jac.vjp
@@ -323,12 +326,17 @@ def _check(case: Case, chosen: list) -> Verdict:
     discrepancies: list[Discrepancy] = []
     comparisons: list[Comparison] = []
     dtype = _case_dtype(case)
+    f32 = {k: v for k, v in f32.items() if k in results}
+    if f32 and dtype == "float64":  # the code computes in float32 inside: so is every gradient compared
+        dtype = "float32"
     kinds = {**{o.name: o for o in chosen}, **used}
     claim = _tol.accuracy_claim(case.meta)
     # CONTRACT §3: a raise is a discrepancy whichever oracles are left, unless it is excused
     # (torch and the code under test both refuse the case, the forward raised, FD could not estimate).
     gated = _outcome.user_gated_leaves(case)
     notes = _outcome.torch_no_grad_as_none(case, results, errors, kinds, gated)
+    if f32:
+        notes.append(_f32_note(f32))
     raised, excused = _outcome.settle_errors(case, results, errors, kinds)
     for name, other, text, tb in raised:
         discrepancies.append(Discrepancy(kind="raised", oracles=(name, other), message=text, case=case, traceback=tb))
@@ -372,7 +380,8 @@ def _check(case: Case, chosen: list) -> Verdict:
     if directional is not None and results:
         _compare_directional(case, directional, results, kinds, dtype, comparisons, discrepancies, skipped, claim)
     _discount_mismatched_twins(case, dtype, kinds, comparisons, discrepancies, errors, excused, notes)
-    _discount_shaky_estimates(kinds, fd_errs, comparisons, discrepancies, notes)
+    judged = {k: (f32[k].judged if k in f32 and f32[k].judged is not None else v) for k, v in fd_errs.items()}
+    _discount_shaky_estimates(kinds, judged, comparisons, discrepancies, notes)
     unjudged = _discount_numerical_kinks(case, kinds, comparisons, discrepancies)
     if nondiff and not unjudged:  # FD found the kink or jump itself: the case is skipped the same way
         comparisons[:] = []
@@ -425,6 +434,13 @@ def _compared_with_itself(case, comparisons, why: dict) -> str:
     reasons = "; ".join(f"{k}: {w}" for k, w in why.items() if k in ("finite-differences", "jacobian"))
     return (f"only {', '.join(fns)} was compared with itself (reference and torch-cpu both run it): "
             "no independent oracle ran" + (f" ({reasons})" if reasons else ""))
+
+
+def _f32_note(f32: dict) -> str:
+    nodes = sorted({r.float32_inside for r in f32.values()})
+    return (f"{', '.join(nodes)} computes in float32 inside (its values over a float64 stencil are all float32 "
+            f"numbers): {' and '.join(sorted(f32))} used a float32-sized step and a float32 error bound, and "
+            "gradients are compared at float32 precision")
 
 
 def _holds_elements(*grads) -> bool:

@@ -27,6 +27,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._private.fdstep import EPS32 as _EPS32
+from ._private.fdstep import float32_valued as _float32_valued
+from .oracles._fd_probes import STEP32 as _STEP32
+
 __all__ = ["AGREE", "DISAGREE", "INCONCLUSIVE", "exit_code", "forward_error", "user_gated_leaves", "settle_errors", "has_user_ops",
            "torch_no_grad_as_none", "twin_mismatches", "is_torch", "TWIN_ULPS"]
 
@@ -379,6 +383,9 @@ def numerical_kinks(case, h_rel: float = 1e-6, shrink: float = 8.0) -> list[str]
         try:
             with np.errstate(all="ignore"):
                 f0 = np.asarray(spec.forward(*x, **n.params), dtype=np.float64)
+                f32 = _float32_inside(spec, x, t, n.params, f0)
+                if f32:  # a staircase of float32 quanta at 1e-6 |x| (a "jump"): probe at the float32 step
+                    t = [d / 1e-6 * _STEP32 if d is not None else None for d in t]
                 gaps = []
                 for s in (1.0, 1.0 / shrink):
                     up = np.asarray(spec.forward(*[a + s * d if d is not None else a for a, d in zip(x, t)], **n.params),
@@ -389,7 +396,7 @@ def numerical_kinks(case, h_rel: float = 1e-6, shrink: float = 8.0) -> list[str]
         except Exception:  # noqa: BLE001 - a forward that fails off the point says nothing about a kink
             continue
         (g1, _m1, _s1), (g2, m2, s2) = gaps
-        noise = 1e3 * eps * m2 / s2
+        noise = 1e3 * (_EPS32 if f32 else eps) * m2 / s2
         with np.errstate(all="ignore"):
             bad = np.isfinite(g2) & (g2 > noise) & (g2 > 0.5 * g1)
         if np.shape(bad) and bad.any() or not np.shape(bad) and bool(bad):
@@ -398,6 +405,15 @@ def numerical_kinks(case, h_rel: float = 1e-6, shrink: float = 8.0) -> list[str]
             at = f"{n.name}[{', '.join(map(str, idx))}]" if idx else n.name
             out.append(f"{at} = {n.op}({', '.join(n.inputs)}) ({kind})")
     return out
+
+
+def _float32_inside(spec, x, t, params, f0) -> bool:
+    """The op computes in float32 inside: its outputs at x and at x + t (t ~1e-6 |x|: a float64 op's output
+    there has bits far below float32's) are all float32 numbers (gradspec._private.fdstep.float32_valued)."""
+    if not _float32_valued(f0):
+        return False
+    up = spec.forward(*[a + d if d is not None else a for a, d in zip(x, t)], **params)
+    return _float32_valued(np.asarray(up, dtype=np.float64))
 
 
 def _holds(got, want) -> bool:

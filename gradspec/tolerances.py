@@ -151,6 +151,10 @@ KINK_ROUNDING = 4.0
 # (fd.py), and the bugs gradspec must find (1e-6 relative and up) are visible to FD only where its
 # error is well below them; an estimate worse than 1e-3 could only witness an O(1) bug, and then
 # its disagreement is still reported as a note.
+# For an estimate of code that computes in float32 inside (gradspec.oracles._fd_probes) the test judges only
+# the truncation part of the error estimate: its rounding part is a bound at float32 precision (4 eps32 x the
+# values' scale, and measured), ~2e-4 of |f| / |f'| relative -- above FD_SHAKY wherever tanh saturates, where
+# a backward wrong by 1e-3 is plainest -- and not an estimate that can be off; the truncation estimate can.
 FD_SHAKY = 1e-3
 
 

@@ -14,6 +14,7 @@ import pytest
 import gradspec as gs
 from gradspec import search
 from gradspec._private import threads
+from gradspec.oracles import fd
 from tests import _planted_real as R
 
 ORACLES = ["reference", "finite-differences", "jacobian"]
@@ -329,10 +330,11 @@ def test_fd_steps_aside_where_the_forward_is_a_float32_staircase():
     assert gs.check(case).status == "agree"  # float64 code: the staircase test stays quiet
 
 
-def test_fd_steps_aside_on_a_staircase_whose_noise_line_is_flat_by_symmetry():
+def test_fd_estimates_a_float32_staircase_whose_noise_line_is_flat_by_symmetry():
     # x = [[1, 1]], seed [1, 1]: the noise line of n = 2 runs along (1, -1), where x1^3 + x2^3 has no
     # slope, so its repeated values proved nothing and FD vouched for 3.012 vs 3 (a false alarm found
-    # when other draws reached this case).  A line along the gradient shows the staircase.
+    # when other draws reached this case).  Then a line along the gradient made FD step aside; now the op's
+    # float32 values make FD estimate it as a float32 computation, and it witnesses (tests/test_float32_inside.py).
     from gradspec.verify.torch_function import _torch_fn_name
 
     fn = _CubeThroughFloat32.apply
@@ -341,7 +343,7 @@ def test_fd_steps_aside_on_a_staircase_whose_noise_line_is_flat_by_symmetry():
                          [np.ones((1, 2))])
     v = gs.check(case)
     assert v.status == "agree", str(v)
-    assert "finite-differences" not in v.results  # it stepped aside, saying why
+    assert "finite-differences" in v.results and any("float32-sized step" in n for n in v.notes), str(v)
 
 
 from tests._correct_code import TanhThroughFloat32 as _TanhThroughFloat32  # noqa: E402
@@ -349,36 +351,55 @@ from tests._correct_code import TanhThroughFloat32 as _TanhThroughFloat32  # noq
 
 # Points where the first step resolved the staircase but FD refined into it: at x = 1 (verify seed 11's
 # shrunk case) the h / 16^k stencil gave the very same value at every point, so the estimate was 0.0 and
-# its error estimate tiny (reference 0.41997 vs 0.0, a FAILED); the noise-line test saw the staircase but
-# took its predicted change from that 0 and stayed quiet.
+# its error estimate tiny (reference 0.41997 vs 0.0, a FAILED).  Then FD stepped aside there; now it
+# estimates at the float32 step and agrees (tests/test_float32_inside.py has more points and the twin).
 @pytest.mark.parametrize("x", [1.0, 0.3], ids=["x=1", "x=0.3"])
-def test_fd_steps_aside_where_it_refined_into_a_float32_staircase(x):
+def test_fd_no_longer_refines_into_a_float32_staircase(x):
     from gradspec.verify.torch_function import _torch_fn_name
 
     fn = _TanhThroughFloat32.apply
     gs.verify_torch_function(fn, max_examples=1, seed=0)  # registers the Function as an op
     case = gs.Case.build({"x0": np.array(x)}, [("v0", _torch_fn_name(fn), ["x0"], {})], ["v0"], None)
     v = gs.check(case)
-    assert "finite-differences" in v.skipped and "same value" in v.skipped["finite-differences"], str(v)
+    assert "finite-differences" in v.results, str(v)
     _no_alarm_and_agree_only_with_a_witness(v)
+    assert v.status == "agree", str(v)
 
 
 # Points where the whole stencil gave one value (float32's steps wider than 2 h): FD said 0 with a tiny
 # error (x = 5: reference 1.8e-4 vs 0.0, a FAILED), and at x = 8 the jacobian's finite-difference JVP said 0
-# too (reference 4.77e-7).  Both now probe farther, see the staircase and step aside.  At x = 12 float32's
-# tanh is exactly 1 wherever FD looks and the Function's own rule gives 0: every oracle agrees on 0.
-@pytest.mark.parametrize("x, steps_aside", [(5.0, ["finite-differences"]), (8.0, ["finite-differences", "jacobian"]),
-                                            (12.0, [])], ids=["x=5", "x=8", "x=12"])
-def test_fd_steps_aside_where_a_float32_staircase_is_flat_over_the_whole_stencil(x, steps_aside):
+# too (reference 4.77e-7).  Then both probed farther and stepped aside; now both estimate at float32 steps.
+# At x = 12 float32's tanh is exactly 1 wherever FD looks and the Function's own rule gives 0.
+@pytest.mark.parametrize("x", [5.0, 8.0, 12.0], ids=["x=5", "x=8", "x=12"])
+def test_fd_estimates_where_a_float32_staircase_is_flat_over_the_float64_stencil(x):
     from gradspec.verify.torch_function import _torch_fn_name
 
     fn = _TanhThroughFloat32.apply
     gs.verify_torch_function(fn, max_examples=1, seed=0)  # registers the Function as an op
     case = gs.Case.build({"x0": np.array(x)}, [("v0", _torch_fn_name(fn), ["x0"], {})], ["v0"], None)
     v = gs.check(case)
-    for name in steps_aside:
-        assert name not in v.results and "very same" in v.skipped[name], str(v)
+    assert "finite-differences" in v.results and "jacobian" in v.results, str(v)
     _no_alarm_and_agree_only_with_a_witness(v)
+    assert v.status == "agree", str(v)
+
+
+# A staircase the float32 test cannot see: tanh quantized to 2^-24 plus the float64 constant 0.1 (no value is
+# a float32 number).  FD's noise-line probes (gradspec.oracles._fd_probes.staircase) still make it step aside
+# instead of vouching for a difference quotient of quanta.
+_quantized_tanh = gs.Op("t_num_quantized_tanh", forward=lambda x: np.round(np.tanh(x) * 2.0**24) / 2.0**24 + 0.1,
+                        vjp=lambda g, x, out: (g * (1 - np.tanh(x) ** 2),))
+
+
+@pytest.mark.parametrize("x", [1.0, 5.0], ids=["x=1", "x=5"])
+def test_a_staircase_the_float32_test_cannot_see_still_makes_fd_step_aside(x):
+    case = gs.Case.build({"x": np.array(x)}, [("y", _quantized_tanh.name, ["x"], {})], ["y"], None)
+    res = None
+    try:
+        res = fd.fd_gradient(case)
+    except gs.oracles.OracleError as e:
+        assert "same value" in str(e) or "very same" in str(e), str(e)
+    assert res is None, (res.grads, res.error)
+    assert gs.check(case).status != "disagree"
 
 
 def _no_alarm_and_agree_only_with_a_witness(v):

@@ -443,9 +443,12 @@ def test_a_torch_function_compared_only_with_itself_is_inconclusive_not_agree():
     fn = _F32BadTanh.apply
     gs.verify_torch_function(fn, arity=1, max_examples=1, seed=0)  # registers the Function as an op
     case = gs.Case.build({"x": np.array([8.0])}, [("y", _torch_fn_name(fn), ["x"], {})], ["y"], [np.ones(1)])
-    v = gs.check(case)
+    # (finite differences and the jacobian now estimate this float32 staircase at a float32 step and find the
+    # bug, tests/test_float32_inside.py: without them only the Function's own backward is left)
+    assert gs.check(case).status == "disagree"
+    v = gs.check(case, oracles=["reference", "torch-cpu"])
     assert v.status == "inconclusive", str(v)
-    assert "itself" in v.reason and "finite differences" in v.reason, v.reason
+    assert "itself" in v.reason and "no independent oracle ran" in v.reason, v.reason
     # a built-in op's torch twin is independent code: the same pair still decides there
     c2 = gs.Case.build({"x": np.array([0.5])}, [("y", "tanh", ["x"], {})], ["y"], [np.ones(1)])
     assert gs.check(c2, oracles=["reference", "torch-cpu"]).status == "agree"

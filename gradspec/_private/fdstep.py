@@ -29,12 +29,13 @@ import numpy as np
 from .. import tolerances as _tol
 
 __all__ = ["bad_directions", "RATIO_LO", "RATIO_HI", "SHRINK", "SHRINKS", "noise_pattern", "noise_sigma",
-           "line_sigma"]
+           "line_sigma", "float32_valued", "EPS32"]
 
 RATIO_LO, RATIO_HI = 3.0, 20.0
 SHRINK, SHRINKS = 8.0, 4
 NOISE_K = 8.0
 EPS = float(np.finfo(np.float64).eps)
+EPS32 = float(np.finfo(np.float32).eps)
 
 
 def _ratios(f1, f2, out, noise_ulps, sigma=None):
@@ -148,3 +149,37 @@ def _line_sigma_checked(values) -> float:
         return noise_sigma(np.asarray(values, dtype=np.float64))
     mid = len(d) // 2
     return (d[mid - 1] + d[mid]) / 2 / _MEDIAN_D4
+
+
+# ---------------------------------------------------------------------------------------------
+# float32 computation inside a float64 forward: one test for the FD oracle and the FD-JVPs
+# ---------------------------------------------------------------------------------------------
+
+
+def float32_valued(values) -> bool:
+    """True where ``values`` -- an opaque forward's outputs over a finite-difference stencil of float64
+    inputs -- say the forward computes in float32 inside (``x.float()`` ... cast back): every value is a
+    float32 number (or the dtype is float32), and at least one needs more than 8 significant bits.
+
+    Why that decides: float64 code evaluated at ``x + h`` (h a float64 step, with bits far below float32's
+    24) lands on a float32 number with probability ~2^-29 per value, so all of a stencil's dozens of values
+    being float32 numbers never happens by chance; a float32 result cast back always is one.  Few-bit
+    values (0, +-1, 0.5, an integer, a clamp bound) are float32 numbers for float64 code too (a constant,
+    a floor), so they prove nothing: at least one value with a 9th significant bit is required (a float32
+    tanh, exp, product of perturbed inputs has ~24).
+
+    The common case (float64 code) is settled by the last value alone: one conversion, no array pass.
+    """
+    v = np.asarray(values)
+    if v.dtype == np.float32:
+        return v.size > 0
+    if v.dtype != np.float64 or not v.size:
+        return False
+    last = float(v.flat[-1])
+    if float(np.float32(last)) != last and last == last:  # (NaN: decided below, as not float32)
+        return False
+    with np.errstate(all="ignore"):
+        if not np.array_equal(v, v.astype(np.float32)):
+            return False
+        m = np.frexp(v[np.isfinite(v)])[0] * 256.0
+    return bool((m != np.floor(m)).any())

@@ -283,6 +283,12 @@ _STEP_SCALE = [1.0]
 _NOISE: list = [None]  # a numpy Generator while fd_rounding_noise() is active
 NOISE_ULPS = 16.0  # rounding of the user's forward assumed by the noise model, in ulps of |f|
 FD_STEP = np.finfo(np.float64).eps ** 0.2  # ~7.4e-4: balances O(h^4) truncation and O(eps/h) rounding
+# The same balance for a forward that computes in float32 inside (its outputs over the stencil are all
+# float32 numbers: gradspec._private.fdstep.float32_valued): eps32^(1/5) ~ 0.041, where the rounding
+# 3.3 x NOISE_ULPS eps32 |f| / h ~ 1.5e-4 |f| and the Richardson-extrapolated truncation O(h^6) ~ 5e-9 f^(7)
+# are the best float32 allows; at FD_STEP float32's quanta (6e-8 |f|) / 7.4e-4 swamped the JVP.
+FD_STEP32 = np.finfo(np.float32).eps ** 0.2
+_FLOAT32_SEEN: list = []  # names of the ops whose FD-JVP ran as a float32 computation (FDJacobianOracle reads it)
 
 
 @contextlib.contextmanager
@@ -390,17 +396,23 @@ def fd_jvp(spec):
         h = np.minimum(FD_STEP * scale, reach / 32.0) * _STEP_SCALE[0]
         biggest = max([int(np.size(out))] + [int(np.size(x)) for x in xs] + [1])
         chunk = max(1, 2_000_000 // (8 * biggest))
+        eps = np.finfo(np.float64).eps  # the forward's precision: float32's once it shows (float32_valued)
         for start in range(0, active.size, chunk):
             idx = active[start : start + chunk]
             k = idx.size
-            d1, f1, d2, f2 = _two_steps(spec, units, xs, params, idx, h, coeffs, out)
+            d1, f1, d2, f2 = _two_steps(spec, units, xs, params, idx, h, coeffs, out, eps)
+            if d1 is None:  # float32 inside: the float32 step and rounding from here on
+                eps = np.finfo(np.float32).eps
+                h = np.minimum(FD_STEP32 * scale, reach / 32.0) * _STEP_SCALE[0]
+                _FLOAT32_SEEN.append(spec.name)
+                d1, f1, d2, f2 = _two_steps(spec, units, xs, params, idx, h, coeffs, out, eps)
             r = (16.0 * d2 - d1) / 15.0
             rng = _NOISE[0]
             if rng is not None:
                 hs = h[idx].reshape((k,) + (1,) * (r.ndim - 1))
                 # the larger of the rounding model and the noise measured on this forward (an
                 # ill-conditioned solve inside the op rounds at kappa eps, not a few ulps)
-                level = np.maximum(NOISE_ULPS * np.finfo(np.float64).eps * np.maximum(f1, f2),
+                level = np.maximum(NOISE_ULPS * eps * np.maximum(f1, f2),
                                    _tol.FD_NOISE_SIGMAS * _measured_noise(spec, xs, params))
                 amp = 3.3 * level / hs
                 r = r + amp * rng.uniform(-1.0, 1.0, r.shape)
@@ -438,20 +450,27 @@ class FDStepError(RuntimeError):
     the whole function, with one-sided slopes), not this one's."""
 
 
-def _two_steps(spec, units, xs, params, idx, h, coeffs, out):
+def _two_steps(spec, units, xs, params, idx, h, coeffs, out, eps=np.finfo(np.float64).eps):
     """The 4-point estimates at h and h/2, with a step that adapts to the local scale of the
     function (``gradspec._private.fdstep``): directions whose second differences do not scale like
-    a smooth function's are retried with smaller steps; ``h`` is updated in place."""
+    a smooth function's are retried with smaller steps; ``h`` is updated in place.  At float64
+    precision (``eps``), a forward whose outputs are all float32 numbers returns (None,) * 4: the
+    caller estimates again with the float32 step and rounding (``FD_STEP32``)."""
     from .._private import fdstep
 
     d1, f1, r1 = _stencil(spec, units, xs, params, idx, h[idx], coeffs, raw=True)
     d2, f2, r2 = _stencil(spec, units, xs, params, idx, h[idx] / 2, coeffs, raw=True)
-    bad = fdstep.bad_directions(r1, r2, out, NOISE_ULPS)
-    _flat_or_stairs(spec, units, xs, params, idx, h, coeffs, (r1, r2))
+    f64 = eps < fdstep.EPS32
+    if f64 and fdstep.float32_valued(r1) and fdstep.float32_valued(r2):
+        return None, None, None, None
+    ulps = NOISE_ULPS * eps / fdstep.EPS  # (bad_directions counts in float64 ulps)
+    bad = fdstep.bad_directions(r1, r2, out, ulps)
+    if f64:  # (at the float32 step a flat stencil is a slope below float32's quantum / h: within the error)
+        _flat_or_stairs(spec, units, xs, params, idx, h, coeffs, (r1, r2))
     sigma = None
     if bad.any():  # noisy rather than kinked? measure the forward's noise (16 evaluations) and look again
         sigma = _measured_noise(spec, xs, params)
-        bad = fdstep.bad_directions(r1, r2, out, NOISE_ULPS, sigma)
+        bad = fdstep.bad_directions(r1, r2, out, ulps, sigma)
     for _ in range(fdstep.SHRINKS):
         if not bad.any():
             return d1, f1, d2, f2
@@ -460,7 +479,7 @@ def _two_steps(spec, units, xs, params, idx, h, coeffs, out):
         e1, g1, q1 = _stencil(spec, units, xs, params, sub, h[sub], coeffs, raw=True)
         e2, g2, q2 = _stencil(spec, units, xs, params, sub, h[sub] / 2, coeffs, raw=True)
         d1[bad], f1[bad], d2[bad], f2[bad] = e1, g1, e2, g2
-        still = fdstep.bad_directions(q1, q2, out, NOISE_ULPS, sigma)
+        still = fdstep.bad_directions(q1, q2, out, ulps, sigma)
         pos = np.flatnonzero(bad)
         bad = np.zeros_like(bad)
         bad[pos[still]] = True

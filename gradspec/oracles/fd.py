@@ -62,6 +62,7 @@ from .._private.fdstep import line_sigma, noise_pattern
 from .._private.kinks import exclusion
 from .._private.prologue import oracle_call
 from ._base import NonDifferentiable, Oracle, OracleError
+from . import _fd_probes as _probes
 from ._fd_reach import check_reach as _check_reach
 from ._fd_reach import watch_plan as _watch_plan
 from ._fd_reach import watched as _watched
@@ -97,6 +98,12 @@ class FDResult:
     error: dict[str, np.ndarray]  # per-element error estimate (truncation + rounding)
     steps: dict[str, np.ndarray]
     evaluations: int
+    # the user op that computes in float32 inside ("" for float64 code): the estimate used a float32 step
+    # and a float32 error bound, and gs.check compares at float32 precision
+    float32_inside: str = ""
+    # the part of ``error`` the shaky test judges (None: all of it): for a float32 estimate the truncation
+    # part -- its rounding part is a bound at float32 precision, not an estimate that can be off
+    judged: dict | None = None
 
 
 def _repeat(v, nb: int) -> np.ndarray:
@@ -635,6 +642,7 @@ class _Pass(NamedTuple):
     line: tuple = ()  # s along the noise line (_staircase)
     lists: tuple | None = None  # (s, S) stencil rows as lists of Python floats (n <= SMALL_N, inline)
     tops: dict | None = None  # watched leaf -> its largest reach, where already known (_leaf_reach_small)
+    f32: str = ""  # a user op whose values over the pass were all float32 numbers (_fd_probes.float32_node)
 
 
 class _RowZero(dict):
@@ -660,6 +668,7 @@ def _inline_pass(case, x64, leaves, flat, h, n, watch, hl=None) -> _Pass:
     X = _stencil(flat, h, n, hl is not None)
     rows = X.shape[0]
     env = case._evaluate(_leaf_batches(case, x64, leaves, X), 1)
+    f32 = _probes.float32_node(case, env) if n else ""
     vmax, bad = _scale([(name, v[0]) for name, v in env.items() if v.dtype.kind == "f" and v.size])
     if bad is not None:
         raise OracleError(f"finite differences: {bad} is not finite at the case's inputs")
@@ -687,7 +696,7 @@ def _inline_pass(case, x64, leaves, flat, h, n, watch, hl=None) -> _Pass:
     sigma = line_sigma(line) if n else 0.0
     return _Pass(center, _floor(vmax, seeds64, abs_seeds), seeds64, s0, S0,
                  s[1:m].reshape(len(FACTORS), n), S[1:m].reshape(len(FACTORS), n), sigma, reach, rows,
-                 tuple(line), small, tops)
+                 tuple(line), small, tops, f32)
 
 
 def _chunked_pass(case, x64, leaves, flat, h, n, watch) -> _Pass:
@@ -704,10 +713,13 @@ def _chunked_pass(case, x64, leaves, flat, h, n, watch) -> _Pass:
     watched = [(name, np.asarray(center[name])) for name in watch if name not in reach]
     watched = [(name, c) for name, c in watched if c.size and c.dtype.kind == "f"]
     evaluations = 1
+    f32 = ""
     for start in range(0, n, chunk):
         stop = min(n, start + chunk)
         batches, nb = _range_points(x64, leaves, start, stop, h)
         env = case._evaluate(batches, 1)
+        if start == 0:
+            f32 = _probes.float32_node(case, env)
         s, S = _s_values(env, case.roots, seeds64, nb)
         evaluations += nb
         s_vals[:, start:stop] = s.reshape(nf, -1)
@@ -722,7 +734,7 @@ def _chunked_pass(case, x64, leaves, flat, h, n, watch) -> _Pass:
         sigma = line_sigma(sn.tolist())
         evaluations += len(noise)
     return _Pass(center, _floor(vmax, seeds64), seeds64, s0, S0, s_vals, S_vals, sigma, reach, evaluations,
-                 tuple(sn.tolist()) if n else ())
+                 tuple(sn.tolist()) if n else (), f32=f32)
 
 
 @oracle_call
@@ -737,14 +749,10 @@ def fd_gradient(case, *, check_reach: bool = True) -> FDResult:
     n = flat.size
     h = STEP * np.maximum(1.0, np.abs(flat))
     plan = _watch_plan(case) if check_reach else []
-    rows = len(FACTORS) * n + 1 + (_tol.FD_NOISE_POINTS if n else 0)
-    inline = rows * max([l.value.size for l in case.leaves]) <= MAX_BATCH_ELEMENTS and (
-        rows <= INLINE_ROWS or rows <= INLINE_ROWS_CHECKED and rows * _largest(case) <= MAX_BATCH_ELEMENTS)
     hl = h.tolist() if n <= SMALL_N else None  # (the steps as Python floats: the small estimate's)
-    if inline:
-        p = _inline_pass(case, x64, leaves, flat, h, n, _watched(plan), hl if hl and math.isfinite(sum(hl)) else None)
-    else:
-        p = _chunked_pass(case, x64, leaves, flat, h, n, _watched(plan))
+    p = _run_pass(case, x64, leaves, flat, h, n, plan, hl)
+    if p.f32:  # a user op computes in float32 inside: estimate it as a float32 computation
+        return _float32_gradient(case, x64, leaves, flat, plan, check_reach, p)
     floor = float(max(p.vfloor, _tol.FD_NOISE_SIGMAS * p.sigma))
     small = None
     if n <= SMALL_N:
@@ -757,94 +765,76 @@ def fd_gradient(case, *, check_reach: bool = True) -> FDResult:
     if check_reach and p.reach:  # a kink within reach explains a coarse estimate better than "varies too fast"
         _check_reach(plan, p.center, p.reach, p.tops)
     if small is not None and not small[3]:
-        _staircase(p, small[0], h, leaves, (case, x64, flat))
+        _probes.staircase(p, small[0], h, leaves, (_evaluator(case, x64, leaves, p.seeds64), flat))
         return _result(leaves, np.array(small[0]), np.array(small[1]), h, p.evaluations)
     if small is not None:
         r, err, trunc = (np.array(a) for a in small[:3])
     else:
         r, err, trunc = _combine_all(p.s, p.s0, p.S, p.S0, h, floor)
     h_final, more = _refine(case, x64, leaves, p, h, floor, (r, err, trunc))
-    _staircase(p, r, h, leaves, (case, x64, flat))  # (h: the steps the noise line was laid out with)
+    _probes.staircase(p, r, h, leaves, (_evaluator(case, x64, leaves, p.seeds64), flat))  # (h: the noise line's steps)
     return _result(leaves, r, err, h_final, p.evaluations + more)
 
 
-def _staircase(p: _Pass, r, h0, leaves, along=None) -> None:
-    """The noise line (FD_NOISE_POINTS points spanning 15 h / FD_NOISE_SPACING, ~2e-8 |x|) measures
-    the forward's noise only where the forward resolves that span.  Code that computes at a lower
-    precision than its dtype (a float64 function through float32 inside) is a staircase there: most
-    neighbouring points give the very same value (its 4th differences, the noise, come out 0) while
-    the step h turns the quantum into an error ~quantum / h far above the estimate's bound.  Float64
-    code never repeats a value where the final slope predicts a change of RESOLUTION_FLOORS rounding
-    floors between neighbouring points (a kink or pole that close was refused before this), so:
-    where half the line's steps repeat a value, FD steps aside, saying why.  A line that crosses the
-    gradient at a right angle (its predicted change too small to tell) is laid again along the gradient
-    (``along`` = (case, x64, flat): what evaluating it takes)."""
-    line = p.line
-    if len(line) < 2 or not len(r):
-        return
-    # The repeats first (15 float comparisons): the common case, no staircase, costs no numpy call.
-    repeats = sum(map(operator.eq, line, line[1:]))
-    if 2 * repeats < len(line) - 1:
-        return
-    # The slope at the first step too: refining into the staircase (every point of a finer stencil
-    # equal, x = 1 of tanh through float32) leaves r = 0 there, a zero that predicts no change.
+def _run_pass(case, x64, leaves, flat, h, n, plan, hl=None) -> _Pass:
+    """The batched evaluation of the stencil at steps ``h``: inline (the centre and the noise line in the
+    same pass) where the batch is small, else in chunks."""
+    rows = len(FACTORS) * n + 1 + (_tol.FD_NOISE_POINTS if n else 0)
+    inline = rows * max([l.value.size for l in case.leaves]) <= MAX_BATCH_ELEMENTS and (
+        rows <= INLINE_ROWS or rows <= INLINE_ROWS_CHECKED and rows * _largest(case) <= MAX_BATCH_ELEMENTS)
+    if inline:
+        return _inline_pass(case, x64, leaves, flat, h, n, _watched(plan), hl if hl and math.isfinite(sum(hl)) else None)
+    return _chunked_pass(case, x64, leaves, flat, h, n, _watched(plan))
+
+
+def _evaluator(case, x64, leaves, seeds64):
+    """s at each row of a (points, n) matrix of inputs (the probes' view of the forward)."""
+    def evaluate(X):
+        return _s_values(case._evaluate(_leaf_batches(case, x64, leaves, X), 1), case.roots, seeds64, len(X))[0]
+    return evaluate
+
+
+def _float32_gradient(case, x64, leaves, flat, plan, check_reach, first: _Pass) -> FDResult:
+    """The gradient of a forward that computes in float32 inside (``first.f32`` names the op whose values
+    over the float64 stencil were all float32 numbers): the same stencil, estimate and reach check at the
+    float32 step ``STEP32 max(1, |x|)``, each value's rounding bounded at float32 precision
+    (``_fd_probes.float32_rounding``: a model and a measurement on random points).  No refinement: a finer
+    step only trades truncation for float32 rounding, which dominates already.  The result says so
+    (``float32_inside``), and ``gs.check`` compares it at float32 precision."""
+    n = flat.size
+    h = _probes.STEP32 * np.maximum(1.0, np.abs(flat))
+    p = _run_pass(case, x64, leaves, flat, h, n, plan)
+    if not _ALL(np.isfinite(p.s), axis=None):
+        _not_finite(int(np.argwhere(~np.isfinite(p.s))[0][1]), h)
+    if check_reach and p.reach:  # the float32 step reaches farther: a kink within it refuses the case
+        _check_reach(plan, p.center, p.reach, p.tops)
+    floor = float(max(p.vfloor, _tol.FD_NOISE_SIGMAS * p.sigma))
+    r, err, trunc = _combine_all(p.s, p.s0, p.S, p.S0, h, floor)
+    offsets = _probes.float32_probe_offsets(h)
+    s_probe = _evaluator(case, x64, leaves, p.seeds64)(flat + offsets)
+    delta = _probes.float32_rounding(p.s0, float(max(p.S0, _MAX(p.S, axis=None))), flat, r, s_probe, offsets)
+    # the rounding part at float32 precision: 2.4 delta / h (1/h from D, 8/6h from the third difference)
+    err = np.maximum(err, trunc + 2.4 * delta / h)
+    # The truncation estimate |h^2 T / 6| holds where h resolves the function; a float32 step is ~800x the
+    # float64 one and can exceed its scale (sin(x) at x = 1000: h = 4.9, the period 6.3).  A second estimate
+    # at h / 4 must agree within the two error bounds, else FD steps aside (no refinement: finer float32 steps
+    # only trade truncation for rounding).
+    q = _run_pass(case, x64, leaves, flat, h / 4, n, [])
+    r4, err4, trunc4 = _combine_all(q.s, q.s0, q.S, q.S0, h / 4, floor)
+    err4 = np.maximum(err4, trunc4 + 2.4 * delta / (h / 4))
     with np.errstate(all="ignore"):
-        r1 = (p.s[0] - p.s[1]) / (2 * h0)
-    r = np.asarray(r)
-    r = np.where(np.abs(r1) > np.abs(r), r1, r)
-    d = noise_pattern(r.size)
-    per_step = abs(float(np.dot(r * h0, d[1] - d[0])))
-    if per_step <= RESOLUTION_FLOORS * p.vfloor and along is not None:
-        # The line may be flat because it crosses the gradient at a right angle (x = [1, 1] of x1^3 + x2^3
-        # runs along (1, -1)): then its repeats prove nothing.  A second line along the signs of the
-        # estimate has slope sum |r_j h_j| / FD_NOISE_SPACING per step (15 more points, on this rare path).
-        along_step = float(np.dot(np.abs(r), h0)) / _tol.FD_NOISE_SPACING
-        case, x64, flat = along
-        if along_step <= RESOLUTION_FLOORS * p.vfloor:  # every point so far gave one value: no slope at all
-            _flat_or_stairs(p, h0, leaves, along, len(line))
-            return
-        u = np.where(r < 0, -1.0, 1.0)
-        X = flat + np.outer(np.arange(len(line)) - (len(line) - 1) / 2, u * h0) / _tol.FD_NOISE_SPACING
-        line = tuple(_s_values(case._evaluate(_leaf_batches(case, x64, leaves, X), 1), case.roots, p.seeds64,
-                               len(X))[0].tolist())
-        repeats = sum(a == b for a, b in zip(line, line[1:]))
-        if 2 * repeats < len(line) - 1:
-            return
-        per_step = along_step
-    if per_step > RESOLUTION_FLOORS * p.vfloor:
+        off = ~(np.abs(r - r4) <= err + err4)
+    if _ANY(off, axis=None):
+        j = int(np.argmax(off))
         raise OracleError(
-            f"finite differences: the forward gave the same value at {repeats + 1} of {len(line)} neighbouring "
-            f"points where its slope predicts a change of {per_step:.2g} from one to the next: it resolves its "
-            f"input more coarsely than {leaves[0].value.dtype} (a computation at lower precision inside, e.g. "
-            "through float32), so no estimate can be vouched for here")
-
-
-def _flat_or_stairs(p: _Pass, h0, leaves, along, points: int) -> None:
-    """The stencil and the noise line all gave one value: the forward is constant here (relu below 0:
-    the estimate 0 is right), or a staircase whose steps are wider than 2 h (tanh through float32 at
-    x = 5: 0.99990922 at every point while its slope is 1.8e-4, so FD said 0).  Four points at
-    FD_NOISE_SPACING x the step (~2.5e-2 |x|, along the noise line's signs and along all +1) tell them
-    apart: a constant is still flat there; a staircase has changed by far more than rounding."""
-    case, x64, flat = along
-    u = np.where(noise_pattern(flat.size)[-1] < 0, -1.0, 1.0)
-    big = _tol.FD_NOISE_SPACING * h0
-    X = np.stack([flat + big * u, flat - big * u, flat + big, flat - big])
-    far = _s_values(case._evaluate(_leaf_batches(case, x64, leaves, X), 1), case.roots, p.seeds64, len(X))[0]
-    # The odd part of the change is the slope's, the even part the curvature's: a smooth function at a
-    # stationary point (flat to float64 over 2 h, a log_softmax of large values) changes there too, evenly.
-    odd, even = np.abs(far[0::2] - far[1::2]) / 2, np.abs((far[0::2] + far[1::2]) / 2 - p.s0)
-    change = float(np.max(np.where(odd > even, odd, 0.0)))
-    if change > RESOLUTION_FLOORS * p.vfloor:  # (a NaN there says nothing either way)
-        raise OracleError(
-            f"finite differences: the forward gave the very same value at all {3 * flat.size + 1 + points} points "
-            f"within {2 * float(np.max(h0)):.2g} of the case's inputs but its odd part changes by {change:.2g} at "
-            f"{float(np.max(big)):.2g}: a staircase (a computation at lower precision inside, e.g. through "
-            "float32) or the edge of a flat region, so its estimate 0 cannot be vouched for here")
-
-
-# _staircase: a repeated value counts only where the slope predicts a change of this many value floors
-# (VALUE_DEPTH rounding) between neighbouring points of the noise line.
-RESOLUTION_FLOORS = 100.0
+            f"finite differences: {_element_name(leaves, j)} computes in float32 inside ({first.f32}) and its "
+            f"estimates at the float32 step {h[j]:.3g} and at a quarter of it differ by {abs(r[j] - r4[j]):.3g}, more "
+            f"than their error bounds ({err[j]:.3g}, {err4[j]:.3g}): the function varies too fast for a float32-sized "
+            "step there, so no estimate can be vouched for")
+    out = _result(leaves, r, err, h, first.evaluations + p.evaluations + q.evaluations + len(offsets))
+    out.float32_inside = first.f32
+    out.judged = _result(leaves, trunc, trunc, h, 0).error
+    return out
 
 
 def _not_finite(j: int, h):

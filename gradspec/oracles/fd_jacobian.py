@@ -18,6 +18,7 @@ import math
 
 import numpy as np
 
+from ..ops import user as _user
 from ..ops.user import FDStepError, fd_rounding_noise, fd_step_scale
 from ._base import Oracle, OracleError
 from .jacobian import JacobianOracle
@@ -57,6 +58,8 @@ def fd_jacobian_error(case, jac_vjp: dict | None = None) -> dict:
 class _FDRes:
     grads: dict
     error: dict
+    float32_inside: str = ""  # an op whose FD-JVP ran as a float32 computation (gs.check compares at float32)
+    judged: dict | None = None  # (the shaky test judges all of ``error``)
 
 
 class FDJacobianOracle(Oracle):
@@ -74,8 +77,9 @@ class FDJacobianOracle(Oracle):
         from .jacobian import jacobian
 
         try:
+            del _user._FLOAT32_SEEN[:]
             g = jacobian(case).vjp
-            return _FDRes(g, fd_jacobian_error(case, g))
+            return _FDRes(g, fd_jacobian_error(case, g), ", ".join(dict.fromkeys(_user._FLOAT32_SEEN)))
         except FDStepError as e:  # no step could be trusted: refuse, with the reason
             raise OracleError(f"jacobian: {e}") from None
 

@@ -1,0 +1,179 @@
+"""What the finite-difference oracle probes before it vouches for an estimate of opaque code: a forward
+that resolves its input more coarsely than float64 (a staircase), and a forward that computes in float32
+inside (``x.float()`` ... cast back), which it then estimates as a float32 computation.
+
+Code that computes at a lower precision than its dtype is a staircase at FD's float64 step: the
+difference quotient over h ~ 6e-6 |x| sees float32's quanta (6e-8 relative), not the slope.  Two answers:
+
+* a user op whose values over the stencil are all float32 numbers (``gradspec._private.fdstep.float32_valued``)
+  is named (``float32_node``): FD re-runs with a step sized for float32 rounding (``STEP32``) and an error
+  bound at float32 precision (``float32_rounding``), and ``gs.check`` compares its gradients at float32
+  precision.  A correct Function through float32 then agrees, and a backward wrong by 1e-3 is found;
+* where no node says so (the float32 part is hidden behind float64 arithmetic), the noise line's repeats
+  and a farther probe (``staircase``, ``flat_or_stairs``) still make FD step aside, with the reason.
+
+Example::
+
+    >>> import numpy as np, gradspec as gs
+    >>> from gradspec.oracles._fd_probes import STEP32
+    >>> round(STEP32, 5)  # cbrt(eps32): the float32 step, relative to max(1, |x|)
+    0.00492
+"""
+
+from __future__ import annotations
+
+import operator
+
+import numpy as np
+
+from .. import tolerances as _tol
+from .._private.fdstep import EPS32, float32_valued, noise_pattern
+from ._base import OracleError
+
+__all__ = ["staircase", "flat_or_stairs", "RESOLUTION_FLOORS", "float32_node", "float32_rounding", "STEP32",
+           "F32_ROUNDING_DEPTH", "F32_PROBE_POINTS", "F32_PROBE_SPREAD", "F32_PROBE_FACTOR", "float32_probe_offsets"]
+
+# staircase: a repeated value counts only where the slope predicts a change of this many value floors
+# (VALUE_DEPTH rounding) between neighbouring points of the noise line.
+RESOLUTION_FLOORS = 100.0
+
+
+def staircase(p, r, h0, leaves, along=None) -> None:
+    """The noise line (FD_NOISE_POINTS points spanning 15 h / FD_NOISE_SPACING, ~2e-8 |x|) measures
+    the forward's noise only where the forward resolves that span.  Code that computes at a lower
+    precision than its dtype (a float64 function through float32 inside) is a staircase there: most
+    neighbouring points give the very same value (its 4th differences, the noise, come out 0) while
+    the step h turns the quantum into an error ~quantum / h far above the estimate's bound.  Float64
+    code never repeats a value where the final slope predicts a change of RESOLUTION_FLOORS rounding
+    floors between neighbouring points (a kink or pole that close was refused before this), so:
+    where half the line's steps repeat a value, FD steps aside, saying why.  A line that crosses the
+    gradient at a right angle (its predicted change too small to tell) is laid again along the gradient
+    (``along`` = (evaluate, flat): s at a matrix of points, and the inputs)."""
+    line = p.line
+    if len(line) < 2 or not len(r):
+        return
+    # The repeats first (15 float comparisons): the common case, no staircase, costs no numpy call.
+    repeats = sum(map(operator.eq, line, line[1:]))
+    if 2 * repeats < len(line) - 1:
+        return
+    # The slope at the first step too: refining into the staircase (every point of a finer stencil
+    # equal, x = 1 of tanh through float32) leaves r = 0 there, a zero that predicts no change.
+    with np.errstate(all="ignore"):
+        r1 = (p.s[0] - p.s[1]) / (2 * h0)
+    r = np.asarray(r)
+    r = np.where(np.abs(r1) > np.abs(r), r1, r)
+    d = noise_pattern(r.size)
+    per_step = abs(float(np.dot(r * h0, d[1] - d[0])))
+    if per_step <= RESOLUTION_FLOORS * p.vfloor and along is not None:
+        # The line may be flat because it crosses the gradient at a right angle (x = [1, 1] of x1^3 + x2^3
+        # runs along (1, -1)): then its repeats prove nothing.  A second line along the signs of the
+        # estimate has slope sum |r_j h_j| / FD_NOISE_SPACING per step (15 more points, on this rare path).
+        along_step = float(np.dot(np.abs(r), h0)) / _tol.FD_NOISE_SPACING
+        evaluate, flat = along
+        if along_step <= RESOLUTION_FLOORS * p.vfloor:  # every point so far gave one value: no slope at all
+            flat_or_stairs(p, h0, along, len(line))
+            return
+        u = np.where(r < 0, -1.0, 1.0)
+        X = flat + np.outer(np.arange(len(line)) - (len(line) - 1) / 2, u * h0) / _tol.FD_NOISE_SPACING
+        line = tuple(evaluate(X).tolist())
+        repeats = sum(a == b for a, b in zip(line, line[1:]))
+        if 2 * repeats < len(line) - 1:
+            return
+        per_step = along_step
+    if per_step > RESOLUTION_FLOORS * p.vfloor:
+        raise OracleError(
+            f"finite differences: the forward gave the same value at {repeats + 1} of {len(line)} neighbouring "
+            f"points where its slope predicts a change of {per_step:.2g} from one to the next: it resolves its "
+            f"input more coarsely than {leaves[0].value.dtype} (a computation at lower precision inside, e.g. "
+            "through float32), so no estimate can be vouched for here")
+
+
+def flat_or_stairs(p, h0, along, points: int) -> None:
+    """The stencil and the noise line all gave one value: the forward is constant here (relu below 0:
+    the estimate 0 is right), or a staircase whose steps are wider than 2 h (tanh through float32 at
+    x = 5: 0.99990922 at every point while its slope is 1.8e-4, so FD said 0).  Four points at
+    FD_NOISE_SPACING x the step (~2.5e-2 |x|, along the noise line's signs and along all +1) tell them
+    apart: a constant is still flat there; a staircase has changed by far more than rounding."""
+    evaluate, flat = along
+    u = np.where(noise_pattern(flat.size)[-1] < 0, -1.0, 1.0)
+    big = _tol.FD_NOISE_SPACING * h0
+    far = evaluate(np.stack([flat + big * u, flat - big * u, flat + big, flat - big]))
+    # The odd part of the change is the slope's, the even part the curvature's: a smooth function at a
+    # stationary point (flat to float64 over 2 h, a log_softmax of large values) changes there too, evenly.
+    odd, even = np.abs(far[0::2] - far[1::2]) / 2, np.abs((far[0::2] + far[1::2]) / 2 - p.s0)
+    change = float(np.max(np.where(odd > even, odd, 0.0)))
+    if change > RESOLUTION_FLOORS * p.vfloor:  # (a NaN there says nothing either way)
+        raise OracleError(
+            f"finite differences: the forward gave the very same value at all {3 * flat.size + 1 + points} points "
+            f"within {2 * float(np.max(h0)):.2g} of the case's inputs but its odd part changes by {change:.2g} at "
+            f"{float(np.max(big)):.2g}: a staircase (a computation at lower precision inside, e.g. through "
+            "float32) or the edge of a flat region, so its estimate 0 cannot be vouched for here")
+
+
+# ---------------------------------------------------------------------------------------------
+# float32 inside: detection and the error bound of the float32 estimate
+# ---------------------------------------------------------------------------------------------
+#
+# The step.  FD's float64 step h = cbrt(eps) max(1, |x|) balances central differences' truncation
+# h^2 |f'''| / 6 against their rounding ~eps |f| / h; a value rounded to float32 carries u32 = eps32 / 2
+# = 2^-24 relative error instead, so the same balance gives STEP32 = cbrt(eps32) = 4.9e-3 (relative to
+# max(1, |x|)): truncation ~4e-6 |f'''|, rounding ~2.4 x 4 eps32 |f| / 4.9e-3 ~ 2e-4 |f| (see below) --
+# the best a float32 forward allows, and still 5x below a backward wrong by 1e-3 of |f|.
+STEP32 = EPS32 ** (1 / 3)
+# The a-priori rounding of one value s = <seed, f(x)> of a forward through float32, in units of eps32:
+# the inputs rounded to float32 move s by <= u32 sum_j |x_j ds/dx_j| (first order), the float32 ops
+# round their results by <= 1-2 ulps each (a correctly rounded tanh, exp, product: u32 |f|; a libm within
+# 1 ulp: 2 u32 |f|), the cast back is exact.  F32_ROUNDING_DEPTH = 4 eps32 = 8 u32 on (S + sum |x_j r_j|)
+# covers an op and its input rounding with a factor 2-4 to spare; float32 reductions of many terms (up to
+# n u32 sum |terms|) are covered by the measured term below.  (The float64 floor VALUE_DEPTH eps vmax is
+# not carried over at eps32: it assumes every intermediate reaches s with gain 1, which would charge
+# tanh(8)'s leaf 8 at float32 precision although tanh is flat there: 2.4 x 16 eps32 x 8 / (STEP32 x 8)
+# ~ 9e-4, as large as the bugs to find.)
+F32_ROUNDING_DEPTH = 4.0
+# The measured rounding: s at F32_PROBE_POINTS random points within F32_PROBE_SPREAD x STEP32 max(1, |x|)
+# (~1e-5 |x|, 80-160 float32 ulps: each point's float32 roundings are independent of the others', which an
+# evenly spaced line does not give -- its spacing can be a near-integer number of ulps, and then every
+# point rounds alike), minus the linear prediction s0 + r . d (its curvature ~|f''| 1e-10 |x|^2 and the
+# estimate's error ~1e-4 |r| x 1e-5 |x| are far below float32's 6e-8 |f|).  What is left is rounding:
+# the max of 16 samples of a symmetric error bounded by a exceeds a / 2 with probability >= 0.99 (uniform:
+# 1 - 2^-16; a sum of two: 1 - (3/4)^16), so F32_PROBE_FACTOR = 2 x that max bounds one value's error.
+# It catches what the model does not: a float32 reduction, a float32 op fed by a large float64
+# intermediate (sin(x + 1000) rounds x + 1000, not x).
+F32_PROBE_POINTS = 16
+F32_PROBE_SPREAD = 1 / 512
+F32_PROBE_FACTOR = 2.0
+
+
+def float32_node(case, env) -> str:
+    """The name of the first user op whose values over FD's batched pass say it computes in float32 inside
+    (``float32_valued``), or "".  FD evaluates every case in float64 (float32 leaves too), so a float32
+    number there comes from a cast inside the op.  Only user ops: gradspec's own ops compute in their
+    inputs' dtype, so on a graph without user ops this is one attribute test per node."""
+    specs = case._node_specs() or [case.spec(node.op) for node in case.nodes]
+    for node, spec in zip(case.nodes, specs):
+        if not spec.user:
+            continue
+        v = env.get(node.name)
+        if v is not None and v.shape[0] > 1 and float32_valued(v):
+            return node.op
+    return ""
+
+
+def float32_probe_offsets(h, seed: int = 0) -> np.ndarray:
+    """(F32_PROBE_POINTS, n) random offsets within F32_PROBE_SPREAD x h (fixed per n: a case always
+    gets the same points)."""
+    rng = np.random.default_rng(h.size + seed)
+    return rng.uniform(-1.0, 1.0, (F32_PROBE_POINTS, h.size)) * (F32_PROBE_SPREAD * h)
+
+
+def float32_rounding(s0: float, Smax: float, flat, r, s_probe, offsets) -> float:
+    """The error bound of one value of s for a forward through float32: the larger of the model
+    (F32_ROUNDING_DEPTH eps32 (S + sum |x_j r_j|)) and the measurement (F32_PROBE_FACTOR x the largest
+    residual of the probe points from the linear prediction s0 + r . d); see the constants above."""
+    with np.errstate(all="ignore"):
+        model = F32_ROUNDING_DEPTH * EPS32 * (Smax + float(np.dot(np.abs(flat), np.abs(r))))
+        resid = np.abs(np.asarray(s_probe) - s0 - offsets @ np.asarray(r))
+        measured = F32_PROBE_FACTOR * float(np.max(resid, initial=0.0))
+    if not np.isfinite(measured):
+        return model
+    return max(model, measured)
