@@ -208,29 +208,37 @@ def check(case: Case, oracles=None) -> Verdict:
     else:
         chosen = [o if isinstance(o, _oracles.Oracle) else _oracles.get(o) for o in oracles]
     if len({l.value.dtype for l in case.leaves}) > 1:
-        refuse_unpromoted(case)
+        why = unpromoted(case)
+        if why:  # not a program torch runs: no oracle is asked (numpy would promote and compute)
+            return Verdict(case, {}, [], [], {}, {}, None, None, [], {}, {o.name: o for o in chosen}, why, "", None)
     with oracle_threads(), _percase.scope(case), _quiet_fp(chosen):
         return _check(case, chosen)
 
 
 def refuse_unpromoted(case: Case) -> None:
-    """Raise ``CaseError`` if torch refuses to run the case's forward because an op that does not promote
-    dtypes (``OpSpec.same_dtype``: mm, matmul, linear, conv1d, einsum) gets inputs of different dtypes
-    (an int64 constant next to a float64 leaf in ``mm``, say). numpy would promote and compute, so
-    finite differences and the jacobian would return gradients and torch's refusal would read as a bug
-    in torch; the program is invalid instead. Only cases with leaves of several dtypes can be refused."""
+    """Raise ``CaseError`` if torch refuses the case's forward (see :func:`unpromoted`): a case file's fault."""
+    why = unpromoted(case)
+    if why:
+        raise CaseError(why)
+
+
+def unpromoted(case: Case) -> str | None:
+    """Why torch refuses to run the case's forward, or None: an op that does not promote dtypes
+    (``OpSpec.same_dtype``: mm, matmul, linear, conv1d, einsum) gets inputs of different dtypes (an int64
+    constant next to a float64 leaf in ``mm``, say). numpy would promote and compute, so finite differences
+    and the jacobian would return gradients and torch's refusal would read as a bug in torch."""
     if not any(case.spec(n.op).same_dtype for n in case.nodes):
-        return
+        return None
     env = {l.name: _engine.Tensor(l.value) for l in case.leaves}
     with _engine.no_grad():
         for n in case.nodes:
             try:
                 env[n.name] = _engine.apply(case.spec(n.op), [env[i] for i in n.inputs], n.params)
             except _engine.DtypeMismatchError as e:
-                raise CaseError(f"node {n.name!r} = {n.op}({', '.join(n.inputs)}): torch refuses this case's "
-                                f"forward: {e}") from None
+                return f"node {n.name!r} = {n.op}({', '.join(n.inputs)}): torch refuses this case's forward: {e}"
             except Exception:  # noqa: BLE001 - any other failure is the oracles' to report, case by case
-                return
+                return None
+    return None
 
 
 def _quiet_fp(chosen):

@@ -579,6 +579,8 @@ def apply(spec, inputs: Sequence[Any], params: dict) -> Tensor:
             ) from e
         raise
     data = np.asarray(data)
+    if spec.user and data.dtype.kind == "f":
+        data = _keep_float_dtype(spec, arrays, data)
     if data.base is not None or not data.flags.writeable:
         # Views of inputs would let later in-place accumulation or user edits alias an input.
         data = data.copy()
@@ -597,6 +599,22 @@ def apply(spec, inputs: Sequence[Any], params: dict) -> Tensor:
 
 
 _set_applier(apply)  # calling an OpSpec on tensors (spec layer) runs it here
+
+
+def _keep_float_dtype(spec, arrays: list, data: np.ndarray) -> np.ndarray:
+    """A user op's numpy forward whose output changes the one float dtype of its inputs (numpy promotes
+    float32 to float64 through a float64 constant or an integer array; a float32 computation inside returns
+    float32) is cast back to that dtype, as every torch op and its torch twin keep it: else the next op meets
+    inputs of two dtypes (``mm`` refuses them, elementwise ops compute in float64 what torch computes in
+    float32).  Recorded on the spec (``_gs_forward_dtype``) for verify_op's note."""
+    floats = {a.dtype for a in arrays if a.dtype.kind == "f"}
+    if len(floats) != 1:
+        return data
+    (want,) = floats
+    if data.dtype == want:
+        return data
+    spec._gs_forward_dtype = (str(want), str(data.dtype))
+    return data.astype(want)
 
 
 class DtypeMismatchError(RuntimeError):

@@ -221,3 +221,25 @@ def test_fd_jvp_finds_jvp_free_bug_via_jacobian_with_fd_tolerance():
     assert not r.ok and r.discrepancies[0].oracles == ("reference", "jacobian")
     assert "finite-difference JVP" in r.discrepancies[0].message
     assert any("declares no jvp" in n for n in r.notes)
+
+
+def _halve_via_float64(x):
+    return x / (np.ones(x.shape, dtype=np.int64) + 1.0)  # an int array + 1.0: float64, whatever x's dtype
+
+
+halve_promoting = gs.Op("halve_promoting", forward=_halve_via_float64, vjp=lambda g, x, out: (g / 2,))
+
+
+def test_a_user_forward_that_promotes_float32_keeps_its_inputs_dtype_in_the_engine():
+    """A new user's simplex projection returned float64 for float32 input (numpy promotion through an
+    int array); the next mm met float64 and float32 and verify_op died with an internal CaseError.  The
+    engine casts the output back (torch ops keep their input's dtype) and verify_op says so."""
+    x = gs.tensor(np.ones((2, 2), np.float32), requires_grad=True)
+    y = halve_promoting(x)
+    assert y.dtype == np.float32
+    (y @ gs.tensor(np.ones((2, 2), np.float32))).sum().backward()  # mm of two float32 tensors: no refusal
+    assert x.grad.dtype == np.float32
+    np.testing.assert_array_equal(x.grad.numpy(), np.full((2, 2), 1.0, np.float32))
+    r = gs.verify_op(halve_promoting, max_examples=40, seed=3)
+    assert r.status == "agree", r
+    assert any("returned float64 for float32 inputs" in n for n in r.notes), r.notes

@@ -384,6 +384,11 @@ def verify_op(op, *, max_examples: int | None = None, seconds: float | None = No
         result.note(why)
     _num.run_within_budget(runner, strategy,
                            _num.with_deadline(evaluate, result, seconds, f"op {spec.name!r}", run_replay), seconds)
+    changed = getattr(spec, "_gs_forward_dtype", None)
+    if changed:
+        result.note(f"op {spec.name!r}'s forward returned {changed[1]} for {changed[0]} inputs (numpy promotes through a "
+                    f"float64 constant or an integer array); gradspec's engine cast it back to {changed[0]}, as torch "
+                    "ops keep their input's dtype: cast your forward's result to its input's dtype to make it so")
     result_sink.emit(result)
     return result
 
