@@ -13,8 +13,9 @@ The table is the layout documented in the README ("Layout"), lowest layer first:
  4    oracles       gradspec.oracles.* (reference, FD, jacobian, FD-jacobian, torch, engine oracle),
                     _private.prologue
  5    comparison    check (one case through oracles: a Verdict), guard (check with timeouts),
-                    diagnose (the cause of a finding; its private parts _diagnose_*), explain (J, the seed and J^T·seed spelled out), outcome (the verdict rules: what is a
-                    discrepancy, what is excused, why inconclusive)
+                    diagnose (the cause of a finding; its private parts _diagnose_*), explain (J, the seed
+                    and J^T·seed spelled out), outcome (the verdict rules: what is a discrepancy, what is
+                    excused, why inconclusive)
  6    strategies    strategies (Hypothesis strategies for cases)
  7    search        result (Result, VerifyDiscrepancy), search (the Hypothesis round driver),
                     semantics (backward() rules as checks)

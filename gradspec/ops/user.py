@@ -450,7 +450,10 @@ class FDStepError(RuntimeError):
     the whole function, with one-sided slopes), not this one's."""
 
 
-def _two_steps(spec, units, xs, params, idx, h, coeffs, out, eps=np.finfo(np.float64).eps):
+_EPS64 = float(np.finfo(np.float64).eps)
+
+
+def _two_steps(spec, units, xs, params, idx, h, coeffs, out, eps=_EPS64):
     """The 4-point estimates at h and h/2, with a step that adapts to the local scale of the
     function (``gradspec._private.fdstep``): directions whose second differences do not scale like
     a smooth function's are retried with smaller steps; ``h`` is updated in place.  At float64

@@ -52,7 +52,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import operator
 from typing import NamedTuple
 
 import numpy as np
@@ -61,8 +60,8 @@ from .. import tolerances as _tol
 from .._private.fdstep import line_sigma, noise_pattern
 from .._private.kinks import exclusion
 from .._private.prologue import oracle_call
-from ._base import NonDifferentiable, Oracle, OracleError
 from . import _fd_probes as _probes
+from ._base import NonDifferentiable, Oracle, OracleError
 from ._fd_reach import check_reach as _check_reach
 from ._fd_reach import watch_plan as _watch_plan
 from ._fd_reach import watched as _watched
