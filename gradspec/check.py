@@ -407,7 +407,7 @@ def _check(case: Case, chosen: list) -> Verdict:
             comparisons[:] = []  # no witness: the verdict is inconclusive with this reason, never "agree"
     if not unjudged and comparisons and all(l.value.size == 0 for l in leaves):
         # Shapes and dtypes were compared (an engine returning None or a wrong shape is found), values were not
-        notes.append("every leaf that requires grad has 0 elements (" + ", ".join(
+        notes.append(_outcome.EMPTY_LEAVES + " (" + ", ".join(
             f"{l.name} {tuple(l.value.shape)}" for l in leaves[:4]) + "): the oracles were compared on the gradients' "
             "shapes and dtypes only; there are no values to compare")
     verdict = Verdict(case, results, comparisons, discrepancies, skipped, errors, jac, fd_errs.get("finite-differences"),

@@ -32,7 +32,7 @@ from ._private.fdstep import float32_valued as _float32_valued
 from .oracles._fd_probes import STEP32 as _STEP32
 
 __all__ = ["AGREE", "DISAGREE", "INCONCLUSIVE", "exit_code", "forward_error", "user_gated_leaves", "settle_errors", "has_user_ops",
-           "torch_no_grad_as_none", "twin_mismatches", "is_torch", "TWIN_ULPS"]
+           "torch_no_grad_as_none", "twin_mismatches", "is_torch", "TWIN_ULPS", "EMPTY_LEAVES", "run_notes"]
 
 AGREE, DISAGREE, INCONCLUSIVE = "agree", "disagree", "inconclusive"
 EXIT = {AGREE: 0, DISAGREE: 1, INCONCLUSIVE: 3}
@@ -325,6 +325,9 @@ def _mismatch(n, args, mine, theirs, eps):
     )
 
 
+EMPTY_LEAVES = "every leaf that requires grad has 0 elements"  # the start of check's note on such a case
+
+
 def run_notes(notes: list, verdict) -> None:
     """Carry a case's notes into a run's notes, one per op and kind (the first case's evidence)."""
     for n in getattr(verdict, "notes", ()):
@@ -332,6 +335,9 @@ def run_notes(notes: list, verdict) -> None:
             key = f"twin-mismatch on op {n.op!r}:"
             text = (f"{key} its torch twin is another function on some cases, where torch's gradient did not count "
                     f"(finite differences and the jacobian judged the op there); first: {n.evidence}")
+        elif str(n).startswith(EMPTY_LEAVES):  # one run note, however many such cases (their leaves differ)
+            key = "on some cases every leaf that requires grad has 0 elements:"
+            text = f"{key} there only the gradients' shapes and dtypes were compared (first: {str(n)[len(EMPTY_LEAVES):]})"
         else:
             text = str(n)
             key = text

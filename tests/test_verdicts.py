@@ -461,3 +461,13 @@ def test_a_case_whose_leaves_are_all_empty_says_only_shapes_were_compared():
     v = gs.check(empty)
     assert v.status == "agree" and any("no values to compare" in n for n in v.notes), v.notes
     assert not any("no values" in n for n in gs.check(_sin_case("sin")).notes)
+
+
+def test_a_runs_note_on_cases_with_empty_leaves_is_one_line():
+    from gradspec.outcome import run_notes
+
+    notes: list = []
+    for shape in [(0, 3), (2, 0), (0,)]:
+        c = gs.Case.build({"x": np.ones(shape)}, [("y", "sin", ["x"], {})], ["y"], [np.ones(shape)])
+        run_notes(notes, gs.check(c, oracles=["reference", "finite-differences"]))
+    assert len(notes) == 1 and notes[0].startswith("on some cases every leaf") and "(0, 3)" in notes[0], notes
