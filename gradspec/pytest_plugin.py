@@ -105,6 +105,27 @@ def gradspec_check(request):
     return check
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    # The ci profile's seed of a verify_* call without seed= comes from this key, not from the node id:
+    # the node id is relative to pytest's rootdir, which moves with the command line and the cwd.
+    from ._private.seeds import ENV_TEST_KEY, stable_test_key
+
+    before = os.environ.get(ENV_TEST_KEY)
+    try:
+        modpath = item.getmodpath() if hasattr(item, "getmodpath") else item.name
+        os.environ[ENV_TEST_KEY] = stable_test_key(item.path, modpath)
+    except Exception:  # an item without a file: the node id (PYTEST_CURRENT_TEST) decides
+        os.environ.pop(ENV_TEST_KEY, None)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(ENV_TEST_KEY, None)
+        else:
+            os.environ[ENV_TEST_KEY] = before
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection(session):
     # In an xdist worker of `gradspec fuzz --workers K`: the campaign's chunks come from the

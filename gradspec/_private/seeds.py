@@ -5,8 +5,12 @@ test itself, so a CI run draws the same examples every time.  ``gs.verify_*`` /
 ``gs.assert_*`` run their own search with their own seed; without ``seed=`` it used to come
 from the system's entropy even under ``ci``, so each CI run checked other cases (and one run
 could pass a bug the next one finds).  :func:`resolve_seed` follows Hypothesis: under a
-derandomized profile the seed is a hash of the running pytest test's id (``PYTEST_CURRENT_TEST``),
-or :data:`FIXED_SEED` outside a test; otherwise it is random.  The result's ``seed`` and its
+derandomized profile the seed is a hash of the running pytest test's key, or :data:`FIXED_SEED`
+outside a test; otherwise it is random.  The key is :func:`stable_test_key`: the test's module named by its
+package (not its path relative to pytest's rootdir, which changes with the command line — an existing
+directory given as ``--gradspec-report-dir DIR`` takes part in pytest's rootdir computation — and with the
+cwd), set by the plugin in ``GRADSPEC_TEST_KEY`` around each test; the node id in
+``PYTEST_CURRENT_TEST`` only where the plugin is not loaded.  The result's ``seed`` and its
 replay line name the seed either way.
 
 Example::
@@ -16,6 +20,8 @@ Example::
     7
     >>> seed_for_test("tests/test_x.py::test_a") == seed_for_test("tests/test_x.py::test_a")
     True
+    >>> stable_test_key("/nowhere/test_x.py", "TestA.test_b[1-2]")
+    'test_x::TestA.test_b[1-2]'
 """
 
 from __future__ import annotations
@@ -24,9 +30,28 @@ import hashlib
 import os
 import random
 
-__all__ = ["resolve_seed", "seed_for_test", "current_test", "derandomized", "FIXED_SEED"]
+__all__ = ["resolve_seed", "seed_for_test", "current_test", "derandomized", "stable_test_key", "FIXED_SEED",
+           "ENV_TEST_KEY"]
 
 FIXED_SEED = 0  # a derandomized run outside any pytest test
+ENV_TEST_KEY = "GRADSPEC_TEST_KEY"  # set by the pytest plugin around each test (see stable_test_key)
+
+
+def stable_test_key(path, modpath: str) -> str:
+    """A rootdir- and cwd-independent key of a test: its module's dotted name, found as Python's
+    ``prepend`` import finds it (the enclosing directories that are packages), ``::``, and the
+    test's path inside its module (``Class.test[params]``)."""
+    path = os.path.abspath(os.fspath(path))
+    parts = [os.path.splitext(os.path.basename(path))[0]]
+    d = os.path.dirname(path)
+    while os.path.isfile(os.path.join(d, "__init__.py")) and os.path.dirname(d) != d:
+        parts.append(os.path.basename(d))
+        d = os.path.dirname(d)
+    return ".".join(reversed(parts)) + "::" + modpath
+
+
+def _seed_key() -> str | None:
+    return os.environ.get(ENV_TEST_KEY) or current_test()
 
 
 def current_test() -> str | None:
@@ -58,7 +83,7 @@ def resolve_seed(seed) -> int:
     """``seed`` checked; for None a fixed seed under a derandomized profile, else a random one."""
     if seed is None:
         if derandomized():
-            test = current_test()
+            test = _seed_key()
             return FIXED_SEED if test is None else seed_for_test(test)
         return random.SystemRandom().randrange(2**31)
     import numpy as np
