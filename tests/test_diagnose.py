@@ -588,3 +588,13 @@ def test_a_wrong_backward_for_one_output_of_several_names_that_output():
     assert "output 1 of 2" in d.cause.summary and "output 0 is right" in d.cause.summary, d.cause.summary
     assert d.cause.pattern == "sign", d.cause  # +sin where -sin belongs, on a seed of output 1 alone
     assert gs.verify_torch_function(C.SinCos.apply, max_examples=20, seed=0).ok
+
+
+@pytest.mark.parametrize("rel,float32", [(1.5e-9, False), (2e-10, False), (3e-8, True), (4e-7, True)], ids=str)
+def test_a_tiny_relative_error_is_named_float32_only_at_float32s_size(rel, float32):
+    """A new user's fixed-point solve, off by 1.5e-9 (its stopping tolerance), was told 'the size of float32's
+    rounding: a float32 computation inside': float32 leaves ~eps32/2 = 6e-8 relative, not 1e-9."""
+    from gradspec._private.vjp_patterns import _tiny_relative
+
+    text = _tiny_relative(rel)
+    assert ("float32" in text) == float32 and (("iterative" in text) != float32), text

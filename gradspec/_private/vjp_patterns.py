@@ -43,6 +43,21 @@ _RATIONAL_RTOL = 1e-7
 _HYP_RTOL = 1e-5
 # A relative error at most this (4 float32 ulps) in float64 code is float32 rounding, not a factor.
 _FLOAT32_ROUNDING = 4 * float(np.finfo(np.float32).eps)
+# ... and at least this (1/16 of a float32 ulp): a float32 result carries ~7 digits, so a float32 computation
+# inside leaves at least ~eps32/2 relative on most elements; 1.5e-9 is a solver's stopping tolerance (an implicit
+# derivative of an iterative forward), not float32 (a new user's fixed-point solve was told "float32 inside").
+_FLOAT32_LOW = float(np.finfo(np.float32).eps) / 16
+
+
+def _tiny_relative(rel: float) -> str:
+    """Words for a relative error too small for a formula error: float32 rounding, or the accuracy of
+    an iterative / ill-conditioned computation (below float32's ulps)."""
+    if rel >= _FLOAT32_LOW:
+        return (f"a relative {rel:.2g}, the size of float32's rounding: a float32 computation inside (e.g. "
+                ".float()), not a factor in the formula")
+    return (f"a relative {rel:.2g}, far below a formula error: the accuracy of an iterative or ill-conditioned "
+            "computation (a solver's stopping tolerance, an implicit derivative of an iterated forward); if your "
+            "code is iterative, declare its accuracy (rtol=...)")
 
 
 def classify(mini, node, spec, leaves, u: dict, t: dict, J, g) -> tuple[str, float | None, str]:
@@ -92,8 +107,7 @@ def classify(mini, node, spec, leaves, u: dict, t: dict, J, g) -> tuple[str, flo
         if small and abs(c - 1) <= _FLOAT32_ROUNDING:
             # A relative error the size of float32's rounding is what a float32 computation inside float64 code
             # leaves (a .float() in a backward), not a factor in a formula.
-            return "other", None, (f"it is off by a relative {abs(c - 1):.2g}, the size of float32's rounding: a "
-                                   "float32 computation inside (e.g. .float()), not a factor in the formula")
+            return "other", None, f"it is off by {_tiny_relative(abs(c - 1))}"
         if small and np.count_nonzero(tt) < 2:
             # At one input point a factor in the formula and precision lost computing the derivative there
             # (cancellation) look the same; several points tell them apart.
@@ -113,8 +127,7 @@ def classify(mini, node, spec, leaves, u: dict, t: dict, J, g) -> tuple[str, flo
     bad = np.abs(err) > EXPLAINED * np.max(np.abs(err))
     rel = float(np.max(np.abs(err) / np.maximum(np.abs(tt), np.finfo(np.float64).tiny)))
     if rel <= _FLOAT32_ROUNDING:
-        return "other", None, (f"it differs from J^T·g by at most {rel:.2g} relative, the size of float32's rounding: a "
-                               "float32 computation inside (e.g. .float()), not a formula error")
+        return "other", None, f"it differs from J^T·g by at most {_tiny_relative(rel)}"
     return "other", None, f"it differs from J^T·g on {int(bad.sum())} of {uu.size} elements, with no simple pattern"
 
 
