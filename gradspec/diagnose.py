@@ -17,7 +17,10 @@ taken from the first slice or averaged instead of summed), ``permuted`` (the rig
 wrong places, e.g. ``g`` broadcast without the unsqueeze, or split at the wrong index), else
 ``other``; a pattern must also hold on fresh upstream gradients at the same inputs (a shrunk case
 of one element fits any factor).  Gradients of the wrong shape are named from the arrays the code
-returned before any shape check.
+returned before any shape check, and so is a None returned for an input that needs a gradient.  A torch
+Function's backward that modifies what forward saved (``ctx.saved_tensors``, tensors or numbers on ``ctx``)
+is found by calling it at the node's inputs and comparing them before and after, then calling it again: it
+is named as such, whether its first answer is wrong or only the next one (torch may refuse that one).
 
 :func:`attach` is called by ``check()`` on every disagreement (registered below, so the
 comparison layer does not import this one); it sets ``Discrepancy.cause``.  Its private parts: ``_diagnose_engine`` (whole-graph
