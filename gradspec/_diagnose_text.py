@@ -54,6 +54,9 @@ def _twin_label(spec, twin) -> str:
 def _whose(spec, suspect: str) -> str:
     if _is_engine(str(suspect)):
         return f"the engine's backward for {spec.name!r}"
+    if _is_torch_function(spec) and getattr(spec, "fn_has_backward", True) is False:
+        # a plain function (or module) on torch tensors: torch's autograd computes its gradient
+        return f"the gradient torch's autograd computes through {spec.name[6:]}"
     if spec.user and getattr(spec, "torch_name", None) and spec.name.startswith("torch_"):
         return f"your backward ({spec.name[6:]}.backward)"
     if spec.user:
@@ -82,3 +85,19 @@ def _evidence(mini, leaves, u, t, g, suspect, twin="J^T·g from the twin (JVP ru
     for l in leaves:
         parts.append(f"{l.name}: {suspect} {_fmt(u[l.name])} vs {twin} {_fmt(t[l.name])}")
     return "; ".join(parts)
+
+
+def _cut_from_graph(mini, node, spec, u: dict, t: dict) -> str | None:
+    """The summary for a plain torch function (no backward of its own) that gives no gradient (None) for
+    inputs where J^T·g is not zero: its output is cut from them in torch's autograd graph."""
+    if not _is_torch_function(spec) or getattr(spec, "fn_has_backward", True) is not False:
+        return None
+    cut = [l.name for l in mini.grad_leaves() if u.get(l.name) is None and t.get(l.name) is not None
+           and np.any(np.asarray(t[l.name]) != 0)]
+    if not cut:
+        return None
+    want = "; ".join(f"{n}: {_fmt(t[n])}" for n in cut)
+    return (f"{_where(node, spec)}: no gradient flows through {spec.name[6:]} to {', '.join(cut)} — torch's autograd "
+            f"gives None, so its output is cut from that input (a .detach(), .item(), .numpy(), torch.no_grad() or "
+            f"a new tensor built from values inside?), but J^T·g there is {want}; keep the computation in torch "
+            "operations on the input tensors")

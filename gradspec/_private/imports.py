@@ -28,7 +28,7 @@ import os
 import sys
 
 __all__ = ["ImportSpecError", "ImportNotAllowed", "import_object", "load_from_case", "allowing", "allowed_modules",
-           "importable_path", "module_of", "cwd_importable"]
+           "importable_path", "module_of", "cwd_importable", "not_an_op"]
 
 
 class ImportSpecError(ValueError):
@@ -155,3 +155,24 @@ def importable_path(obj) -> str | None:
         if found is None:
             return None
     return f"{mod_name}:{qual}" if found is obj else None
+
+
+def not_an_op(path: str, obj) -> str:
+    """Why ``obj``, loaded from ``path`` for ``--ops``, is not a gradspec op, and what to use instead
+    (a torch Function is checked with ``gs.verify_torch_function``, not by the op-table campaign)."""
+    takes = ("--ops takes table op names (add,exp,...) and gs.Op(...) objects as module:attr "
+             "(see `gradspec ops`)")
+    owner = getattr(obj, "__self__", None)  # Cls.apply is a method bound to the Function class
+    fn_cls = owner if isinstance(owner, type) else obj
+    try:
+        import torch
+
+        is_fn = isinstance(fn_cls, type) and issubclass(fn_cls, torch.autograd.Function)
+    except ImportError:  # pragma: no cover - torch is a dependency
+        is_fn = False
+    if is_fn:
+        return (f"{path} is a torch.autograd.Function, not a gradspec op: check its backward with "
+                f"gs.verify_torch_function({fn_cls.__name__}.apply) in Python; {takes}")
+    what = "a function" if callable(obj) and not isinstance(obj, type) else f"a {type(obj).__name__}"
+    return (f"{path} is {what}, not a gradspec op: wrap numpy code in gs.Op(name, forward=..., vjp=...), "
+            f"or check a function on torch tensors with gs.verify_torch_function; {takes}")

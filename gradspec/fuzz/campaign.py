@@ -43,8 +43,9 @@ def resolve(cfg: Config) -> tuple[list, list[str], Any]:
     from .. import engines as _engines
     from .. import oracles as _oracles
     from .. import strategies
-    from .._private.imports import ImportSpecError, import_object
+    from .._private.imports import ImportSpecError, import_object, not_an_op
     from ..spec import registry as _registry
+    from ..spec.opspec import OpSpec
 
     engine_obj = None
     if cfg.engine in BUILTIN_ENGINES:
@@ -108,9 +109,9 @@ def resolve(cfg: Config) -> tuple[list, list[str], Any]:
                     spec = import_object(o)
                 except ImportSpecError as e:
                     raise ValueError(f"--ops: {e}") from None
-                o = getattr(spec, "name", None)
-                if o is None:
-                    raise ValueError(f"--ops: {o!r} is not a gradspec op (gs.Op(...))")
+                if not isinstance(spec, OpSpec):
+                    raise ValueError(f"--ops: {not_an_op(o, spec)}")
+                o = spec.name
             names.append(o)
         for o in names:  # a name that is no op at all: say so, with the closest ones (not "engine does not support")
             try:

@@ -18,6 +18,7 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import traceback
 
@@ -382,8 +383,14 @@ def verify_op(op, *, max_examples: int | None = None, seconds: float | None = No
 
         strategy, why = fn_shapes.op_example_cases(spec, example_inputs, broadcast, _wrap)
         result.note(why)
-    _num.run_within_budget(runner, strategy,
-                           _num.with_deadline(evaluate, result, seconds, f"op {spec.name!r}", run_replay), seconds)
+    with _forward_errors(spec) as errors:
+        _num.run_within_budget(runner, strategy,
+                               _num.with_deadline(evaluate, result, seconds, f"op {spec.name!r}", run_replay), seconds)
+    if not result.cases_run and errors:
+        # The strategies drop every input the forward raises on, so no case ran: name the user's exception
+        # (Hypothesis' "make your filters less strict" is about those filters, not the user's code).
+        result.unran.append(f"the forward of op {spec.name!r} raised {errors[0]} on every input tried ({errors[1]} calls)")
+        result.notes[:] = [n for n in result.notes if "Unsatisfiable" not in n]
     changed = getattr(spec, "_gs_forward_dtype", None)
     if changed:
         result.note(f"op {spec.name!r}'s forward returned {changed[1]} for {changed[0]} inputs (numpy promotes through a "
@@ -391,6 +398,32 @@ def verify_op(op, *, max_examples: int | None = None, seconds: float | None = No
                     "ops keep their input's dtype: cast your forward's result to its input's dtype to make it so")
     result_sink.emit(result)
     return result
+
+
+@contextlib.contextmanager
+def _forward_errors(spec: OpSpec):
+    """``[first exception of spec's forward as 'Type: message', number of calls that raised]`` while the
+    block runs (the forward is wrapped, and restored after)."""
+    errors: list = []
+    if not spec.user:
+        yield errors
+        return
+    orig = spec.forward
+
+    def recording(*args, **kw):
+        try:
+            return orig(*args, **kw)
+        except Exception as e:
+            if not errors:
+                errors[:] = [f"{type(e).__name__}: {e}", 0]
+            errors[1] += 1
+            raise
+
+    spec.forward = recording
+    try:
+        yield errors
+    finally:
+        spec.forward = orig
 
 
 def _budget_text(max_examples, seconds) -> str:

@@ -149,6 +149,7 @@ def _torch_wrap(fn, name: str, layout: CallLayout, signature, shape_fn, domain, 
     spec.defining_module = None  # type: ignore[attr-defined]  (replayed through import_path, see _resolve)
     owner = getattr(fn, "__self__", None)
     spec.import_path = importable_path(owner if isinstance(owner, type) else fn)
+    spec.fn_has_backward = isinstance(owner, type) and issubclass(owner, torch.autograd.Function)  # (diagnose's words)
     spec.forward_errors = forward.errors  # type: ignore[attr-defined]
 
     def output_blocks(*arrays, **kw):  # where each output sits in the flat one (diagnose names the wrong one)
