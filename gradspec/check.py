@@ -388,6 +388,7 @@ def _check(case: Case, chosen: list) -> Verdict:
     if directional is not None and results:
         _compare_directional(case, directional, results, kinds, dtype, comparisons, discrepancies, skipped, claim)
     _discount_mismatched_twins(case, dtype, kinds, comparisons, discrepancies, errors, excused, notes)
+    _discount_other_precision(case, dtype, kinds, comparisons, discrepancies, skipped, notes)
     judged = {k: (f32[k].judged if k in f32 and f32[k].judged is not None else v) for k, v in fd_errs.items()}
     _discount_shaky_estimates(kinds, judged, comparisons, discrepancies, notes)
     unjudged = _discount_numerical_kinks(case, kinds, comparisons, discrepancies)
@@ -492,6 +493,30 @@ def _discount_mismatched_twins(case, dtype, kinds, comparisons, discrepancies, e
     discrepancies[:] = [d for d in discrepancies if not set(d.oracles) & torch_names]
     for name in torch_names & set(errors):
         excused[name] = f"its twin is another function on this case ({causes[0].evidence})"
+
+
+def _discount_other_precision(case, dtype, kinds, comparisons, discrepancies, skipped, notes) -> None:
+    """A float32 case on which an estimate disagreed (finite differences, the jacobian's finite-difference
+    JVPs: both evaluate the graph in float64): where a user op's float32 forward computes another function
+    than its float64 one (``outcome.precision_mismatches``), they witness other code than the float32
+    code judged -- their pairs do not count and each is skipped with the reason (never a discrepancy)."""
+    if dtype != "float32" or not discrepancies:
+        return
+    est = {n for n, o in kinds.items() if o.kind == "fd" or n == "jacobian"}
+    if not any(set(d.oracles) & est for d in discrepancies if d.kind != "raised"):
+        return
+    at = _outcome.precision_mismatches(case)
+    if not at:
+        return
+    ops = ", ".join(dict.fromkeys(repr(op) for op, _ in at))
+    why = (f"not a witness on this case: it evaluates the graph in float64, and the float32 forward of {ops} "
+           "computes another function than its float64 forward here (beyond float32 rounding)")
+    notes.append("float32 forward vs float64 forward at the same inputs: " + "; ".join(e for _, e in at[:3])
+                 + (" ..." if len(at) > 3 else ""))
+    comparisons[:] = [c for c in comparisons if not set(c.oracles) & est]
+    discrepancies[:] = [d for d in discrepancies if d.kind == "raised" or not set(d.oracles) & est]
+    for name in sorted(est & set(kinds)):
+        skipped[name] = why
 
 
 def _discount_shaky_estimates(kinds, fd_errs, comparisons, discrepancies, notes) -> None:

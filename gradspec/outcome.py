@@ -32,7 +32,8 @@ from ._private.fdstep import float32_valued as _float32_valued
 from .oracles._fd_probes import STEP32 as _STEP32
 
 __all__ = ["AGREE", "DISAGREE", "INCONCLUSIVE", "exit_code", "forward_error", "user_gated_leaves", "settle_errors", "has_user_ops",
-           "torch_no_grad_as_none", "twin_mismatches", "is_torch", "TWIN_ULPS", "EMPTY_LEAVES", "run_notes"]
+           "torch_no_grad_as_none", "twin_mismatches", "precision_mismatches", "is_torch", "TWIN_ULPS", "EMPTY_LEAVES",
+           "run_notes"]
 
 AGREE, DISAGREE, INCONCLUSIVE = "agree", "disagree", "inconclusive"
 EXIT = {AGREE: 0, DISAGREE: 1, INCONCLUSIVE: 3}
@@ -284,6 +285,52 @@ def twin_mismatches(case, dtype: str) -> list:
         cause = _mismatch(n, args, mine, theirs, eps)
         if cause is not None:
             out.append(cause)
+    return out
+
+
+def precision_mismatches(case) -> list[tuple[str, str]]:
+    """In a float32 case: each user-op node whose forward on the case's float32 inputs computes another
+    function than its forward on the same values in float64 (beyond ``tolerances.FORWARD32_RTOL`` of the
+    output's largest value), as ``(op, "node[index] = op(...): v in float32, w in float64 ...")``.  Finite differences
+    and the jacobian's finite-difference JVPs evaluate the graph in float64, so at such a node they
+    witness the float64 code, not the float32 code whose gradient is judged (an ill-conditioned solve,
+    a float32-only branch of the forward)."""
+    from . import tolerances as _tol
+
+    nodes = [n for n in case.nodes if _is_user_op(case.spec(n.op))]
+    if not nodes:
+        return []
+    try:
+        env = case.evaluate()
+    except Exception:  # noqa: BLE001 - no forward, no comparison of forwards
+        return []
+    out = []
+    for n in nodes:
+        args = [np.asarray(env[i]) for i in n.inputs]
+        if not any(a.dtype == np.float32 for a in args):
+            continue
+        wide = [a.astype(np.float64) if a.dtype == np.float32 else a for a in args]
+        try:
+            with np.errstate(all="ignore"):
+                ref = np.asarray(case.spec(n.op).forward(*wide, **n.params), dtype=np.float64)
+        except Exception as e:  # noqa: BLE001 - raises in float64 only: FD cannot evaluate it either
+            out.append((n.op, f"{n.name} = {n.op}({', '.join(n.inputs)}): its float64 forward raised {type(e).__name__}"))
+            continue
+        mine = np.asarray(env[n.name], dtype=np.float64)
+        if ref.shape != mine.shape:
+            out.append((n.op, f"{n.name} = {n.op}({', '.join(n.inputs)}): shape {mine.shape} in float32, {ref.shape} in float64"))
+            continue
+        with np.errstate(all="ignore"):
+            same = (np.isnan(mine) & np.isnan(ref)) | (mine == ref)
+            diff = np.where(same, 0.0, np.abs(mine - ref))
+            fin = np.isfinite(ref) & np.isfinite(mine)
+            top = float(np.max(np.maximum(np.abs(ref), np.abs(mine)), where=fin, initial=0.0))
+            bad = ~(diff <= _tol.FORWARD32_RTOL * np.maximum(top, np.abs(ref)) + _tol.TINY32)
+        if bad.any():
+            idx = tuple(int(i) for i in np.argwhere(bad)[0])
+            at = ", ".join(map(str, idx))
+            out.append((n.op, f"{n.name}[{at}] = {n.op}({', '.join(n.inputs)}): {float(mine[idx])!r} in float32, "
+                               f"{float(ref[idx])!r} in float64 (the output's largest value {top:.3g})"))
     return out
 
 

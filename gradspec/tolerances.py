@@ -33,7 +33,7 @@ import numpy as np
 
 __all__ = ["Tolerance", "TOLERANCES", "lookup", "EXACT_RTOL", "NOISE_ULPS", "NOISE_FACTOR", "NOISE_SATURATED", "NOISE_MORE_RUNS", "FD_NOISE_POINTS",
            "FD_NOISE_SPACING", "FD_NOISE_SIGMAS", "TINY32", "underflow_floor", "FD_FINER_STEPS", "KINK_PERSISTS", "KINK_ROUNDING", "FD_SHAKY",
-           "claimed_allowance", "accuracy_claim", "describe_claim", "OPAQUE_RTOL", "opaque_claim"]
+           "claimed_allowance", "accuracy_claim", "describe_claim", "OPAQUE_RTOL", "opaque_claim", "FORWARD32_RTOL"]
 
 EPS64 = float(np.finfo(np.float64).eps)
 EPS32 = float(np.finfo(np.float32).eps)
@@ -201,6 +201,18 @@ def accuracy_claim(meta) -> tuple[float, float] | None:
 # leaves no digit to compare.  gs.check applies it only to a case with user ops, to pairs in which a
 # side runs their rules (as a claim), and only after a comparison failed without it.
 OPAQUE_RTOL = float(np.sqrt(EPS64))
+
+
+# A float32 case runs the user's code in float32 while finite differences (and the jacobian's finite-difference
+# JVPs) evaluate it in float64: they witness the derivative of the float64 code.  Where a user op's float32
+# forward differs from its float64 forward at the same input values by more than the float32 comparison's
+# own tolerance (EXACT_RTOL["float32"], norm-wise over the op's output), the two are different functions at
+# the resolution compared -- a float32-only branch of the forward, or conditioning that float32 cannot carry
+# (a solve of condition 1e6 is off by ~0.1 in float32) -- and those witnesses do not count on that case
+# (gradspec.outcome.precision_mismatches).  A correct float32 forward is within a few ulps (x the
+# conditioning of its own formula) of its float64 one: 512 ulps of the output's largest value leaves
+# headroom; erring low only costs the case its finite-difference witnesses, never a false report.
+FORWARD32_RTOL = EXACT_RTOL["float32"]
 
 
 class _OpaqueClaim(tuple):

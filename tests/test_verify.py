@@ -219,7 +219,8 @@ def test_domain_names_are_accepted():
 
 
 def test_verify_torch_function_says_float32_was_not_checked(tmp_path):
-    """fn runs on float64 only (float32 inputs are cast): a backward 1% wrong only in float32 passed without a word."""
+    """dtypes=('float64',): fn runs on float64 only (float32 inputs are cast): a backward 1% wrong only in float32
+    passes, and the result says so (the default also runs float32 cases and finds it: tests/test_fn_float32.py)."""
     import torch
 
     class WrongInFloat32(torch.autograd.Function):
@@ -234,12 +235,15 @@ def test_verify_torch_function_says_float32_was_not_checked(tmp_path):
             return 2 * x * g * (1.01 if x.dtype == torch.float32 else 1.0)
 
     r = gs.verify_torch_function(WrongInFloat32.apply, example_inputs=(torch.ones(3, dtype=torch.float32),),
-                                 max_examples=5, seed=0)
+                                 max_examples=5, seed=0, dtypes=("float64",))
     text = r.summary()
-    assert "float32 was not checked: fn runs on float64 inputs" in text
+    assert r.status == "agree" and "float32 was not checked (dtypes=('float64',)): fn runs on float64 inputs" in text
     assert "your example_inputs are float32: they ran as float64" in text
     page = open(r.write_html(str(tmp_path)), encoding="utf-8").read()
     assert "float32 was not checked" in page
+    r = gs.verify_torch_function(WrongInFloat32.apply, example_inputs=(torch.ones(3, dtype=torch.float32),),
+                                 max_examples=20, seed=0)
+    assert r.status == "disagree" and "in float32 only" in r.discrepancies[0].message, r.summary()
 
 
 def test_verify_op_rejects_non_ops():

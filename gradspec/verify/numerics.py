@@ -24,7 +24,7 @@ import math
 
 from .._private.skips import word_cut
 
-__all__ = ["accuracy", "claim_text", "tag", "count_nondifferentiable", "torch_kinks", "with_deadline", "CASE_TIMEOUT",
+__all__ = ["accuracy", "claim_text", "DEFAULT_DTYPES", "dtypes_of", "dtypes_text", "tag", "count_nondifferentiable", "torch_kinks", "with_deadline", "CASE_TIMEOUT",
            "run_within_budget"]
 
 
@@ -42,6 +42,37 @@ def accuracy(rtol, atol, where: str) -> dict | None:
                              f"{name}=1e-6), got {v!r}")
         out[name] = float(v)
     return out if out["rtol"] or out["atol"] else None
+
+
+# The precisions verify_torch_function runs fn in when not told (see dtypes_of).
+DEFAULT_DTYPES = ("float64", "float32")
+
+
+def dtypes_of(dtypes, where: str) -> tuple:
+    """``dtypes=`` as a tuple of names (``"float64"``, ``"float32"``; torch or numpy dtypes accepted), in
+    the order given, or DEFAULT_DTYPES for None; a clear error for anything else."""
+    if dtypes is None:
+        return DEFAULT_DTYPES
+    items = [dtypes] if isinstance(dtypes, str) or not isinstance(dtypes, (tuple, list, set, frozenset)) else dtypes
+    out = []
+    for d in items:
+        name = str(d).replace("torch.", "")
+        if name not in ("float64", "float32"):
+            name = {"double": "float64", "float": "float32", "<class 'numpy.float64'>": "float64",
+                    "<class 'numpy.float32'>": "float32"}.get(name, name)
+        if name not in ("float64", "float32"):
+            raise ValueError(f"{where}: dtypes must name float64 and/or float32 (e.g. dtypes=('float64', 'float32') "
+                             f"or dtypes=('float64',)), got {d!r}")
+        if name not in out:
+            out.append(name)
+    if not out:
+        raise ValueError(f"{where}: dtypes is empty; pass dtypes=('float64',), ('float32',) or both")
+    return tuple(out)
+
+
+def dtypes_text(dtypes: tuple) -> str:
+    """``", dtypes=(...)"`` for a replay line ("" for the default)."""
+    return "" if tuple(dtypes) == DEFAULT_DTYPES else f", dtypes={tuple(dtypes)!r}"
 
 
 def claim_text(claim: dict | None) -> str:

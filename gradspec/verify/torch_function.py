@@ -20,6 +20,7 @@ import traceback
 import numpy as np
 
 from .. import domains as _domains
+from .. import tolerances as _tol
 from .._private import result_sink
 from .._private import torchfn_record as _rec
 from .._private.imports import importable_path
@@ -90,13 +91,17 @@ def _torch_arity(fn, params: dict) -> int | None:
     return n or None
 
 
-def _torch_wrap(fn, name: str, layout: CallLayout, signature, shape_fn, domain, params, kink_distance=None):
+def _torch_wrap(fn, name: str, layout: CallLayout, signature, shape_fn, domain, params, kink_distance=None,
+                keep32: bool = True):
     """``fn`` as a user op: numpy in, numpy out; its VJP is fn's own backward.  ``layout`` places
-    the tensors and the non-tensor arguments; a tuple of outputs is one flat output (torch_call)."""
+    the tensors and the non-tensor arguments; a tuple of outputs is one flat output (torch_call).
+    ``keep32``: float32 inputs run fn's float32 code (else, dtypes=('float64',), everything is float64,
+    the generator's float32 draws included)."""
     import torch
 
     def run(arrays, kw, grad: bool):
-        xs = [torch.from_numpy(np.array(a, dtype=np.float64)) for a in arrays]
+        # each input keeps its dtype (float32 cases run fn's float32 code); anything else as float64
+        xs = [torch.from_numpy(np.array(a, dtype=_run_dtype(a, keep32))) for a in arrays]
         if grad:
             xs = [x.requires_grad_(True) for x in xs]
         with torch.enable_grad() if grad else torch.no_grad():
@@ -110,31 +115,32 @@ def _torch_wrap(fn, name: str, layout: CallLayout, signature, shape_fn, domain, 
             if not forward.errors:
                 forward.errors.append(f"fn's forward raised {type(e).__name__}: {e}")
             raise
-        return flat(outs, multi).detach().cpu().numpy().astype(np.float64)
+        y = flat(outs, multi).detach().cpu()
+        return y.to(torch.float64).numpy().astype(_out_dtype(arrays, keep32), copy=False)
 
     forward.errors = []
 
     def vjp(g, *rest, **kw):
         arrays = rest[:-1]
         xs, outs, multi = run(arrays, kw, True)
-        gt = torch.from_numpy(np.array(g, dtype=np.float64))
+        gt = torch.from_numpy(np.array(g, dtype=_run_dtype(g, keep32)))
         g0 = gt.clone()
         if multi:
             # each output its own block of the seed; an all-zero block: that output is not used
-            pairs = [(o, gt[a:b].reshape(shape)) for o, (a, b, shape) in zip(outs, blocks(outs), strict=True)]
+            pairs = [(o, gt[a:b].reshape(shape).to(o.dtype)) for o, (a, b, shape) in zip(outs, blocks(outs), strict=True)]
             pairs = [(o, gi) for o, gi in pairs if o.requires_grad and bool(torch.any(gi != 0))]
         else:
-            pairs = [(outs[0], gt)] if outs[0].requires_grad else []
+            pairs = [(outs[0], gt.to(outs[0].dtype))] if outs[0].requires_grad else []
         if not pairs:
             if not any(o.requires_grad for o in outs):
                 raise RuntimeError("fn's output does not require grad: is the op differentiable?")
             return tuple(np.zeros(np.shape(a)) for a in arrays)
         saved = [x.detach().clone() for x in xs]
         grads = torch.autograd.grad([o for o, _ in pairs], xs, [gi for _, gi in pairs], allow_unused=True)
-        if not torch.equal(gt, g0):
+        if not _unchanged(gt, g0):
             raise ValueError("read-only: fn's backward modified its grad_output in place")
         for i, (x, s0) in enumerate(zip(xs, saved, strict=True)):
-            if not torch.equal(x.detach(), s0):
+            if not _unchanged(x.detach(), s0):
                 raise ValueError(f"read-only: fn's backward modified input {i} in place")
         return tuple(None if gi is None else gi.detach().numpy().copy() for gi in grads)
 
@@ -158,6 +164,14 @@ def _torch_wrap(fn, name: str, layout: CallLayout, signature, shape_fn, domain, 
 
     spec.output_blocks = output_blocks  # type: ignore[attr-defined]
     return spec
+
+
+def _unchanged(now, before) -> bool:
+    """``now`` holds what ``before`` held: NaN where it was NaN (torch.equal says NaN != NaN, and an
+    upstream gradient of NaN -- atan2 fed atan2(0, 1) = 0 twice -- read as written in place)."""
+    import torch
+
+    return now.shape == before.shape and bool(torch.all((now == before) | (torch.isnan(now) & torch.isnan(before))))
 
 
 def _twice_check(case: Case, spec: OpSpec, target: str, replay: str) -> list:
@@ -209,9 +223,12 @@ def _not_doubled(g1, g2) -> tuple | None:
     """
     finite = np.isfinite(g1)
     scale = float(np.max(np.abs(g1[finite]), initial=0.0))
+    # the second backward adds the same path terms again, in another order where a leaf is reached twice:
+    # rounding of the gradient's dtype (float32 cases: EXACT_RTOL 6.1e-5, float64: 9.1e-13), never O(1)
+    rtol = _tol.EXACT_RTOL["float32" if g1.dtype == np.float32 else "float64"]
     with np.errstate(all="ignore"):
-        err = np.abs(g2 - 2 * g1)
-    bad = finite & ~(err <= 1e-12 * max(scale, 1e-300) * 2)
+        err = np.abs(g2.astype(np.float64) - 2 * g1.astype(np.float64))
+    bad = finite & ~(err <= rtol * max(scale, 1e-300) * 2)
     return tuple(int(i) for i in np.argwhere(bad)[0]) if np.any(bad) else None
 
 
@@ -234,7 +251,7 @@ def verify_torch_function(fn, *, arity: int | None = None, signature: str | None
                           params: dict | None = None, max_examples: int | None = None, seconds: float | None = None,
                           seed: int | None = None, companions=COMPANIONS, example_inputs=None, args: dict | None = None,
                           broadcast: str = "auto", rtol: float | None = None, atol: float | None = None,
-                          kink_distance=None) -> Result:
+                          kink_distance=None, dtypes=None) -> Result:
     """Verify the backward of torch code ``fn`` (typically ``MyFunction.apply``) in float64.
 
     Its gradients are compared with finite differences of its own forward, the jacobian oracle
@@ -260,6 +277,7 @@ def verify_torch_function(fn, *, arity: int | None = None, signature: str | None
     """
     _check_budget(max_examples, seconds)
     claim = _num.accuracy(rtol, atol, "verify_torch_function")
+    dtypes = _num.dtypes_of(dtypes, "verify_torch_function")
     if kink_distance is not None and not callable(kink_distance):
         raise TypeError("verify_torch_function: kink_distance must be callable (*inputs, **params) -> float "
                         f"(the distance from the inputs to the nearest kink), got {type(kink_distance).__name__}")
@@ -268,7 +286,7 @@ def verify_torch_function(fn, *, arity: int | None = None, signature: str | None
     domain = _domains.coerce(domain, "verify_torch_function")  # a name ('positive') or a clear error
     if _is_module(fn):  # parameters and inputs as leaves (gs.verify_module)
         return verify_module(fn, example_inputs=example_inputs, max_examples=max_examples, seconds=seconds,
-                             seed=seed, domain=domain, broadcast=broadcast)
+                             seed=seed, domain=domain, broadcast=broadcast, dtypes=dtypes)
     params = dict(params or {})
     layout = _layout(fn, arity, signature, params, example_inputs, args)
     _check_signature_arity(fn, signature, layout)
@@ -286,13 +304,13 @@ def verify_torch_function(fn, *, arity: int | None = None, signature: str | None
     elif rule is not None and layout.positional:
         rule = _positional_rule(rule, layout)
     spec = _torch_wrap(fn, name, layout, sig, rule, domain, {**params, **layout.strategies()},
-                       _num.torch_kinks(kink_distance))
+                       _num.torch_kinks(kink_distance), keep32="float32" in dtypes)
     how = _call_record(layout, plan.model is not None, sig, rule, domain)
     if plan.model is not None:
         spec._gs_out_blocks = out_blocks  # type: ignore[attr-defined]
     s = _resolve_seed(seed)
     label = label_of(fn)
-    budget = _budget_text(max_examples, seconds) + _num.claim_text(claim)
+    budget = _budget_text(max_examples, seconds) + _num.claim_text(claim) + _num.dtypes_text(dtypes)
     extra = [f"arity={layout.arity}"]
     if signature is not None:
         extra.append(f"signature={signature!r}")
@@ -317,7 +335,7 @@ def verify_torch_function(fn, *, arity: int | None = None, signature: str | None
     result.note("fn's backward is checked call by call (torch.autograd.grad of one call, inside gradspec's engine) "
                 "and inside whole torch graphs (the torch-cpu oracle); the jacobian oracle uses a finite-difference "
                 "JVP of fn's forward (compared with a finite-difference tolerance)")
-    result.note(_float32_note(example_inputs))
+    result.note(_float32_note(example_inputs, dtypes))
     for text in (plan.why, "fn returns several outputs: they are checked as one flat output (each output its own "
                  "block of the seed; a zero block: that output unused)" if plan.multi else ""):
         if text:
@@ -346,14 +364,12 @@ def verify_torch_function(fn, *, arity: int | None = None, signature: str | None
         return _check_op_case(case, spec, names, target, case_replay, result,
                               extra=lambda c: _twice_check(c, spec, target, case_replay))
 
-    runner = _Runner(result, max_examples, seconds)
+    runner = _Runner(result, max_examples, seconds, explain=_explain_kept)
     if plan.model is not None:
         strategy = fn_shapes.model_cases(spec, plan.model, layout, plan.multi, _wrap)
     else:
-        # float64 leaves only: fn's own backward runs in float64 call by call, and a float32 twin graph
-        # differs from it by float32 rounding the comparison cannot bound inside fn (a false alarm).
-        # Cast after the draw, so the draws (exact zeros, ties...) stay those of the generic mix.
-        strategy = _op_cases(spec, companions, {}).map(_as_float64)
+        strategy = _op_cases(spec, companions, {})
+    strategy = _in_dtypes(strategy, dtypes)
     _num.run_within_budget(runner, strategy, _num.with_deadline(evaluate, result, seconds, target, run_replay), seconds)
     if not result.cases_run and spec.forward_errors:
         _no_case(result, f"{spec.forward_errors[0]} (on every input tried)")
@@ -365,49 +381,94 @@ def verify_torch_function(fn, *, arity: int | None = None, signature: str | None
 
 
 def verify_module(module, *, example_inputs=None, max_examples: int | None = None, seconds: float | None = None,
-                  seed: int | None = None, domain=None, broadcast: str = "auto", **kw) -> Result:
+                  seed: int | None = None, domain=None, broadcast: str = "auto", dtypes=None, **kw) -> Result:
     """Verify a ``torch.nn.Module``'s gradients w.r.t. its trainable parameters and its float inputs
     (:mod:`gradspec.verify.torch_module`).  ``example_inputs``: the arguments of one real forward call
-    (non-tensor ones passed again as given); other keywords go to ``verify_torch_function``."""
+    (non-tensor ones passed again as given); ``dtypes`` as in ``verify_torch_function`` (float32 cases
+    run a float32 copy of the module); other keywords go to ``verify_torch_function``."""
     from . import torch_module
 
     fn, example, labels = torch_module.module_function(module, example_inputs)
     with result_sink.suppressed():  # emitted below, once it is labelled as a module
         r = verify_torch_function(fn, example_inputs=example, max_examples=max_examples, seconds=seconds, seed=seed,
-                                  domain=domain, broadcast=broadcast, **kw)
+                                  domain=domain, broadcast=broadcast, dtypes=dtypes, **kw)
     torch_module.finish(r, labels)
     result_sink.emit(r)
     return r
 
 
-def _float32_note(example_inputs) -> str:
-    """Say that float32 was not checked: a backward wrong only in float32 passes a float64 run."""
+def _float32_note(example_inputs, dtypes: tuple = ("float64",)) -> str:
+    """What ran in which precision (and what did not): a backward wrong only in float32 passes a
+    float64-only run, and a float32 case's finite differences run fn's float64 code."""
     import torch
 
     if isinstance(example_inputs, torch.Tensor):
         example_inputs = (example_inputs,)
     low = sorted({str(a.dtype).replace("torch.", "") for a in (example_inputs or ())
-                  if isinstance(a, torch.Tensor) and a.is_floating_point() and a.dtype != torch.float64})
-    text = ("float32 was not checked: fn runs on float64 inputs (every input, drawn or from example_inputs, is cast "
-            "to float64, where gradspec can bound the rounding of fn's forward and backward); a backward that is "
-            "wrong only in float32 (a float32-only branch, a cast, a float32 accumulation) passes this run")
+                  if isinstance(a, torch.Tensor) and a.is_floating_point() and a.dtype != torch.float64
+                  and not (a.dtype == torch.float32 and "float32" in dtypes)})
+    if "float32" not in dtypes:
+        text = ("float32 was not checked (dtypes=('float64',)): fn runs on float64 inputs (every input, drawn or from "
+                "example_inputs, is cast to float64, where gradspec can bound the rounding of fn's forward and "
+                "backward); a backward that is wrong only in float32 (a float32-only branch, a cast, a float32 "
+                "accumulation) passes this run")
+    else:
+        both = "float64" in dtypes
+        text = (("cases are split between float64 and float32" if both else "every case is float32")
+                + ": in a float32 case fn's forward and backward run on float32 tensors (its float32 code, called by "
+                "gradspec's engine and inside torch graphs) and are compared at float32 precision; the finite "
+                "differences and the jacobian oracle's finite-difference JVPs evaluate fn in float64 (its float64 "
+                "code at the same float32 input values), so they witness the true derivative of fn's float64 "
+                "forward -- where fn's float32 forward computes another function than its float64 one (beyond "
+                "float32 rounding), that case is not judged")
+        if not both:
+            text += "; float64 was not checked (dtypes=('float32',))"
     if low:
-        text += f"; your example_inputs are {', '.join(low)}: they ran as float64"
+        text += f"; your example_inputs are {', '.join(low)}: they ran as float64" + (
+            " and float32" if "float32" in dtypes else "")
     return text
 
 
-def _as_float64(case: Case) -> Case:
-    if not any(l.value.dtype == np.float32 for l in case.leaves):
+def _run_dtype(a, keep32: bool = True):
+    """The dtype fn runs an input in: float32 stays float32 (a float32 case), anything else float64."""
+    return np.float32 if keep32 and np.asarray(a).dtype == np.float32 else np.float64
+
+
+def _out_dtype(arrays, keep32: bool = True):
+    """fn's output as the engine holds it: float32 where every input is float32, else float64."""
+    return np.float32 if keep32 and arrays and all(np.asarray(a).dtype == np.float32 for a in arrays) else np.float64
+
+
+def _as_dtype(case: Case, dtype: str) -> Case:
+    """``case`` with every float leaf and seed in ``dtype`` (float32 and mixed draws too: fn runs in one
+    precision per case, so a float32 case runs fn's float32 code throughout)."""
+    want = np.dtype(dtype)
+    other = np.dtype(np.float32 if want == np.float64 else np.float64)
+    if not any(l.value.dtype == other for l in case.leaves) and not any(
+            sd is not None and np.asarray(sd).dtype == other for sd in case.seeds):
+        case.meta["dtype"] = dtype
         return case
-    leaves = [Leaf(l.name, l.value.astype(np.float64) if l.value.dtype == np.float32 else l.value, l.requires_grad)
+    leaves = [Leaf(l.name, l.value.astype(want) if l.value.dtype == other else l.value, l.requires_grad)
               for l in case.leaves]
-    seeds = [None if sd is None else np.asarray(sd, dtype=np.float64) if np.asarray(sd).dtype == np.float32 else sd
+    seeds = [None if sd is None else np.asarray(sd, dtype=want) if np.asarray(sd).dtype == other else sd
              for sd in case.seeds]
     out = Case(leaves, [NodeDef(n.name, n.op, list(n.inputs), dict(n.params)) for n in case.nodes], list(case.roots),
-               seeds, engine=case.engine, user_ops=dict(case.user_ops), meta=dict(case.meta))
+               seeds, engine=case.engine, user_ops=dict(case.user_ops), meta={**case.meta, "dtype": dtype})
     out.canonicalize()
     out.validate()
     return out
+
+
+def _in_dtypes(strategy, dtypes: tuple):
+    """Each case in one of ``dtypes`` (a draw of its own, shrinking towards the first), the budget split
+    between them, not multiplied.  Cast after the draw, so the draws (exact zeros, ties...) stay those
+    of the generic mix; one precision per case (a float32 case runs fn's float32 code throughout,
+    and the torch twin graph is the same float32 graph, so both round alike)."""
+    if len(dtypes) == 1:
+        return strategy.map(lambda c: _as_dtype(c, dtypes[0]))
+    from hypothesis import strategies as st
+
+    return st.tuples(strategy, st.sampled_from(dtypes)).map(lambda t: _as_dtype(t[0], t[1]))
 
 
 def _is_module(fn) -> bool:
@@ -601,3 +662,60 @@ def _resolve(name: str, obj, node, meta):
 
 
 _registry.register_resolver(_resolve)
+
+
+# A float32-only wrong backward: the same case cast to float64 agrees.
+FLOAT32_ONLY = ("in float32 only: the same case cast to float64 agrees (fn's float32 code computes another gradient "
+                "than its float64 code)")
+
+
+def _float32_only(case, oracles: dict) -> bool:
+    """A float32 case of a torch Function whose same values cast to float64 agree (the same oracles)."""
+    if not any(l.value.dtype == np.float32 for l in case.leaves):
+        return False
+    if not any(getattr(case.spec(n.op), "twin_is_self", False) for n in case.nodes):
+        return False
+    from ..check import check
+
+    try:
+        return check(_as_dtype(case, "float64"), oracles=list(oracles.values())).status == "agree"
+    except Exception:  # noqa: BLE001 - a float64 twin case that cannot run says nothing either way
+        return False
+
+
+def _say_float32_only(found) -> None:
+    import dataclasses
+
+    for d in found:
+        if FLOAT32_ONLY not in d.message:
+            d.message += f" [{FLOAT32_ONLY}]"
+        if d.cause is not None and FLOAT32_ONLY not in d.cause.summary:
+            d.cause = dataclasses.replace(d.cause, summary=f"{d.cause.summary}; {FLOAT32_ONLY}")
+
+
+def _explain_float32_only(verdict, oracles) -> None:
+    """``check()``'s explainer (after the diagnosis): a float32 case of a torch Function that disagrees
+    on values is checked again cast to float64; where that agrees, each value finding and its cause say
+    the backward is wrong in float32 only (``gradspec replay`` of a saved case says it too).  Skipped
+    where the diagnosis left causes unset (a search shrinking: ``_explain_kept`` does it once, on the
+    finding kept)."""
+    found = [d for d in verdict.discrepancies if d.kind in ("value", "nan-inf-pattern")]
+    if found and all(d.cause is not None for d in found) and _float32_only(verdict.case, oracles):
+        _say_float32_only(found)
+
+
+def _explain_kept(d) -> None:
+    """The search's hook on a kept finding (its cause is set by then)."""
+    v = getattr(d, "verdict", None)
+    if d.kind in ("value", "nan-inf-pattern") and d.case is not None and v is not None and FLOAT32_ONLY not in d.message:
+        if _float32_only(d.case, getattr(v, "oracles", None) or {}):
+            _say_float32_only([d])
+
+
+def _register_explainer() -> None:
+    from ..check import register_explainer
+
+    register_explainer(_explain_float32_only)
+
+
+_register_explainer()

@@ -4,8 +4,8 @@
 
 A user's module (a two-layer net, a layer with a custom ``autograd.Function`` inside, a module whose
 forward detaches something it should not) is run as a function of *all* its trainable parameters
-and its float inputs, ``torch.func.functional_call(module, params, inputs)``, on a float64 copy (the
-user's module is not touched).  That function goes through ``gs.verify_torch_function`` with the
+and its float inputs, ``torch.func.functional_call(module, params, inputs)``, on a float64 copy, and on a
+float32 copy for float32 cases (the user's module is not touched).  That function goes through ``gs.verify_torch_function`` with the
 parameters and ``example_inputs`` as one real call: the parameters keep their shapes (the module's
 structure), the input dims not tied to a parameter (batch, sequence...) vary, seeds are random
 (not only ``out.backward(torch.ones_like(out))``), and each parameter and input sometimes does not
@@ -44,6 +44,9 @@ def module_function(module, example_inputs):
     if isinstance(example_inputs, torch.Tensor) or not isinstance(example_inputs, (tuple, list)):
         example_inputs = (example_inputs,)
     mod = copy.deepcopy(module).to(torch.float64)
+    # a float32 case (verify_torch_function's dtypes=) runs a float32 copy: its buffers (running statistics)
+    # in the case's dtype too, as when the user trains in float32
+    mods = {torch.float64: mod, torch.float32: copy.deepcopy(module).to(torch.float32)}
     names = [n for n, p in mod.named_parameters() if p.requires_grad]
     params = [p.detach().clone() for n, p in mod.named_parameters() if p.requires_grad]
     k = len(params)
@@ -54,7 +57,8 @@ def module_function(module, example_inputs):
         if [tuple(a.shape) for a in args[:k]] != shapes:
             # the module's structure fixes its parameters' shapes: only the inputs' free dims vary
             raise ValueError("parameter shapes differ from the module's")
-        return torch.func.functional_call(mod, dict(zip(names, args[:k])), tuple(args[k:]))
+        m = mods.get(args[0].dtype, mod) if args else mod
+        return torch.func.functional_call(m, dict(zip(names, args[:k])), tuple(args[k:]))
 
     fn.__qualname__ = type(module).__name__
     inputs = [x.detach().to(torch.float64) if isinstance(x, torch.Tensor) and x.is_floating_point() else x
