@@ -14,7 +14,8 @@ alternating between versions so both see the same machine.
   the caches first.  Also the same bare loop in a process of its own (numpy and Hypothesis only, see
   ``worker_bare``), and the ratio against it: the stricter yardstick.
 * **split**: the CPU time of a campaign spent drawing cases (inside the strategy), checking them
-  (``gs.check`` and its guard) and the rest (Hypothesis' engine, bookkeeping, reports).
+  (``gs.check`` and its guard) and the rest (Hypothesis' engine, bookkeeping, reports); within them,
+  the graph build per group, each oracle's own call and its ``applies``, and the in-flight file.
 * **distribution**: of the cases ``gradspec fuzz`` really checks (a ``--sample``-case campaign; how
   many of them are distinct: Hypothesis re-runs choice sequences whose tail it had to fill with the
   simplest choices, i.e. the same case again), and of ``gradspec.strategies.cases()`` sampled: ops per
@@ -169,12 +170,52 @@ def worker_split(n: int, seed: int) -> dict:
     for mod in list(sys.modules.values()):  # every module that imported check() by name
         if mod is not None and getattr(mod, "check", None) is orig_check and mod.__name__.startswith("gradspec"):
             mod.check = timed_check
+    detail = _time_parts()
     _warm_ops()
     _fuzz(20, seed + 1000)
     acc.update(draw=0.0, check=0.0)
+    detail.clear()
     s, cpu = _fuzz(n, seed)
     return {"cpu": cpu, "draw": acc["draw"], "check": acc["check"], "other": cpu - acc["draw"] - acc["check"],
-            "cases": s["cases"]}
+            "cases": s["cases"], "detail": dict(detail)}
+
+
+def _time_parts() -> dict:
+    """CPU seconds of the pieces inside draw / check / other (filled as the campaign runs): the graph
+    build of a group, each oracle's own call (``applies`` apart), the in-flight file.  Found by name and
+    skipped where a version lacks them.  The oracles are the registry's objects (``guard`` copies them
+    with their instance attributes, so the wrappers set here are the ones its timed copies call)."""
+    parts: dict = {}
+
+    def wrap(obj, attr, label):
+        orig = getattr(obj, attr, None)
+        if not callable(orig):
+            return
+
+        def timed(*a, **k):
+            t0 = time.process_time()
+            try:
+                return orig(*a, **k)
+            finally:
+                parts[label] = parts.get(label, 0.0) + time.process_time() - t0
+
+        setattr(obj, attr, timed)
+
+    graph = sys.modules.get("gradspec.strategies._graph") or importlib.import_module("gradspec.strategies._graph")
+    if hasattr(graph, "_Builder"):
+        wrap(graph._Builder, "build", "draw: graph build (per group)")
+    from gradspec import oracles
+
+    for o in oracles.all_oracles():  # the method gs.check calls on each kind of oracle (one, not nested ones)
+        wrap(o, "result" if o.kind == "fd" else "jacobian" if o.name == "jacobian" else "vjp", f"check: {o.name}")
+        wrap(o, "applies", f"check: {o.name} applies()")
+    try:
+        inflight = importlib.import_module("gradspec.fuzz.inflight")
+        for meth in ("group", "start", "end"):
+            wrap(inflight.Inflight, meth, "other: in-flight file")
+    except ImportError:
+        pass
+    return parts
 
 
 def _dist_metrics(cases) -> dict:
@@ -402,6 +443,10 @@ def _print(res):
     row("CPU ms per case: draw", lambda r: f"{1e3 * r['split']['draw'] / r['split']['cases']:.2f}")
     row("CPU ms per case: check", lambda r: f"{1e3 * r['split']['check'] / r['split']['cases']:.2f}")
     row("CPU ms per case: other", lambda r: f"{1e3 * r['split']['other'] / r['split']['cases']:.2f}")
+    labels = sorted({k for v in vs for k in res[v]["split"].get("detail", {})})
+    for k in labels:
+        row(f"CPU ms per case, within: {k}", lambda r, k=k: "-" if k not in r["split"].get("detail", {})
+            else f"{1e3 * r['split']['detail'][k] / r['split']['cases']:.3f}")
     row("fuzz: distinct cases among those checked", lambda r: f"{r['fuzzdist']['unique']} of {r['fuzzdist']['cases']}")
     row("**distinct cases / CPU s** (rate x distinct share)",
         lambda r: f"**{r['summary']['fuzz_per_cpu_s'] * r['fuzzdist']['unique'] / max(1, r['fuzzdist']['cases']):.0f}**")

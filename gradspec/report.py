@@ -107,8 +107,8 @@ _TEMPLATES: dict = {}
 def _template(source: str):
     """The compiled template of ``source``, once per process: compiling the run index and the finding
     page cost ~13 and ~17 ms each time (jinja2 parses and generates Python code), 6% of a 400-case
-    campaign's CPU when it was done on every write (benchmarks/README.md, "Per-structure and per-run
-    costs")."""
+    campaign's CPU when it was done on every write (benchmarks/README.md, "Fuzz throughput, fourth
+    pass")."""
     t = _TEMPLATES.get(source)
     if t is None:
         t = _TEMPLATES[source] = _jinja().from_string(source)
