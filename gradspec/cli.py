@@ -270,9 +270,34 @@ def _explain_run(args, rest: list):
         from ._private import imports
 
         with imports.allowing(list(args.allow_import)):
-            return explain(_load_case(args.what))
+            return _explain_case_file(args.what, list(args.allow_import))
     seed = None if args.seed is None else parse_array(args.seed, f"--seed {args.seed}")
     return explain(args.what, seed=seed, requires_grad={c: False for c in args.const}, **inputs)
+
+
+def _explain_case_file(path: str, allow: list):
+    """explain of a saved case, with what the code under test returns beside J^T·seed (and the finding
+    recorded next to it, when the case comes from a report folder)."""
+    import json
+
+    from . import caseio
+    from .explain import code_gradients, explain
+
+    case = _load_case(path)
+    ex = explain(case)
+    try:
+        caseio.engine_for(case, None, allow_import=allow, source=path)
+        ex.code, ex.code_label = code_gradients(case)
+    except caseio.CaseError as e:
+        ex.code_label = f"not run: {e}"
+    try:
+        with open(os.path.join(os.path.dirname(os.path.abspath(path)), "discrepancy.json")) as f:
+            rec = json.load(f).get("discrepancy") or {}
+        cause = rec.get("cause") or {}
+        ex.finding = f"{rec.get('kind')} ({' vs '.join(rec.get('oracles') or [])}): {cause.get('summary') or rec.get('message')}"
+    except (OSError, ValueError, AttributeError):
+        pass  # a case file on its own
+    return ex
 
 
 def _explain_inputs(rest: list) -> dict:

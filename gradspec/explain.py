@@ -32,7 +32,7 @@ from .case import Case, CaseError
 from .oracles.jacobian import jacobian
 from .spec import registry as _registry
 
-__all__ = ["explain", "Explanation", "ExplainError", "parse_expression", "parse_array"]
+__all__ = ["explain", "Explanation", "ExplainError", "parse_expression", "parse_array", "code_gradients"]
 
 _BINOPS = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "div", ast.MatMult: "matmul", ast.Pow: "pow"}
 MAX_SHOWN = 400  # entries of J printed in full; above, the text shows the shape and the contributions only
@@ -53,6 +53,9 @@ class Explanation:
     seed: np.ndarray  # the seeds, flattened in row order
     grads: dict  # leaf name -> J^T·seed in the leaf's shape
     expression: str | None = None
+    code: dict | None = None  # leaf name -> what the code under test (the case's engine, user ops) returned
+    code_label: str = ""  # which code that is; or why it gave no gradients
+    finding: str | None = None  # the finding recorded beside a case file (discrepancy.json), if any
 
     def contributions(self, leaf: str, index) -> str:
         """``leaf[index] = J[k, i]·seed[k] (root[k]) + ... = total`` over the rows where both are non-zero."""
@@ -92,6 +95,7 @@ class Explanation:
         lines.append("J^T·seed (what backward(seed) leaves in .grad):")
         for l in c.grad_leaves():
             lines.append(f"  {l.name}.grad = {_arr(self.grads[l.name])}")
+        lines += self._code_lines()
         lines.append("each element's contributions (J[k, i]·seed[k], summed over the output elements k):")
         shown = 0
         for name, idx in self.cols:
@@ -104,6 +108,54 @@ class Explanation:
 
     def __str__(self) -> str:
         return self.text()
+
+    def _code_lines(self) -> list:
+        """The code under test's gradients beside J^T·seed, with their difference (and the recorded finding)."""
+        lines = []
+        if self.finding:
+            lines.append(f"the finding recorded with this case: {self.finding}")
+        if self.code is None:
+            if self.code_label:
+                lines.append(f"the code under test: {self.code_label}")
+            return lines
+        lines.append(f"what the code under test returned ({self.code_label}), beside J^T·seed:")
+        for l in self.case.grad_leaves():
+            got, want = self.code.get(l.name), self.grads[l.name]
+            if got is None:
+                lines.append(f"  {l.name}.grad: code None (no gradient), J^T·seed {_arr(want)}")
+                continue
+            got = np.asarray(got, dtype=np.float64)
+            if got.shape != want.shape:
+                lines.append(f"  {l.name}.grad: code {_arr(got)} of shape {got.shape}, J^T·seed {_arr(want)} of shape "
+                             f"{want.shape}")
+                continue
+            diff = got - want
+            big = float(np.max(np.abs(diff))) if diff.size else 0.0
+            scale = float(np.max(np.abs(want))) if want.size else 0.0
+            rel = f", relative {_n(big / scale)}" if scale > 0 else ""
+            lines.append(f"  {l.name}.grad: code {_arr(got)}, J^T·seed {_arr(want)}, difference (code - J^T·seed) "
+                         f"{_arr(diff)}: max |difference| {_n(big)}{rel}")
+        return lines
+
+
+def code_gradients(case: Case) -> tuple[dict | None, str]:
+    """``({leaf: gradient}, label)``: what the code under test -- the engine the case records (the reference
+    engine runs its user ops' vjp and torch Functions' backward) -- returns for the case; ``(None, why)``
+    where it raises.  A ``module:attr`` engine must have been imported through the case-file gate already
+    (``caseio.engine_for``)."""
+    from . import engines as _engines
+    from . import oracles as _oracles
+    from .oracles.engine_oracle import EngineOracle
+
+    name = case.engine or "reference"
+    users = sorted(case.user_ops) or sorted({n.op for n in case.nodes if case.spec(n.op).user})
+    label = f"engine {name!r}" + (f", user op(s) {', '.join(users)}" if users else "")
+    try:
+        oracle = _oracles.get(name) if ":" not in name else EngineOracle(_engines.get(name), name, name)
+        got = oracle.vjp(case)
+    except Exception as e:  # noqa: BLE001 - shown as what the code did, not a traceback
+        return None, f"{label} raised {type(e).__name__}: {e}"
+    return {k: (None if v is None else np.asarray(v)) for k, v in got.items()}, label
 
 
 def explain(what, *, seed=None, requires_grad=None, **inputs) -> Explanation:

@@ -127,3 +127,59 @@ def test_cli_explain_refuses_a_case_file_above_max_elements(tmp_path, capsys):
     assert cli.main(["explain", str(path), "--max-elements", "100"]) == 2
     err = capsys.readouterr().err
     assert "--max-elements 100" in err and "Traceback" not in err
+
+
+# explain CASE.json showed J^T·seed but not what the user's code returned (tryout 2, finding 11).
+# (op, x, seed, what the code returns, J^T·seed, their difference) -- all worked out by hand:
+# pl_xabsx_* is x|x|, d/dx = 2|x|; the planted bug returns 2x. J comes from finite differences of the forward
+# (the ops declare no jvp): exact for this quadratic up to rounding, so a correct rule differs by < 1e-9.
+CODE_BESIDE_TRUTH = {
+    "wrong-sign-where-negative": ("pl_xabsx_sign", [-1.5, 2.0], [1.0, 1.0],
+                                  "code [-3., 4.]", "J^T·seed [3., 4.]", r"\[-6\., 0\.\]: max \|difference\| (6), relative 1.5"),
+    "correct": ("pl_xabsx_ok", [-1.5, 2.0], [1.0, 1.0],
+                "code [3., 4.]", "J^T·seed [3., 4.]", r"\[0\., 0\.\]: max \|difference\| (\S+), relative"),
+}
+
+
+@pytest.mark.parametrize("op, x, seed, code, truth, diff", CODE_BESIDE_TRUTH.values(), ids=list(CODE_BESIDE_TRUTH))
+def test_cli_explain_of_a_case_file_shows_what_the_code_returned(op, x, seed, code, truth, diff, tmp_path, capsys):
+    import tests._planted  # noqa: F401 - registers the planted ops
+
+    case = gs.Case.build({"x": np.array(x)}, [("y", op, ["x"], {})], ["y"], [np.array(seed)])
+    case.user_ops = {op: f"tests._planted:{op}"}
+    path = tmp_path / "case.json"
+    path.write_text(case.to_json())
+    assert cli.main(["explain", str(path), "--allow-import", "tests._planted"]) == 0
+    out = capsys.readouterr().out
+    import re
+
+    m = re.search(re.escape(f"x.grad: {code}, {truth}, difference (code - J^T·seed) ") + diff, out)
+    assert m, out
+    big = float(m.group(1))
+    assert big == 6.0 if op == "pl_xabsx_sign" else big < 1e-9, big
+    assert f"user op(s) {op}" in out, out
+
+
+def test_cli_explain_shows_the_finding_recorded_beside_the_case(tmp_path, capsys):
+    import json
+
+    import tests._planted  # noqa: F401
+
+    case = gs.Case.build({"x": np.array([-1.5])}, [("y", "pl_xabsx_sign", ["x"], {})], ["y"], [np.array([1.0])])
+    case.user_ops = {"pl_xabsx_sign": "tests._planted:pl_xabsx_sign"}
+    (tmp_path / "case.json").write_text(case.to_json())
+    (tmp_path / "discrepancy.json").write_text(json.dumps({"discrepancy": {
+        "kind": "value", "oracles": ["reference", "finite-differences"], "cause": {"summary": "PLANTED SUMMARY"}}}))
+    assert cli.main(["explain", str(tmp_path / "case.json"), "--allow-import", "tests._planted"]) == 0
+    out = capsys.readouterr().out
+    assert "the finding recorded with this case: value (reference vs finite-differences): PLANTED SUMMARY" in out
+
+
+def test_cli_explain_of_a_case_file_without_permission_still_explains_and_says_why_the_code_did_not_run(
+        tmp_path, capsys):
+    case = gs.Case.build({"x": np.array([1.0])}, [("y", "exp", ["x"], {})], ["y"], [np.array([1.0])])
+    case.engine = "tests._planted_engines:nowhere"
+    (tmp_path / "case.json").write_text(case.to_json())
+    assert cli.main(["explain", str(tmp_path / "case.json")]) == 0
+    out = capsys.readouterr().out
+    assert "x.grad = [2.718282]" in out and "the code under test: not run:" in out and "--allow-import" in out, out
