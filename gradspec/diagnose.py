@@ -52,8 +52,7 @@ from ._diagnose_engine import _engine_cleared, _engine_implicit_refused, _engine
 from ._diagnose_findings import _raised_cause, explain_finding
 from ._diagnose_raw import _mutation_cause, _none_returned, _returned_shapes, _split_case
 from ._diagnose_text import ENGINES as _ENGINES
-from ._diagnose_text import (_clip, _cut_from_graph, _evidence, _fmt, _is_engine, _is_torch_function, _twin_label,
-                             _where, _whose)
+from ._diagnose_text import _clip, _cut_from_graph, _evidence, _fmt, _is_engine, _is_torch_function, _twin_label, _where, _whose
 from ._private.skips import word_cut
 from ._private.vjp_patterns import EXPLAINED, by_output, classify, disagrees, explains, name_factor
 from .case import Case, Leaf, NodeDef

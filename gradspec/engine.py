@@ -561,10 +561,10 @@ def apply(spec, inputs: Sequence[Any], params: dict) -> Tensor:
         dt = arrays[0].dtype
         for a in arrays:
             if a.dtype != dt:  # one dtype (the common case): nothing to promote
-                arrays = _promote(spec, arrays)
+                arrays = _dt.promote(spec, arrays)
                 break
     elif spec.same_dtype and len(arrays) > 1:
-        _same_dtype(spec, arrays)
+        _dt.same_dtype(spec, arrays)
     try:
         if _FP_QUIET:
             data = spec.forward(*arrays, **params)
@@ -580,7 +580,7 @@ def apply(spec, inputs: Sequence[Any], params: dict) -> Tensor:
         raise
     data = np.asarray(data)
     if spec.user and data.dtype.kind == "f":
-        data = _keep_float_dtype(spec, arrays, data)
+        data = _dt.keep_float_dtype(spec, arrays, data)
     if data.base is not None or not data.flags.writeable:
         # Views of inputs would let later in-place accumulation or user edits alias an input.
         data = data.copy()
@@ -599,77 +599,7 @@ def apply(spec, inputs: Sequence[Any], params: dict) -> Tensor:
 
 
 _set_applier(apply)  # calling an OpSpec on tensors (spec layer) runs it here
-
-
-def _keep_float_dtype(spec, arrays: list, data: np.ndarray) -> np.ndarray:
-    """A user op's numpy forward whose output changes the one float dtype of its inputs (numpy promotes
-    float32 to float64 through a float64 constant or an integer array; a float32 computation inside returns
-    float32) is cast back to that dtype, as every torch op and its torch twin keep it: else the next op meets
-    inputs of two dtypes (``mm`` refuses them, elementwise ops compute in float64 what torch computes in
-    float32).  Recorded on the spec (``_gs_forward_dtype``) for verify_op's note."""
-    floats = {a.dtype for a in arrays if a.dtype.kind == "f"}
-    if len(floats) != 1:
-        return data
-    (want,) = floats
-    if data.dtype == want:
-        return data
-    spec._gs_forward_dtype = (str(want), str(data.dtype))
-    return data.astype(want)
-
-
-class DtypeMismatchError(RuntimeError):
-    """An op that torch runs without type promotion (mm, matmul, ...) was given inputs of different dtypes."""
-
-
-def _same_dtype(spec, arrays: list) -> None:
-    """Refuse what torch refuses: ops without type promotion (``OpSpec.same_dtype``: mm, matmul, linear,
-    conv1d, einsum) given tensors of different dtypes, where numpy would promote and compute."""
-    dts = [a.dtype for a in arrays]
-    if any(d != dts[0] for d in dts):
-        names = " != ".join(str(d) for d in dts)
-        raise DtypeMismatchError(
-            f"{spec.name}: expected all inputs to have the same dtype, but got: {names} ({spec.torch_name or spec.name} "
-            f"does not promote dtypes, unlike elementwise ops): cast the inputs to one dtype")
-
-
-def _promote(spec, arrays: list) -> list:
-    """Cast the operands of an elementwise op to torch's result dtype (only what differs from numpy).
-
-    torch ranks operands: tensors with dimensions decide the dtype unless a 0-d tensor is of a
-    higher category (bool < int < float < complex).  So ``float32 (3,) * float64 0-d`` stays
-    float32 in torch while numpy (NEP 50) gives float64: without this a float32 graph would
-    silently compute in float64.  The VJP rules then see the original operands and the engine
-    casts each gradient back to its operand's dtype (reference 8.8).
-    """
-    dt = arrays[0].dtype
-    if all(a.dtype == dt for a in arrays):
-        return arrays  # one dtype: nothing to promote (the common case, kept cheap)
-    idx = [i for i, a in enumerate(arrays) if spec.input_differentiable(i) and a.dtype.kind in "biufc"]
-    if len(idx) < 2:
-        return arrays
-    dim = [arrays[i].dtype for i in idx if arrays[i].ndim > 0]
-    zero = [arrays[i].dtype for i in idx if arrays[i].ndim == 0]
-    if not dim or not zero:
-        return arrays  # one rank class only: numpy's promotion is torch's
-    target = _combine_categories(np.result_type(*dim), np.result_type(*zero))
-    out = list(arrays)
-    for i in idx:
-        if out[i].dtype != target:
-            out[i] = out[i].astype(target)
-    return out
-
-
-def _combine_categories(higher: np.dtype, lower: np.dtype) -> np.dtype:
-    # c10's combine_categories (TypeProperties.cpp): `higher` = dtype of the dimensioned operands.
-    if higher.kind == "c":
-        return higher
-    if lower.kind == "c":
-        return np.result_type(higher, np.complex64) if higher.kind == "f" else lower
-    if higher.kind == "f":
-        return higher
-    if higher.kind == "b" or lower.kind == "f":
-        return np.result_type(higher, lower)
-    return higher
+DtypeMismatchError = _dt.DtypeMismatchError  # torch's dtype rules live in _private.dtypes
 
 
 # --------------------------------------------------------------------------------------

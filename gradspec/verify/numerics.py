@@ -24,8 +24,8 @@ import math
 
 from .._private.skips import word_cut
 
-__all__ = ["accuracy", "claim_text", "DEFAULT_DTYPES", "dtypes_of", "dtypes_text", "tag", "count_nondifferentiable", "torch_kinks", "with_deadline", "CASE_TIMEOUT",
-           "run_within_budget"]
+__all__ = ["accuracy", "claim_text", "DEFAULT_DTYPES", "dtypes_of", "dtypes_text", "tag", "count_nondifferentiable",
+           "torch_kinks", "with_deadline", "CASE_TIMEOUT", "run_within_budget"]
 
 
 def accuracy(rtol, atol, where: str) -> dict | None:
