@@ -118,3 +118,15 @@ _X = 1 + np.arange(8) * 6.055e-6  # a float64 stencil
 ], ids=["float64", "float32-cast-back", "float32-dtype", "ones", "integers", "dyadic", "nan", "empty"])
 def test_float32_valued(values, want):
     assert float32_valued(values) is want
+
+
+def test_directional_fd_steps_aside_on_code_through_float32():
+    # above FiniteDifferences.full_limit (1000 inputs) gs.check compares k directional derivatives, which have
+    # no float32 error bound: FD says why it is not compared instead of judging float32 quanta at a float64 step
+    x = np.linspace(-2.0, 2.0, 8)
+    case = gs.Case.build({"x": x}, [("y", F.np_tanh32.name, ["x"], {})], ["y"], [np.ones(8)])
+    dirs = {"x": np.eye(8)[:3]}
+    with pytest.raises(gs.oracles.OracleError, match="float32 inside.*directional"):
+        fd.fd_directional(case, dirs)
+    est, err = fd.fd_directional(gs.Case.build({"x": x}, [("y", "tanh", ["x"], {})], ["y"], [np.ones(8)]), dirs)
+    assert np.allclose(est, 1 - np.tanh(x[:3]) ** 2, rtol=1e-8)  # float64 code: unchanged

@@ -925,7 +925,12 @@ def fd_directional(case, directions: dict[str, np.ndarray]) -> tuple[np.ndarray,
         for l in leaves:
             u = directions[l.name][a:b]
             batches[l.name] = np.concatenate([x64[l.name][None] + f * h * u for f in FACTORS], axis=0)
-        sc, Sc = _s_values(case._evaluate(batches, 1), case.roots, seeds64, nb)
+        env = case._evaluate(batches, 1)
+        f32 = _probes.float32_node(case, env) if a == 0 else ""
+        if f32:  # (the full gradient re-estimates such code at a float32 step; these k directions have no such bound)
+            raise OracleError(f"{f32} computes in float32 inside (its values over a float64 stencil are all float32 "
+                              "numbers) and directional finite differences have no float32 error bound: not compared")
+        sc, Sc = _s_values(env, case.roots, seeds64, nb)
         s[:, a:b], S[:, a:b] = sc.reshape(nf, b - a), Sc.reshape(nf, b - a)
     s0, S0 = _at_center(case, center, seeds64)
     floor = _floor(_center_scale(center)[0], seeds64)  # a non-finite centre shows up in the estimate
