@@ -28,6 +28,7 @@ import numpy as np
 
 from .. import tolerances as _tol
 from .._private.fdstep import EPS32, float32_valued, noise_pattern
+from ..spec import registry as _registry
 from ._base import OracleError
 
 __all__ = ["staircase", "flat_or_stairs", "RESOLUTION_FLOORS", "float32_node", "float32_rounding", "STEP32",
@@ -48,7 +49,8 @@ def staircase(p, r, h0, leaves, along=None) -> None:
     floors between neighbouring points (a kink or pole that close was refused before this), so:
     where half the line's steps repeat a value, FD steps aside, saying why.  A line that crosses the
     gradient at a right angle (its predicted change too small to tell) is laid again along the gradient
-    (``along`` = (evaluate, flat): s at a matrix of points, and the inputs)."""
+    (``along`` = (s_at, args, flat): ``s_at(*args, X)`` is s at each row of a matrix of points X, and
+    ``flat`` the inputs; a tuple, not a closure, because this runs on every FD estimate)."""
     line = p.line
     if len(line) < 2 or not len(r):
         return
@@ -69,13 +71,13 @@ def staircase(p, r, h0, leaves, along=None) -> None:
         # runs along (1, -1)): then its repeats prove nothing.  A second line along the signs of the
         # estimate has slope sum |r_j h_j| / FD_NOISE_SPACING per step (15 more points, on this rare path).
         along_step = float(np.dot(np.abs(r), h0)) / _tol.FD_NOISE_SPACING
-        evaluate, flat = along
+        s_at, args, flat = along
         if along_step <= RESOLUTION_FLOORS * p.vfloor:  # every point so far gave one value: no slope at all
             flat_or_stairs(p, h0, along, len(line))
             return
         u = np.where(r < 0, -1.0, 1.0)
         X = flat + np.outer(np.arange(len(line)) - (len(line) - 1) / 2, u * h0) / _tol.FD_NOISE_SPACING
-        line = tuple(evaluate(X).tolist())
+        line = tuple(s_at(*args, X).tolist())
         repeats = sum(a == b for a, b in zip(line, line[1:]))
         if 2 * repeats < len(line) - 1:
             return
@@ -94,10 +96,10 @@ def flat_or_stairs(p, h0, along, points: int) -> None:
     x = 5: 0.99990922 at every point while its slope is 1.8e-4, so FD said 0).  Four points at
     FD_NOISE_SPACING x the step (~2.5e-2 |x|, along the noise line's signs and along all +1) tell them
     apart: a constant is still flat there; a staircase has changed by far more than rounding."""
-    evaluate, flat = along
+    s_at, args, flat = along
     u = np.where(noise_pattern(flat.size)[-1] < 0, -1.0, 1.0)
     big = _tol.FD_NOISE_SPACING * h0
-    far = evaluate(np.stack([flat + big * u, flat - big * u, flat + big, flat - big]))
+    far = s_at(*args, np.stack([flat + big * u, flat - big * u, flat + big, flat - big]))
     # The odd part of the change is the slope's, the even part the curvature's: a smooth function at a
     # stationary point (flat to float64 over 2 h, a log_softmax of large values) changes there too, evenly.
     odd, even = np.abs(far[0::2] - far[1::2]) / 2, np.abs((far[0::2] + far[1::2]) / 2 - p.s0)
@@ -149,8 +151,11 @@ def float32_node(case, env) -> str:
     (``float32_valued``), or "".  FD evaluates every case in float64 (float32 leaves too), so a float32
     number there comes from a cast inside the op.  Only user ops: gradspec's own ops compute in their
     inputs' dtype, so on a graph without user ops this is one attribute test per node."""
-    specs = case._node_specs() or [case.spec(node.op) for node in case.nodes]
-    for node, spec in zip(case.nodes, specs):
+    table = _registry.all_specs()
+    for node in case.nodes:
+        spec = table.get(node.op)  # (a dict look-up per node: this runs on every FD estimate)
+        if spec is None:  # a user op named only by the case (loaded from a case file)
+            spec = case.spec(node.op)
         if not spec.user:
             continue
         v = env.get(node.name)

@@ -764,14 +764,14 @@ def fd_gradient(case, *, check_reach: bool = True) -> FDResult:
     if check_reach and p.reach:  # a kink within reach explains a coarse estimate better than "varies too fast"
         _check_reach(plan, p.center, p.reach, p.tops)
     if small is not None and not small[3]:
-        _probes.staircase(p, small[0], h, leaves, (_evaluator(case, x64, leaves, p.seeds64), flat))
+        _probes.staircase(p, small[0], h, leaves, (_s_at, (case, x64, leaves, p.seeds64), flat))
         return _result(leaves, np.array(small[0]), np.array(small[1]), h, p.evaluations)
     if small is not None:
         r, err, trunc = (np.array(a) for a in small[:3])
     else:
         r, err, trunc = _combine_all(p.s, p.s0, p.S, p.S0, h, floor)
     h_final, more = _refine(case, x64, leaves, p, h, floor, (r, err, trunc))
-    _probes.staircase(p, r, h, leaves, (_evaluator(case, x64, leaves, p.seeds64), flat))  # (h: the noise line's steps)
+    _probes.staircase(p, r, h, leaves, (_s_at, (case, x64, leaves, p.seeds64), flat))  # (h: the noise line's steps)
     return _result(leaves, r, err, h_final, p.evaluations + more)
 
 
@@ -786,11 +786,9 @@ def _run_pass(case, x64, leaves, flat, h, n, plan, hl=None) -> _Pass:
     return _chunked_pass(case, x64, leaves, flat, h, n, _watched(plan))
 
 
-def _evaluator(case, x64, leaves, seeds64):
+def _s_at(case, x64, leaves, seeds64, X):
     """s at each row of a (points, n) matrix of inputs (the probes' view of the forward)."""
-    def evaluate(X):
-        return _s_values(case._evaluate(_leaf_batches(case, x64, leaves, X), 1), case.roots, seeds64, len(X))[0]
-    return evaluate
+    return _s_values(case._evaluate(_leaf_batches(case, x64, leaves, X), 1), case.roots, seeds64, len(X))[0]
 
 
 def _float32_gradient(case, x64, leaves, flat, plan, check_reach, first: _Pass) -> FDResult:
@@ -810,7 +808,7 @@ def _float32_gradient(case, x64, leaves, flat, plan, check_reach, first: _Pass) 
     floor = float(max(p.vfloor, _tol.FD_NOISE_SIGMAS * p.sigma))
     r, err, trunc = _combine_all(p.s, p.s0, p.S, p.S0, h, floor)
     offsets = _probes.float32_probe_offsets(h)
-    s_probe = _evaluator(case, x64, leaves, p.seeds64)(flat + offsets)
+    s_probe = _s_at(case, x64, leaves, p.seeds64, flat + offsets)
     delta = _probes.float32_rounding(p.s0, float(max(p.S0, _MAX(p.S, axis=None))), flat, r, s_probe, offsets)
     # the rounding part at float32 precision: 2.4 delta / h (1/h from D, 8/6h from the third difference)
     err = np.maximum(err, trunc + 2.4 * delta / h)
