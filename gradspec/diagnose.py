@@ -16,7 +16,11 @@ behaves as if ``g`` were ones, or its mean), ``broadcast-reduction`` (a broadcas
 taken from the first slice or averaged instead of summed), ``permuted`` (the right numbers in the
 wrong places, e.g. ``g`` broadcast without the unsqueeze, or split at the wrong index), else
 ``other``; a pattern must also hold on fresh upstream gradients at the same inputs (a shrunk case
-of one element fits any factor).  Gradients of the wrong shape are named from the arrays the code
+of one element fits any factor), and a factor at other inputs of the same shape (a missing term in the
+formula gives a ratio that varies with the input).  Where some inputs' gradients are right, the wrong ones
+are named.  A node whose JVP twin cannot run (a finite-difference JVP of a float32 forward) is compared
+with finite differences, and a float32 node that is right at the same inputs in float64 is said to be
+wrong only in float32.  Gradients of the wrong shape are named from the arrays the code
 returned before any shape check, and so is a None returned for an input that needs a gradient.  A torch
 Function's backward that modifies what forward saved (``ctx.saved_tensors``, tensors or numbers on ``ctx``)
 is found by calling it at the node's inputs and comparing them before and after, then calling it again: it
@@ -50,6 +54,7 @@ import numpy as np
 
 from ._diagnose_engine import _engine_cleared, _engine_implicit_refused, _engine_overwrite, _engine_seed_ignored
 from ._diagnose_findings import _raised_cause, explain_finding
+from ._diagnose_points import factor_at_points, float32_only
 from ._diagnose_raw import _mutation_cause, _none_returned, _returned_shapes, _split_case
 from ._diagnose_text import ENGINES as _ENGINES
 from ._diagnose_text import _clip, _cut_from_graph, _evidence, _fmt, _is_engine, _is_torch_function, _twin_label, _where, _whose
@@ -275,16 +280,20 @@ def _check_node(case: Case, mini: Case, node: NodeDef, suspects: list, oracles: 
     code = [s for s in suspects if s != "jacobian"] or ["reference"]
     names = [oracles.get(s) or s for s in code] + ["jacobian"]
     v = _run_check(mini, oracles=names)
-    if not v.discrepancies and not v.errors:
+    if not v.discrepancies and not v.errors and "jacobian" in v.results:
         return None, _carried(v, code)
-    if (spec.user and spec.jvp_source == "declared") or "jacobian" in suspects or any(
+    if "jacobian" not in v.results or (spec.user and spec.jvp_source == "declared") or "jacobian" in suspects or any(
             s.startswith("torch") for s in suspects):
-        # The twin is the user's own jvp, or the suspect is a torch twin: finite differences decide which side is wrong.
+        # The twin is the user's own jvp, or the suspect is a torch twin, or the twin could not run here (a
+        # finite-difference JVP of a float32 forward compares nothing): finite differences decide which side is wrong.
         names = names + ["finite-differences"]
         v = _run_check(mini, oracles=names)
 
     def run(m):
-        return _run_check(m, oracles=names)
+        w = _run_check(m, oracles=names)
+        if "jacobian" not in w.results and "finite-differences" not in names:  # (at another point: see above)
+            w = _run_check(m, oracles=names + ["finite-differences"])
+        return w
 
     for s in code:
         if s in v.errors:
@@ -359,6 +368,11 @@ def _wrong_vjp(mini: Case, node: NodeDef, spec, suspect: str, u: dict, t: dict, 
                  "that is 0 there?); compute it without the singular step"
     elif pattern != "other" and run is not None and twin is not None:
         pattern, factor, detail = _confirmed(mini, node, spec, suspect, twin, run, J, (pattern, factor, detail))
+        if pattern == "scale" and abs(factor - 1) >= 1e-3:  # (a factor near 1 has its own words)
+            pattern, factor, detail = factor_at_points(mini, node, spec, suspect, twin, run, u, t,
+                                                         (pattern, factor, detail))
+    if run is not None and twin is not None:
+        detail = float32_only(mini, suspect, twin, run) + detail
     part = None if run is None or twin is None else by_output(mini, node, spec, lambda g2: _recheck(mini, g2, run),
                                                               suspect, twin, J)
     if part:

@@ -63,6 +63,7 @@ MODULES = {
     "gradspec._diagnose_engine": COMPARISON,  # findings outside check(), raw gradients of the code under test
     "gradspec._diagnose_findings": COMPARISON,
     "gradspec._diagnose_raw": COMPARISON,
+    "gradspec._diagnose_points": COMPARISON,  # other input points: a factor's constancy, float32-only rules
     "gradspec.explain": COMPARISON,
     "gradspec.outcome": COMPARISON,
     "gradspec.result": SEARCH,

@@ -26,7 +26,7 @@ from fractions import Fraction
 
 import numpy as np
 
-__all__ = ["classify", "name_factor", "snap", "dims", "shape_pattern", "columns", "flat", "fit", "explains",
+__all__ = ["classify", "split_wrong", "name_factor", "snap", "dims", "shape_pattern", "columns", "flat", "fit", "explains",
            "EXPLAINED", "by_output", "disagrees"]
 
 # A hypothesis "explains" a wrong gradient when what is left of the error under it is at most this
@@ -63,8 +63,37 @@ def _tiny_relative(rel: float) -> str:
 def classify(mini, node, spec, leaves, u: dict, t: dict, J, g) -> tuple[str, float | None, str]:
     """(pattern, factor, a sentence with the fix direction) for a gradient ``u`` that should be ``t``.
 
-    ``J`` is the twin's Jacobian of the one-node case ``mini`` (or None), ``g`` its seed.
+    ``J`` is the twin's Jacobian of the one-node case ``mini`` (or None), ``g`` its seed.  Where some inputs'
+    gradients are right, the others' are named on their own, and the sentence says which inputs they are.
     """
+    wrong, right = split_wrong(leaves, u, t)
+    if not right or not wrong:
+        found = _classify(mini, node, spec, leaves, u, t, J, g)
+        if len(set(node.inputs)) < 2 or len(leaves) != 1 or f"input {leaves[0].name}" in found[2]:
+            return found
+        return found[0], found[1], f"input {leaves[0].name}'s gradient (the only one compared): {found[2]}"
+    pattern, factor, detail = _classify(mini, node, spec, wrong, u, t, J, g)
+    names = ", ".join(l.name for l in wrong)
+    ok = ", ".join(l.name for l in right)
+    said = f"the gradient{'s' if len(right) > 1 else ''} of {ok} {'is' if len(right) == 1 else 'are'} right"
+    if all(f"input {l.name}" in detail for l in wrong):
+        return pattern, factor, f"{detail} ({said})"
+    return pattern, factor, f"only input {names}'s gradient{'s are' if len(wrong) > 1 else ' is'} wrong ({said}): {detail}"
+
+
+def split_wrong(leaves, u: dict, t: dict) -> tuple[list, list]:
+    """(the leaves whose gradient is wrong, those whose gradient is right): right means off by no more than the
+    twin's own error (1e-8 of the largest value, or 1e-5 where that is still below 1 % of the largest error)."""
+    errs = [float(np.max(np.abs(np.asarray(u[l.name], dtype=np.float64) - np.asarray(t[l.name], dtype=np.float64)),
+                         initial=0.0)) for l in leaves]
+    uu, tt = flat(u, leaves), flat(t, leaves)
+    scale = max(float(np.max(np.abs(uu), initial=0.0)), float(np.max(np.abs(tt), initial=0.0)))
+    top = max(errs, default=0.0)
+    ok = max(1e-8 * scale, min(EXPLAINED * top, _HYP_RTOL * scale))
+    return [l for l, e in zip(leaves, errs) if not e <= ok], [l for l, e in zip(leaves, errs) if e <= ok]
+
+
+def _classify(mini, node, spec, leaves, u: dict, t: dict, J, g) -> tuple[str, float | None, str]:
     if not leaves:
         return "other", None, "no gradient to compare"
     uu, tt = flat(u, leaves), flat(t, leaves)
@@ -91,7 +120,10 @@ def classify(mini, node, spec, leaves, u: dict, t: dict, J, g) -> tuple[str, flo
             return "seed-ignored", None, ("it uses mean(g), a constant, instead of the upstream gradient g "
                                           "element-wise (right only when g is constant); use g itself")
         # a fitted constant fits any single number: it names the error only where two elements or more pin it
-        if not constant and cs is not None and np.count_nonzero(ones_vjp) >= 2 and explains(uu, cs * ones_vjp, tt):
+        # ... and only where J^T·1 is not a multiple of J^T·g: there "a constant seed" is "a factor" as well (a row
+        # of two elements whose gradients are all multiples of [1, -1] fits either, whatever the code computes)
+        if not constant and cs is not None and np.count_nonzero(ones_vjp) >= 2 and not _parallel(ones_vjp, tt) \
+                and explains(uu, cs * ones_vjp, tt):
             return "seed-ignored", None, (f"it behaves as if the upstream gradient were the constant {cs:.4g}, "
                                           "not g; use g element-wise")
         b = _broadcast(mini, node, spec, leaves, u, t, J, g, cols)
@@ -129,6 +161,13 @@ def classify(mini, node, spec, leaves, u: dict, t: dict, J, g) -> tuple[str, flo
     if rel <= _FLOAT32_ROUNDING:
         return "other", None, f"it differs from J^T·g by at most {_tiny_relative(rel)}"
     return "other", None, f"it differs from J^T·g on {int(bad.sum())} of {uu.size} elements, with no simple pattern"
+
+
+def _parallel(a: np.ndarray, b: np.ndarray) -> bool:
+    """``a`` and ``b`` are multiples of one vector, up to the twin's error (a finite-difference JVP: ~1e-9
+    relative, so the cosine is 1 within ~1e-12; two independent directions leave far more)."""
+    na, nb = float(np.linalg.norm(a)), float(np.linalg.norm(b))
+    return na == 0 or nb == 0 or abs(float(a @ b)) / (na * nb) >= 1 - 1e-6
 
 
 def _not_accumulated(uu, tt, Jc, g) -> str | None:

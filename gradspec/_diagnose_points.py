@@ -1,0 +1,159 @@
+"""Evidence from other input points: is a factor constant, is a wrong gradient wrong only in float32.
+
+Private to :mod:`gradspec.diagnose`.  A shrunk case often has one element, or a row of two whose gradients are
+always multiples of [1, -1]: there "u is c × J^T·g" fits whatever ``u`` is, and a fresh upstream gradient at the
+same inputs gives the same ``c``.  A constant factor in the formula (a forgotten 2, an n where n-1 belongs) gives
+the same ``c`` at other inputs of the same shape; a missing or wrong term (``g / (3 y^2)`` for
+``g / (3 y^2 + 1)``) gives a ratio that varies with the input, and "remove that factor" would be the wrong fix.
+So the node is checked again at a few points near the case's inputs (each differentiable input's elements
+scaled by e^r, 0.1 <= |r| <= 0.3, a zero moved by r times its input's largest magnitude, kept in the op's domain)
+and the factor is named only if it holds there too.
+
+A float32 case whose node is wrong is also checked at the same inputs cast to float64: a code path that only
+float32 takes (a "fast path", a cast) is right there.
+
+Example::
+
+    >>> import numpy as np
+    >>> from gradspec._diagnose_points import nearby
+    >>> from gradspec.case import Case, Leaf, NodeDef
+    >>> mini = Case([Leaf("x", np.array([1.0, -2.0]))], [NodeDef("y", "tanh", ["x"], {})], ["y"], [np.ones(2)])
+    >>> [p.leaves[0].value.shape for p in nearby(mini, mini.nodes[0], mini.spec("tanh"))]
+    [(2,), (2,)]
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._diagnose_text import _fmt
+from ._private.vjp_patterns import disagrees, explains, fit, flat, split_wrong
+from .case import Case, Leaf
+
+__all__: list = []
+
+# Points tried (each one check of one node): two that agree on the factor with the case make a coincidence
+# negligible for a ratio that varies with the input.
+_POINTS = 2
+# Each element scaled by e^r, 0.1 <= |r| <= this: far enough that a ratio depending on the input moves by
+# percents (cubic's (3y^2+1)/(3y^2) moves by 5 % or more), near enough to stay in the region the case came from.
+_SPREAD = 0.3
+# Two fitted factors are "the same" within this, relative: each is a ratio of sums of products of the code's
+# gradient and the twin's, and carries the twin's error (1e-16 for a JVP rule, ~1e-9 to 1e-6 relative for a
+# finite-difference JVP of a stiff forward); a ratio that depends on the input moves by far more (>= 1e-2 here).
+_SAME_FACTOR = 1e-4
+
+
+def nearby(mini: Case, node, spec, n: int = _POINTS) -> list:
+    """``n`` copies of the one-node case ``mini`` with each differentiable float input moved multiplicatively
+    (signs kept, zeros moved additively, in the op's domain where the original is), same seed; fewer where
+    none can move."""
+    rng = np.random.default_rng(11)
+    doms = spec.domains_for(len(node.inputs))
+    dom_of = {}
+    for k, i in enumerate(node.inputs):
+        dom_of.setdefault(i, doms[k] if k < len(doms) else None)
+    out = []
+    for _ in range(4 * n):
+        if len(out) == n:
+            break
+        leaves, moved = [], False
+        for l in mini.leaves:
+            v = np.asarray(l.value)
+            if not (l.differentiable and v.dtype.kind == "f" and v.size):
+                leaves.append(l)
+                continue
+            # zeros (a shrunk case is often all zeros) move by |r| of the leaf's largest magnitude
+            ref = float(np.max(np.abs(v))) or 1.0
+            r = rng.uniform(_SPREAD / 3, _SPREAD, v.shape) * rng.choice([-1.0, 1.0], v.shape)
+            w = np.where(v == 0, ref * r, v * np.exp(r)).astype(v.dtype)
+            if not _in_domain(v, w, dom_of.get(l.name)):
+                break
+            moved = moved or not np.array_equal(v, w)
+            leaves.append(Leaf(l.name, w, l.differentiable))
+        else:
+            if moved:
+                out.append(Case(leaves, mini.nodes, mini.roots, list(mini.seeds), engine=mini.engine,
+                                user_ops=dict(mini.user_ops)))
+    return out
+
+
+def _apart(a: float, b: float) -> str:
+    """``a`` with enough digits (4 at least) to tell it from ``b``."""
+    for d in range(4, 17):
+        if f"{a:.{d}g}" != f"{b:.{d}g}":
+            return f"{a:.{d}g}"
+    return f"{a:.4g}"
+
+
+def _in_domain(v, w, dom) -> bool:
+    if dom is None:
+        return True
+    return all(dom.contains(float(b)) or not dom.contains(float(a)) for a, b in zip(v.ravel(), w.ravel()))
+
+
+def factor_at_points(mini, node, spec, suspect, twin, run, u: dict, t: dict, found) -> tuple:
+    """``found`` = ("scale", c, detail) on the case: kept where the same factor holds at other inputs, else
+    ("other", None, the ratios seen and why that is no factor); on one element with no other point to try,
+    ("other", None, what it is at this point only)."""
+    _, c, detail = found
+    leaves = [l for l in mini.grad_leaves() if u.get(l.name) is not None and t.get(l.name) is not None]
+    wrong = [l.name for l in split_wrong(leaves, u, t)[0]]
+    seen = []  # (the point's inputs, the factor there or None: not one factor)
+    for m2 in nearby(mini, node, spec):
+        try:
+            v2 = run(m2)
+        except Exception:  # noqa: BLE001 - no answer at that point: it says nothing
+            continue
+        tw = twin if twin in v2.results else "finite-differences"  # (the JVP twin may not run at every point)
+        u2, t2 = v2.results.get(suspect), v2.results.get(tw)
+        if u2 is None or t2 is None:
+            continue
+        ls = [l for l in m2.grad_leaves() if u2.get(l.name) is not None and t2.get(l.name) is not None]
+        if not disagrees(v2, suspect, tw):
+            seen.append((m2, 1.0, "right"))
+            continue
+        bad = split_wrong(ls, u2, t2)[0]
+        if bad and [l.name for l in bad] == wrong:  # the same inputs wrong (the others right) as in the case
+            ls = bad
+        uu, tt = flat(u2, ls), flat(t2, ls)
+        c2 = fit(uu, tt)
+        if c2 is None or not explains(uu, c2 * tt, tt):
+            seen.append((m2, None, "no single factor × J^T·g"))
+        else:
+            seen.append((m2, c2, f"{_apart(c2, c)} × J^T·g"))
+    varied = [(m2, there) for m2, c2, there in seen if c2 is None or abs(c2 - c) > _SAME_FACTOR * max(abs(c), abs(c2))]
+    if not varied:
+        if not seen and sum(int(np.asarray(l.value).size) for l in mini.grad_leaves()) < 2:
+            return "other", None, (f"at this point it is {c:.4g} × J^T·g (one element, and no other input could be "
+                                "checked: whether the factor is constant cannot be told; a term missing from the "
+                                "derivative formula gives a ratio that varies with the input)")
+        return found
+    m2, there = varied[0]
+    c2 = next(c2 for m, c2, _ in seen if m is m2)
+    if c2 is not None:  # the point that shows it best: the largest move of the ratio
+        m2, c2, there = max(((m, x, th) for m, x, th in seen if x is not None), key=lambda p: abs(p[1] - c))
+    where = "; ".join(f"{l.name} = {_fmt(l.value, 4)}" for l in m2.leaves if l.differentiable)
+    here = f"{c:.4g}" if c2 is None else _apart(c, c2)
+    return "other", None, (f"at this input it is {here} × J^T·g, but at {where} it is {there}: the ratio varies "
+                           f"with the input, so it is not a constant factor (dividing by {c:.4g} would be wrong) — a "
+                           "term missing from, or wrong in, the derivative formula; check it term by term")
+
+
+def float32_only(mini, suspect, twin, run) -> str:
+    """Words for a node that is wrong on a float32 case and right at the same inputs in float64, or ""."""
+    if not any(np.asarray(l.value).dtype == np.float32 for l in mini.leaves):
+        return ""
+    leaves = [Leaf(l.name, np.asarray(l.value).astype(np.float64) if np.asarray(l.value).dtype == np.float32
+                   else l.value, l.differentiable) for l in mini.leaves]
+    seeds = [None if s is None else np.asarray(s).astype(np.float64) for s in mini.seeds]
+    m64 = Case(leaves, mini.nodes, mini.roots, seeds, engine=mini.engine, user_ops=dict(mini.user_ops))
+    try:
+        v = run(m64)
+    except Exception:  # noqa: BLE001
+        return ""
+    tw = twin if twin in v.results else "finite-differences"
+    if v.results.get(suspect) is None or v.results.get(tw) is None or disagrees(v, suspect, tw):
+        return ""
+    return ("only in float32 (at the same inputs in float64 it agrees with J^T·g: look for code that depends on the "
+            "dtype, such as a float32-only branch or fast path, or a cast); in float32, ")
