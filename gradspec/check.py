@@ -22,6 +22,7 @@ from . import engine as _engine
 from . import oracles as _oracles
 from . import outcome as _outcome
 from . import tolerances as _tol
+from ._private import opaque_noise as _opaque_noise
 from ._private import percase as _percase
 from ._private.kinks import EXCLUDED as _EXCLUDED
 from ._private.pairs import _allowed, _fast_pairs, _pair_claim, _path_scale, _per_leaf
@@ -694,7 +695,8 @@ def rounding_noise(case, runs: int = 2, ulps: float = _tol.NOISE_ULPS) -> dict |
         E._call_vjp = noisy_vjp if jittered else original
         E.apply = noisy_apply if jittered else original_apply
         try:
-            with np.errstate(all="ignore"):
+            # code gradspec cannot see inside (a torch Function's float32 backward) jitters its own ops too
+            with np.errstate(all="ignore"), _opaque_noise.jittering(rng, ulps) if jittered else _NOTHING:
                 E.backward(roots, seeds)
         finally:
             E._call_vjp = original

@@ -101,3 +101,64 @@ class Recorder(torch.autograd.Function):
     def backward(ctx, g):
         Recorder.seen.add(("backward", str(g.dtype)))
         return g * 3
+
+
+class Tanh(torch.autograd.Function):
+    """Correct, as people write it: the saved output, 1 - y^2 (ill-conditioned near saturation in float32)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        y = torch.tanh(x)
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        (y,) = ctx.saved_tensors
+        return g * (1 - y * y)
+
+
+class Sigmoid(torch.autograd.Function):
+    """Correct: s (1 - s) from the saved output."""
+
+    @staticmethod
+    def forward(ctx, x):
+        s = torch.sigmoid(x)
+        ctx.save_for_backward(s)
+        return s
+
+    @staticmethod
+    def backward(ctx, g):
+        (s,) = ctx.saved_tensors
+        return g * s * (1 - s)
+
+
+class LogSumExp(torch.autograd.Function):
+    """Correct: softmax weights from the saved input and output."""
+
+    @staticmethod
+    def forward(ctx, x):
+        m = x.max(-1, keepdim=True).values
+        y = (x - m).exp().sum(-1, keepdim=True).log() + m
+        ctx.save_for_backward(x, y)
+        return y.squeeze(-1)
+
+    @staticmethod
+    def backward(ctx, g):
+        x, y = ctx.saved_tensors
+        return g.unsqueeze(-1) * (x - y).exp()
+
+
+class Norm(torch.autograd.Function):
+    """Correct: x / |x| (NaN at 0, as torch's)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        n = x.norm(dim=-1)
+        ctx.save_for_backward(x, n)
+        return n
+
+    @staticmethod
+    def backward(ctx, g):
+        x, n = ctx.saved_tensors
+        return g.unsqueeze(-1) * x / n.unsqueeze(-1)

@@ -53,6 +53,9 @@ CORRECT = {  # id: (fn, keywords): correct code, float32 cases only
     "hypot": (C.Hypot.apply, {}),
     "sincos-two-outputs": (C.SinCos.apply, {}),
     "gradient-returned-in-float64": (F.MulInFloat64.apply, {}),
+    "sigmoid-saved-output": (F.Sigmoid.apply, {}),
+    "logsumexp": (F.LogSumExp.apply, {"signature": "(n)->()"}),
+    "norm": (F.Norm.apply, {"signature": "(n)->()"}),
 }
 
 
@@ -63,20 +66,20 @@ def test_correct_code_agrees_in_float32(fn, kw):
     assert r.cases_run == 15
 
 
-# a correct float32 forward that is another function than the float64 one: a solve of condition 1e6 (float32
-# keeps no digit of it) and a float32 forward 1% off; finite differences witness the float64 forward
-OTHER_FUNCTION = {
-    "solve-cond-1e6": (C.Solve1e6.apply, {"signature": "(n)->(n)"}),
-    "forward-1pct-in-float32": (F.ExpForward32.apply, {}),
-}
-
-
-@pytest.mark.parametrize("fn,kw", OTHER_FUNCTION.values(), ids=OTHER_FUNCTION.keys())
-def test_a_float32_forward_that_is_another_function_is_not_judged_never_accused(fn, kw):
-    r = gs.verify_torch_function(fn, max_examples=15, seed=0, dtypes=("float32",), **kw)
+def test_a_float32_forward_that_is_another_function_is_not_judged_never_accused():
+    """A float32 forward 1% off (its backward the derivative of whichever forward ran): finite differences
+    witness the float64 forward, another function."""
+    r = gs.verify_torch_function(F.ExpForward32.apply, max_examples=15, seed=0, dtypes=("float32",))
     assert r.status != "disagree", r.summary()
     assert any("float32 forward of" in why and "computes another function" in why for why in r.inconclusive), \
         dict(r.inconclusive)
+
+
+def test_an_ill_conditioned_float32_solve_is_no_finding():
+    """A solve of condition 1e6 keeps no digit in float32 (kappa eps32 ~ 0.1): its forward differs from the
+    float64 one (those cases are not judged) or its own jittered float32 ops measure that noise."""
+    r = gs.verify_torch_function(C.Solve1e6.apply, signature="(n)->(n)", max_examples=15, seed=0, dtypes=("float32",))
+    assert r.status != "disagree", r.summary()
 
 
 def test_fn_runs_in_the_case_dtype_forward_and_backward():
@@ -134,3 +137,11 @@ def test_verify_module_runs_a_float32_copy():
     r = gs.verify_module(net, example_inputs=(torch.randn(5, 3),), max_examples=8, seed=0, dtypes=("float32",))
     assert r.status == "agree", r.summary()
     assert next(net.parameters()).dtype == torch.float32  # the user's module untouched
+
+
+def test_a_saturated_float32_derivative_is_float32_rounding_not_a_finding():
+    """tanh's 1 - y*y from the saved float32 output is 0 at x = 10 (y rounds to 1), where the derivative is
+    8.2e-9: float32 cannot resolve it, and torch's own float32 tanh backward gives the same 0.  Reported
+    ('rel err 1, tolerance 2.24e-12') until check.rounding_noise jittered fn's own float32 ops too."""
+    r = gs.verify_torch_function(F.Tanh.apply, seed=1, dtypes=("float32",))
+    assert r.status == "agree", r.summary()

@@ -29,7 +29,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-__all__ = ["CallLayout", "outputs", "flat", "blocks", "ARG_PREFIX", "label_of", "schema_of"]
+__all__ = ["CallLayout", "outputs", "flat", "blocks", "ARG_PREFIX", "label_of", "schema_of", "jitter_float32"]
 
 ARG_PREFIX = "arg"
 
@@ -231,3 +231,34 @@ def schema_of(fn) -> tuple[list, list] | None:
         elif not a.has_default_value() and not getattr(a, "kwarg_only", False):
             others.append((i, a.name, str(a.type)))
     return tensors, others
+
+
+def jitter_float32(rng, ulps: float):
+    """A torch dispatch mode that perturbs the result of every functional float32 op by ``ulps`` ulps (at
+    least one, random sign): ``gradspec.check.rounding_noise``'s jitter, applied inside a torch Function's
+    own float32 forward and backward, whose saved values and intermediate terms gradspec cannot reach
+    otherwise (``1 - y*y`` of a saved tanh output).  In-place and view ops are left alone (their result
+    aliases a tensor the code still holds)."""
+    import numpy as np
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_map
+
+    eps = float(np.finfo(np.float32).eps)
+
+    def jitter(t):
+        if not isinstance(t, torch.Tensor) or t.dtype != torch.float32 or not t.numel():
+            return t
+        shape = tuple(t.shape)
+        u = rng.uniform(min(1.0, 1 / ulps), 1, shape) * rng.choice((-1.0, 1.0), shape)
+        return t * torch.from_numpy(np.asarray(1 + ulps * eps * u, dtype=np.float64)).to(torch.float32)
+
+    class _Jitter(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            schema = getattr(func, "_schema", None)
+            if schema is None or schema.is_mutable or any(r.alias_info is not None for r in schema.returns):
+                return out
+            return tree_map(jitter, out)
+
+    return _Jitter()

@@ -14,6 +14,7 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import math
 import traceback
 
@@ -21,6 +22,7 @@ import numpy as np
 
 from .. import domains as _domains
 from .. import tolerances as _tol
+from .._private import opaque_noise as _opaque_noise
 from .._private import result_sink
 from .._private import torchfn_record as _rec
 from .._private.imports import importable_path
@@ -33,7 +35,7 @@ from ..spec.opspec import OpSpec
 from . import fn_shapes, torch_layouts
 from . import numerics as _num
 from .op import COMPANIONS, _budget_text, _check_op_case, _count, _op_cases, _wrap
-from .torch_call import ARG_PREFIX, CallLayout, _decode, blocks, flat, label_of, outputs, schema_of
+from .torch_call import ARG_PREFIX, CallLayout, _decode, blocks, flat, jitter_float32, label_of, outputs, schema_of
 
 __all__ = ["verify_torch_function", "verify_module"]
 
@@ -99,12 +101,12 @@ def _torch_wrap(fn, name: str, layout: CallLayout, signature, shape_fn, domain, 
     the generator's float32 draws included)."""
     import torch
 
-    def run(arrays, kw, grad: bool):
+    def run(arrays, kw, grad: bool, noisy=None):
         # each input keeps its dtype (float32 cases run fn's float32 code); anything else as float64
         xs = [torch.from_numpy(np.array(a, dtype=_run_dtype(a, keep32))) for a in arrays]
         if grad:
             xs = [x.requires_grad_(True) for x in xs]
-        with torch.enable_grad() if grad else torch.no_grad():
+        with torch.enable_grad() if grad else torch.no_grad(), noisy() if noisy else contextlib.nullcontext():
             outs, multi = outputs(layout.call(fn, xs, kw))
         return xs, outs, multi
 
@@ -122,7 +124,11 @@ def _torch_wrap(fn, name: str, layout: CallLayout, signature, shape_fn, domain, 
 
     def vjp(g, *rest, **kw):
         arrays = rest[:-1]
-        xs, outs, multi = run(arrays, kw, True)
+        noise = _opaque_noise.active()
+        noisy = None  # check.rounding_noise: fn's own float32 ops (forward and backward) jittered too
+        if noise is not None and keep32 and any(np.asarray(a).dtype == np.float32 for a in arrays):
+            noisy = lambda: jitter_float32(*noise)  # noqa: E731
+        xs, outs, multi = run(arrays, kw, True, noisy)
         gt = torch.from_numpy(np.array(g, dtype=_run_dtype(g, keep32)))
         g0 = gt.clone()
         if multi:
@@ -136,7 +142,8 @@ def _torch_wrap(fn, name: str, layout: CallLayout, signature, shape_fn, domain, 
                 raise RuntimeError("fn's output does not require grad: is the op differentiable?")
             return tuple(np.zeros(np.shape(a)) for a in arrays)
         saved = [x.detach().clone() for x in xs]
-        grads = torch.autograd.grad([o for o, _ in pairs], xs, [gi for _, gi in pairs], allow_unused=True)
+        with noisy() if noisy else contextlib.nullcontext():
+            grads = torch.autograd.grad([o for o, _ in pairs], xs, [gi for _, gi in pairs], allow_unused=True)
         if not _unchanged(gt, g0):
             raise ValueError("read-only: fn's backward modified its grad_output in place")
         for i, (x, s0) in enumerate(zip(xs, saved, strict=True)):
@@ -252,7 +259,7 @@ def verify_torch_function(fn, *, arity: int | None = None, signature: str | None
                           seed: int | None = None, companions=COMPANIONS, example_inputs=None, args: dict | None = None,
                           broadcast: str = "auto", rtol: float | None = None, atol: float | None = None,
                           kink_distance=None, dtypes=None) -> Result:
-    """Verify the backward of torch code ``fn`` (typically ``MyFunction.apply``) in float64.
+    """Verify the backward of torch code ``fn`` (typically ``MyFunction.apply``) in float64 and float32.
 
     Its gradients are compared with finite differences of its own forward, the jacobian oracle
     (a finite-difference JVP of its forward) and torch autograd running it inside whole graphs,
@@ -268,6 +275,11 @@ def verify_torch_function(fn, *, arity: int | None = None, signature: str | None
     (``Function.apply`` takes no keywords).  ``broadcast``: ``"auto"`` (probe what fn accepts),
     ``"full"``, ``"one-way"`` (loop dims broadcast towards input 0 only) or ``"none"``.  ``fn``
     may return a tuple of tensors: each output gets its own seed (flattened into one output).
+
+    ``dtypes``: the precisions fn runs in, ``("float64", "float32")`` by default: the budget is split
+    between them (one precision per case); a float32 case runs fn's float32 code, compared at float32
+    precision (finite differences evaluate fn in float64: where fn's float32 forward is another function
+    than its float64 one, that case is not judged).  ``("float64",)``: float64 only.
 
     ``rtol`` / ``atol``: the accuracy fn claims (see ``verify_op``).  Points where fn is not
     differentiable are detected numerically and skipped (``Result.nondifferentiable``);
