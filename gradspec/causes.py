@@ -45,6 +45,8 @@ ENGINE_IDS = {
 NODE_IDS = {
     "wrong-vjp": "the first node whose VJP is wrong, checked locally at its real inputs and upstream gradient",
     "wrong-jvp": "a user op's declared jvp is wrong at the node (its vjp agrees with finite differences)",
+    "wrong-double-backward": "a torch Function's second-order gradient (autograd through its backward) disagrees "
+                             "with finite differences of its first-order backward",
     "layout-dependent": "a torch Function's backward raises or returns other numbers when its upstream gradient "
                         "is non-contiguous (the same values in another memory layout)",
 }

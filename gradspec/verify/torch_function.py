@@ -32,7 +32,7 @@ from ..result import Result, VerifyDiscrepancy
 from ..search import _check_budget, _resolve_seed, _Runner
 from ..spec import registry as _registry
 from ..spec.opspec import OpSpec
-from . import fn_shapes, torch_layouts
+from . import fn_shapes, torch_double, torch_layouts
 from . import numerics as _num
 from .op import COMPANIONS, _budget_text, _check_op_case, _count, _op_cases, _wrap
 from .torch_call import ARG_PREFIX, CallLayout, _decode, blocks, flat, jitter_float32, label_of, outputs, schema_of
@@ -374,9 +374,10 @@ def verify_torch_function(fn, *, arity: int | None = None, signature: str | None
             case.meta[_rec.KEY] = {spec.name: how}  # the shape rule and call layout, as data (replay)
         _num.tag(case, claim)
         return _check_op_case(case, spec, names, target, case_replay, result,
-                              extra=lambda c: _twice_check(c, spec, target, case_replay) or layouts(c))
+                              extra=lambda c: _twice_check(c, spec, target, case_replay) or layouts(c) or double(c))
 
     layouts = torch_layouts.LayoutCheck(spec, target, case_replay)  # grad_output non-contiguous (torch_layouts)
+    double = torch_double.DoubleBackwardCheck(spec, target, case_replay, result)  # second order (torch_double)
 
     runner = _Runner(result, max_examples, seconds, explain=_explain_kept)
     if plan.model is not None:

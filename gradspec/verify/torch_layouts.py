@@ -106,8 +106,8 @@ class LayoutCheck:
         # fixed values of both signs, all distinct: a backward that reads elements from the wrong places
         # gives other numbers (a seed of ones would hide a permutation)
         k = np.arange(out.size, dtype=np.float64).reshape(out.shape)
-        return ((0.5 + (k * 0.618034) % 1.0) * np.where(k % 2 == 0, 1.0, -1.0)).astype(
-            out.dtype if out.dtype.kind == "f" else np.float64)
+        return np.asarray((0.5 + (k * 0.618034) % 1.0) * np.where(k % 2 == 0, 1.0, -1.0),
+                          dtype=out.dtype if out.dtype.kind == "f" else np.float64)
 
     def _grads(self, ins, params, g) -> list:
         import torch

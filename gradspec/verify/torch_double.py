@@ -1,0 +1,224 @@
+"""Second-order gradients of a torch Function: autograd through its backward (``create_graph=True``)
+against central differences of that first-order backward, as ``torch.autograd.gradgradcheck`` does.
+
+A Function whose backward is itself differentiable (written in torch ops, or through another
+Function) is used for Hessian-vector products, gradient penalties and meta-learning; a wrong double
+backward (a product-rule term forgotten) passes every first-order check.  At fn's node of a few cases,
+with a fixed upstream gradient ``g`` and fixed vectors ``v`` (on the first-order gradients) and ``u``
+(a direction on the inputs), ``s(x) = <J(x)^T g, v>`` is differentiated along ``u`` twice:
+
+* autograd: ``<grad s(x), u>``, through fn's backward;
+* central differences of ``s`` (fn's first-order backward only, already checked) at steps ``t`` and
+  ``t/2``, Richardson-extrapolated; their difference estimates the error.
+
+Where the first-order backward is not smooth at the point (the two steps disagree) nothing is decided;
+where it is not differentiable at all (computed outside autograd) the result says second-order
+gradients were not checked.
+
+Example::
+
+    >>> import torch
+    >>> from gradspec.verify.torch_double import directional_second_order
+    >>> a, fd, err = directional_second_order(lambda x: x ** 3, [torch.tensor([2.0], dtype=torch.float64)], {})
+    >>> abs(a - fd) <= err, err < 1e-6
+    (True, True)
+    >>> directional_second_order(lambda x: x * x.abs(), [torch.tensor([0.0], dtype=torch.float64)], {}) is None
+    True
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import tolerances as _tol
+from ..case import Case
+from ..causes import Cause
+from ..result import VerifyDiscrepancy
+
+__all__ = ["directional_second_order", "DoubleBackwardCheck"]
+
+# Clean cases per run checked while nothing is found (each costs ~6 forward+backward calls of fn); every
+# case once something is found (the shrinker needs the finding to reproduce).
+CLEAN_CHECKS = 3
+# A wrong double backward (a product-rule term dropped) is off by O(1); fn's first-order backward may hold
+# an iterative solve whose finite differences carry ~1e-8 relative noise, and float32 inside ~1e-4 after the
+# division by the step: only a relative error above this decides, on top of the 4x step-difference estimate.
+REL_SLACK = 1e-3
+CHECK_NAME = "double backward"
+
+
+def _fixed(shape, phase: float) -> np.ndarray:
+    # distinct values of both signs (a seed of ones hides terms that cancel)
+    k = np.arange(int(np.prod(shape)), dtype=np.float64).reshape(shape)
+    return np.asarray((0.5 + ((k + phase) * 0.618034) % 1.0) * np.where(k % 2 == 0, 1.0, -1.0), dtype=np.float64)
+
+
+def saved_intermediates(call, xs, params) -> int:
+    """How many tensors the Function inside ``call`` saved for backward that are neither its inputs nor its
+    outputs (computed inside forward, where autograd does not record): its double backward treats them as
+    constants, whatever its backward computes from them."""
+    import torch
+
+    ys = [x.detach().to(torch.float64).requires_grad_(True) for x in xs]
+    with torch.enable_grad():
+        out = call(*ys, **params)
+    seen, todo = set(), [out.grad_fn]
+    while todo:
+        node = todo.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, torch.autograd.function.BackwardCFunction):
+            try:
+                return sum(1 for t in node.saved_tensors if not t.requires_grad)
+            except RuntimeError:  # nothing saved, or already freed
+                return 0
+        todo += [f for f, _ in node.next_functions]
+    return 0
+
+
+def directional_second_order(call, xs, params) -> tuple[float | None, float, float] | None:
+    """``(autograd, finite differences, their error bound)`` of ``d/dt <J(x + t u)^T g, v>`` at t = 0 for
+    ``call(*xs, **params)``, in float64; autograd's is None where the first-order gradient is not
+    differentiable (no grad_fn under ``create_graph=True``); the whole is None where the first-order
+    gradient is not smooth at x along u (a kink of it: ``x|x|``'s ``2|x|`` at 0, where a central
+    difference averages the two sides).  Raises what fn's double backward raises."""
+    import torch
+
+    xs = [x.detach().to(torch.float64) for x in xs]
+    with torch.no_grad():
+        out = call(*xs, **params)
+    g = torch.from_numpy(_fixed(tuple(out.shape), 0.0))
+    vs = [torch.from_numpy(_fixed(tuple(x.shape), 0.3)) for x in xs]
+    us = [torch.from_numpy(_fixed(tuple(x.shape), 0.7)) for x in xs]
+
+    def s(shift: float, graph: bool):
+        ys = [(x + shift * u).requires_grad_(True) for x, u in zip(xs, us, strict=True)]
+        with torch.enable_grad():
+            hs = torch.autograd.grad(call(*ys, **params), ys, g, create_graph=graph, allow_unused=True)
+            terms = [h * v for h, v in zip(hs, vs, strict=True) if h is not None]
+            total = sum(t.sum() for t in terms)
+        return ys, total, float(sum(t.detach().abs().sum() for t in terms))
+
+    ys, total, size = s(0.0, True)
+    auto = None
+    if isinstance(total, torch.Tensor) and total.requires_grad:
+        d2 = torch.autograd.grad(total, ys, allow_unused=True)
+        auto = float(sum((d * u).sum() for d, u in zip(d2, us, strict=True) if d is not None))
+    s0 = float(total.detach()) if isinstance(total, torch.Tensor) else float(total)
+    t = 1e-4 * max(1.0, max(float(x.abs().max()) if x.numel() else 0.0 for x in xs))
+    sides = {}
+    for h in (t, t / 8):
+        sides[h] = ((float(s(h, False)[1]) - s0) / h, (s0 - float(s(-h, False)[1])) / h)
+    # rounding of s (its terms' size, 64 ulps) divided by the step: what a difference quotient carries
+    eps = float(np.finfo(np.float64).eps)
+    noise = 64 * eps * max(size, abs(s0)) / (t / 8)
+    gap1, gap2 = (abs(a - b) for a, b in (sides[t], sides[t / 8]))
+    # One-sided slopes of a smooth s differ by ~t |s''|: 8-fold less at t/8.  At a kink the gap stays.
+    if gap2 > gap1 / 4 + noise:
+        return None
+    c1, c2 = (sum(sides[h]) / 2 for h in (t, t / 8))
+    fd = (64 * c2 - c1) / 63  # Richardson: the t^2 terms cancel
+    # rounding of autograd's own second-order sum: its terms are ~ |g| |v| |u| / |x| in size (one derivative
+    # more than the first-order terms |g| |v|), summed in another order than anything else here
+    xmax = max(float(x.abs().max()) if x.numel() else 0.0 for x in xs)
+    terms = float(g.abs().sum()) * max(float(v.abs().max()) for v in vs) * max(float(u.abs().max()) for u in us) \
+        / max(xmax, 1e-3)
+    return auto, fd, abs(c2 - c1) + noise + _tol.EXACT_RTOL["float64"] * (abs(auto or 0.0) + abs(fd) + terms)
+
+
+class DoubleBackwardCheck:
+    """The per-run state: clean checks left, notes already given, whether something was found."""
+
+    def __init__(self, spec, target: str, replay: str, result) -> None:
+        self.spec, self.target, self.replay, self.result = spec, target, replay, result
+        self.left = CLEAN_CHECKS
+        self.found = False
+        self.checked = 0
+
+    def __call__(self, case: Case) -> list:
+        node = next((n for n in case.nodes if n.op == self.spec.name), None)
+        if node is None or (not self.found and self.left <= 0):
+            return []
+        if getattr(self.spec, "fn_has_backward", True) is False:
+            return []  # a plain function: torch differentiates its own graph, to any order
+        import torch
+
+        try:
+            env = case.evaluate()
+            xs = [torch.from_numpy(np.array(env[i], dtype=np.float64)) for i in node.inputs]
+        except Exception:  # noqa: BLE001 - the forward raised: the case's own check reports or excuses it
+            return []
+        if not all(x.is_floating_point() for x in xs):
+            return []
+        if not self.found:
+            self.left -= 1
+        try:
+            got = directional_second_order(self.spec.torch, xs, node.params)
+        except Exception as e:  # noqa: BLE001 - once_differentiable, or a double backward that raises
+            self.left = 0
+            self.result.note(f"second-order gradients (double backward) not checked: autograd through fn's backward "
+                             f"raised {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+            return []
+        if got is None:
+            return []  # the first-order gradient has a kink here: nothing decided
+        auto, fd, err = got
+        if not np.isfinite([fd, err]).all():
+            return []
+        tol = 4 * err + REL_SLACK * max(abs(auto or 0.0), abs(fd))
+        if auto is None and abs(fd) <= tol:
+            auto = 0.0  # no graph through the backward, and none needed: the second-order term is zero here
+        if auto is None:
+            if not self._held(xs, node, "no second-order term by autograd"):
+                self.left = 0
+                self.result.note("second-order gradients (double backward) not checked: fn's backward is not "
+                                 "differentiable (its gradients carry no grad_fn under create_graph=True: computed "
+                                 "outside autograd, under no_grad or detached), so torch raises on a double backward")
+            return []
+        self.checked += 1
+        self.result.note("second-order gradients (double backward, create_graph=True) are checked on a few cases per "
+                         "run: the directional derivative of <J^T g, v> by autograd through fn's backward vs central "
+                         "differences of fn's first-order backward")
+        if abs(auto - fd) <= tol:
+            return []
+        if self._held(xs, node, f"{auto:.6g} by autograd vs {fd:.6g} by central differences of its first-order "
+                                "backward"):
+            return []
+        self.found = True
+        return [self._wrong(case, node, auto, fd, err)]
+
+    def _held(self, xs, node, what: str) -> bool:
+        """Note (and True) when fn saves tensors computed inside forward: its double backward is then wrong
+        by construction -- right to first order, a design choice torch documents, not a slip: never a failure."""
+        try:
+            held = saved_intermediates(self.spec.torch, xs, node.params)
+        except Exception:  # noqa: BLE001 - cannot tell: treated as none
+            held = 0
+        if held:
+            self.left = 0
+            self.result.note(
+                f"second-order gradients (double backward) through fn's backward are wrong here ({what}): it saves "
+                f"{held} tensor(s) computed inside forward (neither inputs nor outputs), which autograd treats as "
+                "constants when it differentiates the backward -- fine for first-order use; for double backward "
+                "(Hessian-vector products, gradient penalties) recompute them in backward from the saved inputs, or "
+                "return them as outputs")
+        return bool(held)
+
+    def _wrong(self, case, node, auto, fd, err) -> VerifyDiscrepancy:
+        fn = self.spec.name.removeprefix("torch_")
+        where = f"node {node.name} = {node.op}({', '.join(node.inputs)})"
+        summary = (f"{where}: the double backward of {fn} (autograd through {fn}.backward, create_graph=True) is "
+                   f"wrong: along a fixed direction, d/dt <J^T g, v> is {auto:.6g} by autograd but {fd:.6g} by central "
+                   f"differences of {fn}'s first-order backward (which agrees with J^T g); its backward must be "
+                   "differentiable correctly — a product-rule term for an input it depends on forgotten, a None "
+                   "returned by the backward's own backward, or a detached intermediate?")
+        rel = abs(auto - fd) / max(abs(auto), abs(fd), 1e-300)
+        d = VerifyDiscrepancy("value", ("torch-cpu", "finite-differences"), f"{self.target}: {summary}", case,
+                              values=(auto, fd), abs_err=abs(auto - fd), rel_err=rel,
+                              tolerance=4 * err + REL_SLACK * max(abs(auto), abs(fd)),
+                              tolerance_why=f"4 x step-difference estimate ({err:.3g}) + {REL_SLACK:g} relative",
+                              replay=self.replay, check_name=CHECK_NAME)
+        d.cause = Cause("wrong-double-backward", summary, node=node.name, op=node.op,
+                        evidence=f"autograd {auto!r}, finite differences {fd!r} (error estimate {err:.3g})",
+                        fix=f"differentiate {fn}.backward correctly (every input it uses needs its term)")
+        return d
