@@ -52,6 +52,9 @@ SHRINK_SECONDS = 10.0  # and a safety net in time, for very slow cases
 LOCALISE_CALLS = 40  # checks of the deterministic reduction after shrinking (one per node of a small case)
 LOCALISE_SECONDS = 5.0
 _STOPS = ("time", "interrupted", "error", "report-dir", "budget")
+# Oracles that witness J^T·seed rather than run the code under test (see Driver._same_rule).
+_WITNESSES = frozenset({"finite-differences", "jacobian"})
+_SAME_RULE_KINDS = frozenset({"value", "nan-inf-pattern"})
 
 
 class _Found(Exception):
@@ -202,6 +205,8 @@ class Driver:
             self._finish(case, found[:1], found, verdict, "replayed from the example database")
             raise _Found()
         new = [d for d in found if not covered(search_signature(d), self._frozen)]
+        if mode == "generate" and new:
+            new = [d for d in new if not self._same_rule(d)]
         if mode == "generate" and found and not new:
             self._count(found[0])
         if not new:
@@ -237,6 +242,25 @@ class Driver:
         if mode == "shrink":
             self._memo[key] = out
         return out
+
+    def _same_rule(self, d) -> bool:
+        """A numeric discrepancy (a value, NaN where the others are finite) between the code under test and
+        any oracle, on a case that contains an op whose rule a finding already blames (wrong-vjp): the same
+        rule showing through another oracle pair or another kind (cubic_bug's g/(3y^2) is a factor off, and
+        infinite at y = 0).  Shrinking it again found nothing new after ~15 s each (a new user's op whose
+        forward is a Newton solve: 4 extra shrinks, 60 s of a 67 s run, all deduplicated into the first
+        finding afterwards); it is counted as a case of that finding instead.  A second bug in the same op
+        shows once the first is fixed."""
+        if d.kind not in _SAME_RULE_KINDS or d.case is None:
+            return False
+        under = set(d.oracles) - _WITNESSES
+        ops = set(d.case.ops)
+        for f in self.findings.values():
+            c = f.discrepancy.cause
+            if c is not None and c.id == "wrong-vjp" and c.op in ops and under & set(f.discrepancy.oracles):
+                f.cases += 1
+                return True
+        return False
 
     def _count(self, d) -> None:
         sig = search_signature(d)
