@@ -95,3 +95,23 @@ def test_second_order_gradients_of_a_torch_function(fn, wrong, note):
         return
     assert found and not r.ok, str(r)
     assert "double backward of CubeBug" in found[0].cause.summary, found[0].cause.summary
+
+
+class _ExpTwice(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        y = torch.exp(x)
+        ctx.save_for_backward(y)  # its output: autograd differentiates it through this very (wrong) backward
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        (y,) = ctx.saved_tensors
+        return 2 * y * g  # wrong to first order (a factor 2)
+
+
+def test_a_wrong_first_order_backward_is_not_also_called_a_wrong_double_backward():
+    # A new user's LSEBug / CubicBug got a second finding 'the double backward ... is wrong' beside the real one.
+    r = gs.verify_torch_function(_ExpTwice.apply, max_examples=30, seed=0)
+    ids = [d.cause.id for d in r.discrepancies if d.cause is not None]
+    assert "wrong-vjp" in ids and "wrong-double-backward" not in ids, ids
