@@ -156,4 +156,5 @@ def float32_only(mini, suspect, twin, run) -> str:
     if v.results.get(suspect) is None or v.results.get(tw) is None or disagrees(v, suspect, tw):
         return ""
     return ("only in float32 (at the same inputs in float64 it agrees with J^T·g: look for code that depends on the "
-            "dtype, such as a float32-only branch or fast path, or a cast); in float32, ")
+            "dtype, such as a float32-only branch or fast path, a cast, or a formula that loses its precision in float32); "
+            "in float32, ")

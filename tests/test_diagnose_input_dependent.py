@@ -209,6 +209,11 @@ def test_a_vjp_wrong_only_in_float32_is_localised_and_says_float32(case_id):
         assert "remove that factor" not in c.summary, c.summary
 
 
+def test_a_vjp_wrong_in_every_dtype_is_not_said_to_be_float32_only():
+    (c,) = _cause(HALF.name, {"x": np.array([0.5, -1.25], np.float32)}, np.ones(2, np.float32))
+    assert (c.pattern, c.factor) == ("scale", 0.5) and "float32" not in c.summary, c
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # 4. one input's gradient wrong, the others right: the cause names the input
 # ---------------------------------------------------------------------------------------------------------------
