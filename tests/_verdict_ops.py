@@ -38,9 +38,9 @@ def _where_vjp(g, c, a, b, out):
 where = gs.Op("vd_where", forward=lambda c, a, b: np.where(c > 0, a, b), vjp=_where_vjp,
               torch=lambda c, a, b: torch.where(c > 0, a, b))
 
-# Correct user code whose twin is another function above 20: F.softplus returns x there (its threshold).
+# Correct user code whose twin is another function above 10: F.softplus returns x there (its threshold).
 softplus = gs.Op("vd_softplus", forward=lambda x: np.logaddexp(0.0, x),
-                 vjp=lambda g, x, out: (g / (1.0 + np.exp(-x)),), torch=lambda x: F.softplus(x))
+                 vjp=lambda g, x, out: (g / (1.0 + np.exp(-x)),), torch=lambda x: F.softplus(x, threshold=10))
 
 
 class BackwardRaises(ReferenceEngine):
@@ -77,7 +77,7 @@ raising_fwd = gs.Op("vd_raising_fwd", forward=_refuse, arity=1, vjp=lambda g, x,
 
 # The same twin as `softplus`, with a vjp that is really wrong (the sigmoid of 2x, not of x).
 softplus_wrong = gs.Op("vd_softplus_wrong", forward=lambda x: np.logaddexp(0.0, x),
-                       vjp=lambda g, x, out: (g / (1.0 + np.exp(-2 * x)),), torch=lambda x: F.softplus(x))
+                       vjp=lambda g, x, out: (g / (1.0 + np.exp(-2 * x)),), torch=lambda x: F.softplus(x, threshold=10))
 
 
 class Float32Grads(ReferenceEngine):
