@@ -198,7 +198,9 @@ def accuracy_claim(meta) -> tuple[float, float] | None:
 # 1.5e-8: half of float64's digits (scipy's root finders stop at this xtol by default), condition numbers
 # up to ~1e8 (kappa eps), and still 67x below the smallest bug gradspec must find (1e-6 relative); less
 # accurate code declares its accuracy (rtol=).  float64 only: in float32 such conditioning
-# leaves no digit to compare.  gs.check applies it only to a case with user ops, to pairs in which a
+# leaves no digit to compare (a torch Function's float32 code has its rounding measured instead: check.rounding_noise
+# jitters its own float32 ops, verify.torch_call.jitter_float32; a float32 forward that is another function
+# than its float64 one is not judged, FORWARD32_RTOL below).  gs.check applies it only to a case with user ops, to pairs in which a
 # side runs their rules (as a claim), and only after a comparison failed without it.
 OPAQUE_RTOL = float(np.sqrt(EPS64))
 

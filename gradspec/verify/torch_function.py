@@ -431,11 +431,12 @@ def _float32_note(example_inputs, dtypes: tuple = ("float64",)) -> str:
         both = "float64" in dtypes
         text = (("cases are split between float64 and float32" if both else "every case is float32")
                 + ": in a float32 case fn's forward and backward run on float32 tensors (its float32 code, called by "
-                "gradspec's engine and inside torch graphs) and are compared at float32 precision; the finite "
+                "gradspec's engine and inside torch graphs) and are compared at float32 precision (where a "
+                "comparison fails, the rounding noise is measured with fn's own float32 ops jittered); the finite "
                 "differences and the jacobian oracle's finite-difference JVPs evaluate fn in float64 (its float64 "
                 "code at the same float32 input values), so they witness the true derivative of fn's float64 "
                 "forward -- where fn's float32 forward computes another function than its float64 one (beyond "
-                "float32 rounding), that case is not judged")
+                "float32 rounding), they do not count on that case (inconclusive, never a finding)")
         if not both:
             text += "; float64 was not checked (dtypes=('float32',))"
     if low:
