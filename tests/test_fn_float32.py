@@ -36,7 +36,8 @@ def test_a_backward_wrong_only_in_float32_is_found_and_said_float32_only(fn):
     assert r.status == "disagree", r.summary()
     d = r.discrepancies[0]
     assert d.kind == "value" and _float32(d), d.message
-    assert FLOAT32_ONLY in d.message and d.cause is not None and FLOAT32_ONLY in d.cause.summary, d.cause
+    assert FLOAT32_ONLY in d.message and d.cause is not None, d.message
+    assert "only in float32" in d.cause.summary or FLOAT32_ONLY in d.cause.summary, d.cause  # the diagnosis's or ours
 
 
 @pytest.mark.parametrize("fn", BUGS.values(), ids=BUGS.keys())

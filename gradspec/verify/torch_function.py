@@ -705,7 +705,7 @@ def _say_float32_only(found) -> None:
     for d in found:
         if FLOAT32_ONLY not in d.message:
             d.message += f" [{FLOAT32_ONLY}]"
-        if d.cause is not None and FLOAT32_ONLY not in d.cause.summary:
+        if d.cause is not None and "float32" not in d.cause.summary:  # (the diagnosis may say it already)
             d.cause = dataclasses.replace(d.cause, summary=f"{d.cause.summary}; {FLOAT32_ONLY}")
 
 
