@@ -39,16 +39,26 @@ def _split_case(mini, node, every: bool = False) -> Case:
                 engine=mini.engine, user_ops=dict(mini.user_ops))
 
 
+def _users_code(spec, suspect) -> bool:
+    """The code under test is the user's own op or torch Function (not an engine, not a table op's twin)."""
+    return not (_is_engine(str(suspect)) or not spec.user
+                or (str(suspect).startswith("torch") and not _is_torch_function(spec)))
+
+
+def _node_inputs(mini: Case, node: NodeDef) -> tuple[list, np.ndarray]:
+    """The node's input values and the upstream gradient of a one-node case (its seed, in float64)."""
+    vals = {l.name: np.asarray(l.value) for l in mini.leaves}
+    return [vals[i] for i in node.inputs], np.asarray(mini.seeds[0], dtype=np.float64)
+
+
 def _returned_shapes(mini, node, spec, suspect, hidden: bool = False) -> Cause | None:
     """The cause when the code under test returns gradients of the wrong shapes, named from the arrays it
     returned before any shape check (a user op's vjp called directly; a torch Function's backward called
     through its graph node, which is what torch's own validation would have refused or silently summed)."""
-    if _is_engine(str(suspect)) or not spec.user or (str(suspect).startswith("torch") and not _is_torch_function(spec)):
+    if not _users_code(spec, suspect):
         return None
     try:
-        vals = {l.name: np.asarray(l.value) for l in mini.leaves}
-        ins = [vals[i] for i in node.inputs]
-        g = np.asarray(mini.seeds[0], dtype=np.float64)
+        ins, g = _node_inputs(mini, node)
         raw = _raw_grads(spec, ins, mini.evaluate()[node.name], g, node.params)
         if raw is None or not any(r is not None and np.shape(r) != np.shape(x) for r, x in zip(raw, ins)):
             return None
@@ -131,12 +141,10 @@ def _short(a) -> str:
 def _none_returned(mini: Case, node: NodeDef, spec, suspect: str, u: dict, t: dict) -> Cause | None:
     """The code returns None for an input that needs a gradient and reaches the output (J^T·g is not zero
     there): torch, and gradspec's engine, take a None as a gradient of zeros."""
-    if _is_engine(str(suspect)) or not spec.user or (str(suspect).startswith("torch") and not _is_torch_function(spec)):
+    if not _users_code(spec, suspect):
         return None
     try:
-        vals = {l.name: np.asarray(l.value) for l in mini.leaves}
-        ins = [vals[i] for i in node.inputs]
-        g = np.asarray(mini.seeds[0], dtype=np.float64)
+        ins, g = _node_inputs(mini, node)
         got = _raw(spec, ins, mini.evaluate()[node.name], g, node.params)
         if got is None or not got[1]:
             return None
