@@ -223,16 +223,7 @@ def test_verify_torch_function_says_float32_was_not_checked(tmp_path):
     passes, and the result says so (the default also runs float32 cases and finds it: tests/test_fn_float32.py)."""
     import torch
 
-    class WrongInFloat32(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, x):
-            ctx.save_for_backward(x)
-            return x * x
-
-        @staticmethod
-        def backward(ctx, g):
-            (x,) = ctx.saved_tensors
-            return 2 * x * g * (1.01 if x.dtype == torch.float32 else 1.0)
+    from tests._float32_code import ExpF64Only as WrongInFloat32  # the float32 path of its backward is 1% off
 
     r = gs.verify_torch_function(WrongInFloat32.apply, example_inputs=(torch.ones(3, dtype=torch.float32),),
                                  max_examples=5, seed=0, dtypes=("float64",))
