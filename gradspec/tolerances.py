@@ -33,7 +33,8 @@ import numpy as np
 
 __all__ = ["Tolerance", "TOLERANCES", "lookup", "EXACT_RTOL", "NOISE_ULPS", "NOISE_FACTOR", "NOISE_SATURATED", "NOISE_MORE_RUNS", "FD_NOISE_POINTS",
            "FD_NOISE_SPACING", "FD_NOISE_SIGMAS", "TINY32", "underflow_floor", "FD_FINER_STEPS", "KINK_PERSISTS", "KINK_ROUNDING", "FD_SHAKY",
-           "claimed_allowance", "accuracy_claim", "describe_claim", "OPAQUE_RTOL", "opaque_claim", "FORWARD32_RTOL"]
+           "claimed_allowance", "accuracy_claim", "describe_claim", "OPAQUE_RTOL", "opaque_claim",
+           "DOUBLE_BACKWARD_RTOL", "FORWARD32_RTOL"]
 
 EPS64 = float(np.finfo(np.float64).eps)
 EPS32 = float(np.finfo(np.float32).eps)
@@ -203,6 +204,13 @@ def accuracy_claim(meta) -> tuple[float, float] | None:
 # than its float64 one is not judged, FORWARD32_RTOL below).  gs.check applies it only to a case with user ops, to pairs in which a
 # side runs their rules (as a claim), and only after a comparison failed without it.
 OPAQUE_RTOL = float(np.sqrt(EPS64))
+
+# Second-order gradients of a torch Function (gradspec.verify.torch_double: autograd through fn's backward vs
+# central differences of that backward, on top of 4x their step-difference estimate).  A wrong double backward
+# (a product-rule term dropped) is off by O(1); fn's first-order backward may hold an iterative solve whose
+# finite differences carry ~1e-8 relative noise, and float32 inside ~1e-4 after the division by the step: only
+# a relative error above this decides.
+DOUBLE_BACKWARD_RTOL = 1e-3
 
 
 # A float32 case runs the user's code in float32 while finite differences (and the jacobian's finite-difference

@@ -40,11 +40,12 @@ __all__ = ["directional_second_order", "DoubleBackwardCheck"]
 # Clean cases per run checked while nothing is found (each costs ~6 forward+backward calls of fn); every
 # case once something is found (the shrinker needs the finding to reproduce).
 CLEAN_CHECKS = 3
-# A wrong double backward (a product-rule term dropped) is off by O(1); fn's first-order backward may hold
-# an iterative solve whose finite differences carry ~1e-8 relative noise, and float32 inside ~1e-4 after the
-# division by the step: only a relative error above this decides, on top of the 4x step-difference estimate.
-REL_SLACK = 1e-3
 CHECK_NAME = "double backward"
+
+
+def _allowed(err: float, auto: float, fd: float) -> float:
+    """What a second-order gradient may differ from its finite differences by (tolerances.DOUBLE_BACKWARD_RTOL)."""
+    return 4 * err + _tol.DOUBLE_BACKWARD_RTOL * max(abs(auto), abs(fd))
 
 
 def _fixed(shape, phase: float) -> np.ndarray:
@@ -151,7 +152,7 @@ def first_order_agrees(call, xs, params) -> bool:
     c1, c2 = ((f(h) - f(-h)) / (2 * h) for h in (t, t / 8))
     fd = (64 * c2 - c1) / 63
     noise = 64 * float(np.finfo(np.float64).eps) * max(abs(f(0.0)), float(g.abs().sum())) / (t / 8)
-    return abs(auto - fd) <= 4 * (abs(c2 - c1) + noise) + REL_SLACK * max(abs(auto), abs(fd))
+    return abs(auto - fd) <= _allowed(abs(c2 - c1) + noise, auto, fd)
 
 
 class DoubleBackwardCheck:
@@ -192,7 +193,7 @@ class DoubleBackwardCheck:
         auto, fd, err = got
         if not np.isfinite([fd, err]).all():
             return []
-        tol = 4 * err + REL_SLACK * max(abs(auto or 0.0), abs(fd))
+        tol = _allowed(err, auto or 0.0, fd)
         if auto is None and abs(fd) <= tol:
             auto = 0.0  # no graph through the backward, and none needed: the second-order term is zero here
         if auto is None:
@@ -247,8 +248,9 @@ class DoubleBackwardCheck:
         rel = abs(auto - fd) / max(abs(auto), abs(fd), 1e-300)
         d = VerifyDiscrepancy("value", ("torch-cpu", "finite-differences"), f"{self.target}: {summary}", case,
                               values=(auto, fd), abs_err=abs(auto - fd), rel_err=rel,
-                              tolerance=4 * err + REL_SLACK * max(abs(auto), abs(fd)),
-                              tolerance_why=f"4 x step-difference estimate ({err:.3g}) + {REL_SLACK:g} relative",
+                              tolerance=_allowed(err, auto, fd),
+                              tolerance_why=f"4 x step-difference estimate ({err:.3g}) + "
+                                            f"{_tol.DOUBLE_BACKWARD_RTOL:g} relative",
                               replay=self.replay, check_name=CHECK_NAME)
         d.cause = Cause("wrong-double-backward", summary, node=node.name, op=node.op,
                         evidence=f"autograd {auto!r}, finite differences {fd!r} (error estimate {err:.3g})",
