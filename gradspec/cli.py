@@ -446,6 +446,9 @@ def _replay_check(args, case, engine, oracles) -> int:
     verdict = fuzz.guarded_check(case, oracles, args.case_timeout, under_test=engine, isolate=args.isolate)
     rule = _replay_rule(case, engine, args.case_timeout) if "scenario_steps" in case.meta else None
     status = "disagree" if rule is not None and rule["cause"] is not None else verdict.status
+    fn_found, fn_notes = _replay_fn_checks(case)
+    if fn_found:
+        status = "disagree"
     if args.json:
         print(json.dumps({
             "ok": verdict.ok,
@@ -457,6 +460,7 @@ def _replay_check(args, case, engine, oracles) -> int:
             "discrepancies": [d.to_json() for d in verdict.discrepancies],
             "skipped": verdict.skipped,
             **({} if rule is None else {"rule": {"name": rule["name"], "cause": rule["cause"] and rule["cause"].to_json()}}),
+            **({"torch_function_checks": [_fn_finding_text(d) for d in fn_found]} if fn_found else {}),
         }, indent=1, default=str))
     else:
         print(f"case {args.case} (engine {engine}):")
@@ -473,11 +477,29 @@ def _replay_check(args, case, engine, oracles) -> int:
                 print(f"the engine still breaks the rule: {rule['cause'].summary} [{rule['cause'].id}]")
             else:
                 print("the engine now follows torch's backward() rules on these calls")
+        for d in fn_found:
+            print(f"\n{_fn_finding_text(d)}")
+        for text in fn_notes:
+            print(f"note: {text}")
         if status == "disagree":
             print("still disagrees (exit 1)")
         elif status == "inconclusive":
             print("inconclusive (exit 3): nothing was compared")
     return {"agree": EXIT_OK, "disagree": EXIT_FOUND}.get(status, EXIT_INCONCLUSIVE)
+
+
+def _replay_fn_checks(case) -> tuple[list, list]:
+    """A torch Function's own checks beside gs.check (backward twice, layouts, double backward)."""
+    if not case.meta.get("torch_functions"):
+        return [], []
+    from .verify.torch_function import replay_checks
+
+    return replay_checks(case)
+
+
+def _fn_finding_text(d) -> str:
+    cause = f"\ncause: {d.cause.summary} [{d.cause.id}]" if getattr(d, "cause", None) is not None else ""
+    return f"{d.check_name or d.kind} check: {d.message}{cause}"
 
 
 def _replay_causes(verdict, engine, timeout) -> list:

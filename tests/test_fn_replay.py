@@ -212,3 +212,28 @@ def test_a_case_saved_before_the_record_still_replays_with_fns_own_output_shape(
     assert cli.main(["replay", str(case), "--allow-import", mod]) == 1
 
 
+
+
+# Findings of the checks verify_torch_function runs beside gs.check (a double backward, a non-contiguous
+# grad_output) replayed as 'agree', exit 0: replay ran gs.check only.  Each replays in a new process now.
+CHECK_FINDINGS = {
+    "double-backward": ("tests.test_torch_double", "_CubeBug", {}, "wrong-double-backward"),
+    "non-contiguous-grad-output": ("tests.test_torch_layouts", "_DoubleView", {}, "layout-dependent"),
+}
+
+
+@pytest.mark.parametrize("module, cls, kw, cause", CHECK_FINDINGS.values(), ids=list(CHECK_FINDINGS))
+def test_a_finding_of_a_torch_function_check_replays_in_a_new_process(module, cls, kw, cause, tmp_path):
+    import importlib
+
+    from tests.test_replay_findings import replay
+
+    fn = getattr(importlib.import_module(module), cls).apply
+    r = gs.verify_torch_function(fn, max_examples=12, seed=3, **kw)
+    found = [d for d in r.discrepancies if d.cause is not None and d.cause.id == cause]
+    assert found, str(r)
+    index = r.write_html(str(tmp_path / "rep"))
+    case = next(p for p in sorted(__import__("pathlib").Path(index).parent.glob("d-*/case.json"))
+                if cause in (p.parent / "index.html").read_text(encoding="utf-8"))
+    p = replay(case, tmp_path, module)
+    assert p.returncode == 1 and f"[{cause}]" in p.stdout, p.stdout + p.stderr

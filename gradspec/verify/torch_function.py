@@ -221,6 +221,31 @@ def _twice_check(case: Case, spec: OpSpec, target: str, replay: str) -> list:
     return []
 
 
+class _Notes:
+    """What a replay keeps of a check's run notes (the double backward's 'not checked' notes)."""
+
+    def __init__(self) -> None:
+        self.notes: list = []
+
+    def note(self, text: str) -> None:
+        self.notes.append(text)
+
+
+def replay_checks(case: Case) -> tuple[list, list]:
+    """``(discrepancies, notes)`` of the checks verify_torch_function runs beside ``gs.check`` on a case of a
+    torch Function (backward twice, a non-contiguous grad_output, the double backward): ``gradspec replay``
+    runs them too, so that a finding of theirs replays (gs.check alone would say the case agrees)."""
+    out, notes = [], _Notes()
+    for name in case.meta.get("torch_functions", ()):
+        spec = case.spec(name)
+        target = f"torch function {name.removeprefix('torch_')}"
+        layouts = torch_layouts.LayoutCheck(spec, target, "")
+        double = torch_double.DoubleBackwardCheck(spec, target, "", notes)
+        layouts.found = double.found = True  # one case, checked whatever the run's budget of clean checks
+        out += _twice_check(case, spec, target, "") or layouts(case) or double(case)
+    return out, notes.notes
+
+
 def _not_doubled(g1, g2) -> tuple | None:
     """The first element where the second backward did not add g1 again (g2 != 2 g1), or None.
 
