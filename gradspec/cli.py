@@ -28,57 +28,26 @@ import sys
 
 __all__ = ["main"]
 
-EXIT_OK, EXIT_FOUND, EXIT_USAGE, EXIT_INCONCLUSIVE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
-EXIT_LOST = EXIT_INCONCLUSIVE  # inconclusive (CONTRACT §6): budget lost with a dead worker
-
-
-class _UsageError(Exception):
-    pass
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # argparse exits 2 on usage errors, as the contract wants
-        self.print_usage(sys.stderr)
-        self.exit(EXIT_USAGE, f"gradspec: error: {message}\n")
-
-
-def _int_at_least(lo: int):
-    """An argparse type: an integer >= lo, with a message naming the text and the bound."""
-
-    def parse(text: str) -> int:
-        try:
-            v = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-        if v < lo:
-            raise argparse.ArgumentTypeError(f"{text!r} must be >= {lo}")
-        return v
-
-    return parse
-
-
-_positive_int = _int_at_least(1)
-_seed = _int_at_least(0)
-
-
-def _positive_float(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not v > 0 or v != v or v == float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r} must be a positive number of seconds")
-    return v
-
-
-def _nonneg_float(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not v >= 0 or v == float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number >= 0 (e.g. 1e-6)")
-    return v
+from ._cli_args import (
+    EXIT_FOUND,
+    EXIT_INCONCLUSIVE,
+    EXIT_INTERRUPTED,
+    EXIT_LOST,
+    EXIT_OK,
+    EXIT_USAGE,
+    _data_flags,
+    _err,
+    _isolate_flag,
+    _load_case,
+    _nonneg_float,
+    _Parser,
+    _positive_float,
+    _positive_int,
+    _seed,
+    _split,
+    _UsageError,
+)
+from ._cli_explain import _explain, _ops
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -158,23 +127,6 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _isolate_flag(p) -> None:
-    p.add_argument("--isolate", action="store_true",
-                   help="check each case in a child process that a watchdog kills when an oracle overruns "
-                        "--case-timeout (cuts hangs in C code, which the default alarm signal cannot; costs a fork "
-                        "per case)")
-
-
-def _data_flags(p) -> None:
-    """Case files are data (CONTRACT §6): what they may import, how big they may be."""
-    p.add_argument("--allow-import", action="append", default=[], metavar="MODULE",
-                   help="a module a case file may import (its engine, user ops, torch Functions; repeatable); "
-                        "without it nothing named in a case file is imported")
-    p.add_argument("--max-elements", type=_positive_int, default=None, metavar="N",
-                   help="refuse a case file whose tensors need more array elements than this "
-                        "(default: 2**27, less on a machine with under 8 GiB)")
-
-
 def _allowed(args) -> list[str]:
     """Modules the command line allows a case file to import: --allow-import, --engine, --ops, --oracles."""
     named = [args.engine or ""] + (_split(getattr(args, "ops", None)) or []) + (_split(getattr(args, "oracles", None)) or [])
@@ -214,168 +166,9 @@ def main(argv=None) -> int:
         return _err(f"internal error: {type(e).__name__}: {e} (set GRADSPEC_DEBUG=1 for the traceback)")
 
 
-def _err(msg: str) -> int:
-    print(f"gradspec: error: {msg}", file=sys.stderr)
-    return EXIT_USAGE
-
-
-def _split(text: str | None) -> list[str] | None:
-    if text is None:
-        return None
-    items = [t.strip() for t in text.split(",") if t.strip()]
-    return items or None
-
-
-# ---------------------------------------------------------------------------------------------
-# gradspec explain
-# ---------------------------------------------------------------------------------------------
-
-
-def _explain(argv: list) -> int:
-    p = _Parser(prog="gradspec explain", allow_abbrev=False, description="What backward(seed) computes: J, the seed, J^T·seed and each "
-                "input element's contributions. Inputs of an expression are options named after them: "
-                "--NAME SPEC with SPEC ones:2,3 | zeros:4 | arange:2,3 | randn:2,3 | full:0.5:2,3 | a number | "
-                "a nested list.", epilog='example: gradspec explain "mm(x, a)" --x ones:2,3 --a ones:3,4 '
-                '--seed "[[1,2,3,4],[5,6,7,8]]"')
-    p.add_argument("what", help="an expression of table ops (e.g. \"mm(x, a)\", \"sum(x * w, dim=1)\") or a case.json")
-    p.add_argument("--seed", default=None, metavar="SPEC", help="the gradient passed to backward (default: none, "
-                   "allowed only for one-element outputs)")
-    p.add_argument("--const", action="append", default=[], metavar="NAME", help="an input that does not require grad")
-    p.add_argument("--limit", type=_positive_int, default=24, metavar="N", help="input elements whose contributions "
-                   "are spelled out (default 24)")
-    _data_flags(p)
-    args, rest = p.parse_known_args(argv)
-    from ._private import limits
-    from .explain import ExplainError
-
-    try:
-        with limits.limiting(args.max_elements):  # as replay: sizes refused before anything is allocated
-            ex = _explain_run(args, rest)
-    except (ExplainError, _UsageError, limits.SizeError) as e:
-        return _err(str(e))
-    try:
-        print(ex.text(limit=args.limit))
-    except BrokenPipeError:  # `gradspec explain ... | head`
-        sys.stdout = open(os.devnull, "w")
-    return EXIT_OK
-
-
-def _explain_run(args, rest: list):
-    from .explain import ExplainError, explain, parse_array
-
-    inputs = _explain_inputs(rest)
-    if args.what.endswith(".json") or os.path.isfile(args.what):
-        if inputs or args.seed is not None:
-            raise ExplainError("a case file carries its own values and seeds: give no --NAME / --seed with it")
-        from ._private import imports
-
-        with imports.allowing(list(args.allow_import)):
-            return _explain_case_file(args.what, list(args.allow_import))
-    seed = None if args.seed is None else parse_array(args.seed, f"--seed {args.seed}")
-    return explain(args.what, seed=seed, requires_grad={c: False for c in args.const}, **inputs)
-
-
-def _explain_case_file(path: str, allow: list):
-    """explain of a saved case, with what the code under test returns beside J^T·seed (and the finding
-    recorded next to it, when the case comes from a report folder)."""
-    import json
-
-    from . import caseio
-    from .explain import code_gradients, explain
-
-    case = _load_case(path)
-    ex = explain(case)
-    try:
-        caseio.engine_for(case, None, allow_import=allow, source=path)
-        ex.code, ex.code_label = code_gradients(case)
-    except caseio.CaseError as e:
-        ex.code_label = f"not run: {e}"
-    try:
-        with open(os.path.join(os.path.dirname(os.path.abspath(path)), "discrepancy.json")) as f:
-            rec = json.load(f).get("discrepancy") or {}
-        cause = rec.get("cause") or {}
-        ex.finding = f"{rec.get('kind')} ({' vs '.join(rec.get('oracles') or [])}): {cause.get('summary') or rec.get('message')}"
-    except (OSError, ValueError, AttributeError):
-        pass  # a case file on its own
-    return ex
-
-
-def _explain_inputs(rest: list) -> dict:
-    from .explain import ExplainError, parse_array
-
-    inputs, k = {}, 0
-    while k < len(rest):
-        opt = rest[k]
-        if not opt.startswith("--") or len(opt) < 3:
-            raise ExplainError(f"unexpected argument {opt!r}: inputs are given as --NAME SPEC (e.g. --x ones:2,3)")
-        name, eq, value = opt[2:].partition("=")
-        if not eq:
-            if k + 1 >= len(rest):
-                raise ExplainError(f"--{name} needs a value (e.g. --{name} ones:2,3)")
-            value, k = rest[k + 1], k + 1
-        if not name.isidentifier():
-            raise ExplainError(f"--{name}: an input name must be a Python identifier")
-        inputs[name] = parse_array(value, f"--{name} {value}")
-        k += 1
-    return inputs
-
-
-# ---------------------------------------------------------------------------------------------
-# gradspec ops
-# ---------------------------------------------------------------------------------------------
-
-
-def _ops(args) -> int:
-    import gradspec as gs
-
-    rows = []
-    for spec in gs.ops.specs():
-        oracles = ["reference", "finite-differences"]
-        if spec.jvp is not None:
-            oracles.append("jacobian")
-        if spec.torch is not None:
-            oracles += ["torch-cpu", "torch-cuda"]
-        doms = spec.domains_for(spec.arity or 1)
-        rows.append({
-            "name": spec.name,
-            "family": spec.family,
-            "signature": spec.public_signature,
-            "shapes": spec.signature or ("shape rule" if spec.shape_fn is not None else "elementwise"),
-            "torch": spec.torch_name,
-            "domain": "; ".join(d.describe() for d in doms),
-            "saves": spec.saves if isinstance(spec.saves, bool) else "depends on params",
-            "oracles": oracles,
-            "notes": spec.notes,
-        })
-    if args.json:
-        print(json.dumps(rows, indent=1))
-        return EXIT_OK
-    w_sig = min(44, max((len(r["signature"]) for r in rows), default=10))
-    print(f"{'op':<16} {'signature':<{w_sig}} {'domain':<28} oracles")
-    for r in rows:
-        sig = r["signature"] if len(r["signature"]) <= w_sig else r["signature"][: w_sig - 1] + "…"
-        dom = r["domain"] if len(r["domain"]) <= 28 else r["domain"][:27] + "…"
-        print(f"{r['name']:<16} {sig:<{w_sig}} {dom:<28} {', '.join(r['oracles'])}")
-    print(f"\n{len(rows)} ops (torch-cuda needs a CUDA device). `gradspec ops --json` adds shapes, torch names, "
-          "saved tensors and tie/kink notes.")
-    return EXIT_OK
-
-
 # ---------------------------------------------------------------------------------------------
 # gradspec replay
 # ---------------------------------------------------------------------------------------------
-
-
-def _load_case(path: str):
-    from . import caseio
-    from .check import refuse_unpromoted
-
-    try:
-        case = caseio.load(path)
-        refuse_unpromoted(case)  # a program torch refuses is the file's fault, not a bug in torch
-        return case
-    except caseio.CaseError as e:
-        raise _UsageError(f"{path}: {e}" if not str(e).startswith(path) else str(e)) from None
 
 
 def _replay(args) -> int:
@@ -390,7 +183,7 @@ def _replay(args) -> int:
                       report_dir=os.path.dirname(os.path.abspath(args.case)),
                       case_timeout=args.case_timeout, seed=0)
     try:
-        oracles, _ops, _eng = fuzz.resolve(cfg)
+        oracles, _resolved_ops, _eng = fuzz.resolve(cfg)
     except ValueError as e:
         raise _UsageError(f"cannot replay with engine {engine!r}: {e}") from None
     missing = [o for o in case.ops if not _supports(_eng, o)]

@@ -22,7 +22,7 @@ The table is the layout documented in the README ("Layout"), lowest layer first:
  8    entry points  gradspec.verify.* (verify_op/_torch_function/_engine), gradspec.fuzz.* (campaigns)
  9    report        report (HTML), report_views, report_repro (repro.py), result_html (Result.write_html's writer), ci_outputs,
                     report_cause (a page's headline: the cause, the fix, |difference| / tolerance maps)
-10    front ends    cli, pytest_plugin, testing (assert_gradients), gradspec (the package facade)
+10    front ends    cli (+ _cli_args, _cli_explain), pytest_plugin, testing (assert_gradients), gradspec (the package facade)
 ====  ============  ================================================================================
 
 A new module gets a row here (or falls under a package prefix); the test names what to do.
@@ -77,6 +77,8 @@ MODULES = {
     "gradspec.report_views": REPORT,
     "gradspec.ci_outputs": REPORT,
     "gradspec.cli": FRONT,
+    "gradspec._cli_args": FRONT,  # the command line's shared parts (exit codes, argument types, loading a case)
+    "gradspec._cli_explain": FRONT,  # gradspec explain and gradspec ops
     "gradspec.__main__": FRONT,
     "gradspec.pytest_plugin": FRONT,
     "gradspec.testing": FRONT,

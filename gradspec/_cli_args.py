@@ -1,0 +1,104 @@
+"""The command line's shared parts: exit codes, argument types and checks, the data flags, loading a case file.
+
+Private to :mod:`gradspec.cli` and its subcommands (``_cli_explain``); nothing here is public API.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+__all__: list[str] = []
+
+EXIT_OK, EXIT_FOUND, EXIT_USAGE, EXIT_INCONCLUSIVE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+EXIT_LOST = EXIT_INCONCLUSIVE  # inconclusive (CONTRACT §6): budget lost with a dead worker
+
+
+class _UsageError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # argparse exits 2 on usage errors, as the contract wants
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"gradspec: error: {message}\n")
+
+
+def _int_at_least(lo: int):
+    """An argparse type: an integer >= lo, with a message naming the text and the bound."""
+
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if v < lo:
+            raise argparse.ArgumentTypeError(f"{text!r} must be >= {lo}")
+        return v
+
+    return parse
+
+
+_positive_int = _int_at_least(1)
+_seed = _int_at_least(0)
+
+
+def _positive_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not v > 0 or v != v or v == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a positive number of seconds")
+    return v
+
+
+def _nonneg_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not v >= 0 or v == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number >= 0 (e.g. 1e-6)")
+    return v
+
+
+def _isolate_flag(p) -> None:
+    p.add_argument("--isolate", action="store_true",
+                   help="check each case in a child process that a watchdog kills when an oracle overruns "
+                        "--case-timeout (cuts hangs in C code, which the default alarm signal cannot; costs a fork "
+                        "per case)")
+
+
+def _data_flags(p) -> None:
+    """Case files are data (CONTRACT §6): what they may import, how big they may be."""
+    p.add_argument("--allow-import", action="append", default=[], metavar="MODULE",
+                   help="a module a case file may import (its engine, user ops, torch Functions; repeatable); "
+                        "without it nothing named in a case file is imported")
+    p.add_argument("--max-elements", type=_positive_int, default=None, metavar="N",
+                   help="refuse a case file whose tensors need more array elements than this "
+                        "(default: 2**27, less on a machine with under 8 GiB)")
+
+
+def _err(msg: str) -> int:
+    print(f"gradspec: error: {msg}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def _split(text: str | None) -> list[str] | None:
+    if text is None:
+        return None
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    return items or None
+
+
+def _load_case(path: str):
+    from . import caseio
+    from .check import refuse_unpromoted
+
+    try:
+        case = caseio.load(path)
+        refuse_unpromoted(case)  # a program torch refuses is the file's fault, not a bug in torch
+        return case
+    except caseio.CaseError as e:
+        raise _UsageError(f"{path}: {e}" if not str(e).startswith(path) else str(e)) from None
