@@ -207,23 +207,27 @@ def _ancestor_leaves(g: Graph, idx: int) -> set[str]:
     return {l.name for l in g.leaves} & walked
 
 
-def _repair(draw, g: Graph, vals: dict, cfg: _Cfg, reject: bool = True) -> dict | None:
-    """Make every node's inputs valid and clean (see ``_first_bad_node``); returns the evaluated values.
-    A case that resists every repair is rejected (``reject``), or None is returned (a value set of a
-    group is dropped, not the whole group)."""
+def _repair(draw, g: Graph, vals: dict, cfg: _Cfg, reject: bool = True, shared: bool = False):
+    """Make every node's inputs valid and clean (see ``_first_bad_node``); returns ``(values, graph)``:
+    the evaluated values (None: the values resisted every repair and not ``reject``; a case that
+    resists is rejected otherwise) and the graph they are for -- ``g`` itself, or, if an input had to
+    be detached onto a new leaf and ``g`` is ``shared`` (a group's graph), a copy of it."""
     for attempt in range(_REPAIRS + 1):
         bad, env, slots = _first_bad_node(g, vals)
         if bad is None:
-            return env
+            return env, g
         if not reject and attempt >= _REPAIRS:
-            return None
+            return None, g
         assume(attempt < _REPAIRS)
         rng = np.random.default_rng(draw(ints(0, _SEED_BITS)))
         # First redraw the leaves behind the failing node with tame values; if that did not
         # help, the structure is degenerate: detach the node from the offending input; last,
         # redraw every float leaf.
-        if attempt >= 1 and _detach_input(g, bad, slots, vals, rng, cfg):
-            continue
+        if attempt >= 1:
+            if shared:  # copied only where a detach may change it: most value sets need no repair
+                g, shared = g.copy(), False
+            if _detach_input(g, bad, slots, vals, rng, cfg):
+                continue
         redo = _ancestor_leaves(g, bad) if attempt < 2 else {l.name for l in g.leaves}
         for l in g.leaves:
             if l.name in redo and l.is_float:
@@ -232,10 +236,11 @@ def _repair(draw, g: Graph, vals: dict, cfg: _Cfg, reject: bool = True) -> dict 
 
 
 def value_set(draw, g: Graph, cfg: _Cfg, dtype_mode: str, reject: bool = True, template: Case | None = None,
-              seed_blocks: bool = True) -> Case | None:
+              seed_blocks: bool = True, shared: bool = False) -> Case | None:
     """One set of values for graph ``g`` (leaf values, repairs, the hard-region plant, one seed per
     root) as a :class:`Case`.  ``g`` may be changed by a repair (an input detached onto a fresh
-    leaf): pass a copy when it is shared.  None when the values resist repair and not ``reject``.
+    leaf) unless ``shared``: then such a repair works on a copy.  None when the values resist repair
+    and not ``reject``.
     ``template``: a case of the same graph, whose canonical structure is reused if no repair changed it.
     ``seed_blocks``: each seed drawn as a block of its own (as ``cases()`` always has: Hypothesis'
     mutator copies such blocks, which shapes the mix it generates); a group's sets draw them inline."""
@@ -245,12 +250,19 @@ def value_set(draw, g: Graph, cfg: _Cfg, dtype_mode: str, reject: bool = True, t
             vals[l.name] = draw_array(draw, l.shape, l.domains, l.dtype)
         else:
             vals[l.name] = draw_bools(draw, l.shape)
-    env = _repair(draw, g, vals, cfg, reject)
+    env, g = _repair(draw, g, vals, cfg, reject, shared)
     if env is None:
         return None
-    vals, hard = _hard.maybe_plant(draw, g, vals, _first_bad_node)
-    if hard:
-        env = _first_bad_node(g, vals, allow={i for i, n in enumerate(g.nodes) if n.name == hard[0]["node"]})[1]
+    planted_env: list = []
+
+    def bad_node(graph, values, allow=frozenset()):
+        out = _first_bad_node(graph, values, allow)
+        planted_env[:] = [out[1]]
+        return out
+
+    vals, hard = _hard.maybe_plant(draw, g, vals, bad_node)
+    if hard:  # the plant's own check evaluated the graph at the planted values (the same call, done once)
+        env = planted_env[0]
     if seed_blocks:
         sd = [draw(_seeds(tuple(np.shape(env[r])), np.asarray(env[r]).dtype.name, True, True)) for r in g.roots]
     else:

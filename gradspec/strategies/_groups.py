@@ -42,11 +42,12 @@ def _set_strategy(draw):
     g, cfg, mode, drawn = _CTX.stack[-1]
     if not drawn:
         # The first set repairs the graph itself (as cases() does: a set that resists repair rejects
-        # the group); later ones work on a copy, are dropped alone, and reuse its canonical structure.
+        # the group); later ones share it (a repair that detaches an input works on a copy), are
+        # dropped alone, and reuse its canonical structure.
         case = value_set(draw, g, cfg, mode, seed_blocks=False)
         drawn.append(case)
         return case
-    return value_set(draw, g.copy(), cfg, mode, reject=False, template=drawn[0], seed_blocks=False)
+    return value_set(draw, g, cfg, mode, reject=False, template=drawn[0], seed_blocks=False, shared=True)
 
 
 _SET = _set_strategy()
