@@ -31,6 +31,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ._private import backward_plan as _plan
 from ._private import dtypes as _dt
 from .spec import registry as _registry
 from .spec.opspec import set_applier as _set_applier
@@ -155,7 +156,7 @@ class enable_grad(set_grad_enabled):
 class Node:
     """One recorded op application: the backward function of its output (torch's grad_fn)."""
 
-    __slots__ = ("spec", "inputs", "params", "out", "seq", "freed", "saves", "__weakref__")
+    __slots__ = ("spec", "inputs", "params", "out", "seq", "freed", "__weakref__")
 
     def __init__(self, spec, inputs, params, out):
         self.spec = spec
@@ -164,7 +165,12 @@ class Node:
         self.out = out
         self.seq = next(_SEQ)
         self.freed = False
-        self.saves = spec.saves_tensors(params)
+
+    @property
+    def saves(self) -> bool:
+        """Whether the backward reads saved tensors (a freed node then refuses to run again); asked only
+        of a freed node."""
+        return self.spec.saves_tensors(self.params)
 
     def name(self) -> str:
         return _node_name(self.spec.name, self.spec.user)
@@ -556,7 +562,7 @@ def apply(spec, inputs: Sequence[Any], params: dict) -> Tensor:
         raise TypeError(f"{spec.name}() takes {spec.arity} tensor input(s) but {len(tensors)} were given")
     arrays = [t.data for t in tensors]
     shapes = [a.shape for a in arrays]
-    params = spec.canonical(shapes, params)
+    params = spec.canonical(shapes, params) if spec.normalize is None or spec.user else _canonical(spec, shapes, params)
     if spec.family == "elementwise" and len(arrays) > 1:
         dt = arrays[0].dtype
         for a in arrays:
@@ -596,6 +602,54 @@ def apply(spec, inputs: Sequence[Any], params: dict) -> Tensor:
         out.grad_fn = Node(spec, tensors, params, out)
         out._requires_grad = True
     return out
+
+
+# ``OpSpec.canonical`` of a table op, remembered per (op, input shapes, params): normalizing dims and
+# checking params costs 0.2-1.4 us an op (an ABC isinstance check in norm_dims alone is ~0.4 us), paid by
+# every op of every forward and of every VJP rule, with the same few shapes and params over and over.
+# Only params of plain immutable values are keys (a list, an array, a slice is normalized every time, and
+# so is anything a normalizer might warn about); ints, bools, floats and strings are told apart by type
+# (1, 1.0 and True are equal keys in a dict), and NaN and signed zeros are never keys (NaN != NaN; -0.0 ==
+# 0.0).  A result holding anything mutable is not kept; each caller gets its own copy of the dict.
+_CANON: dict = {}
+_CANON_MAX = 4096
+_KEY_SCALARS = (int, bool, str, type(None))
+
+
+def _params_key(params: dict):
+    key = []
+    for k, v in params.items():
+        t = type(v)
+        if t in _KEY_SCALARS:
+            key.append((k, t, v))
+        elif t is float:
+            if v != v or v == 0.0:
+                return None
+            key.append((k, t, v))
+        elif t is tuple:
+            for e in v:
+                if type(e) is not int:
+                    return None
+            key.append((k, t, v))
+        else:
+            return None
+    return tuple(key)
+
+
+def _canonical(spec, shapes, params: dict) -> dict:
+    pk = _params_key(params)
+    if pk is None:
+        return spec.canonical(shapes, params)
+    key = (spec, tuple(shapes), pk)
+    got = _CANON.get(key)
+    if got is None:
+        got = spec.canonical(shapes, params)
+        if _params_key(got) is None:
+            return got
+        if len(_CANON) >= _CANON_MAX:
+            _CANON.clear()
+        _CANON[key] = got
+    return dict(got)
 
 
 _set_applier(apply)  # calling an OpSpec on tensors (spec layer) runs it here
@@ -819,130 +873,96 @@ def _run(roots, seeds, retain_graph: bool, create_graph: bool, targets, capture:
             t.retain_grad()
     if create_graph and not capture:
         warnings.warn(MSG_CREATE_GRAPH, UserWarning, stacklevel=4)
-
+    plan = _plan.plan(roots, targets, capture)
     target_ids = None if targets is None else {id(t) for t in targets}
+    global _GRAD_ENABLED
+    prev = _GRAD_ENABLED
+    _GRAD_ENABLED = create_graph  # (set_grad_enabled(create_graph), without the context object)
+    try:
+        return _execute(plan, roots, seeds, retain_graph, create_graph, target_ids, capture)
+    finally:
+        _GRAD_ENABLED = prev
+
+
+def _execute(plan, roots, seeds, retain_graph: bool, create_graph: bool, target_ids, capture: bool) -> dict:
+    """Run ``plan`` (``_private.backward_plan``): seed the roots, then every node in torch's order."""
     captured: dict[int, Tensor] = {}
-
-    # Which nodes the backward pass reaches.
-    root_nodes = [r.grad_fn for r in roots if r.grad_fn is not None]
-    order: list[Node] = []
-    seen: set[int] = set()
-    # Each node's edges, listed once: the loops below walk them four times (flags cannot change
-    # during the run, so the list stays what Node.edges() would yield).
-    edges: dict[int, list] = {}
-    stack = list(root_nodes)
-    while stack:
-        n = stack.pop()
-        if id(n) in seen:
-            continue
-        seen.add(id(n))
-        order.append(n)
-        edges[id(n)] = ne = list(n.edges())
-        for _, t in ne:
-            if t.grad_fn is not None and id(t.grad_fn) not in seen:
-                stack.append(t.grad_fn)
-
-    # Which of them run.  With targets, torch executes only nodes upstream of a target, plus (for
-    # backward) a non-leaf target's own node, which is what fills its retained grad.  Nodes that do
-    # not run are not freed (measured on torch 2.13).  grad() only *captures* at a non-leaf target's node:
-    # such a node is evaluated (captures, retain hooks) without running its backward.
-    if target_ids is None:
-        executes = evaluates = {id(n) for n in order}
-    else:
-        target_fns = {id(t.grad_fn) for t in targets if t.grad_fn is not None}
-        needed: dict[int, bool] = {}
-        # Producers have lower sequence numbers than their consumers: increasing seq order.
-        for n in sorted(order, key=lambda n: n.seq):
-            needed[id(n)] = (not capture and id(n) in target_fns) or any(
-                id(t) in target_ids or (t.grad_fn is not None and needed.get(id(t.grad_fn), False))
-                for _, t in edges[id(n)]
-            )
-        executes = {id(n) for n in order if needed[id(n)]}
-        evaluates = executes | {id(n) for n in order if id(n) in target_fns}
-
-    # Dependencies: consumers per node, and per leaf.  torch's AccumulateGrad is a node too: a
-    # leaf's gradients are summed in a buffer and accumulated ONCE, when every node feeding it has
-    # run.  That is visible when a later node fails: a leaf still waiting for another branch has
-    # not been touched (a failing backward is not atomic, but not per edge either; reference 5.7).
-    deps: dict[int, int] = {id(n): 0 for n in order}
-    leaf_deps: dict[int, int] = {}
-    for n in order:
-        for _, t in edges[id(n)]:
-            if t.grad_fn is not None:
-                deps[id(t.grad_fn)] += 1
-            else:
-                leaf_deps[id(t)] = leaf_deps.get(id(t), 0) + 1
-    leaf_pending: dict[int, tuple[Tensor, Tensor]] = {}
-
-    def to_leaf(t: Tensor, g: Tensor) -> None:
-        prev = leaf_pending.get(id(t))
-        leaf_pending[id(t)] = (t, g if prev is None else _add(prev[1], g))
-
-    def flush_leaf(key: int) -> None:
-        # The leaf's AccumulateGrad runs (torch gives it the highest priority: right away).
-        item = leaf_pending.pop(key, None)
-        if item is None:
-            return
-        t, g = item
-        if target_ids is not None and key not in target_ids:
-            return
-        if capture:
-            captured[key] = g
+    pending: dict[int, Tensor] = {}  # id(node) -> its incoming gradient so far
+    leaf_pending: dict[int, tuple[Tensor, Tensor]] = {}  # id(leaf) -> (leaf, its gradient so far)
+    edges, deps, leaf_deps = plan.edges, plan.deps, plan.leaf_deps
+    executes, evaluates = plan.executes, plan.evaluates  # (None: every node)
+    for r, s in zip(roots, seeds, strict=True):
+        if s.dtype != r.dtype:
+            s = call("_cast", s, dtype=r.dtype.name) if s.requires_grad else Tensor(s.data.astype(r.dtype))
+        if r.grad_fn is None:
+            _to_leaf(leaf_pending, r, s)
         else:
-            _accumulate(t, g, create_graph)
+            pending[id(r.grad_fn)] = _add(pending.get(id(r.grad_fn)), s)
+    for key in [k for k in leaf_pending if leaf_deps.get(k, 0) == 0]:
+        _flush_leaf(leaf_pending, key, target_ids, capture, captured, create_graph)
 
-    pending: dict[int, Tensor] = {}
-    with set_grad_enabled(create_graph):
-        for r, s in zip(roots, seeds, strict=True):
-            if s.dtype != r.dtype:
-                s = call("_cast", s, dtype=r.dtype.name) if s.requires_grad else Tensor(s.data.astype(r.dtype))
-            if r.grad_fn is None:
-                to_leaf(r, s)
-            else:
-                pending[id(r.grad_fn)] = _add(pending.get(id(r.grad_fn)), s)
-        for key in [k for k in leaf_pending if leaf_deps.get(k, 0) == 0]:
-            flush_leaf(key)
-
-        # torch's ready queue: highest sequence number first among nodes whose consumers ran.
-        ready = [(-n.seq, id(n), n) for n in root_nodes if deps[id(n)] == 0]
-        heapq.heapify(ready)
-        queued = {id(n) for _, _, n in ready}
-        while ready:
-            _, _, node = heapq.heappop(ready)
-            g = pending.pop(id(node), None)
+    # torch's ready queue: highest sequence number first among nodes whose consumers ran.
+    ready = [(-n.seq, id(n), n) for n in plan.root_nodes if deps[id(n)] == 0]
+    heapq.heapify(ready)
+    queued = {id(n) for _, _, n in ready}
+    while ready:
+        _, key, node = heapq.heappop(ready)
+        g = pending.pop(key, None)
+        ne = edges[key]
+        if g is not None and (evaluates is None or key in evaluates):
             out = node.out
-            if g is not None and id(node) in evaluates:
-                if capture and id(out) in target_ids:
-                    captured[id(out)] = g
-                if out._retains_grad:
-                    _retain(out, g)
-            if g is not None and id(node) in executes:
-                if node.freed and node.saves:
-                    raise RuntimeError(MSG_FREED)
-                grads = _call_vjp(node, g, create_graph)
-                for i, t in edges[id(node)]:
-                    gi = grads[i]
-                    if gi is None:
-                        continue
-                    gi = _reduce_to(gi, t, node, i)
-                    if t.grad_fn is None:
-                        to_leaf(t, gi)
-                    else:
-                        pending[id(t.grad_fn)] = _add(pending.get(id(t.grad_fn)), gi)
-                if not retain_graph:
-                    node.freed = True
-            for _, t in edges[id(node)]:
-                c = t.grad_fn
-                if c is None:
-                    leaf_deps[id(t)] -= 1
-                    if leaf_deps[id(t)] == 0:
-                        flush_leaf(id(t))
+            if capture and id(out) in target_ids:
+                captured[id(out)] = g
+            if out._retains_grad:
+                _retain(out, g)
+        if g is not None and (executes is None or key in executes):
+            if node.freed and node.saves:
+                raise RuntimeError(MSG_FREED)
+            grads = _call_vjp(node, g, create_graph)
+            for i, t in ne:
+                gi = grads[i]
+                if gi is None:
                     continue
-                deps[id(c)] -= 1
-                if deps[id(c)] == 0 and id(c) not in queued:
-                    queued.add(id(c))
-                    heapq.heappush(ready, (-c.seq, id(c), c))
+                gi = _reduce_to(gi, t, node, i)
+                if t.grad_fn is None:
+                    _to_leaf(leaf_pending, t, gi)
+                else:
+                    pending[id(t.grad_fn)] = _add(pending.get(id(t.grad_fn)), gi)
+            if not retain_graph:
+                node.freed = True
+        for _, t in ne:
+            c = t.grad_fn
+            if c is None:
+                k = id(t)
+                leaf_deps[k] -= 1
+                if leaf_deps[k] == 0:
+                    _flush_leaf(leaf_pending, k, target_ids, capture, captured, create_graph)
+                continue
+            k = id(c)
+            deps[k] -= 1
+            if deps[k] == 0 and k not in queued:
+                queued.add(k)
+                heapq.heappush(ready, (-c.seq, k, c))
     return captured
+
+
+def _to_leaf(leaf_pending: dict, t: Tensor, g: Tensor) -> None:
+    prev = leaf_pending.get(id(t))
+    leaf_pending[id(t)] = (t, g if prev is None else _add(prev[1], g))
+
+
+def _flush_leaf(leaf_pending: dict, key: int, target_ids, capture: bool, captured: dict, create_graph: bool) -> None:
+    # The leaf's AccumulateGrad runs (torch gives it the highest priority: right away).
+    item = leaf_pending.pop(key, None)
+    if item is None:
+        return
+    t, g = item
+    if target_ids is not None and key not in target_ids:
+        return
+    if capture:
+        captured[key] = g
+    else:
+        _accumulate(t, g, create_graph)
 
 
 def _call_vjp(node: Node, g: Tensor, create_graph: bool) -> list:

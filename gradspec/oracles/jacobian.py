@@ -146,27 +146,40 @@ def _block(rows: int, cols: int, r0: int, c0: int, length: int) -> np.ndarray:
 def _propagate(case, values, tangents: dict, k: int) -> dict:
     """Carry the leaves' tangents (``k`` directions) through every node's JVP rule (in place in ``tangents``)."""
     specs = case._node_specs() or [None] * len(case.nodes)
+    f64 = np.float64
     for node, spec in zip(case.nodes, specs):
         spec = spec or case.spec(node.op)
-        ins = [tangents[i] for i in node.inputs]
-        if all(t is None for t in ins):
+        names = node.inputs
+        ins = [tangents[i] for i in names]
+        for t in ins:
+            if t is not None:
+                break
+        else:  # no input carries a tangent
             tangents[node.name] = None
             continue
-        if spec.differentiable is not None:  # (spec.input_differentiable, inlined)
-            ins = [t if spec.differentiable[k] else None for k, t in enumerate(ins)]
+        diff = spec.differentiable
+        if diff is not None:  # (spec.input_differentiable, inlined)
+            ins = [t if diff[j] else None for j, t in enumerate(ins)]
         if spec.jvp is None:
             raise OracleError(f"jacobian: op {node.op!r} declares no JVP rule")
         # Tangents are carried in float64 whatever the case dtype: J is a reference value.
-        prim = [np.asarray(values[i], dtype=np.float64) if values[i].dtype.kind == "f"
-                else values[i] for i in node.inputs]
-        out = np.asarray(values[node.name], dtype=np.float64)
+        prim = []
+        for i in names:
+            v = values[i]
+            # (np.asarray of a float64 array is the array itself: skipped)
+            prim.append(v if v.dtype.kind != "f" or v.dtype is _F64 and type(v) is np.ndarray else np.asarray(v, dtype=f64))
+        v = values[node.name]
+        out = v if v.dtype is _F64 and type(v) is np.ndarray else np.asarray(v, dtype=f64)
         t = spec.jvp(ins, *prim, out=out, **node.params)
-        t = np.asarray(t, dtype=np.float64)
-        want = (k,) + values[node.name].shape  # (evaluate gives arrays)
+        t = np.asarray(t, dtype=f64)
+        want = (k,) + v.shape  # (evaluate gives arrays)
         if t.shape != want:
             raise OracleError(f"jacobian: JVP of {node.op!r} (node {node.name}) returned shape {t.shape}, expected {want}")
         tangents[node.name] = t
     return tangents
+
+
+_F64 = np.dtype(np.float64)  # (an array's float64 dtype is this very object: `is` skips numpy's comparison)
 
 
 class JacobianOracle(Oracle):
