@@ -43,13 +43,15 @@ def _spec_watch(spec, nin: int):
     return doms
 
 
-def watch_plan(case) -> list:
+def watch_plan(case, specs=None) -> list:
     """The ops with kinks, ties or domain edges, and which of their inputs to watch.
 
     Returns ``[(node, spec, [(input name, domain with singular points or edges)], has kink_distance)]``.
+    ``specs``: the nodes' op specs, where the caller has looked them up already.
     """
     plan = []
-    specs = case._node_specs() or [case.spec(node.op) for node in case.nodes]  # (looked up once per gs.check)
+    if specs is None:
+        specs = case._node_specs() or [case.spec(node.op) for node in case.nodes]  # (looked up once per gs.check)
     get = _WATCH.get
     for node, spec in zip(case.nodes, specs):
         ins = node.inputs

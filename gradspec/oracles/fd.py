@@ -60,6 +60,7 @@ from .. import tolerances as _tol
 from .._private.fdstep import line_sigma
 from .._private.kinks import exclusion
 from .._private.prologue import oracle_call
+from ..spec import registry as _registry
 from . import _fd_probes as _probes
 from ._base import NonDifferentiable, Oracle, OracleError
 from ._fd_reach import check_reach as _check_reach
@@ -119,6 +120,24 @@ def _as64(case):
     return {l.name: (np.asarray(l.value, dtype=np.float64) if l.value.dtype.kind == "f" else l.value) for l in case.leaves}
 
 
+def _inputs(case):
+    """``case.grad_leaves()``, ``_as64(case)`` and the differentiable leaves' values raveled into one
+    vector, in one pass over the leaves (three passes and a call each were ~4% of a small case's FD)."""
+    leaves, x64, parts = [], {}, []
+    for l in case.leaves:
+        v = l.value
+        if v.dtype.kind == "f":
+            if v.dtype != np.float64 or type(v) is not np.ndarray:
+                v = np.asarray(v, dtype=np.float64)
+            if l.requires_grad:  # (Leaf.differentiable: requires_grad and a float dtype)
+                leaves.append(l)
+                parts.append(v.ravel())
+        x64[l.name] = v
+    if len(parts) == 1:
+        return leaves, x64, parts[0]
+    return leaves, x64, (np.concatenate(parts) if parts else np.zeros(0))
+
+
 def _s_values(env, roots, seeds64, nb: int, abs_seeds=None):
     """s = sum_r <seed_r, f_r> and S = sum_r <|seed_r|, |f_r|> at each of the nb batched points
     (``abs_seeds``: the raveled |seed_r|, when the caller has them already)."""
@@ -176,6 +195,40 @@ def _scale(floats) -> tuple[float, str | None]:
 _SCALE_SMALL = 8  # elements: the centre's scale on Python floats up to here (callgrind: fewer instructions than numpy below ~12)
 
 
+def _row0_scale(env) -> float | None:
+    """``_center_scale`` of row 0 (the centre) of a batched environment when every value there is
+    finite, else None.  Most tensors of FD's small graphs are scalars, whose row 0 is a numpy scalar:
+    concatenating a dozen of them took ~6 us, so scalars and small tensors are read as Python floats
+    (``item``, ``tolist``: exact, float32 values included), larger ones reduced as arrays.  The max of
+    the |values| is exact whatever the grouping, so the float is ``_center_scale``'s."""
+    vals, big = [], []
+    for v in env.values():
+        if v.dtype.kind != "f":
+            continue
+        if v.ndim == 1:
+            vals.append(v.item(0))
+        elif v.size <= _ROW0_SMALL * v.shape[0]:
+            if v.size:
+                vals += v[0].ravel().tolist()
+        else:
+            big.append(v[0])
+    top = max(map(abs, vals)) if vals else 0.0
+    total = sum(vals)  # (a NaN makes it NaN, whatever order max met the NaN in; an inf makes top inf)
+    if not top < math.inf or total != total:
+        return None
+    if big:
+        a = np.concatenate(big, axis=None) if len(big) > 1 else big[0]
+        m = float(_MAX(np.abs(a), axis=None))
+        if not m < math.inf:  # NaN fails this too
+            return None
+        if m > top:
+            top = m
+    return top
+
+
+_ROW0_SMALL = 16  # elements per row: read as Python floats up to here
+
+
 def _finite_center_scale(center) -> float:
     """``_center_scale`` for the full gradient, which refuses a centre that is not finite."""
     vmax, bad = _center_scale(center)
@@ -189,6 +242,8 @@ _VD_EPS = float(VALUE_DEPTH * EPS)
 
 def _floor(vmax: float, seeds64, abs_seeds=None) -> float:
     if abs_seeds is not None:  # |seed| raveled: the same sums (a contiguous array reduces as one run)
+        if len(abs_seeds) == 1:  # (sum() of one term: 0 + t, which is t)
+            return _VD_EPS * vmax * float(_SUM(abs_seeds[0]))
         return _VD_EPS * vmax * float(sum(_SUM(a) for a in abs_seeds))
     return VALUE_DEPTH * EPS * vmax * float(sum(np.abs(seed).sum() for seed in seeds64))
 
@@ -241,8 +296,10 @@ def _reach(batch, center):
     0.0), with two reductions over the batch instead of three passes and a temporary of its size
     (a third of FD's own work on graphs of a few hundred elements).  On small ones the three
     calls of the direct form cost less than six."""
-    if batch.size <= _REACH_DIRECT:
-        return np.abs(np.asarray(batch, dtype=np.float64) - center).max(axis=0)
+    if batch.size <= _REACH_DIRECT:  # (the reduction as a ufunc call: ``.max`` adds ~1 us of Python)
+        if batch.dtype != np.float64:
+            batch = batch.astype(np.float64)
+        return _MAX(np.abs(batch - center), axis=0)
     hi = np.subtract(batch.max(axis=0), center, dtype=np.float64)
     lo = np.subtract(center, batch.min(axis=0), dtype=np.float64)
     return np.abs(np.maximum(hi, lo, out=hi), out=hi)
@@ -298,20 +355,20 @@ INLINE_ROWS = 64
 INLINE_ROWS_CHECKED = 1024
 
 
-def _largest(case) -> int:
+def _largest(case, specs) -> int:
     """The number of elements of the case's largest tensor, from the shape rules: ``max(prod(s) for s
     in case.shapes().values())``, with each node's output shape remembered per (op spec, input
     shapes, params).  Shape rules without a declared rule run the op on ones (~3 us a node, up to
     ~15% of FD on graphs of 20 to 100 inputs); graphs repeat their ops' signatures all the time."""
     shapes = {l.name: l.value.shape for l in case.leaves}
     top = max([l.value.size for l in case.leaves] + [1])
-    specs = case._node_specs()
-    for k, node in enumerate(case.nodes):
-        spec = case.spec(node.op) if specs is None else specs[k]
-        ins = [tuple(shapes[i]) for i in node.inputs]
+    get, prod = _OUT_SHAPES.get, math.prod
+    for node, spec in zip(case.nodes, specs):
+        ins = tuple([shapes[i] for i in node.inputs])  # (shapes are tuples: the leaves' and out_shape's)
+        params = node.params
         try:
-            key = (spec, tuple(ins), tuple([(p, type(v), v) for p, v in node.params.items()]))
-            out = _OUT_SHAPES.get(key)
+            key = (spec, ins, tuple([(p, type(v), v) for p, v in params.items()]) if params else ())
+            out = get(key)
         except TypeError:  # a parameter that cannot be hashed (an array): no memo
             key = out = None
         if out is None:
@@ -321,7 +378,9 @@ def _largest(case) -> int:
                     _OUT_SHAPES.clear()
                 _OUT_SHAPES[key] = out
         shapes[node.name] = out
-        top = max(top, math.prod(out))
+        size = prod(out)
+        if size > top:
+            top = size
     return top
 
 
@@ -430,17 +489,19 @@ class _RowZero(dict):
         return True
 
 
-def _inline_pass(case, x64, leaves, flat, h, n, watch, hl=None) -> _Pass:
+def _inline_pass(case, x64, leaves, flat, h, n, watch, hl, specs) -> _Pass:
     """Small n: the centre is row 0 of the one batched pass, the noise line its last rows (the fixed
     cost of a second evaluation would dominate a graph of a few elements).  ``hl``: the steps as
     Python floats, given for n <= SMALL_N when every step is finite (the small forms' condition)."""
     X = _stencil(flat, h, n, hl is not None)
     rows = X.shape[0]
-    env = case._evaluate(_leaf_batches(case, x64, leaves, X), 1)
+    env = case._forward(_leaf_batches(case, x64, leaves, X), 1, specs)  # (_evaluate's batched path)
     f32 = _probes.float32_node(case, env) if n else ""
-    vmax, bad = _scale([(name, v[0]) for name, v in env.items() if v.dtype.kind == "f" and v.size])
-    if bad is not None:
-        raise OracleError(f"finite differences: {bad} is not finite at the case's inputs")
+    vmax = _row0_scale(env)
+    if vmax is None:  # something is not finite at the centre: the general form finds what, and says so
+        vmax, bad = _scale([(name, v[0]) for name, v in env.items() if v.dtype.kind == "f" and v.size])
+        if bad is not None:
+            raise OracleError(f"finite differences: {bad} is not finite at the case's inputs")
     center = _RowZero(env)
     seeds64, abs_seeds = _batch_seeds64(case, env, center)
     s, S = _s_values(env, case.roots, seeds64, rows, abs_seeds)
@@ -453,7 +514,9 @@ def _inline_pass(case, x64, leaves, flat, h, n, watch, hl=None) -> _Pass:
     for name in watch if n else ():  # n = 0: the centre alone, nothing moves
         v = env[name]
         if name not in reach and v.dtype.kind == "f" and v.size:
-            reach[name] = _reach(v[1:m], v[0])
+            reach[name] = rv = _reach(v[1:m], v[0])
+            if v.ndim == 1:  # a scalar: its largest reach is itself (a kink test's, check_reach's max of one)
+                tops[name] = float(rv)
     small = None
     if n <= SMALL_N:  # one conversion each of s and S for the centre, the noise line and _estimate_small
         sl, Sl = s.tolist(), S[:m].tolist()
@@ -468,10 +531,10 @@ def _inline_pass(case, x64, leaves, flat, h, n, watch, hl=None) -> _Pass:
                  tuple(line), small, tops, f32)
 
 
-def _chunked_pass(case, x64, leaves, flat, h, n, watch) -> _Pass:
+def _chunked_pass(case, x64, leaves, flat, h, n, watch, specs) -> _Pass:
     """Large n: the centre once, the stencil in chunks under MAX_BATCH_ELEMENTS, the noise line apart."""
     nf = len(FACTORS)
-    center = case._evaluate(x64, 0)
+    center = case._forward(x64, 0, specs)
     vmax = _finite_center_scale(center)
     seeds64 = _seeds64(case, center)
     s0, S0 = _at_center(case, center, seeds64)
@@ -486,7 +549,7 @@ def _chunked_pass(case, x64, leaves, flat, h, n, watch) -> _Pass:
     for start in range(0, n, chunk):
         stop = min(n, start + chunk)
         batches, nb = _range_points(x64, leaves, start, stop, h)
-        env = case._evaluate(batches, 1)
+        env = case._forward(batches, 1, specs)
         if start == 0:
             f32 = _probes.float32_node(case, env)
         s, S = _s_values(env, case.roots, seeds64, nb)
@@ -499,7 +562,7 @@ def _chunked_pass(case, x64, leaves, flat, h, n, watch) -> _Pass:
     sigma = 0.0
     if n:
         noise = _noise_rows(flat, h)
-        sn = _s_values(case._evaluate(_leaf_batches(case, x64, leaves, noise), 1), case.roots, seeds64, len(noise))[0]
+        sn = _s_values(case._forward(_leaf_batches(case, x64, leaves, noise), 1, specs), case.roots, seeds64, len(noise))[0]
         sigma = line_sigma(sn.tolist())
         evaluations += len(noise)
     return _Pass(center, _floor(vmax, seeds64), seeds64, s0, S0, s_vals, S_vals, sigma, reach, evaluations,
@@ -509,17 +572,13 @@ def _chunked_pass(case, x64, leaves, flat, h, n, watch) -> _Pass:
 @oracle_call
 def fd_gradient(case, *, check_reach: bool = True) -> FDResult:
     """Full finite-difference gradient of every differentiable leaf (3n + 1 points, one batched pass per chunk)."""
-    leaves = case.grad_leaves()
-    x64 = _as64(case)
-    if len(leaves) == 1:
-        flat = x64[leaves[0].name].ravel()
-    else:
-        flat = np.concatenate([x64[l.name].ravel() for l in leaves]) if leaves else np.zeros(0)
+    leaves, x64, flat = _inputs(case)
     n = flat.size
     h = STEP * np.maximum(1.0, np.abs(flat))
-    plan = _watch_plan(case) if check_reach else []
+    specs = _specs(case)
+    plan = _watch_plan(case, specs) if check_reach else []
     hl = h.tolist() if n <= SMALL_N else None  # (the steps as Python floats: the small estimate's)
-    p = _run_pass(case, x64, leaves, flat, h, n, plan, hl)
+    p = _run_pass(case, x64, leaves, flat, h, n, plan, hl, specs)
     if p.f32:  # a user op computes in float32 inside: estimate it as a float32 computation
         return _float32_gradient(case, x64, leaves, flat, plan, check_reach, p)
     floor = float(max(p.vfloor, _tol.FD_NOISE_SIGMAS * p.sigma))
@@ -545,15 +604,32 @@ def fd_gradient(case, *, check_reach: bool = True) -> FDResult:
     return _result(leaves, r, err, h_final, p.evaluations + more)
 
 
-def _run_pass(case, x64, leaves, flat, h, n, plan, hl=None) -> _Pass:
+def _specs(case) -> list:
+    """The nodes' op specs, looked up once for the watch plan, the shape rules and the forward (three
+    ``case.spec`` calls per node were ~5% of FD on graphs of ten nodes): the op table's entry, as
+    ``case.spec`` gives it, else ``case.spec`` itself (a user op named by the case, or the error)."""
+    specs = case._node_specs()
+    if specs is None:
+        get = _OP_TABLE.get
+        specs = [get(node.op) or case.spec(node.op) for node in case.nodes]
+    return specs
+
+
+_OP_TABLE = _registry.all_specs()  # (the table itself: ops registered later are in it too)
+
+
+def _run_pass(case, x64, leaves, flat, h, n, plan, hl=None, specs=None) -> _Pass:
     """The batched evaluation of the stencil at steps ``h``: inline (the centre and the noise line in the
-    same pass) where the batch is small, else in chunks."""
+    same pass) where the batch is small, else in chunks.  ``specs``: the nodes' op specs, if known."""
+    if specs is None:
+        specs = _specs(case)
     rows = len(FACTORS) * n + 1 + (_tol.FD_NOISE_POINTS if n else 0)
     inline = rows * max([l.value.size for l in case.leaves]) <= MAX_BATCH_ELEMENTS and (
-        rows <= INLINE_ROWS or rows <= INLINE_ROWS_CHECKED and rows * _largest(case) <= MAX_BATCH_ELEMENTS)
+        rows <= INLINE_ROWS or rows <= INLINE_ROWS_CHECKED and rows * _largest(case, specs) <= MAX_BATCH_ELEMENTS)
     if inline:
-        return _inline_pass(case, x64, leaves, flat, h, n, _watched(plan), hl if hl and math.isfinite(sum(hl)) else None)
-    return _chunked_pass(case, x64, leaves, flat, h, n, _watched(plan))
+        return _inline_pass(case, x64, leaves, flat, h, n, _watched(plan), hl if hl and math.isfinite(sum(hl)) else None,
+                            specs)
+    return _chunked_pass(case, x64, leaves, flat, h, n, _watched(plan), specs)
 
 
 def _s_at(case, x64, leaves, seeds64, X):
@@ -619,11 +695,13 @@ def _result(leaves, r, err, h, evaluations) -> FDResult:
     grads, errors, steps = {}, {}, {}
     off = 0
     for l in leaves:
-        sz = l.value.size
-        grads[l.name] = r[off : off + sz].reshape(l.shape)
-        errors[l.name] = err[off : off + sz].reshape(l.shape)
-        steps[l.name] = h[off : off + sz].reshape(l.shape)
-        off += sz
+        v = l.value
+        end = off + v.size
+        shape = v.shape  # (Leaf.shape's tuple, without the property call)
+        grads[l.name] = r[off:end].reshape(shape)
+        errors[l.name] = err[off:end].reshape(shape)
+        steps[l.name] = h[off:end].reshape(shape)
+        off = end
     return FDResult(grads, errors, steps, evaluations)
 
 
