@@ -16,11 +16,14 @@ alternating between versions so both see the same machine.
 * **split**: the CPU time of a campaign spent drawing cases (inside the strategy), checking them
   (``gs.check`` and its guard) and the rest (Hypothesis' engine, bookkeeping, reports); within them,
   the graph build per group, each oracle's own call and its ``applies``, and the in-flight file.
-* **distribution**: of the cases ``gradspec fuzz`` really checks (a ``--sample``-case campaign; how
-  many of them are distinct: Hypothesis re-runs choice sequences whose tail it had to fill with the
-  simplest choices, i.e. the same case again), and of ``gradspec.strategies.cases()`` sampled: ops per
+* **distribution**: of the cases ``gradspec fuzz`` really checks (campaigns of ``--cases`` cases, the
+  rate's budget, seeds 7, 8, ... until ``--sample`` cases are in; how many of them are distinct:
+  Hypothesis re-runs choice sequences whose tail it had to fill with the simplest choices, i.e. the
+  same case again; and how many graphs they came from: each graph is checked with several value
+  sets, more of them in longer campaigns), and of ``gradspec.strategies.cases()`` sampled: ops per
   case, leaves, ranks, float elements, broadcasting, fan-out, x*x, non-ones seeds, float32 / mixed,
-  multi-root, exact tie/kink cases.
+  multi-root, exact tie/kink cases.  Graph-level measures vary with the few hundred graphs a sample
+  holds (a mean over 1,000 cases from ~100 graphs moves by ~10%): use a large ``--sample``.
 * **shrink**: planted bugs of ``tests/_planted.py`` under ``gradspec fuzz``: wall seconds from the first
   failing check to the first report folder written (shrinking and writing), median over the bugs.
 """
@@ -265,14 +268,17 @@ def worker_distribution(n: int, seed: int) -> dict:
     return _dist_metrics(sample(gs.strategies.cases(), n, seed))
 
 
-def worker_fuzz_distribution(n: int, seed: int) -> dict:
-    """The cases ``gradspec fuzz`` really checks (generate mode), and how many of them repeat a case
-    checked before in the same run (the same graph, values and seeds)."""
+def worker_fuzz_distribution(n: int, seed: int, budget: int | None = None) -> dict:
+    """The cases ``gradspec fuzz`` really checks (generate mode), from campaigns of ``budget`` cases (the
+    rate's budget: how many value sets a graph gets depends on it) with seeds ``seed``, ``seed + 1``, ...
+    until ``n`` cases are in; how many of them repeat a case checked before in the same run (the same
+    graph, values and seeds), and how many graphs (distinct structures: ops, wiring, leaf shapes and
+    dtypes, roots) they came from."""
     import hashlib
 
     from gradspec import fuzz
 
-    checked = []
+    checked: list = []
     mod = sys.modules[fuzz.run_campaign.__module__]
     orig = mod._Campaign._evaluate
 
@@ -282,11 +288,28 @@ def worker_fuzz_distribution(n: int, seed: int) -> dict:
         return orig(self, case, mode)
 
     mod._Campaign._evaluate = evaluate
-    _fuzz(n, seed)
-    keys = [hashlib.sha1(c.to_json(indent=None).encode()).hexdigest() for c in checked]
+    keys, graphs = set(), set()
+    k = 0
+    while len(checked) < n:
+        start = len(checked)
+        _fuzz(budget or n, seed + k)
+        k += 1
+        if len(checked) == start:
+            break
+        run = checked[start:]
+        keys |= {(k, hashlib.sha1(c.to_json(indent=None).encode()).hexdigest()) for c in run}
+        graphs |= {(k, _structure(c)) for c in run}
     out = _dist_metrics(checked)
-    out["unique"] = len(set(keys))
+    out["unique"] = len(keys)
+    out["graphs"] = len(graphs)
+    out["budget"] = budget or n
     return out
+
+
+def _structure(case) -> str:
+    """A case's graph without its values and seeds (what the value sets of one group share)."""
+    return json.dumps([[(l.name, list(l.value.shape), l.value.dtype.name, l.requires_grad) for l in case.leaves],
+                       [(nd.name, nd.op, list(nd.inputs), repr(nd.params)) for nd in case.nodes], list(case.roots)])
 
 
 def worker_shrink(bug: str, seed: int) -> dict:
@@ -401,7 +424,7 @@ def main(argv=None) -> int:
     for v, root in versions.items():
         res[v]["split"] = _run(root, "split", a.cases, 7)
         res[v]["dist"] = _run(root, "dist", a.sample, 0)
-        res[v]["fuzzdist"] = _run(root, "fuzzdist", a.sample, 7)
+        res[v]["fuzzdist"] = _run(root, "fuzzdist", a.sample, 7, a.cases)
         if not a.no_shrink:
             for bug in SHRINK_BUGS:
                 try:
@@ -448,6 +471,12 @@ def _print(res):
         row(f"CPU ms per case, within: {k}", lambda r, k=k: "-" if k not in r["split"].get("detail", {})
             else f"{1e3 * r['split']['detail'][k] / r['split']['cases']:.3f}")
     row("fuzz: distinct cases among those checked", lambda r: f"{r['fuzzdist']['unique']} of {r['fuzzdist']['cases']}")
+    row("fuzz: graphs (distinct structures) they came from, cases per graph",
+        lambda r: f"{r['fuzzdist'].get('graphs', '-')}, {r['fuzzdist']['cases'] / max(1, r['fuzzdist'].get('graphs', 0)):.1f}"
+        if r['fuzzdist'].get('graphs') else "-")
+    row("**graphs / CPU s** (rate / cases per graph)",
+        lambda r: f"{r['summary']['fuzz_per_cpu_s'] * r['fuzzdist']['graphs'] / max(1, r['fuzzdist']['cases']):.0f}"
+        if r['fuzzdist'].get('graphs') else "-")
     row("**distinct cases / CPU s** (rate x distinct share)",
         lambda r: f"**{r['summary']['fuzz_per_cpu_s'] * r['fuzzdist']['unique'] / max(1, r['fuzzdist']['cases']):.0f}**")
     for src, label in (("fuzzdist", "checked by fuzz"), ("dist", "cases() sampled")):

@@ -4,6 +4,7 @@ the domain/kink check at the actual intermediate values, repairs, and one seed p
 from __future__ import annotations
 
 import functools
+import math
 import warnings
 from typing import Mapping
 
@@ -109,30 +110,51 @@ def _first_bad_node(g: Graph, vals: Mapping[str, np.ndarray], allow=frozenset())
     if every node is fine.  Nodes in ``allow`` (a planted tie/kink) may sit exactly on their kink --
     at distance 0, not merely near it."""
     env = dict(vals)
+    plan = _node_plan(g)
     # One floating-point context for the whole pass (one per node cost as much as a small forward).
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         for idx, n in enumerate(g.nodes):
-            bad = _bad_at(g, idx, n, env, allow)
+            bad = _bad_at(plan[idx], idx, n, env, allow)
             if bad is not None:
                 return idx, env, bad
     return None, env, []
 
 
-def _bad_at(g: Graph, idx: int, n, env: dict, allow) -> list | None:
+def _node_plan(g: Graph) -> list:
+    """Per node: its spec and the input slots whose domain restricts values, with that domain.  A
+    graph's value sets share it (kept on the graph, for its ops as they are: a repair that detaches
+    an input onto a new leaf changes no op and no domain)."""
+    ops = tuple(n.op for n in g.nodes)
+    hit = getattr(g, "_node_plan", None)
+    if hit is not None and hit[0] == ops:
+        return hit[1]
+    plan = []
+    for n in g.nodes:
+        spec = g.spec(n.op)
+        doms = spec.domains_for(len(n.inputs))
+        plan.append((spec, [(j, d) for j, d in enumerate(doms[:len(n.inputs)]) if _restricts(d)]))
+    g._node_plan = (ops, plan)
+    return plan
+
+
+def _restricts(d) -> bool:
+    """Whether domain ``d`` can reject a finite value: ``real()`` (no bound, no singular point) cannot,
+    and the values checked are always finite (leaves are drawn finite, and a node's float output joins
+    the values only after ``_tame``), so its margin test -- a loop over every element -- is skipped."""
+    return d is not None and (math.isfinite(d.lo) or math.isfinite(d.hi) or bool(d.points))
+
+
+def _bad_at(node_plan: tuple, idx: int, n, env: dict, allow) -> list | None:
     """None if node ``n`` is fine at ``env`` (its output is added to ``env``), else the offending input
     slots (empty: the node as a whole -- a kink, an exception, a non-finite or huge output)."""
-    spec = g.spec(n.op)
+    spec, restricted = node_plan
     args = [env[i] for i in n.inputs]
-    doms = spec.domains_for(len(args))
     planted = idx in allow
-    slots = []
-    if not planted:
-        for j, (a, d) in enumerate(zip(args, doms, strict=False)):
-            if d is not None and a.dtype.kind == "f" and not _values.element_margin_ok(d, a):
-                slots.append(j)
-    if slots:
-        return slots
+    if not planted and restricted:
+        slots = [j for j, d in restricted if args[j].dtype.kind == "f" and not _values.element_margin_ok(d, args[j])]
+        if slots:
+            return slots
     try:
         if planted:
             kd = spec.singular_distance(args, n.params)
@@ -164,7 +186,10 @@ def _input_scale(args) -> float:
     scale = 1.0
     for a in args:
         if a.dtype.kind == "f" and a.size:
-            scale = max(scale, float(np.max(np.abs(a))))
+            if a.size <= 16:  # the same maximum in Python floats (exact: |x| and max round nothing)
+                scale = max(scale, max(abs(v) for v in a.ravel().tolist()))
+            else:
+                scale = max(scale, float(np.max(np.abs(a))))
     return scale
 
 
