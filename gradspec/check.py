@@ -22,12 +22,14 @@ from . import engine as _engine
 from . import oracles as _oracles
 from . import outcome as _outcome
 from . import tolerances as _tol
-from ._private import opaque_noise as _opaque_noise
 from ._private import percase as _percase
 from ._private.kinks import EXCLUDED as _EXCLUDED
 from ._private.pairs import _allowed, _fast_pairs, _pair_claim, _path_scale, _per_leaf
 from ._private.threads import oracle_threads
 from .case import Case, CaseError
+from ._check_noise import rounding_noise  # (measured on a failing comparison; report_views imports it from here)
+from ._check_rules import (_compared_with_itself, _discount_mismatched_twins, _discount_numerical_kinks,
+                           _discount_other_precision, _discount_shaky_estimates, _drop_estimates, _ix)
 from .causes import Cause
 
 __all__ = ["check", "Verdict", "Discrepancy", "Comparison", "register_explainer"]
@@ -280,6 +282,52 @@ def _own_oracles() -> set:
 
 
 def _check(case: Case, chosen: list) -> Verdict:
+    results, skipped, errors, jac, fd_errs, directional, nondiff, used, f32 = _ask_oracles(case, chosen)
+    if nondiff:
+        _drop_estimates(results, fd_errs, skipped, used, chosen, nondiff)
+        directional = None
+
+    discrepancies: list[Discrepancy] = []
+    dtype = _case_dtype(case)
+    f32 = {k: v for k, v in f32.items() if k in results}
+    if f32 and dtype == "float64":  # the code computes in float32 inside: so is every gradient compared
+        dtype = "float32"
+    kinds = {**{o.name: o for o in chosen}, **used}
+    claim = _tol.accuracy_claim(case.meta)
+    # CONTRACT §3: a raise is a discrepancy whichever oracles are left, unless it is excused
+    # (torch and the code under test both refuse the case, the forward raised, FD could not estimate).
+    gated = _outcome.user_gated_leaves(case)
+    notes = _outcome.torch_no_grad_as_none(case, results, errors, kinds, gated)
+    if f32:
+        notes.append(_f32_note(f32))
+    raised, excused = _outcome.settle_errors(case, results, errors, kinds)
+    for name, other, text, tb in raised:
+        discrepancies.append(Discrepancy(kind="raised", oracles=(name, other), message=text, case=case, traceback=tb))
+    for name, leaf, got, want in _outcome.dtype_mismatches(case, results, kinds):
+        other = next((n for n in results if n != name), name)
+        discrepancies.append(Discrepancy(kind="dtype", oracles=(name, other), case=case, leaf=leaf, message=(
+            f"{name} returned a {got} gradient for leaf {leaf!r}, whose dtype is {want} (torch's .grad has the leaf's dtype)")))
+    leaves = case.grad_leaves()
+    comparisons, found = _compare_pairs(case, leaves, results, kinds, dtype, jac, fd_errs, gated, claim)
+    discrepancies.extend(found)
+    if directional is not None and results:
+        _compare_directional(case, directional, results, kinds, dtype, comparisons, discrepancies, skipped, claim)
+    _discount_mismatched_twins(case, dtype, kinds, comparisons, discrepancies, errors, excused, notes)
+    _discount_other_precision(case, dtype, kinds, comparisons, discrepancies, skipped, notes)
+    judged = {k: (f32[k].judged if k in f32 and f32[k].judged is not None else v) for k, v in fd_errs.items()}
+    _discount_shaky_estimates(kinds, judged, comparisons, discrepancies, notes)
+    unjudged = _unjudged(case, leaves, kinds, nondiff, comparisons, discrepancies, skipped, excused, notes)
+    verdict = Verdict(case, results, comparisons, discrepancies, skipped, errors, jac, fd_errs.get("finite-differences"),
+                      notes, excused, kinds, unjudged, nondiff, claim)
+    for explain in _EXPLAINERS if discrepancies else ():
+        explain(verdict, kinds)
+    return verdict
+
+
+def _ask_oracles(case: Case, chosen: list) -> tuple:
+    """Every oracle's answer on ``case``: (results, skipped, errors, the jacobian, FD error estimates, the
+    directional FD oracle (large cases), why the point is not differentiable, the oracles used, the estimates
+    of a forward through float32)."""
     results: dict = {}
     skipped: dict = {}
     errors: dict = {}
@@ -328,32 +376,11 @@ def _check(case: Case, chosen: list) -> Verdict:
             skipped[o.name] = str(e)
         except Exception as e:
             errors[o.name] = (type(e).__name__, str(e), traceback.format_exc())
-    if nondiff:
-        _drop_estimates(results, fd_errs, skipped, used, chosen, nondiff)
-        directional = None
+    return results, skipped, errors, jac, fd_errs, directional, nondiff, used, f32
 
-    discrepancies: list[Discrepancy] = []
-    comparisons: list[Comparison] = []
-    dtype = _case_dtype(case)
-    f32 = {k: v for k, v in f32.items() if k in results}
-    if f32 and dtype == "float64":  # the code computes in float32 inside: so is every gradient compared
-        dtype = "float32"
-    kinds = {**{o.name: o for o in chosen}, **used}
-    claim = _tol.accuracy_claim(case.meta)
-    # CONTRACT §3: a raise is a discrepancy whichever oracles are left, unless it is excused
-    # (torch and the code under test both refuse the case, the forward raised, FD could not estimate).
-    gated = _outcome.user_gated_leaves(case)
-    notes = _outcome.torch_no_grad_as_none(case, results, errors, kinds, gated)
-    if f32:
-        notes.append(_f32_note(f32))
-    raised, excused = _outcome.settle_errors(case, results, errors, kinds)
-    for name, other, text, tb in raised:
-        discrepancies.append(Discrepancy(kind="raised", oracles=(name, other), message=text, case=case, traceback=tb))
-    for name, leaf, got, want in _outcome.dtype_mismatches(case, results, kinds):
-        other = next((n for n in results if n != name), name)
-        discrepancies.append(Discrepancy(kind="dtype", oracles=(name, other), case=case, leaf=leaf, message=(
-            f"{name} returned a {got} gradient for leaf {leaf!r}, whose dtype is {want} (torch's .grad has the leaf's dtype)")))
-    leaves = case.grad_leaves()
+
+def _compare_pairs(case, leaves, results, kinds, dtype, jac, fd_errs, gated, claim) -> tuple[list, list]:
+    """Every pair of oracles holding gradients, compared: (comparisons, discrepancies)."""
     m = None if jac is None else _path_scale(jac, quiet=_engine._FP_QUIET)
     M = None  # m per leaf, for the leaf-by-leaf comparison of pairs the fast path did not settle
     names = list(results)
@@ -384,14 +411,12 @@ def _check(case: Case, chosen: list) -> Verdict:
         noise = rounding_noise(case)
         if noise is None:
             break
-    comparisons.extend(comps)
-    discrepancies.extend(founds)
-    if directional is not None and results:
-        _compare_directional(case, directional, results, kinds, dtype, comparisons, discrepancies, skipped, claim)
-    _discount_mismatched_twins(case, dtype, kinds, comparisons, discrepancies, errors, excused, notes)
-    _discount_other_precision(case, dtype, kinds, comparisons, discrepancies, skipped, notes)
-    judged = {k: (f32[k].judged if k in f32 and f32[k].judged is not None else v) for k, v in fd_errs.items()}
-    _discount_shaky_estimates(kinds, judged, comparisons, discrepancies, notes)
+    return comps, founds
+
+
+def _unjudged(case, leaves, kinds, nondiff, comparisons, discrepancies, skipped, excused, notes) -> str:
+    """Why nothing on this case is judged ("" when it is): a kink found numerically, no leaf requiring grad,
+    a torch Function compared only with itself.  Comparisons (and discrepancies but raises) are dropped then."""
     unjudged = _discount_numerical_kinks(case, kinds, comparisons, discrepancies)
     if nondiff and not unjudged:  # FD found the kink or jump itself: the case is skipped the same way
         comparisons[:] = []
@@ -412,38 +437,7 @@ def _check(case: Case, chosen: list) -> Verdict:
         notes.append(_outcome.EMPTY_LEAVES + " (" + ", ".join(
             f"{l.name} {tuple(l.value.shape)}" for l in leaves[:4]) + "): the oracles were compared on the gradients' "
             "shapes and dtypes only; there are no values to compare")
-    verdict = Verdict(case, results, comparisons, discrepancies, skipped, errors, jac, fd_errs.get("finite-differences"),
-                      notes, excused, kinds, unjudged, nondiff, claim)
-    for explain in _EXPLAINERS if discrepancies else ():
-        explain(verdict, kinds)
-    return verdict
-
-
-# The twin of a torch Function (verify_torch_function) is the Function itself: the reference oracle runs its
-# backward inside gradspec's engine and torch-cpu inside torch, so that pair agreeing vouches for nothing
-# about the backward.  A case where no other pair was compared (finite differences and the jacobian both
-# stepped aside, say at a float32 staircase) is inconclusive, never "agree".
-_SAME_CODE = frozenset({"reference", "torch-cpu", "torch-cuda"})
-
-
-def _compared_with_itself(case, comparisons, why: dict) -> str:
-    """Why nothing independent was compared on a case of a torch Function ("" when something was)."""
-    if any(set(c.oracles) - _SAME_CODE for c in comparisons):
-        return ""
-    fns = []
-    for n in case.nodes:
-        try:
-            spec = case.spec(n.op)
-        except Exception:  # noqa: BLE001
-            continue
-        name = f"{spec.name.removeprefix('torch_')}.backward"
-        if getattr(spec, "twin_is_self", False) and name not in fns:
-            fns.append(name)
-    if not fns:
-        return ""
-    reasons = "; ".join(f"{k}: {w}" for k, w in why.items() if k in ("finite-differences", "jacobian"))
-    return (f"only {', '.join(fns)} was compared with itself (reference and torch-cpu both run it): "
-            "no independent oracle ran" + (f" ({reasons})" if reasons else ""))
+    return unjudged
 
 
 def _f32_note(f32: dict) -> str:
@@ -456,114 +450,6 @@ def _f32_note(f32: dict) -> str:
 def _holds_elements(*grads) -> bool:
     # (an empty leaf's (0, 1) gradient still counts: its shape is compared)
     return any(g is not None for r in grads for g in r.values())
-
-
-def _discount_numerical_kinks(case, kinds, comparisons, discrepancies) -> str:
-    """A witness (finite differences, the jacobian, a user op's torch twin) disagreed on a case with user
-    ops that declare no kinks: if one of them is not differentiable at this very point (found
-    numerically), no oracle's gradient means anything there -- the case is inconclusive with that
-    reason (CONTRACT §3).  The twin too: relu's vjp g * (x > 0) and its twin clamp(min=0) (whose
-    convention at 0 is 1) are both right at x = 0, and differ there by the whole slope."""
-    if not discrepancies:
-        return ""
-    witnesses = {n for n, o in kinds.items() if o.kind == "fd" or n == "jacobian" or _outcome.is_torch(o)}
-    if not any(set(d.oracles) & witnesses for d in discrepancies if d.kind != "raised"):
-        return ""
-    at = _outcome.numerical_kinks(case)
-    if not at:
-        return ""
-    comparisons[:] = []
-    discrepancies[:] = [d for d in discrepancies if d.kind == "raised"]
-    return (f"{_EXCLUDED} detected numerically at {'; '.join(at[:3])}{' ...' if len(at) > 3 else ''}: the op is not "
-            "differentiable at this point (one-sided slopes differ), so no gradient is compared on this case")
-
-
-def _discount_mismatched_twins(case, dtype, kinds, comparisons, discrepancies, errors, excused, notes) -> None:
-    """Torch disagreed: if a user op's torch twin computes another forward on this case, torch is no
-    witness here (issue 11 item 7) -- a ``twin-mismatch`` note, and its pairs do not count."""
-    if not discrepancies:
-        return
-    torch_names = {n for n, o in kinds.items() if _outcome.is_torch(o)}
-    if not any(set(d.oracles) & torch_names for d in discrepancies):
-        return
-    causes = _outcome.twin_mismatches(case, dtype)
-    if not causes:
-        return
-    notes.extend(causes)
-    comparisons[:] = [c for c in comparisons if not set(c.oracles) & torch_names]
-    discrepancies[:] = [d for d in discrepancies if not set(d.oracles) & torch_names]
-    for name in torch_names & set(errors):
-        excused[name] = f"its twin is another function on this case ({causes[0].evidence})"
-
-
-def _discount_other_precision(case, dtype, kinds, comparisons, discrepancies, skipped, notes) -> None:
-    """A float32 case on which an estimate disagreed (finite differences, the jacobian's finite-difference
-    JVPs: both evaluate the graph in float64): where a user op's float32 forward computes another function
-    than its float64 one (``outcome.precision_mismatches``), they witness other code than the float32
-    code judged -- their pairs do not count and each is skipped with the reason (never a discrepancy)."""
-    if dtype != "float32" or not discrepancies:
-        return
-    est = {n for n, o in kinds.items() if o.kind == "fd" or n == "jacobian"}
-    if not any(set(d.oracles) & est for d in discrepancies if d.kind != "raised"):
-        return
-    at = _outcome.precision_mismatches(case)
-    if not at:
-        return
-    ops = ", ".join(dict.fromkeys(repr(op) for op, _ in at))
-    why = (f"not a witness on this case: it evaluates the graph in float64, and the float32 forward of {ops} "
-           "computes another function than its float64 forward here (beyond float32 rounding)")
-    notes.append("float32 forward vs float64 forward at the same inputs: " + "; ".join(e for _, e in at[:3])
-                 + (" ..." if len(at) > 3 else ""))
-    comparisons[:] = [c for c in comparisons if not set(c.oracles) & est]
-    discrepancies[:] = [d for d in discrepancies if d.kind == "raised" or not set(d.oracles) & est]
-    for name in sorted(est & set(kinds)):
-        skipped[name] = why
-
-
-def _discount_shaky_estimates(kinds, fd_errs, comparisons, discrepancies, notes) -> None:
-    """An estimate (finite differences, a finite-difference JVP) whose own error estimate exceeds
-    FD_SHAKY of its value where it disagrees cannot witness against derivative formulas, nor against
-    another estimate of the same forward: that pair becomes a note and counts neither way
-    (gradspec.tolerances: FD_SHAKY).  Two estimates: the FD-JVP jacobian of a clamp beside values of
-    5e4 (5674, error estimate 4640) against finite differences (66999, which the rule matched) was a
-    discrepancy of its own after the jacobian's pair with the rule had become this note."""
-    shaky = []
-    for d in discrepancies:
-        if d.kind != "value" or d.leaf is None or d.index is None or d.values is None:
-            continue
-        est = [i for i, n in enumerate(d.oracles) if kinds[n].kind == "fd" and n in fd_errs]
-        if not est or len(est) == 1 and kinds[d.oracles[1 - est[0]]].kind == "fd":
-            continue
-        errs = [(float(np.asarray(fd_errs[d.oracles[i]][d.leaf])[d.index]), i) for i in est
-                if fd_errs[d.oracles[i]].get(d.leaf) is not None]
-        if not errs:
-            continue
-        # relative to the size of what is compared (an estimate of 0 where the rule says 1 is no shaky
-        # estimate: it is the finding)
-        (e, k), v = max(errs), max(abs(float(d.values[0])), abs(float(d.values[1])))
-        if e > _tol.FD_SHAKY * v:
-            shaky.append(d)
-            notes.append(f"{d.oracles[k]} disagreed with {d.oracles[1 - k]} at {d.leaf}[{_ix(d.index)}] "
-                         f"({d.oracles[0]} {float(d.values[0])!r} vs {d.oracles[1]} {float(d.values[1])!r}) but its "
-                         f"own error estimate there is {e:.3g}, {e / max(v, 1e-300):.2g} of the values: too shaky to "
-                         "witness alone")
-    if shaky:
-        pairs = {tuple(d.oracles) for d in shaky}
-        discrepancies[:] = [d for d in discrepancies if d not in shaky]
-        still = {tuple(d.oracles) for d in discrepancies}
-        comparisons[:] = [c for c in comparisons if tuple(c.oracles) not in pairs - still]
-
-
-def _drop_estimates(results, fd_errs, skipped, used, chosen, why) -> None:
-    """A non-differentiable point: no derivative exists to estimate, so every estimate-based oracle
-    (finite differences, the jacobian over finite-difference JVPs) is dropped with the reason (and the
-    case is then unjudged, like ``_discount_numerical_kinks``: inconclusive with that reason)."""
-    kinds = {**{o.name: o for o in chosen}, **used}
-    for name in list(results):
-        if kinds[name].kind == "fd":
-            del results[name]
-            fd_errs.pop(name, None)
-            skipped[name] = f"not compared: the case is at a non-differentiable point ({why})"
 
 
 def _digest(case) -> str:
@@ -630,99 +516,6 @@ def _compare_directional(case, fd, results, kinds, dtype, comparisons, discrepan
                     tol.describe() + _tol.describe_claim(_pair_claim(claim, kinds, fd.name, name)),
                 )
             )
-
-
-def _saturated(grads, leaves) -> bool:
-    """Some gradient element moved by NOISE_SATURATED of its own size in the jittered runs (see there)."""
-    for l in leaves:
-        base = grads[0][l.name]
-        if base is None:
-            continue
-        b = np.abs(np.asarray(base.numpy(), dtype=np.float64))
-        for g in grads[1:]:
-            if g[l.name] is not None:
-                with np.errstate(all="ignore"):
-                    d = np.abs(np.asarray(g[l.name].numpy(), dtype=np.float64) - np.asarray(base.numpy(), np.float64))
-                if np.any(d > _tol.NOISE_SATURATED * b):
-                    return True
-    return False
-
-
-def rounding_noise(case, runs: int = 2, ulps: float = _tol.NOISE_ULPS) -> dict | None:
-    """How much the gradient moves when every value the backward pass touches is off by a few ulps.
-
-    Two correct libraries compute exp, tanh, sums... to within an ulp or two of each other, and
-    derivative formulas can amplify that enormously: ``1 - tanh(x)**2`` near saturation, or
-    log_softmax's ``g - p * sum(g)`` when p is almost one-hot (the result is 1e-13 while its
-    terms are 2).  Re-running the reference backward with each node's saved output, each
-    incoming gradient and each VJP result perturbed by up to ``ulps`` ulps measures that
-    amplification for this very case: the spread is the noise floor below which exact oracles
-    cannot be told apart.
-    """
-    from . import engine as E
-    from .oracles.reference import build_engine_graph
-
-    leaves = case.grad_leaves()
-    rng = np.random.default_rng(0)
-
-    def jitter(t):
-        if not isinstance(t, E.Tensor) or not np.issubdtype(t.data.dtype, np.floating) or not t.data.size:
-            return t
-        eps = np.finfo(t.data.dtype).eps
-        # At least one eps relative (|u| >= 1 / ulps): a value's spacing is at most eps x |value|, so the
-        # perturbation always survives rounding back to the dtype.  With |u| drawn from [0, 1], about one
-        # element in ten rounded back to itself; when that element was erf(x) = -1 of float32 gelu at
-        # x = -8 (whose derivative then cancels 1 + erf to 0), both runs missed the noise there.
-        u = rng.uniform(min(1.0, 1 / ulps), 1, t.data.shape) * rng.choice((-1.0, 1.0), t.data.shape)
-        return E.Tensor((t.data * (1 + ulps * eps * u)).astype(t.data.dtype))
-
-    original = E._call_vjp
-    original_apply = E.apply
-
-    def noisy_vjp(node, g, create_graph):
-        return [jitter(x) for x in original(node, jitter(g), create_graph)]
-
-    def noisy_apply(spec, inputs, params):
-        # Every op evaluated inside a VJP rule too (gelu's inner tanh, softmax's sum...).
-        out = original_apply(spec, inputs, params)
-        if spec.kink_distance is None:
-            out.data = jitter(out).data
-        return out
-
-    def run(jittered):
-        env, roots = build_engine_graph(case, jitter=jitter if jittered else None)
-        seeds = [None if s is None else E.Tensor(np.array(s, copy=True)) for s in case.seeds]
-        E._call_vjp = noisy_vjp if jittered else original
-        E.apply = noisy_apply if jittered else original_apply
-        try:
-            # code gradspec cannot see inside (a torch Function's float32 backward) jitters its own ops too
-            with np.errstate(all="ignore"), _opaque_noise.jittering(rng, ulps) if jittered else _NOTHING:
-                E.backward(roots, seeds)
-        finally:
-            E._call_vjp = original
-            E.apply = original_apply
-        return {l.name: env[l.name]._grad for l in leaves}
-
-    try:
-        grads = [run(k > 0) for k in range(runs + 1)]
-        if _saturated(grads, leaves):
-            grads += [run(True) for _ in range(_tol.NOISE_MORE_RUNS)]
-    except Exception:
-        return None  # the reference engine fails on this case; that is reported elsewhere
-    out = {}
-    for l in leaves:
-        base = grads[0][l.name]
-        if base is None:
-            continue
-        b = np.asarray(base.numpy(), dtype=np.float64)
-        spread = np.zeros(l.shape)
-        for g in grads[1:]:
-            if g[l.name] is not None:
-                with np.errstate(all="ignore"):
-                    d = np.abs(np.asarray(g[l.name].numpy(), dtype=np.float64) - b)
-                spread = np.maximum(spread, np.where(np.isfinite(d), d, 0.0))
-        out[l.name] = spread
-    return out
 
 
 def _fd_allowance(fd_errs, a, b, leaf, tol):
@@ -822,7 +615,3 @@ def _compare(case, a, b, ra, rb, kinds, tol, M, fd_errs, noise=None, gated=froze
                 )
             )
     return Comparison((a, b), not found, worst_ratio), found
-
-
-def _ix(idx) -> str:
-    return ", ".join(str(i) for i in idx)

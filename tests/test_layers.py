@@ -8,11 +8,11 @@ The table is the layout documented in the README ("Layout"), lowest layer first:
  0    base          gradspec._private.* (except prologue), causes, tolerances, domains, profiles
  1    spec          gradspec.spec.* (OpSpec, the op table), case (a graph + values as data), caseio
                     (case files opened as data: the import gate, the size limit)
- 2    engine        gradspec.engine (the numpy reverse-mode engine)
+ 2    engine        gradspec.engine (the numpy reverse-mode engine; its Tensor and Node in _engine_tensor)
  3    ops           gradspec.ops.* (the op families fill the table), functional, engines (adapters)
  4    oracles       gradspec.oracles.* (reference, FD, jacobian, FD-jacobian, torch, engine oracle),
                     _private.prologue
- 5    comparison    check (one case through oracles: a Verdict), guard (check with timeouts),
+ 5    comparison    check (one case through oracles: a Verdict; its private parts _check_rules, _check_noise), guard (check with timeouts),
                     diagnose (the cause of a finding; its private parts _diagnose_*), explain (J, the seed
                     and J^T·seed spelled out), outcome (the verdict rules: what is a discrepancy, what is
                     excused, why inconclusive)
@@ -54,9 +54,12 @@ MODULES = {
     "gradspec.case": SPEC,
     "gradspec.caseio": SPEC,
     "gradspec.engine": ENGINE,
+    "gradspec._engine_tensor": ENGINE,  # the engine's Tensor and Node (the engine binds its entry points there)
     "gradspec.functional": OPS,
     "gradspec.engines": OPS,
     "gradspec.check": COMPARISON,
+    "gradspec._check_rules": COMPARISON,  # check's private parts: the verdict rules that discount a comparison,
+    "gradspec._check_noise": COMPARISON,  # the rounding-noise floor measured on a failing comparison
     "gradspec.guard": COMPARISON,
     "gradspec.diagnose": COMPARISON,
     "gradspec._diagnose_text": COMPARISON,  # diagnose's private parts: wording, engine hypotheses,

@@ -1,0 +1,122 @@
+"""How much a case's gradient moves when every value its backward pass touches is off by a few ulps
+(``rounding_noise``): the noise floor below which two exact oracles cannot be told apart, measured on
+the case itself by re-running the reference backward with jittered values.  ``gs.check`` measures it
+only when a comparison fails without it.
+
+Example::
+
+    >>> import numpy as np, gradspec as gs
+    >>> from gradspec._check_noise import rounding_noise
+    >>> case = gs.Case.build({"x": np.array([0.5, 2.0])}, [("y", "tanh", ["x"], {})], ["y"], [np.ones(2)])
+    >>> bool((rounding_noise(case)["x"] < 1e-14).all())
+    True
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import numpy as np
+
+from . import tolerances as _tol
+from ._private import opaque_noise as _opaque_noise
+
+__all__ = ["rounding_noise"]
+
+_NOTHING = contextlib.nullcontext()
+
+
+
+
+def _saturated(grads, leaves) -> bool:
+    """Some gradient element moved by NOISE_SATURATED of its own size in the jittered runs (see there)."""
+    for l in leaves:
+        base = grads[0][l.name]
+        if base is None:
+            continue
+        b = np.abs(np.asarray(base.numpy(), dtype=np.float64))
+        for g in grads[1:]:
+            if g[l.name] is not None:
+                with np.errstate(all="ignore"):
+                    d = np.abs(np.asarray(g[l.name].numpy(), dtype=np.float64) - np.asarray(base.numpy(), np.float64))
+                if np.any(d > _tol.NOISE_SATURATED * b):
+                    return True
+    return False
+
+
+
+def rounding_noise(case, runs: int = 2, ulps: float = _tol.NOISE_ULPS) -> dict | None:
+    """How much the gradient moves when every value the backward pass touches is off by a few ulps.
+
+    Two correct libraries compute exp, tanh, sums... to within an ulp or two of each other, and
+    derivative formulas can amplify that enormously: ``1 - tanh(x)**2`` near saturation, or
+    log_softmax's ``g - p * sum(g)`` when p is almost one-hot (the result is 1e-13 while its
+    terms are 2).  Re-running the reference backward with each node's saved output, each
+    incoming gradient and each VJP result perturbed by up to ``ulps`` ulps measures that
+    amplification for this very case: the spread is the noise floor below which exact oracles
+    cannot be told apart.
+    """
+    from . import engine as E
+    from .oracles.reference import build_engine_graph
+
+    leaves = case.grad_leaves()
+    rng = np.random.default_rng(0)
+
+    def jitter(t):
+        if not isinstance(t, E.Tensor) or not np.issubdtype(t.data.dtype, np.floating) or not t.data.size:
+            return t
+        eps = np.finfo(t.data.dtype).eps
+        # At least one eps relative (|u| >= 1 / ulps): a value's spacing is at most eps x |value|, so the
+        # perturbation always survives rounding back to the dtype.  With |u| drawn from [0, 1], about one
+        # element in ten rounded back to itself; when that element was erf(x) = -1 of float32 gelu at
+        # x = -8 (whose derivative then cancels 1 + erf to 0), both runs missed the noise there.
+        u = rng.uniform(min(1.0, 1 / ulps), 1, t.data.shape) * rng.choice((-1.0, 1.0), t.data.shape)
+        return E.Tensor((t.data * (1 + ulps * eps * u)).astype(t.data.dtype))
+
+    original = E._call_vjp
+    original_apply = E.apply
+
+    def noisy_vjp(node, g, create_graph):
+        return [jitter(x) for x in original(node, jitter(g), create_graph)]
+
+    def noisy_apply(spec, inputs, params):
+        # Every op evaluated inside a VJP rule too (gelu's inner tanh, softmax's sum...).
+        out = original_apply(spec, inputs, params)
+        if spec.kink_distance is None:
+            out.data = jitter(out).data
+        return out
+
+    def run(jittered):
+        env, roots = build_engine_graph(case, jitter=jitter if jittered else None)
+        seeds = [None if s is None else E.Tensor(np.array(s, copy=True)) for s in case.seeds]
+        E._call_vjp = noisy_vjp if jittered else original
+        E.apply = noisy_apply if jittered else original_apply
+        try:
+            # code gradspec cannot see inside (a torch Function's float32 backward) jitters its own ops too
+            with np.errstate(all="ignore"), _opaque_noise.jittering(rng, ulps) if jittered else _NOTHING:
+                E.backward(roots, seeds)
+        finally:
+            E._call_vjp = original
+            E.apply = original_apply
+        return {l.name: env[l.name]._grad for l in leaves}
+
+    try:
+        grads = [run(k > 0) for k in range(runs + 1)]
+        if _saturated(grads, leaves):
+            grads += [run(True) for _ in range(_tol.NOISE_MORE_RUNS)]
+    except Exception:
+        return None  # the reference engine fails on this case; that is reported elsewhere
+    out = {}
+    for l in leaves:
+        base = grads[0][l.name]
+        if base is None:
+            continue
+        b = np.asarray(base.numpy(), dtype=np.float64)
+        spread = np.zeros(l.shape)
+        for g in grads[1:]:
+            if g[l.name] is not None:
+                with np.errstate(all="ignore"):
+                    d = np.abs(np.asarray(g[l.name].numpy(), dtype=np.float64) - b)
+                spread = np.maximum(spread, np.where(np.isfinite(d), d, 0.0))
+        out[l.name] = spread
+    return out

@@ -1,0 +1,168 @@
+"""The verdict rules of ``gs.check`` that discount a comparison or a whole case: a witness that is not one
+on this case (a torch twin computing another function, an estimate of another precision's forward, an
+estimate too shaky where it disagrees), a point found numerically not differentiable, a torch Function
+compared only with itself.  Each takes what ``check`` computed and edits it in place, with the reason
+as a note or as the case's unjudged reason; none turns a disagreement into an agreement.
+
+Example::
+
+    >>> from gradspec._check_rules import _ix
+    >>> _ix((0, 2))
+    '0, 2'
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import outcome as _outcome
+from . import tolerances as _tol
+from ._private.kinks import EXCLUDED as _EXCLUDED
+
+__all__: list[str] = []  # (private: gradspec.check's rules)
+
+
+# The twin of a torch Function (verify_torch_function) is the Function itself: the reference oracle runs its
+# backward inside gradspec's engine and torch-cpu inside torch, so that pair agreeing vouches for nothing
+# about the backward.  A case where no other pair was compared (finite differences and the jacobian both
+# stepped aside, say at a float32 staircase) is inconclusive, never "agree".
+_SAME_CODE = frozenset({"reference", "torch-cpu", "torch-cuda"})
+
+
+
+def _compared_with_itself(case, comparisons, why: dict) -> str:
+    """Why nothing independent was compared on a case of a torch Function ("" when something was)."""
+    if any(set(c.oracles) - _SAME_CODE for c in comparisons):
+        return ""
+    fns = []
+    for n in case.nodes:
+        try:
+            spec = case.spec(n.op)
+        except Exception:  # noqa: BLE001
+            continue
+        name = f"{spec.name.removeprefix('torch_')}.backward"
+        if getattr(spec, "twin_is_self", False) and name not in fns:
+            fns.append(name)
+    if not fns:
+        return ""
+    reasons = "; ".join(f"{k}: {w}" for k, w in why.items() if k in ("finite-differences", "jacobian"))
+    return (f"only {', '.join(fns)} was compared with itself (reference and torch-cpu both run it): "
+            "no independent oracle ran" + (f" ({reasons})" if reasons else ""))
+
+
+
+def _discount_numerical_kinks(case, kinds, comparisons, discrepancies) -> str:
+    """A witness (finite differences, the jacobian, a user op's torch twin) disagreed on a case with user
+    ops that declare no kinks: if one of them is not differentiable at this very point (found
+    numerically), no oracle's gradient means anything there -- the case is inconclusive with that
+    reason (CONTRACT §3).  The twin too: relu's vjp g * (x > 0) and its twin clamp(min=0) (whose
+    convention at 0 is 1) are both right at x = 0, and differ there by the whole slope."""
+    if not discrepancies:
+        return ""
+    witnesses = {n for n, o in kinds.items() if o.kind == "fd" or n == "jacobian" or _outcome.is_torch(o)}
+    if not any(set(d.oracles) & witnesses for d in discrepancies if d.kind != "raised"):
+        return ""
+    at = _outcome.numerical_kinks(case)
+    if not at:
+        return ""
+    comparisons[:] = []
+    discrepancies[:] = [d for d in discrepancies if d.kind == "raised"]
+    return (f"{_EXCLUDED} detected numerically at {'; '.join(at[:3])}{' ...' if len(at) > 3 else ''}: the op is not "
+            "differentiable at this point (one-sided slopes differ), so no gradient is compared on this case")
+
+
+
+def _discount_mismatched_twins(case, dtype, kinds, comparisons, discrepancies, errors, excused, notes) -> None:
+    """Torch disagreed: if a user op's torch twin computes another forward on this case, torch is no
+    witness here (issue 11 item 7) -- a ``twin-mismatch`` note, and its pairs do not count."""
+    if not discrepancies:
+        return
+    torch_names = {n for n, o in kinds.items() if _outcome.is_torch(o)}
+    if not any(set(d.oracles) & torch_names for d in discrepancies):
+        return
+    causes = _outcome.twin_mismatches(case, dtype)
+    if not causes:
+        return
+    notes.extend(causes)
+    comparisons[:] = [c for c in comparisons if not set(c.oracles) & torch_names]
+    discrepancies[:] = [d for d in discrepancies if not set(d.oracles) & torch_names]
+    for name in torch_names & set(errors):
+        excused[name] = f"its twin is another function on this case ({causes[0].evidence})"
+
+
+
+def _discount_other_precision(case, dtype, kinds, comparisons, discrepancies, skipped, notes) -> None:
+    """A float32 case on which an estimate disagreed (finite differences, the jacobian's finite-difference
+    JVPs: both evaluate the graph in float64): where a user op's float32 forward computes another function
+    than its float64 one (``outcome.precision_mismatches``), they witness other code than the float32
+    code judged -- their pairs do not count and each is skipped with the reason (never a discrepancy)."""
+    if dtype != "float32" or not discrepancies:
+        return
+    est = {n for n, o in kinds.items() if o.kind == "fd" or n == "jacobian"}
+    if not any(set(d.oracles) & est for d in discrepancies if d.kind != "raised"):
+        return
+    at = _outcome.precision_mismatches(case)
+    if not at:
+        return
+    ops = ", ".join(dict.fromkeys(repr(op) for op, _ in at))
+    why = (f"not a witness on this case: it evaluates the graph in float64, and the float32 forward of {ops} "
+           "computes another function than its float64 forward here (beyond float32 rounding)")
+    notes.append("float32 forward vs float64 forward at the same inputs: " + "; ".join(e for _, e in at[:3])
+                 + (" ..." if len(at) > 3 else ""))
+    comparisons[:] = [c for c in comparisons if not set(c.oracles) & est]
+    discrepancies[:] = [d for d in discrepancies if d.kind == "raised" or not set(d.oracles) & est]
+    for name in sorted(est & set(kinds)):
+        skipped[name] = why
+
+
+
+def _discount_shaky_estimates(kinds, fd_errs, comparisons, discrepancies, notes) -> None:
+    """An estimate (finite differences, a finite-difference JVP) whose own error estimate exceeds
+    FD_SHAKY of its value where it disagrees cannot witness against derivative formulas, nor against
+    another estimate of the same forward: that pair becomes a note and counts neither way
+    (gradspec.tolerances: FD_SHAKY).  Two estimates: the FD-JVP jacobian of a clamp beside values of
+    5e4 (5674, error estimate 4640) against finite differences (66999, which the rule matched) was a
+    discrepancy of its own after the jacobian's pair with the rule had become this note."""
+    shaky = []
+    for d in discrepancies:
+        if d.kind != "value" or d.leaf is None or d.index is None or d.values is None:
+            continue
+        est = [i for i, n in enumerate(d.oracles) if kinds[n].kind == "fd" and n in fd_errs]
+        if not est or len(est) == 1 and kinds[d.oracles[1 - est[0]]].kind == "fd":
+            continue
+        errs = [(float(np.asarray(fd_errs[d.oracles[i]][d.leaf])[d.index]), i) for i in est
+                if fd_errs[d.oracles[i]].get(d.leaf) is not None]
+        if not errs:
+            continue
+        # relative to the size of what is compared (an estimate of 0 where the rule says 1 is no shaky
+        # estimate: it is the finding)
+        (e, k), v = max(errs), max(abs(float(d.values[0])), abs(float(d.values[1])))
+        if e > _tol.FD_SHAKY * v:
+            shaky.append(d)
+            notes.append(f"{d.oracles[k]} disagreed with {d.oracles[1 - k]} at {d.leaf}[{_ix(d.index)}] "
+                         f"({d.oracles[0]} {float(d.values[0])!r} vs {d.oracles[1]} {float(d.values[1])!r}) but its "
+                         f"own error estimate there is {e:.3g}, {e / max(v, 1e-300):.2g} of the values: too shaky to "
+                         "witness alone")
+    if shaky:
+        pairs = {tuple(d.oracles) for d in shaky}
+        discrepancies[:] = [d for d in discrepancies if d not in shaky]
+        still = {tuple(d.oracles) for d in discrepancies}
+        comparisons[:] = [c for c in comparisons if tuple(c.oracles) not in pairs - still]
+
+
+
+def _drop_estimates(results, fd_errs, skipped, used, chosen, why) -> None:
+    """A non-differentiable point: no derivative exists to estimate, so every estimate-based oracle
+    (finite differences, the jacobian over finite-difference JVPs) is dropped with the reason (and the
+    case is then unjudged, like ``_discount_numerical_kinks``: inconclusive with that reason)."""
+    kinds = {**{o.name: o for o in chosen}, **used}
+    for name in list(results):
+        if kinds[name].kind == "fd":
+            del results[name]
+            fd_errs.pop(name, None)
+            skipped[name] = f"not compared: the case is at a non-differentiable point ({why})"
+
+
+
+def _ix(idx) -> str:
+    return ", ".join(str(i) for i in idx)
