@@ -237,7 +237,9 @@ def _std_kink(x, dim, keepdim, correction, full):
     if x.size == 0 or _count(x.shape, dim) < 2:
         return INF
     flat = _reduced_last(x, dim)
-    return float(np.fmin.reduce((flat.max(axis=-1) - flat.min(axis=-1)) / 2, axis=None, initial=INF))  # = nanmin
+    # (ufunc reductions, not .max/.min: FD's reach check calls this per case)
+    return float(np.fmin.reduce((np.maximum.reduce(flat, axis=-1) - np.minimum.reduce(flat, axis=-1)) / 2, axis=None,
+                                initial=INF))  # = nanmin
 
 
 for _name in ("var", "std"):
@@ -396,9 +398,10 @@ def _norm_kink(x, p, dim, keepdim):
         return INF
     a = np.abs(x)
     flat = _reduced_last(a, dim) if dim else a[..., None]
-    d = float(np.min(flat.max(axis=-1)))  # distance to a zero slice (the norm's singular point)
+    # (ufunc reductions, not np.min / .max and their Python wrappers: FD's reach check calls this per case)
+    d = float(np.minimum.reduce(np.maximum.reduce(flat, axis=-1), axis=None))  # distance to a zero slice (the norm's singular point)
     if p <= 1 or (p < 2 and not float(p).is_integer()):
-        d = min(d, float(np.min(a)))  # |x|^p is not smooth at a zero entry
+        d = min(d, float(np.minimum.reduce(a, axis=None)))  # |x|^p is not smooth at a zero entry
     if math.isinf(p):
         d = min(d, _gap(a, dim, largest=p > 0))  # ties of the max (min) |x|
     return d

@@ -250,13 +250,16 @@ def _stencil_plan(n: int):
 
 def _leaf_batches(case, x64, leaves, X):
     nb = X.shape[0]
+    if len(leaves) == 1 and len(case.leaves) == 1:  # one leaf, perturbed: X itself, reshaped
+        return {leaves[0].name: X.reshape((nb,) + leaves[0].value.shape)}
     batches = {}
     off = 0
     grad = {l.name for l in leaves}
     for l in case.leaves:
         if l.name in grad:
-            size = l.value.size
-            batches[l.name] = X[:, off : off + size].reshape((nb,) + l.shape)
+            v = l.value
+            size = v.size
+            batches[l.name] = X[:, off : off + size].reshape((nb,) + v.shape)  # (Leaf.shape without its property call)
             off += size
         else:
             batches[l.name] = _repeat(x64[l.name], nb)
