@@ -31,6 +31,8 @@ ENGINE_IDS = {
     "seed-misapplied": "the seed is used, but not as J^T . seed",
     "accumulation-overwrite": "a later backward replaced .grad instead of adding to it",
     "stale-intermediate-grads": "gradients of intermediate nodes are carried over from an earlier backward",
+    "uses-overwrite": "within one backward, the gradients of several uses of a leaf replace each other instead of "
+                      "adding (.grad still adds across calls)",
     "root-grad-assigned": "a root that is also used elsewhere had its gradient set, not added",
     "grad-not-updated": ".grad reads back unchanged after a backward",
     "reset-ignored": "zero_grad / grad = None does not reset the accumulated gradient",

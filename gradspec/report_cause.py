@@ -47,6 +47,7 @@ _FIX_ID = {
     "seed-ignored": "start backward from the gradient passed in, not from ones",
     "seed-misapplied": "start backward from the gradient passed in, element by element (J^T·seed)",
     "accumulation-overwrite": "add into .grad (grad = grad + new), never assign",
+    "uses-overwrite": "add the gradient of every use of a leaf within one backward (grad = grad + new), never assign",
     "stale-intermediate-grads": "reset the gradients of intermediate nodes at the start of every backward",
     "root-grad-assigned": "add the seed to the root's gradient instead of assigning it",
     "grad-not-updated": "write the accumulated gradient back to .grad after backward",

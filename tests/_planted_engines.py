@@ -6,7 +6,8 @@ Each bug is the way real engines get it wrong: ``stale`` keeps the gradients of 
 nodes from one backward to the next (micrograd), ``root-assigned`` sets the root's gradient to
 the seed instead of adding it (micrograd's ``self.grad = 1``), ``zero-d-no-grad`` never fills
 the gradient of a 0-d leaf (tinygrad's const tensors), ``edge-overwrite`` assigns each use's
-gradient into ``.grad`` (losing the other uses), ``seed-mean`` broadcasts the mean of the
+gradient into ``.grad`` (losing the other uses), ``use-overwrite`` loses them within one backward but adds
+the survivor to ``.grad`` (so calls still accumulate), ``seed-mean`` broadcasts the mean of the
 seed, ``implicit-0d-only`` refuses the implicit seed unless the output is 0-d.
 """
 
@@ -160,7 +161,8 @@ class Mini:
             if "edge-overwrite" in self.bugs:
                 p.grad = cs[-1].copy()
             else:
-                total = np.sum(cs, axis=0)
+                # use-overwrite: each use assigns the leaf's gradient of this call (tryout3's NoLeafAccum)
+                total = cs[-1] if "use-overwrite" in self.bugs else np.sum(cs, axis=0)
                 p.grad = total if p.grad is None else p.grad + total
         if not retain_graph:
             for t in topo:
@@ -203,6 +205,10 @@ def zero_d_no_grad():
 
 def edge_overwrite():
     return Mini("edge-overwrite")
+
+
+def use_overwrite():
+    return Mini("use-overwrite")
 
 
 def seed_mean():

@@ -37,6 +37,7 @@ PLANTED = {
     "seed-mean": (M.seed_mean, "seed-misapplied", "seed-values"),
     "no-accumulation": (P.NoAccumulation, "accumulation-overwrite", "accumulate-calls"),
     "edge-overwrite": (M.edge_overwrite, "accumulation-overwrite", "accumulate-uses"),
+    "use-overwrite": (M.use_overwrite, "uses-overwrite", "accumulate-uses"),
     "stale": (M.stale, "stale-intermediate-grads", "accumulate-calls"),
     "root-assigned": (M.root_assigned, "root-grad-assigned", "accumulate-roots"),
     "zero-d-no-grad": (M.zero_d_no_grad, "grad-not-updated", "seed-values"),
@@ -261,3 +262,15 @@ def test_a_float32_leaf_of_a_mixed_graph_is_compared_at_float32_precision():
     assert first_difference(sc, got, want, none_is_zeros=True) is None
     wrong = run(sc, M.edge_overwrite())  # x0 keeps one use's gradient: still a difference
     assert first_difference(sc, wrong, want, none_is_zeros=True) is not None
+
+
+def test_one_engine_bug_is_one_finding_with_its_cause_over_every_rule_and_value_case():
+    # tryout3 #5: an engine whose uses of a leaf overwrite each other inside one backward gave 13 findings,
+    # one per rule met plus value cases, all 'unexplained' / 'not-localised'.  It is one bug: one finding.
+    import gradspec as gs
+
+    r = gs.verify_engine(M.use_overwrite(), max_examples=SMALL, seed=0)
+    got = [(d.check_name, d.kind, d.cause and d.cause.id) for d in r.discrepancies]
+    assert [c for _n, _k, c in got] == ["uses-overwrite"], got
+    assert "keeps only one use's gradient" in r.discrepancies[0].cause.summary
+    assert r.checks["gradients accumulate across every use of a leaf"] == "failed", r.checks

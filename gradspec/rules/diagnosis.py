@@ -61,6 +61,20 @@ FLAGS = {
                                                      "every use's gradient"),
     "overwrite-edge-first": ("accumulation-overwrite", "a leaf used by several ops keeps only one use's gradient "
                                                        "(the first one delivered): add every use's gradient"),
+    # The same lost uses inside one backward, but .grad still adds across calls (the engine assigns a leaf's
+    # gradient per use while collecting it, then accumulates the survivor into .grad).
+    "uses-overwrite-last": ("uses-overwrite", "within one backward, a leaf used several times (by several ops, "
+                                                      "or twice by one op) keeps only one use's gradient (the last one "
+                                                      "delivered), though .grad still adds across calls: add every "
+                                                      "use's gradient"),
+    "uses-overwrite-dfs": ("uses-overwrite", "within one backward, a leaf used several times (by several ops, "
+                                                     "or twice by one op) keeps only one use's gradient (the last one "
+                                                     "delivered in depth-first order), though .grad still adds across "
+                                                     "calls: add every use's gradient"),
+    "uses-overwrite-first": ("uses-overwrite", "within one backward, a leaf used several times (by several "
+                                                       "ops, or twice by one op) keeps only one use's gradient (the "
+                                                       "first one delivered), though .grad still adds across calls: "
+                                                       "add every use's gradient"),
     "overwrite-inner-last": ("accumulation-overwrite", "an intermediate tensor used by several ops passes on only one "
                                                        "use's gradient (the last one delivered is assigned): add the "
                                                        "gradients of all its uses before back-propagating it"),
@@ -217,7 +231,7 @@ class _Sim:
         """Nodes in the order their gradients are pushed: reverse creation order, or (for the
         DFS variant) the reverse of a depth-first topological sort from the root, inputs in order,
         as micrograd-style engines build it; only the edge-overwrite variants can tell."""
-        if "overwrite-edge-dfs" not in self.flags and "overwrite-inner-dfs" not in self.flags:
+        if not self.flags & {"overwrite-edge-dfs", "overwrite-inner-dfs", "uses-overwrite-dfs"}:
             return list(reversed(self.sc.nodes))
         by = {n[0]: n for n in self.sc.nodes}
         topo, seen = [], set()
@@ -239,6 +253,10 @@ class _Sim:
             if not cs or self.frozen(leaf):
                 continue
             total = np.sum(cs, axis=0)
+            if f & {"uses-overwrite-last", "uses-overwrite-dfs"}:
+                total = cs[-1]
+            elif "uses-overwrite-first" in f:
+                total = cs[0]
             old = self.leaf_grad[leaf]
             if "overwrite-edge-last" in f or "overwrite-edge-dfs" in f:
                 self.leaf_grad[leaf] = cs[-1].copy()
@@ -313,7 +331,8 @@ def matches(sc: Scenario, got: Trace, ref: Trace, flags, strict: bool = False) -
 # ---------------------------------------------------------------------------------------------
 
 _EXCLUSIVE = [{"seed-ignored", "seed-mean"}, {"overwrite", "overwrite-clears", "overwrite-edge-last", "overwrite-edge-first",
-               "overwrite-edge-dfs"}, {"overwrite-inner-last", "overwrite-inner-dfs"},
+               "overwrite-edge-dfs", "uses-overwrite-last", "uses-overwrite-dfs", "uses-overwrite-first"},
+              {"overwrite-inner-last", "overwrite-inner-dfs"},
               {"not-updated", "not-updated-0d", "not-updated-numel1"}, {"repeated-drop-first", "repeated-drop-second"},
               {"root-assigned", "root-assigned-implicit"}]
 _PAIRS = [p for p in itertools.combinations(VALUE_FLAGS, 2) if not any(set(p) <= g for g in _EXCLUSIVE)]
@@ -539,7 +558,18 @@ def _raise_flags(sc, got, ref) -> set:
     return out
 
 
+def _own_raise(got, ref, k) -> int | None:
+    """The first call after ``k`` the engine raised on where torch does not (e.g. a second backward it
+    wrongly thinks freed): the calls from there on are another finding's (error-type), not this value's."""
+    return next((i for i in range(k + 1, min(len(got.obs), len(ref.obs)))
+                 if got.obs[i].raised is not None and ref.obs[i].raised is None), None)
+
+
 def _value_cause(sc, got, ref, k, leaf, ctx) -> Cause:
+    cut = _own_raise(got, ref, k)
+    if cut is not None:  # explain the calls before the engine's own raise; that raise is reported on its own
+        sc = Scenario(sc.leaves, sc.nodes, sc.steps[:cut - 1], sc.rule, sc.requires_grad)
+        got, ref = Trace(got.build, got.obs[:cut], got.dtype), Trace(ref.build, ref.obs[:cut], ref.dtype)
     base = (f"{_where(sc, k)}: engine {leaf}.grad = {_obs_text(sc, got, k, leaf)}; torch semantics "
             f"(J^T . seed, accumulated) give {_obs_text(sc, ref, k, leaf)}")
     probes = ctx.probes() if ctx is not None else []
