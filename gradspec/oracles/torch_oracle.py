@@ -79,7 +79,8 @@ class TorchOracle(Oracle):
         out = {}
         for leaf in case.grad_leaves():
             g = env[leaf.name].grad
-            out[leaf.name] = None if g is None else g.numpy() if g.device.type == "cpu" and not g.requires_grad \
+            # (is_cpu: the device's type without building a torch.device object per leaf)
+            out[leaf.name] = None if g is None else g.numpy() if g.is_cpu and not g.requires_grad \
                 else g.detach().cpu().numpy()
         return out
 
