@@ -182,7 +182,11 @@ def _as_tensor(x, like: Tensor | None = None) -> Tensor:
 
 def call(name: str, *inputs, **params) -> Tensor:
     """Apply table op ``name`` to tensors ``inputs`` with ``params`` (the engine's one entry point)."""
-    return apply(_registry.lookup(name), inputs, params)
+    spec = _OP_TABLE.get(name)  # (registry.lookup, which explains a miss, only for a miss)
+    return apply(_registry.lookup(name) if spec is None else spec, inputs, params)
+
+
+_OP_TABLE = _registry.all_specs()  # (the table itself: ops registered later are in it too)
 
 
 def apply(spec, inputs: Sequence[Any], params: dict) -> Tensor:
@@ -196,8 +200,12 @@ def apply(spec, inputs: Sequence[Any], params: dict) -> Tensor:
     if spec.arity is not None and len(tensors) != spec.arity:
         raise TypeError(f"{spec.name}() takes {spec.arity} tensor input(s) but {len(tensors)} were given")
     arrays = [t.data for t in tensors]
-    shapes = [a.shape for a in arrays]
-    params = spec.canonical(shapes, params) if spec.normalize is None or spec.user else _canonical(spec, shapes, params)
+    if spec.user:
+        params = spec.canonical([a.shape for a in arrays], params)
+    elif spec.normalize is None:
+        params = dict(params)  # (OpSpec.canonical of an op without a normalizer: a copy)
+    else:
+        params = _canonical(spec, [a.shape for a in arrays], params)
     if spec.family == "elementwise" and len(arrays) > 1:
         dt = arrays[0].dtype
         for a in arrays:
@@ -216,10 +224,11 @@ def apply(spec, inputs: Sequence[Any], params: dict) -> Tensor:
         if spec.user:
             raise RuntimeError(
                 f"user op {spec.name!r}: forward raised {type(e).__name__}: {e} "
-                f"(input shapes {[tuple(s) for s in shapes]}, params {params})"
+                f"(input shapes {[tuple(a.shape) for a in arrays]}, params {params})"
             ) from e
         raise
-    data = np.asarray(data)
+    if type(data) is not np.ndarray:  # (np.asarray of an ndarray is the array itself)
+        data = np.asarray(data)
     if spec.user and data.dtype.kind == "f":
         data = _dt.keep_float_dtype(spec, arrays, data)
     if data.base is not None or not data.flags.writeable:
