@@ -197,3 +197,25 @@ def test_dense_stencil_is_the_indexed_one_bit_for_bit(name):
     a, b = fd._stencil(flat, h, flat.size), fd._stencil(flat, h, flat.size, finite=True)
     assert a.shape == b.shape
     assert np.array_equal(a.view(np.int64), b.view(np.int64)) or name == "nan" and np.array_equal(a, b, equal_nan=True)
+
+
+# (rows, root shape, seed kind): scalar and tensor roots, one row, an empty root, explicit and implicit seeds
+S_VALUES = {
+    "scalar root": (23, (), "ones"), "vector root": (71, (12,), "random"), "one row": (1, (3, 4), "random"),
+    "empty root": (20, (0,), "ones"), "wide": (300, (500,), "random"), "signed zeros": (8, (2,), "zeros"),
+}
+
+
+@pytest.mark.parametrize("name", list(S_VALUES), ids=list(S_VALUES))
+def test_s_values_dot_is_matmul_bit_for_bit(name):
+    rows, shape, kind = S_VALUES[name]
+    rng = np.random.default_rng(len(name))
+    v = rng.standard_normal((rows,) + shape) * 10.0 ** rng.uniform(-8, 8, (rows,) + shape)
+    if kind == "zeros":
+        v = np.where(rng.uniform(size=v.shape) < 0.5, -0.0, 0.0)
+    seed = np.ones(shape) if kind != "random" else rng.standard_normal(shape)
+    s, S = fd._s_values({"y": v}, ["y"], [seed], rows)
+    flat = v.reshape(rows, -1)
+    want_s, want_S = flat @ seed.ravel(), np.abs(flat) @ np.abs(seed.ravel())  # (what the old oracle computed)
+    for got, want in ((s, want_s), (S, want_S)):
+        assert np.array_equal(got.view(np.int64), want.view(np.int64))  # the same bits, signed zeros too

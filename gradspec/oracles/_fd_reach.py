@@ -26,6 +26,7 @@ from ._base import OracleError
 __all__ = ["watch_plan", "watched", "check_reach"]
 
 _MAX, _ANY = np.maximum.reduce, np.logical_or.reduce
+_F64 = np.dtype(np.float64)
 
 _WATCH: dict = {}  # id(spec) -> (spec, its domain, inputs, watched (input position, domain) pairs)
 
@@ -69,7 +70,11 @@ def watch_plan(case, specs=None) -> list:
 def watched(plan) -> set:
     names = set()
     for node, _, doms, kink in plan:
-        names.update(node.inputs if kink else (name for name, _ in doms))
+        if kink:
+            names.update(node.inputs)
+        else:
+            for name, _ in doms:  # (a loop, not a generator: ~0.3 us less per watched node)
+                names.add(name)
     return names
 
 
@@ -87,7 +92,7 @@ def check_reach(plan, center, reach, top=None) -> None:
             if name not in reach:
                 continue
             a = np.asarray(center[name])
-            if a.dtype == np.float64 and a.size <= _CLOSE_SMALL:
+            if a.dtype == _F64 and a.size <= _CLOSE_SMALL:
                 hit = _close_small(a, dom, reach[name])
             else:
                 hit = _close(a, dom, reach[name])
@@ -96,10 +101,16 @@ def check_reach(plan, center, reach, top=None) -> None:
         if kink:
             args = [np.asarray(center[i]) for i in node.inputs]
             d = float(spec.kink_distance(*args, **node.params))
+            r = None  # max(top of each input in reach, default=0.0), written out (a generator cost ~1 us)
             for i in node.inputs:
-                if i in reach and i not in top:
-                    top[i] = float(_MAX(reach[i], axis=None, initial=0.0))
-            r = max((top[i] for i in node.inputs if i in reach), default=0.0)
+                if i in reach:
+                    t = top.get(i)
+                    if t is None:
+                        t = top[i] = float(_MAX(reach[i], axis=None, initial=0.0))
+                    if r is None or t > r:  # (max()'s own test: the first item, then any greater one)
+                        r = t
+            if r is None:
+                r = 0.0
             if math.isfinite(d) and d <= 4 * r:
                 _refuse(node, d, r)
 
@@ -126,21 +137,29 @@ def _close(a, dom, reach):
     return float(dist[j]), float(reach[j])
 
 
-_CLOSE_SMALL = 8  # elements: the domain test on Python floats up to here
+_CLOSE_SMALL = 16  # elements: the domain test on Python floats up to here (at 16, as fast as numpy on a one-point domain)
 
 
 def _close_small(a, dom, reach):
-    """``_close`` on Python floats for a few float64 elements (the same differences and minima;
-    the centre is finite here, so no NaN reaches ``min``)."""
+    """``_close`` on Python floats for a few float64 elements (the same differences and minima, the
+    minima as comparisons: the centre is finite here, so no NaN reaches them, and a difference that is
+    zero is +0.0, so the order of equal candidates cannot show)."""
     pts, lo, hi = dom.points, dom.lo, dom.hi
+    has_lo, has_hi = lo > -math.inf, hi < math.inf
     for x, r in zip(a.ravel().tolist(), reach.ravel().tolist()):
         d = math.inf
         for p in pts:
-            d = min(d, abs(x - p))
-        if lo > -math.inf:
-            d = min(d, x - lo)
-        if hi < math.inf:
-            d = min(d, hi - x)
+            t = abs(x - p)
+            if t < d:
+                d = t
+        if has_lo:
+            t = x - lo
+            if t < d:
+                d = t
+        if has_hi:
+            t = hi - x
+            if t < d:
+                d = t
         if d <= 4 * r:
             return d, r
     return None
