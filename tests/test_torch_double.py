@@ -73,6 +73,19 @@ class _SinSavesIntermediate(torch.autograd.Function):
         return c * g  # right to first order
 
 
+class _CubeBugOnce(_Cube):
+    """tryout3's FixedPointOnce: @once_differentiable, whose backward turns grad back on inside (so with a
+    constant upstream gradient its outputs carry a graph, wrong to second order); torch refuses to
+    differentiate it twice wherever its upstream gradient requires grad: an expected refusal, not a finding."""
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        with torch.enable_grad():
+            return _CubeBackwardDropsTerm.apply(g, x)
+
+
 FUNCTIONS = {
     # id: (fn, second-order finding expected, words a note must hold or None)
     "double-backward-right": (_Cube.apply, False, "second-order gradients (double backward, create_graph=True) are "
@@ -82,6 +95,7 @@ FUNCTIONS = {
     "saves-an-intermediate": (_SinSavesIntermediate.apply, False, "it saves 1 tensor(s) computed inside forward"),
     "backward-through-numpy": (_CubeNumpy.apply, False, "second-order gradients (double backward) not checked: "
                                                         "fn's backward is not differentiable"),
+    "once-differentiable": (_CubeBugOnce.apply, False, "marked @once_differentiable: torch refuses"),
 }
 
 
@@ -115,3 +129,36 @@ def test_a_wrong_first_order_backward_is_not_also_called_a_wrong_double_backward
     r = gs.verify_torch_function(_ExpTwice.apply, max_examples=30, seed=0)
     ids = [d.cause.id for d in r.discrepancies if d.cause is not None]
     assert "wrong-vjp" in ids and "wrong-double-backward" not in ids, ids
+
+
+def _double_findings(r) -> list:
+    return [d for d in r.discrepancies if d.cause is not None and d.cause.id == "wrong-double-backward"]
+
+
+def test_the_double_backward_check_can_be_skipped_and_the_run_says_so():
+    # tryout3 #9: first-order-correct code (an implicit-function gradient) had no way to skip the second order.
+    r = gs.verify_torch_function(_CubeBug.apply, max_examples=10, seed=2, double_backward=False)
+    assert r.ok and not _double_findings(r), str(r)
+    assert any("not checked (double_backward=False)" in n for n in r.notes), r.notes
+    assert "double_backward=False" in r.replay
+
+
+def test_a_second_order_finding_names_the_inputs_it_perturbs_and_replay_honours_the_opt_out():
+    from gradspec.case import Case
+    from gradspec.verify.torch_function import replay_checks
+
+    r = gs.verify_torch_function(_CubeBug.apply, max_examples=10, seed=2)
+    (d,) = _double_findings(r)
+    node = next(n for n in d.case.nodes if n.op.endswith("CubeBug"))
+    # the case's first-order flags say nothing of the second-order check: the case says what it perturbs
+    assert d.case.meta["double_backward_perturbs"] == list(node.inputs), d.case.meta
+    assert "perturbing " + ", ".join(node.inputs) in d.cause.evidence, d.cause.evidence
+    again = Case.from_json(d.case.to_json())
+    assert [f.cause.id for f in replay_checks(again)[0]] == ["wrong-double-backward"]
+    again.meta["double_backward"] = False  # what a double_backward=False run records in every case
+    assert replay_checks(again)[0] == []
+
+
+def test_an_opted_out_run_records_it_in_its_cases():
+    r = gs.verify_torch_function(_ExpTwice.apply, max_examples=30, seed=0, double_backward=False)
+    assert r.discrepancies and all(d.case.meta.get("double_backward") is False for d in r.discrepancies if d.case)

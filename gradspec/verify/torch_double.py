@@ -41,6 +41,7 @@ __all__ = ["directional_second_order", "DoubleBackwardCheck"]
 # case once something is found (the shrinker needs the finding to reproduce).
 CLEAN_CHECKS = 3
 CHECK_NAME = "double backward"
+ONCE_DIFFERENTIABLE = "marked with @once_differentiable"  # in torch's DelayedError message for such a backward
 
 
 def _allowed(err: float, auto: float, fd: float) -> float:
@@ -93,10 +94,15 @@ def directional_second_order(call, xs, params) -> tuple[float | None, float, flo
     vs = [torch.from_numpy(_fixed(tuple(x.shape), 0.3)) for x in xs]
     us = [torch.from_numpy(_fixed(tuple(x.shape), 0.7)) for x in xs]
 
+    # Under create_graph the upstream gradient requires grad, as it does wherever fn sits inside a graph being
+    # differentiated twice: torch then refuses a @once_differentiable backward (it raises), as in real use.
+    g_graph = g.clone().requires_grad_(True)
+
     def s(shift: float, graph: bool):
         ys = [(x + shift * u).requires_grad_(True) for x, u in zip(xs, us, strict=True)]
         with torch.enable_grad():
-            hs = torch.autograd.grad(call(*ys, **params), ys, g, create_graph=graph, allow_unused=True)
+            hs = torch.autograd.grad(call(*ys, **params), ys, g_graph if graph else g, create_graph=graph,
+                                     allow_unused=True)
             terms = [h * v for h, v in zip(hs, vs, strict=True) if h is not None]
             total = sum(t.sum() for t in terms)
         return ys, total, float(sum(t.detach().abs().sum() for t in terms))
@@ -104,6 +110,7 @@ def directional_second_order(call, xs, params) -> tuple[float | None, float, flo
     ys, total, size = s(0.0, True)
     auto = None
     if isinstance(total, torch.Tensor) and total.requires_grad:
+        _raise_if_refused(total)
         d2 = torch.autograd.grad(total, ys, allow_unused=True)
         auto = float(sum((d * u).sum() for d, u in zip(d2, us, strict=True) if d is not None))
     s0 = float(total.detach()) if isinstance(total, torch.Tensor) else float(total)
@@ -126,6 +133,27 @@ def directional_second_order(call, xs, params) -> tuple[float | None, float, flo
     terms = float(g.abs().sum()) * max(float(v.abs().max()) for v in vs) * max(float(u.abs().max()) for u in us) \
         / max(xmax, 1e-3)
     return auto, fd, abs(c2 - c1) + noise + _tol.EXACT_RTOL["float64"] * (abs(auto or 0.0) + abs(fd) + terms)
+
+
+def _raise_if_refused(total) -> None:
+    """Raise what torch raises on a double backward through a @once_differentiable backward: its outputs hang
+    off an ``Error`` node (torch's DelayedError) whose backward raises.  ``autograd.grad`` with respect to fn's
+    inputs never runs that node (its inputs are detached copies), so without this the refusal would read as
+    a second-order gradient of zero; ``.backward()`` reaches it and raises, as in real use."""
+    import torch
+
+    seen, todo = set(), [total.grad_fn]
+    while todo:
+        node = todo.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        nxt = [f for f, _ in node.next_functions if f is not None]
+        if node.name() == "torch::autograd::Error":
+            behind = [f.variable for f in nxt if hasattr(f, "variable")]
+            if behind:
+                torch.autograd.grad(total, behind, retain_graph=True)  # runs the Error node: torch's own message
+        todo += nxt
 
 
 def first_order_agrees(call, xs, params) -> bool:
@@ -170,6 +198,8 @@ class DoubleBackwardCheck:
             return []
         if getattr(self.spec, "fn_has_backward", True) is False:
             return []  # a plain function: torch differentiates its own graph, to any order
+        if case.meta.get("double_backward") is False:
+            return []  # the run opted out (verify_torch_function(..., double_backward=False)); its replays too
         import torch
 
         try:
@@ -185,8 +215,16 @@ class DoubleBackwardCheck:
             got = directional_second_order(self.spec.torch, xs, node.params)
         except Exception as e:  # noqa: BLE001 - once_differentiable, or a double backward that raises
             self.left = 0
-            self.result.note(f"second-order gradients (double backward) not checked: autograd through fn's backward "
-                             f"raised {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+            first = str(e).splitlines()[0] if str(e) else ""
+            if ONCE_DIFFERENTIABLE in first:
+                self.result.note("second-order gradients (double backward) not checked: fn's backward is marked "
+                                 "@once_differentiable: torch refuses to differentiate it twice (RuntimeError: "
+                                 f"{first}) -- an expected refusal, not a finding; drop @once_differentiable and make "
+                                 "its backward differentiable if you need Hessian-vector products or gradient "
+                                 "penalties through it")
+            else:
+                self.result.note(f"second-order gradients (double backward) not checked: autograd through fn's "
+                                 f"backward raised {type(e).__name__}: {first}")
             return []
         if got is None:
             return []  # the first-order gradient has a kink here: nothing decided
@@ -252,7 +290,13 @@ class DoubleBackwardCheck:
                               tolerance_why=f"4 x step-difference estimate ({err:.3g}) + "
                                             f"{_tol.DOUBLE_BACKWARD_RTOL:g} relative",
                               replay=self.replay, check_name=CHECK_NAME)
+        # The direction moves every input of fn's node, also one the case holds constant for its first-order
+        # checks (requires_grad False there): the case file says which (replay perturbs the same).
+        case.meta["double_backward_perturbs"] = list(node.inputs)
         d.cause = Cause("wrong-double-backward", summary, node=node.name, op=node.op,
-                        evidence=f"autograd {auto!r}, finite differences {fd!r} (error estimate {err:.3g})",
+                        evidence=f"autograd {auto!r}, finite differences {fd!r} (error estimate {err:.3g}), "
+                                 f"perturbing {', '.join(node.inputs)} (every input of fn, also those the case "
+                                 "holds constant for its first-order checks); skip this check with "
+                                 "verify_torch_function(..., double_backward=False)",
                         fix=f"differentiate {fn}.backward correctly (every input it uses needs its term)")
         return d

@@ -283,7 +283,7 @@ def verify_torch_function(fn, *, arity: int | None = None, signature: str | None
                           params: dict | None = None, max_examples: int | None = None, seconds: float | None = None,
                           seed: int | None = None, companions=COMPANIONS, example_inputs=None, args: dict | None = None,
                           broadcast: str = "auto", rtol: float | None = None, atol: float | None = None,
-                          kink_distance=None, dtypes=None) -> Result:
+                          kink_distance=None, dtypes=None, double_backward: bool = True) -> Result:
     """Verify the backward of torch code ``fn`` (typically ``MyFunction.apply``) in float64 and float32.
 
     Its gradients are compared with finite differences of its own forward, the jacobian oracle
@@ -306,6 +306,9 @@ def verify_torch_function(fn, *, arity: int | None = None, signature: str | None
     precision (finite differences evaluate fn in float64: where fn's float32 forward is another function
     than its float64 one, that case is not judged).  ``("float64",)``: float64 only.
 
+    ``double_backward=False``: skip the second-order check (autograd through fn's backward vs finite
+    differences of it) for code only ever differentiated once; the cases record it, so replays skip it too.
+
     ``rtol`` / ``atol``: the accuracy fn claims (see ``verify_op``).  Points where fn is not
     differentiable are detected numerically and skipped (``Result.nondifferentiable``);
     ``kink_distance(*inputs, **params) -> float`` (torch tensors in) says where the kinks are when
@@ -323,7 +326,7 @@ def verify_torch_function(fn, *, arity: int | None = None, signature: str | None
     domain = _domains.coerce(domain, "verify_torch_function")  # a name ('positive') or a clear error
     if _is_module(fn):  # parameters and inputs as leaves (gs.verify_module)
         return verify_module(fn, example_inputs=example_inputs, max_examples=max_examples, seconds=seconds,
-                             seed=seed, domain=domain, broadcast=broadcast, dtypes=dtypes)
+                             seed=seed, domain=domain, broadcast=broadcast, dtypes=dtypes, double_backward=double_backward)
     params = dict(params or {})
     layout = _layout(fn, arity, signature, params, example_inputs, args)
     _check_signature_arity(fn, signature, layout)
@@ -365,6 +368,8 @@ def verify_torch_function(fn, *, arity: int | None = None, signature: str | None
         extra.append(f"broadcast={broadcast!r}")
     if kink_distance is not None:
         extra.append("kink_distance=<your kink_distance>")
+    if not double_backward:
+        extra.append("double_backward=False")
     run_replay = f"gs.verify_torch_function({label}, seed={s}, {budget}, {', '.join(extra)})"
     result = Result(target=label, what="torch function", seed=s, max_examples=max_examples, budget_seconds=seconds)
     result.replay = run_replay
@@ -373,6 +378,8 @@ def verify_torch_function(fn, *, arity: int | None = None, signature: str | None
                 "and inside whole torch graphs (the torch-cpu oracle); the jacobian oracle uses a finite-difference "
                 "JVP of fn's forward (compared with a finite-difference tolerance)")
     result.note(_float32_note(example_inputs, dtypes))
+    if not double_backward:
+        result.note("second-order gradients (double backward) not checked (double_backward=False)")
     for text in (plan.why, "fn returns several outputs: they are checked as one flat output (each output its own "
                  "block of the seed; a zero block: that output unused)" if plan.multi else ""):
         if text:
@@ -398,6 +405,8 @@ def verify_torch_function(fn, *, arity: int | None = None, signature: str | None
             case.meta["torch_functions"] = [spec.name]
             case.meta[_rec.KEY] = {spec.name: how}  # the shape rule and call layout, as data (replay)
         _num.tag(case, claim)
+        if not double_backward:
+            case.meta["double_backward"] = False  # torch_double skips it, here and in replays
         return _check_op_case(case, spec, names, target, case_replay, result,
                               extra=lambda c: _twice_check(c, spec, target, case_replay) or layouts(c) or double(c))
 
