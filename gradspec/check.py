@@ -196,7 +196,10 @@ class Verdict:
 
 
 def _case_dtype(case: Case) -> str:
-    return "float32" if any(l.value.dtype == _F32 for l in case.leaves) else "float64"
+    # Only a leaf that is differentiated (FD perturbs it) sets the precision: a float32 constant meets float64
+    # values only through ops that promote (numpy and torch give float64; same_dtype ops refuse, see unpromoted),
+    # so it rounds nothing on a float64 leaf's path; counting it compared a float64 case at float32 precision.
+    return "float32" if any(l.value.dtype == _F32 and l.requires_grad for l in case.leaves) else "float64"
 
 
 _F32 = np.dtype(np.float32)  # (comparing with a dtype object skips numpy's conversion of the type)
@@ -317,6 +320,9 @@ def _check(case: Case, chosen: list) -> Verdict:
     judged = {k: (f32[k].judged if k in f32 and f32[k].judged is not None else v) for k, v in fd_errs.items()}
     _discount_shaky_estimates(kinds, judged, comparisons, discrepancies, notes)
     unjudged = _unjudged(case, leaves, kinds, nondiff, comparisons, discrepancies, skipped, excused, notes)
+    if not unjudged and not discrepancies and comparisons:  # NaN agreeing with NaN (a NaN input) judges nothing
+        unjudged = _outcome.nothing_finite(case, results)
+        comparisons = [] if unjudged else comparisons
     verdict = Verdict(case, results, comparisons, discrepancies, skipped, errors, jac, fd_errs.get("finite-differences"),
                       notes, excused, kinds, unjudged, nondiff, claim)
     for explain in _EXPLAINERS if discrepancies else ():

@@ -33,7 +33,7 @@ from .oracles._fd_probes import STEP32 as _STEP32
 
 __all__ = ["AGREE", "DISAGREE", "INCONCLUSIVE", "exit_code", "forward_error", "user_gated_leaves", "settle_errors", "has_user_ops",
            "torch_no_grad_as_none", "twin_mismatches", "precision_mismatches", "is_torch", "TWIN_ULPS", "EMPTY_LEAVES",
-           "run_notes"]
+           "run_notes", "nothing_finite"]
 
 AGREE, DISAGREE, INCONCLUSIVE = "agree", "disagree", "inconclusive"
 EXIT = {AGREE: 0, DISAGREE: 1, INCONCLUSIVE: 3}
@@ -495,3 +495,24 @@ def dtype_mismatches(case, results: dict, oracles: dict) -> list[tuple[str, str,
             if g is not None and w is not None and dt is not None and dt is not w and not _holds(dt, w):
                 out.append((name, leaf, str(dt), str(w)))
     return out
+
+
+def nothing_finite(case, results: dict) -> str:
+    """Why an agreement judges nothing ("" when it does): every gradient element every oracle gave is NaN or
+    infinite (a NaN input: tanh(nan) has gradient nan), and NaN agreeing with NaN proves nothing about the
+    rule.  Elements where some oracle is finite are compared as usual (a NaN pattern that differs is found)."""
+    grads = [np.asarray(g) for r in results.values() for g in r.values() if g is not None]
+    if not grads or any(g.dtype.kind == "f" and g.size and np.isfinite(g).any() for g in grads):
+        return ""
+    if not any(g.size for g in grads):
+        return ""
+    bad = [f"{l.name} holds {_nonfinite_kinds(l.value)}" for l in case.leaves
+           if l.value.dtype.kind == "f" and not np.isfinite(l.value).all()]
+    where = f" ({'; '.join(bad[:3])})" if bad else ""
+    return (f"every gradient is NaN or infinite at this point{where}: the oracles' NaNs agree, which says nothing "
+            "about the gradient rules, so nothing is judged; check a point with finite values")
+
+
+def _nonfinite_kinds(v) -> str:
+    kinds = [k for k, test in (("NaN", np.isnan), ("inf", np.isinf)) if test(v).any()]
+    return " and ".join(kinds)

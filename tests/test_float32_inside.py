@@ -112,10 +112,12 @@ _X = 1 + np.arange(8) * 6.055e-6  # a float64 stencil
     (np.tanh(_X.astype(np.float32)), True),                         # float32 returned as is
     (np.ones(8), False),                                            # a constant: few bits, proves nothing
     (np.floor(_X * 3), False),                                      # integers: few bits
+    (np.floor(4 * 296.7 * _X) / 4, False),                          # a quantizer's stairs: 296.75 has 11 bits
     (np.array([0.5, -0.25, 0.0]), False),                           # dyadic bounds of a clamp
     (np.array([np.nan, 1.0]), False),
     (np.zeros(0), False),
-], ids=["float64", "float32-cast-back", "float32-dtype", "ones", "integers", "dyadic", "nan", "empty"])
+], ids=["float64", "float32-cast-back", "float32-dtype", "ones", "integers", "quantizer", "dyadic", "nan",
+                                 "empty"])
 def test_float32_valued(values, want):
     assert float32_valued(values) is want
 

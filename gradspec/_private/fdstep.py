@@ -159,14 +159,17 @@ def _line_sigma_checked(values) -> float:
 def float32_valued(values) -> bool:
     """True where ``values`` -- an opaque forward's outputs over a finite-difference stencil of float64
     inputs -- say the forward computes in float32 inside (``x.float()`` ... cast back): every value is a
-    float32 number (or the dtype is float32), and at least one needs more than 8 significant bits.
+    float32 number (or the dtype is float32), and at least one needs more than 16 significant bits.
 
     Why that decides: float64 code evaluated at ``x + h`` (h a float64 step, with bits far below float32's
     24) lands on a float32 number with probability ~2^-29 per value, so all of a stencil's dozens of values
     being float32 numbers never happens by chance; a float32 result cast back always is one.  Few-bit
-    values (0, +-1, 0.5, an integer, a clamp bound) are float32 numbers for float64 code too (a constant,
-    a floor), so they prove nothing: at least one value with a 9th significant bit is required (a float32
-    tanh, exp, product of perturbed inputs has ~24).
+    values (0, +-1, 0.5, an integer, a clamp bound, a quantizer's floor(4 x) / 4 = 296.75: 11 bits) are
+    float32 numbers for float64 code too (a constant, a staircase), so they prove nothing: at least one value
+    with a 17th significant bit is required.  A float32 tanh, exp, product of perturbed inputs has ~24: each
+    has 16 or fewer with probability 2^-8, so a stencil's dozens of values all do essentially never.  (At 8
+    bits a correct floor(4 x) / 4 near x = 300 was taken for float32, stepped at the float32 step 1.5 over
+    its 0.25-wide stairs, and called wrong.)
 
     The common case (float64 code) is settled by the last value alone: one conversion, no array pass.
     """
@@ -181,5 +184,5 @@ def float32_valued(values) -> bool:
     with np.errstate(all="ignore"):
         if not np.array_equal(v, v.astype(np.float32)):
             return False
-        m = np.frexp(v[np.isfinite(v)])[0] * 256.0
+        m = np.frexp(v[np.isfinite(v)])[0] * 65536.0
     return bool((m != np.floor(m)).any())

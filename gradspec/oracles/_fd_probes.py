@@ -32,7 +32,8 @@ from ..spec import registry as _registry
 from ._base import OracleError
 
 __all__ = ["staircase", "flat_or_stairs", "RESOLUTION_FLOORS", "float32_node", "float32_rounding", "STEP32",
-           "F32_ROUNDING_DEPTH", "F32_PROBE_POINTS", "F32_PROBE_SPREAD", "F32_PROBE_FACTOR", "float32_probe_offsets"]
+           "F32_ROUNDING_DEPTH", "F32_PROBE_POINTS", "F32_PROBE_SPREAD", "F32_PROBE_FACTOR", "float32_probe_offsets",
+           "perturbed"]
 
 # staircase: a repeated value counts only where the slope predicts a change of this many value floors
 # (VALUE_DEPTH rounding) between neighbouring points of the noise line.
@@ -150,8 +151,14 @@ def float32_node(case, env) -> str:
     """The name of the first user op whose values over FD's batched pass say it computes in float32 inside
     (``float32_valued``), or "".  FD evaluates every case in float64 (float32 leaves too), so a float32
     number there comes from a cast inside the op.  Only user ops: gradspec's own ops compute in their
-    inputs' dtype, so on a graph without user ops this is one attribute test per node."""
+    inputs' dtype, so on a graph without user ops this is one attribute test per node.
+
+    Only a node the stencil perturbs (downstream of a leaf requiring grad) counts: a float32 constant (a
+    leaf with requires_grad False) through a user op gives float32 numbers at every point of the stencil
+    although nothing there rounds at float32 precision, and naming it lowered the whole case to float32
+    precision (a 1e-5 bug elsewhere read "agree")."""
     table = _registry.all_specs()
+    moved = None
     for node in case.nodes:
         spec = table.get(node.op)  # (a dict look-up per node: this runs on every FD estimate)
         if spec is None:  # a user op named only by the case (loaded from a case file)
@@ -160,8 +167,20 @@ def float32_node(case, env) -> str:
             continue
         v = env.get(node.name)
         if v is not None and v.shape[0] > 1 and float32_valued(v):
-            return node.op
+            if moved is None:  # (rare: only where a user op's values are float32 numbers)
+                moved = perturbed(case)
+            if node.name in moved:
+                return node.op
     return ""
+
+
+def perturbed(case) -> set:
+    """The names of the leaves FD perturbs (those requiring grad) and of every node downstream of one."""
+    moved = {l.name for l in case.leaves if l.requires_grad}
+    for node in case.nodes:  # (graph order: a node's inputs come before it)
+        if not moved.isdisjoint(node.inputs):
+            moved.add(node.name)
+    return moved
 
 
 def float32_probe_offsets(h, seed: int = 0) -> np.ndarray:

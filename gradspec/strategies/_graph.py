@@ -76,8 +76,7 @@ class Graph:
         leaves = [Leaf(l.name, np.asarray(values[l.name]), l.requires_grad) for l in self.leaves]
         nodes = [NodeDef(n.name, n.op, list(n.inputs), dict(n.params)) for n in self.nodes]
         sd = [None] * len(self.roots) if seeds is None else list(seeds)
-        case = Case(leaves, nodes, list(self.roots), sd, user_ops=dict(self.user_ops))
-        case.canonicalize()
+        case = Case(leaves, nodes, list(self.roots), sd, user_ops=dict(self.user_ops))  # (canonical params)
         case.validate()
         return case
 
@@ -86,7 +85,7 @@ class Graph:
         nodes and roots): its canonical params are reused, the shape rules are not run again."""
         leaves = [Leaf(l.name, np.asarray(values[l.name]), l.requires_grad) for l in self.leaves]
         nodes = [NodeDef(n.name, n.op, list(n.inputs), dict(n.params)) for n in template.nodes]
-        return Case(leaves, nodes, list(template.roots), list(seeds), user_ops=dict(self.user_ops))
+        return Case._unchecked(leaves, nodes, list(template.roots), list(seeds), "reference", dict(self.user_ops), {})
 
     def spec(self, op: str) -> OpSpec:
         return _spec_of(op, self.user_ops)
