@@ -58,6 +58,7 @@ from ._diagnose_points import factor_at_points, float32_only
 from ._diagnose_raw import _mutation_cause, _none_returned, _returned_shapes, _split_case
 from ._diagnose_text import ENGINES as _ENGINES
 from ._diagnose_text import _clip, _cut_from_graph, _evidence, _fmt, _is_engine, _is_torch_function, _twin_label, _where, _whose
+from ._private import case_budget as _case_budget
 from ._private.skips import word_cut
 from ._private.vjp_patterns import EXPLAINED, by_output, classify, disagrees, explains, name_factor
 from .case import Case, Leaf, NodeDef
@@ -67,7 +68,7 @@ from .check import register_explainer
 from .oracles import jacobian as _jac
 from .oracles.engine_oracle import EngineOracle
 
-__all__ = ["attach", "explain", "deferred", "localise", "classify", "name_factor", "explain_finding", "EXPLAINED"]
+__all__ = ["attach", "explain", "deferred", "localise", "diagnosis_timeouts", "classify", "name_factor", "explain_finding", "EXPLAINED"]
 
 _ACTIVE: contextvars.ContextVar = contextvars.ContextVar("gradspec_diagnosing", default=False)
 _DEFERRED: contextvars.ContextVar = contextvars.ContextVar("gradspec_diagnosis_deferred", default=False)
@@ -102,7 +103,7 @@ def explain(d) -> Cause | None:
             oracles = getattr(v, "oracles", None) or {}
             etoken = _ENGINES.set(_engine_names(oracles))
             try:
-                d.cause = localise(d.case, d, oracles, v)
+                d.cause = _bounded_localise(d.case, d, oracles, v)
             except Exception as e:  # noqa: BLE001 - a diagnosis must never hide the finding itself
                 d.cause = Cause("not-localised", f"the localisation itself failed ({type(e).__name__}: {e})",
                                 evidence=d.message)
@@ -132,14 +133,65 @@ def attach(verdict, oracles: dict) -> None:
             key = (tuple(_suspects(d.oracles)), d.kind == "raised")
             if key not in done:
                 try:
-                    done[key] = localise(d.case, d, oracles, verdict)
+                    done[key] = _bounded_localise(d.case, d, oracles, verdict)
                 except Exception as e:  # noqa: BLE001 - a diagnosis must never hide the finding itself
                     done[key] = Cause("not-localised", f"the localisation itself failed ({type(e).__name__}: {e}); "
                                       "the finding stands, see its numbers", evidence=d.message)
             d.cause = done[key]
+        verdict.discrepancies.extend(diagnosis_timeouts(verdict.discrepancies))
     finally:
         _ENGINES.reset(etoken)
         _ACTIVE.reset(token)
+
+
+def _bounded_localise(case: Case, d, oracles: dict, verdict) -> Cause | None:
+    """:func:`localise` under the diagnosis budget when a per-case timeout is in effect
+    (``gradspec._private.case_budget``); cut, ``d.diagnosis_cut`` says so and :func:`diagnosis_timeouts`
+    turns it into a ``timeout`` finding."""
+    from .guard import Alarm, CaseTimeout, _main_thread
+
+    import signal
+
+    timeout = _case_budget.current()
+    if timeout is None or not _main_thread():
+        return localise(case, d, oracles, verdict)
+    budget = _case_budget.diagnosis_budget(timeout)
+    outer = signal.getitimer(signal.ITIMER_REAL)[0]  # inside a guarded check: never past its own bound
+    budget = min(budget, max(outer - 0.5, 0.01)) if outer else budget
+    alarm = Alarm(budget, f"the diagnosis exceeded {budget:g} s", rearm=0.05)
+    cause = None
+    try:
+        with alarm:
+            cause = localise(case, d, oracles, verdict)
+    except CaseTimeout:
+        if not alarm.fired:
+            raise
+    if not alarm.fired:
+        return cause
+    text = (f"the diagnosis was cut after {budget:.3g} s (per-case timeout {timeout:g} s): "
+            f"the code under test ({_suspect(d.oracles, oracles)}), re-run on parts of this case (one node at a time, "
+            "at other upstream gradients), did not return there -- a hang, reported as a timeout finding")
+    d.diagnosis_cut = text
+    if cause is not None:  # named from the re-runs that returned (the cut ones raised): said, not hidden
+        cause.evidence = f"{cause.evidence}; {text}" if cause.evidence else text
+        return cause
+    return Cause("not-localised", text, evidence=d.message)
+
+
+def diagnosis_timeouts(discrepancies) -> list:
+    """A ``timeout`` finding for each discrepancy whose diagnosis was cut (the code under test hung when the
+    diagnosis re-ran it), on the same case, with the code under test's side of the pair."""
+    import dataclasses
+
+    out = []
+    for d in discrepancies:
+        text = getattr(d, "diagnosis_cut", "")
+        if text and not any(x.kind == "timeout" for x in out):
+            t = dataclasses.replace(d, kind="timeout", oracles=(_suspects(d.oracles)[0], "case-timeout"), message=text,
+                                    leaf=None, index=None, values=None, abs_err=None, rel_err=None, tolerance=None,
+                                    tolerance_why=None, traceback=None, cause=None)
+            out.append(t)
+    return out
 
 
 def _engine_names(oracles: dict) -> frozenset:

@@ -48,6 +48,7 @@ import time
 import traceback
 
 from . import oracles as _oracles
+from ._private import case_budget as _case_budget
 from ._private import isolate as _isolate
 from .case import Case
 from .check import Discrepancy, Verdict, check
@@ -90,7 +91,12 @@ def guarded_check(case: Case, oracles, timeout: float | None = None, *, under_te
     oracle name(s) (or engine spec) whose timeout is a finding; ``isolate``: check in a child process
     that a watchdog kills when an oracle overruns (cuts hangs in C code too).
     """
-    chosen = _resolve(oracles)
+    with _case_budget.case_timeout(timeout):  # the diagnosis inside check() bounds itself by it
+        verdict = _guarded(case, _resolve(oracles), timeout, under_test, isolate)
+    return verdict
+
+
+def _guarded(case, chosen, timeout, under_test, isolate) -> Verdict:
     mine = _under_test(chosen, under_test)
     if isolate and timeout and hasattr(os, "fork"):
         verdict = _isolated(case, chosen, timeout, mine)
@@ -168,6 +174,8 @@ class _Alarm:
     def __init__(self, budget: float) -> None:
         self.budget = budget
         self.deferred = False
+        self.in_call = self.fired = self.overall = False  # overall: it fired outside an oracle's call (_timed_check)
+        self.cut: list = []  # code under test cut by it (oracle names), also where check() swallowed the timeout
 
     def __call__(self, signum, frame):
         if _in_callback(frame):  # lost if raised here: a moment later, in the code under test again
@@ -181,6 +189,10 @@ class _Alarm:
             self.deferred = False
             signal.setitimer(signal.ITIMER_REAL, self.budget)
             return
+        self.fired = True  # _timed tells a CaseTimeout the code under test caught and re-raised as its own error
+        if not self.in_call:  # the whole check's bound (_timed_check): cut whatever runs next as well, until it ends
+            self.overall = True
+            signal.setitimer(signal.ITIMER_REAL, 0.05)
         raise CaseTimeout(f"exceeded the per-case timeout of {self.budget:g} s (--case-timeout)")
 
 
@@ -199,19 +211,33 @@ def _check_safely(case, oracles) -> Verdict:
                           f"gs.check itself raised {type(e).__name__}: {e}", traceback.format_exc())
 
 
-def _timed(o, timeout: float, witness: bool, report):
+def _timed(o, timeout: float, witness: bool, report, alarm=None):
     """A copy of oracle ``o`` whose gradient calls run under their own ``timeout`` (and tell the
-    watchdog, through ``report``, which oracle is running)."""
+    watchdog, through ``report``, which oracle is running).  ``alarm``: the SIGALRM handler; when it
+    fired during the call, whatever the call raised is the timeout (a user op's vjp wrapper re-raises the
+    CaseTimeout raised inside the user's code as its own error, which read as 'raised', not 'timeout')."""
     w = copy.copy(o)
 
     def arm(fn):
         def call(*args, **kw):
             if report is not None:
                 report("start", o.name)
-            signal.setitimer(signal.ITIMER_REAL, timeout)
+            if alarm is not None:
+                alarm.fired, alarm.in_call = False, True
+            outer = signal.getitimer(signal.ITIMER_REAL)[0]  # a diagnosis' own budget (guard.Alarm): kept
+            t0 = time.monotonic()
+            signal.setitimer(signal.ITIMER_REAL, timeout if not outer else min(timeout, outer))
             try:
-                return fn(*args, **kw)
+                try:
+                    return fn(*args, **kw)
+                except Exception as e:
+                    if isinstance(e, CaseTimeout) or alarm is None or not getattr(alarm, "fired", False):
+                        raise
+                    raise CaseTimeout(f"exceeded the per-case timeout of {timeout:g} s (--case-timeout); the code "
+                                      f"under test re-raised it as {type(e).__name__}: {e}") from e
             except CaseTimeout:
+                if alarm is not None and not witness:
+                    alarm.cut.append(o.name)
                 if witness:  # gradspec's own witness ran out of time: it says nothing about the code under test
                     raise _oracles.OracleError(
                         f"{o.name} took longer than the per-case timeout of {timeout:g} s on this case (a witness, "
@@ -219,6 +245,10 @@ def _timed(o, timeout: float, witness: bool, report):
                 raise
             finally:
                 signal.setitimer(signal.ITIMER_REAL, 0)
+                if alarm is not None:
+                    alarm.in_call = False
+                if outer:
+                    signal.setitimer(signal.ITIMER_REAL, max(outer - (time.monotonic() - t0), 1e-3))
                 if report is not None:
                     report("end", o.name)
         return call
@@ -279,21 +309,50 @@ class Alarm:
 
 
 def _timed_check(case, chosen, timeout, mine, report=None) -> Verdict:
-    previous = signal.signal(signal.SIGALRM, _Alarm(timeout))
+    alarm = _Alarm(timeout)
+    enclosing, t0 = signal.getitimer(signal.ITIMER_REAL)[0], time.monotonic()  # e.g. a verify_* budget: given back
+    previous = signal.signal(signal.SIGALRM, alarm)
+    # check() also runs the code under test outside the oracles' timed calls (its rounding-noise re-runs, the
+    # diagnosis): the whole check gets a bound too, which each oracle's own timer suspends and gives back.
+    overall = _case_budget.check_budget(timeout, len(chosen))
+    signal.setitimer(signal.ITIMER_REAL, overall)
     try:
-        timed = [_timed(o, timeout, o.name not in mine, report) for o in chosen]
+        timed = [_timed(o, timeout, o.name not in mine, report, alarm) for o in chosen]
         verdict = _check_safely(case, timed)
+        if alarm.overall:  # cut outside an oracle's call, and the code under test swallowed it: still a hang
+            verdict.discrepancies.append(_overall_timeout(case, chosen, mine, overall, timeout).discrepancies[0])
+        swallowed = [n for n in dict.fromkeys(alarm.cut) if (verdict.errors.get(n) or ("",))[0] != CaseTimeout.__name__]
+        if swallowed and not any(d.kind == "timeout" for d in verdict.discrepancies):
+            # a call of the code under test cut inside check() whose error check() did not keep (the diagnosis
+            # re-runs a node at other upstream gradients and names what it can from the calls that returned)
+            verdict.discrepancies.append(Discrepancy(
+                kind="timeout", oracles=(swallowed[0], "case-timeout"), case=case,
+                message=f"{swallowed[0]} exceeded the per-case timeout of {timeout:g} s when the check re-ran it on "
+                        f"parts of this case (the diagnosis: one node at a time, other upstream gradients); cut by {ALARM}"))
         # The verdict keeps the oracles it used (for the diagnosis, which may call them again):
         # give it the plain ones, never a timed copy whose timer would outlive this handler.
         plain = {o.name: o for o in chosen}
         verdict.oracles = {n: plain.get(n, o) for n, o in (getattr(verdict, "oracles", None) or {}).items()}
         return verdict
-    except CaseTimeout:  # the timer fired just as an oracle returned: no finding, the case says nothing
+    except CaseTimeout:
+        if alarm.overall:  # the code under test, run by check() outside the oracles' calls, did not return
+            return _overall_timeout(case, chosen, mine, overall, timeout)
+        # the timer fired just as an oracle returned: no finding, the case says nothing
         return Verdict(case, {}, [], [], {"gradspec.check": "interrupted by the case timeout between two oracles "
                                                             "(not the code under test): nothing compared"}, {})
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+        if enclosing:
+            signal.setitimer(signal.ITIMER_REAL, max(enclosing - (time.monotonic() - t0), 1e-3))
+
+
+def _overall_timeout(case, chosen, mine, overall, timeout) -> Verdict:
+    name = next((o.name for o in chosen if o.name in mine), "gradspec.check")
+    return _synthetic(case, "timeout", (name, "case-timeout"),
+                      f"checking the case took longer than {overall:g} s in all (each oracle's own call is bounded by "
+                      f"{timeout:g} s): the code under test, re-run by the check outside an oracle's call (rounding-"
+                      f"noise re-runs, the diagnosis), did not return; cut by {ALARM}", traceback.format_exc())
 
 
 def _check_with_watchdog(case, oracles, timeout, n) -> Verdict:

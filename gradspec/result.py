@@ -121,11 +121,15 @@ class Result:
     nondifferentiable: int = 0
     nondifferentiable_reasons: collections.Counter = dataclasses.field(default_factory=collections.Counter)
     accuracy: dict | None = None  # {"rtol", "atol"} the code under test claims
+    cut: str = ""  # why a case was cut by the time budget, not judged: no "agree" then (verify.numerics.cut_by_budget)
 
     def _status_reason(self) -> tuple[str, str]:
         compared = sum(self.pair_counts.values()) + sum(v == "passed" for v in self.checks.values())
-        return _outcome.run_status(self.cases_run, len(self.discrepancies), compared,
-                                   self.inconclusive.most_common(), self.unran)
+        status, reason = _outcome.run_status(self.cases_run, len(self.discrepancies), compared,
+                                             self.inconclusive.most_common(), self.unran)
+        if status == "agree" and self.cut:  # a case the budget cut was not judged: never a clean bill of health
+            return "inconclusive", self.cut
+        return status, reason
 
     @property
     def status(self) -> str:

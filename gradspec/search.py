@@ -39,8 +39,8 @@ import numpy as np
 from ._private.hypothesis_env import fixed_constants
 from ._private.seeds import resolve_seed as _resolve_seed  # noqa: F401 - verify_* import it from here
 from .case import Case
-from .diagnose import deferred, explain
-from .findings import covered, covers, localise, search_signature
+from .diagnose import deferred, diagnosis_timeouts, explain
+from .findings import Localised, covered, covers, localise, search_signature
 from .result import Result
 from .strategies import CaseGroup
 
@@ -51,7 +51,7 @@ SHRINK_CALLS = 120  # Hypothesis shrinking calls per finding; the smallest case 
 SHRINK_SECONDS = 10.0  # and a safety net in time, for very slow cases
 LOCALISE_CALLS = 40  # checks of the deterministic reduction after shrinking (one per node of a small case)
 LOCALISE_SECONDS = 5.0
-_STOPS = ("time", "interrupted", "error", "report-dir", "budget")
+_STOPS = ("time", "interrupted", "error", "report-dir", "budget", "hang")
 # Oracles that witness J^T·seed rather than run the code under test (see Driver._same_rule).
 _WITNESSES = frozenset({"finite-differences", "jacobian"})
 _SAME_RULE_KINDS = frozenset({"value", "nan-inf-pattern"})
@@ -107,7 +107,7 @@ class Driver:
                  known=(), known_source: Callable | None = None, on_found: Callable | None = None,
                  before: Callable | None = None, progress: Callable | None = None,
                  explain: Callable | None = None, on_group: Callable | None = None,
-                 cases_per_example: float | None = None) -> None:
+                 cases_per_example: float | None = None, stop_on_timeout: bool = False) -> None:
         self.strategy = strategy
         self.evaluate = evaluate
         self.started = time.perf_counter()
@@ -125,6 +125,10 @@ class Driver:
         # for the number of examples that fills the budget, not for as many examples as cases.
         self.cases_per_example = None if cases_per_example is None else max(1.0, float(cases_per_example))
         self.explain = explain  # more diagnosis of a kept finding (e.g. an engine-level cause), before dedup
+        # A timeout finding ends the search (verify_*: one function under test; every later case that hangs
+        # would cost the per-case timeout again, for a finding already made); a campaign goes on (other ops).
+        self.stop_on_timeout = stop_on_timeout
+        self._hang = False
         self.findings: dict = {}  # signature -> Finding
         self.cases = self.shrink_runs = self.replayed = self.localise_runs = 0
         self.time_to_first: float | None = None
@@ -224,6 +228,11 @@ class Driver:
         if hit:
             self._last = (case, hit, found, verdict)
             self._hint = _values_key(case)
+            if self._target[0] == "timeout":
+                # Not shrunk: each try of a case that hangs costs the whole per-case timeout (a verify_* search
+                # of 120 shrink calls at 60 s each never ended); the case that hung is the finding's.
+                self._shrink_exhausted = "timeout"
+                raise Stop("shrink-budget")
             raise _Found()
 
     def _evaluate(self, case: Case, mode: str):
@@ -284,7 +293,8 @@ class Driver:
             return same
 
         with deferred():  # the reduction re-checks smaller cases: only the one kept is explained, below
-            loc = localise(case, hit, reproduces, max_calls=LOCALISE_CALLS, seconds=LOCALISE_SECONDS)
+            loc = Localised(case, hit, None, 0, False) if target[0] == "timeout" else localise(
+                case, hit, reproduces, max_calls=LOCALISE_CALLS, seconds=LOCALISE_SECONDS)
         if loc.case is not case:
             hit = loc.found
         found = box["found"] if loc.case is not case else found
@@ -298,10 +308,18 @@ class Driver:
         if self.explain is not None:
             self.explain(d)
         exhausted = getattr(self, "_shrink_exhausted", False) or loc.exhausted
-        if exhausted:
+        if exhausted == "timeout":
+            why = "not shrunk: each try of a case that hangs costs the whole per-case timeout"
+            note = f"{note}; {why}" if note else why
+        elif exhausted:
             why = (f"the shrink budget ran out ({self.shrink_calls} calls / {self.shrink_seconds:g} s of Hypothesis "
                    f"shrinking, {LOCALISE_CALLS} reduction checks): the case may not be minimal")
             note = f"{note}; {why}" if note else why
+        self._keep(d, box["verdict"], covers(d, found), note, bool(exhausted))
+        for t in diagnosis_timeouts([d]):  # the code under test hung when the diagnosis re-ran it
+            self._keep(t, box["verdict"], [t.signature], "found while diagnosing another finding", False)
+
+    def _keep(self, d, verdict, covered_sigs, note: str, exhausted: bool) -> None:
         sig = d.signature
         if sig in self.findings:
             self.findings[sig].cases += 1
@@ -310,9 +328,11 @@ class Driver:
             # Found before this search by another one (a §5 rule search of verify_engine, another shard):
             # the cause, now diagnosed, is that finding's -- one bug, one report.
             return
-        f = Finding(d, box["verdict"], covers(d, found), note=note, shrink_exhausted=exhausted)
+        f = Finding(d, verdict, covered_sigs, note=note, shrink_exhausted=exhausted)
         self.findings[sig] = f
         self.known |= set(f.covers)
+        if d.kind == "timeout" and self.stop_on_timeout:
+            self._hang = True
         if self.on_found is not None:
             self.on_found(f)
 
@@ -387,6 +407,9 @@ class Driver:
                 # round has checked already (a repeat is not checked again, see _fresh).
                 remaining = max(math.ceil(remaining / self.cases_per_example), 10)
             reason = self._round(self._prop([Phase.generate, Phase.shrink], remaining, rnd, False))
+            if self._hang:
+                reason = "hang"
+                break
             if reason == "done":
                 # Hypothesis ended the round by itself: the budget is spent, or the strategy rejected
                 # too much; another round (another seed) only helps in the second case.
@@ -423,7 +446,7 @@ class _Runner:
 
         drv = Driver(strategy, lambda case, mode: (evaluate(case), None), max_examples=self.max_examples,
                      seconds=self.seconds, seed=R.seed, known={tuple(s) for s in self.found}, on_found=on_found,
-                     explain=self.explain)
+                     explain=self.explain, stop_on_timeout=True)
         try:
             drv.run()
         except Exception as e:  # noqa: BLE001 - e.g. strategies could not build any case
@@ -436,6 +459,9 @@ class _Runner:
             f.discrepancy.cases_showing = f.cases
         for e in drv.errors:
             R.note(e)
+        if drv.stop_reason == "hang":
+            R.note("the search stopped at the first case that hung (a timeout finding): every later case that hangs "
+                   "would cost the per-case timeout again; fix the hang and run again")
         R.cases_run += drv.cases
         R.shrink_runs += drv.shrink_runs + drv.localise_runs
         if drv.time_to_first is not None and R.time_to_first is None:

@@ -17,6 +17,7 @@ import sys
 import time
 from typing import Any, Callable
 
+from .._private.case_budget import case_timeout
 from .._private.kinks import tally
 from .._private.records import discrepancy_id, read_records, update_record
 from .._private.skips import key as skip_key
@@ -320,7 +321,8 @@ class _Campaign:
                 on_group=self._group,
                 cases_per_example=mean_sets(sets))
             # Saved failures replay once per process: later chunks of a worker skip it (gradspec.fuzz.workers).
-            self.stats.stop_reason = self.driver.run(replay=bool(cfg.replay_saved))
+            with case_timeout(cfg.case_timeout):  # the diagnosis of a finding is bounded by it too
+                self.stats.stop_reason = self.driver.run(replay=bool(cfg.replay_saved))
             self.stats.errors += [e for e in self.driver.errors if e not in self.stats.errors]
         except KeyboardInterrupt:
             self.stats.interrupted = True

@@ -25,7 +25,8 @@ import math
 from .._private.skips import word_cut
 
 __all__ = ["accuracy", "claim_text", "DEFAULT_DTYPES", "dtypes_of", "dtypes_text", "tag", "count_nondifferentiable",
-           "torch_kinks", "with_deadline", "CASE_TIMEOUT", "run_within_budget"]
+           "torch_kinks", "with_deadline", "CASE_TIMEOUT", "run_within_budget", "budget_grace",
+           "cut_by_budget"]
 
 
 def accuracy(rtol, atol, where: str) -> dict | None:
@@ -116,17 +117,33 @@ def torch_kinks(kink_distance):
 CASE_TIMEOUT = 60.0
 
 
+def budget_grace(seconds: float) -> float:
+    """How long past the ``seconds`` budget a case that started in time may run before it is cut: the search
+    stops between cases at the budget, so a case still running at ``seconds`` + this ran a while past it (a
+    hang, or very slow code), and cutting it leaves the run inconclusive (:func:`cut_by_budget`)."""
+    return min(max(0.5, 0.1 * float(seconds)), 5.0)
+
+
+def cut_by_budget(result, seconds, took: float | None, where: str = "") -> None:
+    """A case cut by the time budget was not judged: the run is inconclusive unless it has findings."""
+    ran = f" after {took:.2f} s" if took is not None else ""
+    result.cut = (f"the time budget of {seconds:g} s ran out inside a case{where}; it was cut{ran}, not judged (a hang "
+                  f"or very slow code: a case is a timeout finding after {CASE_TIMEOUT:g} s; give more seconds= to judge it)")
+    result.note(result.cut)
+
+
 def with_deadline(evaluate, result, seconds, target: str, replay: str):
     """``evaluate(case)`` under a per-case deadline (``gradspec.guard.Alarm``, the mechanism of
     ``gradspec fuzz --case-timeout``): a case is cut after CASE_TIMEOUT seconds (a ``timeout``
-    finding) or when the run's ``seconds`` budget runs out (a note: the budget is kept, but a case
-    that merely started late is no finding).  Outside the main thread (no SIGALRM) cases are not cut."""
+    finding) or when the run's ``seconds`` budget (plus :func:`budget_grace`) runs out (a case that merely
+    started late is no finding, but the run is no "agree" either: :func:`cut_by_budget`).  Outside the
+    main thread (no SIGALRM) cases are not cut."""
     import time
 
     from ..guard import Alarm, CaseTimeout, _main_thread
     from ..result import VerifyDiscrepancy
 
-    end = None if seconds is None else time.perf_counter() + float(seconds)
+    end = None if seconds is None else time.perf_counter() + float(seconds) + budget_grace(seconds)
 
     def run(case):
         if not _main_thread():
@@ -145,7 +162,7 @@ def with_deadline(evaluate, result, seconds, target: str, replay: str):
             return found
         took = time.perf_counter() - start
         if by_budget:
-            result.note(f"a case was cut after {took:.2f} s when the time budget of {seconds:g} s ran out")
+            cut_by_budget(result, seconds, took)
             return []
         return [VerifyDiscrepancy("timeout", ("reference", "case-timeout"),
                                   f"{target}: checking one case took longer than {CASE_TIMEOUT:g} s; it was cut "
@@ -159,18 +176,20 @@ def run_within_budget(runner, strategy, evaluate, seconds) -> None:
     goes -- also while Hypothesis generates a case (value repair runs the user's forward): the
     search's own stop signal (``gradspec.search.Stop("time")``, a BaseException that Hypothesis lets
     through) is raised by an alarm (``gradspec.guard.Alarm``) at the budget's end."""
+    from .._private.case_budget import case_timeout
     from ..guard import Alarm, _main_thread
     from ..search import Stop
 
-    if seconds is None or not _main_thread():
-        runner.run(strategy, evaluate)
-        return
-    alarm = Alarm(float(seconds), "time budget spent", rearm=0.05, exc=lambda _msg: Stop("time"))
-    try:
-        with alarm:
+    with case_timeout(CASE_TIMEOUT):  # the diagnosis of a finding is bounded by it too
+        if seconds is None or not _main_thread():
             runner.run(strategy, evaluate)
-    except Stop:  # the alarm went off outside a Hypothesis round (between rounds, in bookkeeping)
-        pass
-    if alarm.fired:
-        runner.result.note(f"the time budget of {seconds:g} s ran out inside a case (while it was generated or "
-                           "checked); that case was cut, not judged")
+            return
+        alarm = Alarm(float(seconds) + budget_grace(seconds), "time budget spent", rearm=0.05,
+                      exc=lambda _msg: Stop("time"))
+        try:
+            with alarm:
+                runner.run(strategy, evaluate)
+        except Stop:  # the alarm went off outside a Hypothesis round (between rounds, in bookkeeping)
+            pass
+    if alarm.fired and not runner.result.cut:
+        cut_by_budget(runner.result, seconds, None, " (while it was generated or checked)")

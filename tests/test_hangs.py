@@ -1,0 +1,114 @@
+"""Code that hangs never hangs gradspec and never reads as OK (tryout3 finding 1).
+
+A hang is a ``timeout`` finding wherever the code under test is run: the generated case, the shrinking and
+the reduction of the search, and the diagnosis of a finding (which re-runs the code on one node at other
+upstream gradients).  A time budget that runs out while a case has been running for long is no "agree":
+the run is inconclusive and says which case was cut.  Each scenario runs in a child process with a bound,
+so a regression fails the test instead of hanging the suite.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from tests.test_cli import gradspec, summary
+
+pytestmark = pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="per-case timeouts need signal.setitimer")
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# Each scenario prints {"status", "kinds", "causes", "reason", "seconds"} as JSON on its last line.
+PRELUDE = textwrap.dedent('''
+    import json, time
+    import numpy as np
+    import gradspec as gs
+    from gradspec.verify import numerics
+    from gradspec.guard import guarded_check
+    from tests import _hangs
+    from gradspec._private import case_budget
+    numerics.CASE_TIMEOUT = 2.0  # the verify_* per-case deadline (60 s by default), short for the test
+    case_budget.DIAGNOSIS_MIN = 3.0  # (30 s by default) the diagnosis of these one-node cases takes < 0.5 s
+    t0 = time.perf_counter()
+
+    def show(r, ds=None):
+        ds = r.discrepancies if ds is None else ds
+        print(json.dumps({"status": r.status, "kinds": sorted(d.kind for d in ds),
+                          "causes": [d.cause.summary if d.cause else "" for d in ds], "reason": r.reason,
+                          "seconds": time.perf_counter() - t0}))
+
+    def case(op, n):
+        return gs.Case.build({"x": np.linspace(0.1, 0.9, n)}, [("y", op, ["x"], {})], ["y"], [np.ones(n)])
+''')
+
+SCENARIOS = {
+    # guarded_check: the alarm fires inside the user's vjp, whose wrapper re-raises it as its own error
+    "guarded-hang": "show(guarded_check(case('my_hang', 5), ['reference', 'jacobian'], timeout=1.0))",
+    "guarded-hang-isolate": "show(guarded_check(case('my_hang', 5), ['reference', 'jacobian'], timeout=1.0, "
+                            "isolate=True))",
+    # a value finding whose diagnosis (fresh upstream gradients) hangs
+    "guarded-diagnosis-hangs": "show(guarded_check(case('my_wrong_then_hang', 3), ['reference', 'jacobian'], "
+                               "timeout=1.0))",
+    # the search's order: the case checked with the diagnosis deferred, then its finding explained (Driver._finish)
+    "search-diagnosis-hangs": textwrap.dedent('''
+        from gradspec._private.case_budget import case_timeout
+        from gradspec.diagnose import deferred, diagnosis_timeouts, explain
+        with case_timeout(1.0):
+            with deferred():
+                v = guarded_check(case('my_wrong_then_hang', 3), ['reference', 'jacobian'], timeout=1.0)
+            d = next(x for x in v.discrepancies if x.kind == 'value')
+            d.verdict = v
+            explain(d)
+        show(v, v.discrepancies + diagnosis_timeouts([d]))
+    '''),
+    # the search: generated case, shrinking, reduction
+    "verify_torch_function-max-examples": "show(gs.verify_torch_function(_hangs.HangsInBackward.apply, arity=1, "
+                                          "max_examples=10, seed=0))",
+    # the time budget runs out inside a hanging case: never "agree"
+    # (a case deadline of 30 s: the budget, not the deadline, cuts the hanging case; the user saw "OK - 2 cases")
+    "verify_torch_function-seconds": "numerics.CASE_TIMEOUT = 30.0\n"
+                                     "show(gs.verify_torch_function(_hangs.HangsInBackward.apply, arity=1, "
+                                     "seconds=3, seed=0))",
+}
+NEEDS_TORCH = {"verify_torch_function-max-examples", "verify_torch_function-seconds"}
+
+
+def _run(snippet: str, bound: float) -> dict:
+    env = dict(os.environ, PYTHONPATH=ROOT, PYTHONDONTWRITEBYTECODE="1")
+    proc = subprocess.run([sys.executable, "-c", PRELUDE + snippet], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=bound)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_a_hang_is_a_timeout_finding_and_gradspec_returns(name):
+    if name in NEEDS_TORCH:
+        pytest.importorskip("torch")
+    got = _run(SCENARIOS[name], bound=150)
+    if name == "verify_torch_function-seconds":
+        assert got["status"] == "inconclusive" and "cut" in got["reason"], got
+        return
+    assert got["status"] == "disagree", got
+    assert "timeout" in got["kinds"], got
+    assert "raised" not in got["kinds"], got  # the alarm re-raised by the user op's wrapper is still a timeout
+    if "diagnosis" in name:
+        assert "value" in got["kinds"], got  # the finding itself is kept
+
+
+def test_fuzz_with_an_op_that_hangs_ends_with_a_timeout_finding(tmp_path):
+    """The user's fuzz_stacks.py: a vjp that hangs on more than 3 elements, --case-timeout 1."""
+    out = tmp_path / "rep"
+    env = dict(os.environ, PYTHONPATH=ROOT, PYTHONDONTWRITEBYTECODE="1")
+    env.pop("GRADSPEC_REPORT_DIR", None)
+    env.pop("PYTEST_XDIST_WORKER", None)
+    proc = gradspec("fuzz", "--ops", "tests._hangs:hang_op", "--oracles", "reference,jacobian", "--case-timeout", 1,
+                    "--max-examples", 20, "--seed", 1, "--report-dir", out, cwd=ROOT, env=env, timeout=150)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert [r["kind"] for r in summary(out)["reports"]] == ["timeout"], proc.stdout
