@@ -575,6 +575,13 @@ def _unlocalised(case, d, suspect, fallback: Cause | None = None) -> Cause:
                      pattern="other")
     if fallback is not None:
         return fallback
+    if len(case.nodes) == 1:  # nothing to combine: "how the graph combines them" would contradict the finding
+        n = case.nodes[0]
+        return Cause("not-localised", f"{_where(n, case.spec(n.op))}: its gradient rule agrees with its twin (J^T·g of "
+                     f"its forward) on its own, at its real inputs and upstream gradient, yet {d.oracles[0]} and "
+                     f"{d.oracles[1]} disagree on this one-node case: one of them carries its own error at this point "
+                     "(a torch twin that computes the gradient another way, precision lost to cancellation in a "
+                     "formula), not the graph", node=n.name, op=n.op, evidence=d.message)
     return Cause("not-localised", f"every node's gradient rule agrees with its twin on its own, at its real inputs "
                  f"and upstream gradient; the disagreement between {d.oracles[0]} and {d.oracles[1]} comes from how "
                  "the graph combines them (accumulation over the uses of a tensor, state shared between calls) or "

@@ -36,3 +36,6 @@ softplus_ok = gs.Op("t3_softplus", forward=_sp_fwd, vjp=lambda g, x, out: (g * _
 
 # piecewise constant (a quantizer): derivative 0 almost everywhere, so the vjp's zeros are right
 floor_op = gs.Op("t3_floor", forward=lambda x: np.floor(4 * x) / 4, vjp=lambda g, x, out: (np.zeros_like(g),))
+# BUG: the same formula off by a relative 1e-5 (a wrong constant): must still be found where 1 + tanh cancels
+softplus_tiny = gs.Op("t3_softplus_tiny", forward=_sp_fwd, vjp=lambda g, x, out: (g * _sig(x) * (1 + 1e-5),),
+                      torch=lambda x: __import__("torch").nn.functional.softplus(x))

@@ -11,7 +11,8 @@ from gradspec.case import Leaf, NodeDef
 from tests import _tryout3_ops  # noqa: F401 - registers the ops the cases name
 
 _OPS = {"t3_lse_tiny": "tests._tryout3_ops:lse_tiny", "t3_lse": "tests._tryout3_ops:lse_ok",
-        "t3_floor": "tests._tryout3_ops:floor_op"}
+        "t3_floor": "tests._tryout3_ops:floor_op", "t3_softplus": "tests._tryout3_ops:softplus_ok",
+        "t3_softplus_tiny": "tests._tryout3_ops:softplus_tiny"}
 
 
 def _lse_case(side: str):
@@ -112,3 +113,50 @@ def test_a_nan_input_is_inconclusive_with_the_reason():
     assert v.status == "inconclusive", str(v)
     assert "NaN" in v.reason and "x0" in v.reason, v.reason
 
+
+def _softplus_case(op, x):
+    return gs.Case([Leaf("x", np.array(float.fromhex(x)).reshape(1, 1))], [NodeDef("y", op, ["x"], {})], ["y"], [None],
+                   user_ops=_OPS)
+
+
+# A correct softplus whose derivative is written 0.5 * (1 + tanh(x / 2)) (torch twin: F.softplus).  Before:
+# x = -690.78: its 0.0 vs torch's 1e-300 (tolerance 1e-300), exit 1; x = -19.82: 1.7e-8 relative apart, above
+# OPAQUE_RTOL (1.5e-8), "a float32 computation inside".  Both are 1 + tanh cancelling: tanh's rounding (half an
+# ulp of 1, 1.1e-16) is 2.3e-8 of 1 + tanh(-9.9) and all of 1 + tanh(-345).  The rounding-noise re-run now
+# jitters the user's own numpy operations too (its spread there: ~4e-16 absolute), so these agree, while the
+# same formula off by 1e-5 (2.5e-14 absolute at x = -19.82, 60x that noise) is still found.
+@pytest.mark.parametrize("x", ["-0x1.5963440800000p+9", "-0x1.3d14d8fd53d44p+4"], ids=["x=-690.78", "x=-19.82"])
+def test_a_correct_softplus_that_cancels_is_not_a_false_alarm(x):
+    v = gs.check(_softplus_case("t3_softplus", x))
+    assert v.status == "agree", str(v)
+    assert any(c.oracles == ("reference", "torch-cpu") for c in v.comparisons), str(v)
+
+
+def test_a_softplus_off_by_1e5_where_it_cancels_is_still_found():
+    v = gs.check(_softplus_case("t3_softplus_tiny", "-0x1.3d14d8fd53d44p+4"))
+    assert v.status == "disagree", str(v)
+
+
+# Before: with the disagreement left (the user's own rounding not measured), its cause read "every node's gradient
+# rule agrees with its twin on its own ... comes from how the graph combines them" on a graph of one node.
+def test_a_one_node_disagreement_is_not_blamed_on_the_graph(monkeypatch):
+    from gradspec.ops import user
+
+    monkeypatch.setattr(user._opaque_noise, "active", lambda: None)  # the noise as it was measured before
+    v = gs.check(_softplus_case("t3_softplus", "-0x1.5963440800000p+9"))
+    causes = [d.cause for d in v.discrepancies if d.cause is not None]
+    assert v.status == "disagree" and causes, str(v)
+    assert all("every node" not in c.summary and "graph combines" not in c.summary for c in causes), causes
+    assert any("t3_softplus" in c.summary and "one-node" in c.summary for c in causes), causes
+
+
+# Before: "it is off by a relative 1.7e-08, the size of float32's rounding: a float32 computation inside (e.g. .float())"
+# for float64 code whose 1 + tanh cancels; one element cannot tell them apart, so both are named.
+def test_a_tiny_relative_error_names_cancellation_too(monkeypatch):
+    from gradspec.ops import user
+
+    monkeypatch.setattr(user._opaque_noise, "active", lambda: None)
+    v = gs.check(_softplus_case("t3_softplus", "-0x1.3d14d8fd53d44p+4"))
+    summaries = [d.cause.summary for d in v.discrepancies if d.cause is not None]
+    assert v.status == "disagree" and summaries, str(v)
+    assert any("float32" in s and "cancellation" in s for s in summaries), summaries

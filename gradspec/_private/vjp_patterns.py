@@ -53,8 +53,11 @@ def _tiny_relative(rel: float) -> str:
     """Words for a relative error too small for a formula error: float32 rounding, or the accuracy of
     an iterative / ill-conditioned computation (below float32's ulps)."""
     if rel >= _FLOAT32_LOW:
+        # (or cancellation: 0.5 * (1 + tanh(x / 2)) at x = -19.8 loses 2.3e-8 of its value to tanh's rounding; one
+        # element cannot tell the two apart, and a new user's float64 softplus was told only "float32 inside")
         return (f"a relative {rel:.2g}, the size of float32's rounding: a float32 computation inside (e.g. "
-                ".float()), not a factor in the formula")
+                ".float()), or precision lost to cancellation in the formula (1 + tanh(x) for x << 0, 1 - y*y near "
+                "saturation: rewrite it in a stable form), not a factor in the formula")
     return (f"a relative {rel:.2g}, far below a formula error: the accuracy of an iterative or ill-conditioned "
             "computation (a solver's stopping tolerance, an implicit derivative of an iterated forward); if your "
             "code is iterative, declare its accuracy (rtol=...)")

@@ -44,6 +44,8 @@ import numpy as np
 
 from .. import domains as _domains
 from .. import tolerances as _tol
+from .._private import numpy_jitter as _nj
+from .._private import opaque_noise as _opaque_noise
 from .._private.signature import SignatureError, elementwise, parse, signature_out_shape
 from ..spec.opspec import OpSpec, align_ranks
 from ..spec.registry import register
@@ -180,6 +182,9 @@ def _ro(a):
     return a
 
 
+_NO_JITTER = contextlib.nullcontext()
+
+
 def _user_vjp(spec_name, user_vjp, arity):
     def vjp(g, *inputs, out, **params):
         from .. import engine as E
@@ -187,8 +192,11 @@ def _user_vjp(spec_name, user_vjp, arity):
         g_np = _ro(g.data)
         ins = [_ro(t.data) for t in inputs]
         out_np = _ro(out.data)
+        noise = _opaque_noise.active()  # check.rounding_noise: the vjp's own numpy operations jittered too
+        if noise is not None:
+            g_np, out_np, ins = _nj.jittered.wrap(g_np), _nj.jittered.wrap(out_np), [_nj.jittered.wrap(a) for a in ins]
         try:
-            with np.errstate(all="ignore"):
+            with np.errstate(all="ignore"), _nj.jittered(*noise) if noise is not None else _NO_JITTER:
                 res = user_vjp(g_np, *ins, out_np, **params)
         except ValueError as e:
             if "read-only" in str(e):
