@@ -64,8 +64,10 @@ def _key(case):
 def _sets(max_size: int):
     # Runs of 1-3 sets (2 on average) in a list of runs (6 on average): about 12 sets per graph (6 as
     # fuzz draws them: Hypothesis starts with short lists), and shrinking deletes runs and sets as for
-    # any list, down to one set.  (Runs of 1-5 gave 8.4 sets per graph and ~4% more cases per second,
-    # but other draws: the diagnosis tables of tests/test_diagnose.py are pinned to today's.)
+    # any list, down to one set.  (Runs of 1-5 where 32 sets are allowed: ~15 sets per graph instead of
+    # ~10 at 400 cases and ~14% more cases per CPU second, but the 6 planted bugs of throughput.py took
+    # 33 cases on average to find instead of 20 over 36 runs, 1.6x the CPU: fewer graphs, and a graph's
+    # structure is what several of them need.  benchmarks/README.md, session 8.)
     return st.lists(st.lists(_SET, min_size=1, max_size=min(_RUN, max_size)), min_size=1,
                     max_size=max(1, -(-max_size // 3)))
 
