@@ -56,7 +56,7 @@ def test_groups_hold_about_the_expected_number_of_sets():
     assert 0.6 * mean_sets(32) <= mean <= 1.4 * mean_sets(32), mean
 
 
-@pytest.mark.parametrize("budget,sets", [(12, 1), (49, 1), (60, 2), (200, 8), (300, 16), (400, 32), (800, 32), (10**12, 32)])
+@pytest.mark.parametrize("budget,sets", [(12, 1), (49, 1), (60, 2), (200, 8), (300, 12), (400, 16), (800, 32), (10**12, 32)])
 def test_sets_per_graph_grows_with_the_budget(budget, sets):
     assert sets_per_graph(budget) == sets
 
