@@ -158,3 +158,54 @@ def float32_only(mini, suspect, twin, run) -> str:
     return ("only in float32 (at the same inputs in float64 it agrees with J^T·g: look for code that depends on the "
             "dtype, such as a float32-only branch or fast path, a cast, or a formula that loses its precision in float32); "
             "in float32, ")
+
+
+def not_linear_in_g(mini: Case, suspect: str, recheck) -> str | None:
+    """The words for a rule that is not linear in its upstream gradient (``g`` applied twice, ``g`` inside
+    a nonlinear function), else None.  ``recheck(g2)`` is the node's verdict under upstream gradient g2.
+
+    Doubling ``g`` is exact in floating point (a power of two: no rounding, barring overflow and
+    subnormals), so any rule linear in ``g`` returns exactly twice its gradient; the 1e-9 relative slack
+    only spares code that rounds g differently (a float32 path), far from the factor 2 of ``g·g``."""
+    g = np.asarray(mini.seeds[0], dtype=np.float64)
+    if not g.size or not np.all(np.isfinite(g)) or not np.any(g):
+        return None
+    one, two = recheck(np.asarray(mini.seeds[0])), recheck((2 * g).astype(np.asarray(mini.seeds[0]).dtype))
+    if one is None or two is None:
+        return None
+    u1, u2 = one.results.get(suspect), two.results.get(suspect)
+    leaves = [l for l in mini.grad_leaves() if u1 and u2 and u1.get(l.name) is not None and u2.get(l.name) is not None]
+    if not leaves:
+        return None
+    a, b = flat(u1, leaves), flat(u2, leaves)
+    if not (np.all(np.isfinite(a)) and np.all(np.isfinite(b))) or not np.any(a):
+        return None
+    if np.max(np.abs(b - 2 * a)) <= 1e-9 * np.max(np.abs(a)):
+        return None
+    k = int(np.argmax(np.abs(a)))
+    r = float(b[k] / a[k])
+    return (f"it is not linear in the upstream gradient g: with 2·g it returns {r:.6g} times what it returns with g "
+            "(a VJP returns exactly 2 times): g applied twice (g·g), or g inside a nonlinear function?"
+            if abs(r - 4) > 1e-6 else
+            "it is not linear in the upstream gradient g: with 2·g it returns 4 times what it returns with g (a VJP "
+            "returns exactly 2 times): g is applied twice (g·g)")
+
+
+def overflow_words(mini: Case) -> str | None:
+    """Why a rule returns NaN/inf where J^T·g is finite, when an input is beyond where exp overflows in its
+    dtype (|x| > log(max), 709.8 in float64, 88.7 in float32): an intermediate exp(x) is inf there, and
+    inf/inf or inf·0 is NaN.  None for inputs that small (then a 0/0 is likelier)."""
+    big = []
+    for leaf in mini.leaves:
+        v = np.asarray(leaf.value)
+        if v.dtype.kind != "f" or not v.size:
+            continue
+        top = float(np.max(np.abs(v[np.isfinite(v)]), initial=0.0))
+        if top > float(np.log(np.finfo(v.dtype).max)):
+            big.append((leaf.name, top, v.dtype))
+    if not big:
+        return None
+    name, top, dt = big[0]
+    return (f"at |{name}| = {top:.6g}, beyond {float(np.log(np.finfo(dt).max)):.4g} where exp overflows in {dt}, an "
+            "intermediate exp(x) is inf and inf/inf or inf·0 gives NaN (e.g. exp(x) / (1 + exp(x))): compute it in a "
+            "form that cannot overflow (sigmoid(x), exp(x - max), log1p(exp(-|x|)))")

@@ -253,3 +253,53 @@ def _mutation_cause(case: Case, values: dict | None = None, wrong: str = "") -> 
                      f", upstream g = ones: {ev}", pattern="other",
                      fix="leave what forward saved unchanged in backward: compute out of place (y * y, not y.mul_(y))")
     return None
+
+
+def _forward_mutation_cause(case: Case, values: dict) -> Cause | None:
+    """The first torch Function node whose forward modifies one of its inputs in place (``x.mul_(2)``), named;
+    None when none does.  Without ``ctx.mark_dirty`` autograd does not know: a graph that reads that input
+    again, or a view of it, is refused (torch: "... is a view and its base ... has been modified inplace") or
+    gets gradients computed from the new values.  Found by calling forward on copies of the node's inputs."""
+    import torch
+
+    for node in case.nodes:
+        spec = case.spec(node.op)
+        if not _is_torch_function(spec) or spec.torch is None:
+            continue
+        try:
+            before = [np.array(values[i], copy=True) for i in node.inputs]
+            xs = [torch.tensor(np.array(v, dtype=np.float64)) for v in before]
+            with torch.no_grad():
+                spec.torch(*xs, **node.params)
+            changed = [i for i, x, b in zip(node.inputs, xs, before, strict=True)
+                       if not np.array_equal(x.numpy(), np.asarray(b, dtype=np.float64), equal_nan=True)]
+        except Exception:  # noqa: BLE001 - the probe itself failed: no cause from it
+            continue
+        if not changed or _marks_dirty(spec, before, node.params):
+            continue
+        fn = spec.name.removeprefix("torch_")
+        names = ", ".join(changed)
+        return Cause("forward-mutates-input", f"{_where(node, spec)}: {fn}'s forward modifies its input {names} in "
+                     "place without ctx.mark_dirty: autograd does not know, so a graph that uses that tensor again (or "
+                     "a view of it) is refused or differentiated at the new values; call ctx.mark_dirty(...) on every "
+                     "input forward modifies, or compute out of place (x * 2, not x.mul_(2))", node=node.name,
+                     op=node.op, evidence=f"forward at {', '.join(f'{i} = {_fmt(values[i])}' for i in node.inputs)} "
+                     f"changed {names} in place", pattern="other",
+                     fix="ctx.mark_dirty(x) for each input forward modifies in place, or compute out of place")
+    return None
+
+
+def _marks_dirty(spec, values: list, params: dict) -> bool:
+    """Whether fn's forward calls ctx.mark_dirty: then autograd knows of the in-place change and rebases the
+    modified input's history onto fn's node (its grad_fn becomes the output's).  Inputs are non-leaf copies
+    (torch refuses a leaf modified in place)."""
+    import torch
+
+    try:
+        with torch.enable_grad():
+            xs = [torch.tensor(np.array(v, dtype=np.float64), requires_grad=True).clone() for v in values]
+            out = spec.torch(*xs, **params)
+        node = getattr(out, "grad_fn", None)
+        return node is not None and any(x.grad_fn is node for x in xs)
+    except Exception:  # noqa: BLE001 - cannot tell: the in-place change alone decides
+        return False

@@ -49,6 +49,7 @@ NODE_IDS = {
     "wrong-jvp": "a user op's declared jvp is wrong at the node (its vjp agrees with finite differences)",
     "wrong-double-backward": "a torch Function's second-order gradient (autograd through its backward) disagrees "
                              "with finite differences of its first-order backward",
+    "forward-mutates-input": "a torch Function's forward modifies an input in place without ctx.mark_dirty",
     "layout-dependent": "a torch Function's backward raises or returns other numbers when its upstream gradient "
                         "is non-contiguous (the same values in another memory layout)",
 }

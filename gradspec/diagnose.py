@@ -54,8 +54,8 @@ import numpy as np
 
 from ._diagnose_engine import _engine_cleared, _engine_implicit_refused, _engine_overwrite, _engine_seed_ignored
 from ._diagnose_findings import _raised_cause, explain_finding
-from ._diagnose_points import factor_at_points, float32_only
-from ._diagnose_raw import _mutation_cause, _none_returned, _returned_shapes, _split_case
+from ._diagnose_points import factor_at_points, float32_only, not_linear_in_g, overflow_words
+from ._diagnose_raw import _forward_mutation_cause, _mutation_cause, _none_returned, _returned_shapes, _split_case
 from ._diagnose_text import ENGINES as _ENGINES
 from ._diagnose_text import _clip, _cut_from_graph, _evidence, _fmt, _is_engine, _is_torch_function, _twin_label, _where, _whose
 from ._private import case_budget as _case_budget
@@ -231,7 +231,8 @@ def localise(case: Case, d, oracles: dict, verdict=None) -> Cause | None:
         mini = _one_node_case(case, node, values, g)
         if mini is None:
             continue
-        c, local = _check_node(case, mini, node, suspects, oracles, raised_only=d.kind in _WALKED_CONTRACT_KINDS)
+        c, local = _check_node(case, mini, node, suspects, oracles, raised_only=d.kind in _WALKED_CONTRACT_KINDS,
+                               fd_witness="finite-differences" in d.oracles)
         if c is not None:
             return c
         for i in set(node.inputs):
@@ -241,7 +242,7 @@ def localise(case: Case, d, oracles: dict, verdict=None) -> Cause | None:
         return None
     # No node is wrong on its own: a backward that modifies what it saved is right once and wrong (or refused
     # by torch) the next time the graph is backpropagated
-    c = _mutation_cause(case, values)
+    c = _mutation_cause(case, values) or _forward_mutation_cause(case, values)
     if c is not None:
         return c
     if d.kind == "raised":
@@ -323,19 +324,31 @@ def _differentiable(case: Case) -> dict:
 
 
 def _check_node(case: Case, mini: Case, node: NodeDef, suspects: list, oracles: dict,
-                raised_only: bool = False) -> tuple[Cause | None, dict]:
+                raised_only: bool = False, fd_witness: bool = False) -> tuple[Cause | None, dict]:
     """Run ``node`` alone through the suspects and its twins: (the cause if one of the suspects is wrong
     here, else None; the node's VJP by its twin, per input, which carries the upstream gradient on).
     ``raised_only``: the finding is a raise, so only a node where the suspect raises is its cause (a wrong
-    value elsewhere in the graph is another finding's)."""
+    value elsewhere in the graph is another finding's).  ``fd_witness``: finite differences are a side of the
+    finding (they are then asked where the jacobian twin agrees with the code)."""
     spec = case.spec(node.op)
     code = [s for s in suspects if s != "jacobian"] or ["reference"]
     names = [oracles.get(s) or s for s in code] + ["jacobian"]
     v = _run_check(mini, oracles=names)
+    fd_only = False
     if not v.discrepancies and not v.errors and "jacobian" in v.results:
-        return None, _carried(v, code)
-    if "jacobian" not in v.results or (spec.user and spec.jvp_source == "declared") or "jacobian" in suspects or any(
-            s.startswith("torch") for s in suspects):
+        # A user op without a jvp: its jacobian twin is a finite-difference JVP of its forward with a looser
+        # bound than the finite-differences oracle's (near a jump of floor it "agrees" with the rule and with 0
+        # alike).  Where finite differences found the finding, they are asked here too, and decide.
+        if not (fd_witness and spec.user and getattr(spec, "jvp_source", "declared") != "declared"):
+            return None, _carried(v, code)
+        names = names + ["finite-differences"]
+        v = _run_check(mini, oracles=names)
+        if not v.discrepancies and not v.errors:
+            return None, _carried(v, code)
+        fd_only = True
+    if "finite-differences" not in names and (
+            "jacobian" not in v.results or (spec.user and spec.jvp_source == "declared") or "jacobian" in suspects
+            or any(s.startswith("torch") for s in suspects)):
         # The twin is the user's own jvp, or the suspect is a torch twin, or the twin could not run here (a
         # finite-difference JVP of a float32 forward compares nothing): finite differences decide which side is wrong.
         names = names + ["finite-differences"]
@@ -357,7 +370,7 @@ def _check_node(case: Case, mini: Case, node: NodeDef, suspects: list, oracles: 
         return [x for x in v.discrepancies if set(x.oracles) == {a, b}]
 
     has_fd = "finite-differences" in v.results
-    jac_ok = "jacobian" in v.results and not (has_fd and apart("jacobian", "finite-differences"))
+    jac_ok = "jacobian" in v.results and not (has_fd and apart("jacobian", "finite-differences")) and not fd_only
     twin = "jacobian" if jac_ok else "finite-differences" if has_fd else None
     if twin is None:
         return None, _carried(v, code)
@@ -416,8 +429,10 @@ def _wrong_vjp(mini: Case, node: NodeDef, spec, suspect: str, u: dict, t: dict, 
     code = _whose(spec, suspect)
     if first.kind == "nan-inf-pattern":
         pattern, factor = "other", None
-        detail = f"it returns non-finite values ({_fmt(first.values)}) where J^T·g is finite (a division by an input " \
-                 "that is 0 there?); compute it without the singular step"
+        why = overflow_words(mini) or ("a 0/0 or inf/inf: a division by an input that is 0 there?); compute it "
+                                       "without the singular step")
+        detail = f"it returns non-finite values ({_fmt(first.values)}) where J^T·g is finite ({why}" + (
+            ")" if why.startswith("at |") else "")
     elif pattern != "other" and run is not None and twin is not None:
         pattern, factor, detail = _confirmed(mini, node, spec, suspect, twin, run, J, (pattern, factor, detail))
         if pattern == "scale" and abs(factor - 1) >= 1e-3:  # (a factor near 1 has its own words)
@@ -470,7 +485,14 @@ def _confirmed(mini, node, spec, suspect, twin, run, J, found) -> tuple:
         p2, f2, d2 = fresh[0]
         return p2, f2, (f"{d2} (seen on fresh upstream gradients at the same inputs: this case's own g fits "
                         f"'{pattern}' as well and cannot tell them apart)")
+    nonlinear = not_linear_in_g(mini, suspect, lambda g2: _recheck(mini, g2, run))
+    if nonlinear:
+        return "other", None, nonlinear
     seen = sorted({f[0] for f in fresh})
+    if seen == [pattern] == ["scale"]:  # the same pattern with another factor each time: say that, not "no pattern"
+        factors = ", ".join(f"{f[1]:.6g}" for f in fresh if f[1] is not None)
+        return "other", None, (f"it is off by a factor that changes with the upstream gradient: {factor:.6g} on this "
+                               f"case's, {factors} on fresh ones at the same inputs")
     return "other", None, (f"it differs from J^T·g with no single pattern: on this case's upstream gradient it looks "
                            f"like '{pattern}', on fresh upstream gradients at the same inputs like "
                            f"{' / '.join(repr(p) for p in seen)}")

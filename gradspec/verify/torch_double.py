@@ -110,9 +110,10 @@ def directional_second_order(call, xs, params) -> tuple[float | None, float, flo
     ys, total, size = s(0.0, True)
     auto = None
     if isinstance(total, torch.Tensor) and total.requires_grad:
-        _raise_if_refused(total)
-        d2 = torch.autograd.grad(total, ys, allow_unused=True)
-        auto = float(sum((d * u).sum() for d, u in zip(d2, us, strict=True) if d is not None))
+        leaves = _leaves_after_refusal(total)
+        if any(leaf is not g_graph for leaf in leaves):  # else only g is in its graph: none through the backward
+            d2 = torch.autograd.grad(total, ys, allow_unused=True)
+            auto = float(sum((d * u).sum() for d, u in zip(d2, us, strict=True) if d is not None))
     s0 = float(total.detach()) if isinstance(total, torch.Tensor) else float(total)
     t = 1e-4 * max(1.0, max(float(x.abs().max()) if x.numel() else 0.0 for x in xs))
     sides = {}
@@ -135,13 +136,15 @@ def directional_second_order(call, xs, params) -> tuple[float | None, float, flo
     return auto, fd, abs(c2 - c1) + noise + _tol.EXACT_RTOL["float64"] * (abs(auto or 0.0) + abs(fd) + terms)
 
 
-def _raise_if_refused(total) -> None:
-    """Raise what torch raises on a double backward through a @once_differentiable backward: its outputs hang
-    off an ``Error`` node (torch's DelayedError) whose backward raises.  ``autograd.grad`` with respect to fn's
-    inputs never runs that node (its inputs are detached copies), so without this the refusal would read as
-    a second-order gradient of zero; ``.backward()`` reaches it and raises, as in real use."""
+def _leaves_after_refusal(total) -> list:
+    """The leaf tensors ``total``'s graph reaches; first raise what torch raises on a double backward through
+    a @once_differentiable backward: its outputs hang off an ``Error`` node (torch's DelayedError) whose
+    backward raises.  ``autograd.grad`` with respect to fn's inputs never runs that node (its inputs are
+    detached copies), so without this the refusal would read as a second-order gradient of zero;
+    ``.backward()`` reaches it and raises, as in real use."""
     import torch
 
+    leaves: list = []
     seen, todo = set(), [total.grad_fn]
     while todo:
         node = todo.pop()
@@ -149,11 +152,14 @@ def _raise_if_refused(total) -> None:
             continue
         seen.add(id(node))
         nxt = [f for f, _ in node.next_functions if f is not None]
+        if hasattr(node, "variable"):
+            leaves.append(node.variable)
         if node.name() == "torch::autograd::Error":
             behind = [f.variable for f in nxt if hasattr(f, "variable")]
             if behind:
                 torch.autograd.grad(total, behind, retain_graph=True)  # runs the Error node: torch's own message
         todo += nxt
+    return leaves
 
 
 def first_order_agrees(call, xs, params) -> bool:
