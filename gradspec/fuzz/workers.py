@@ -33,6 +33,7 @@ import json
 import os
 import shutil
 import socket
+import sys
 import tempfile
 import time
 from typing import Callable
@@ -142,6 +143,12 @@ def _crash_records(cfg: Config) -> list[dict]:
 
 
 def run_chunk(item, campaign: dict, chunk: dict) -> None:
+    top = sys.modules.get(__name__.split(".")[0])
+    if top is not None and getattr(top, "__file__", None) is None:  # a namespace package: its __init__ never ran
+        raise RuntimeError(f"this worker's 'import gradspec' found the folder(s) {list(top.__path__)} (a folder "
+                           f"named 'gradspec' with no __init__.py, e.g. a clone of the repository, in the working "
+                           f"directory {os.getcwd()}) instead of the installed package: run gradspec fuzz --workers "
+                           "from another directory, or rename that folder")
     cfg = _local_config(campaign, chunk)
     crashes = _crash_records(cfg)
     findings = []
@@ -195,6 +202,9 @@ class _Controller:
         self.crashes: list[dict] = []
         self.lost: list[dict] = []
         self.failures: list[str] = []
+        self.why: dict = {}  # nodeid -> the error a chunk failed with in its worker
+        self.down: list[str] = []  # what a worker that went down said (xdist's error text)
+        self.first_report: float | None = None  # when the first chunk reported (time.time())
 
     def pytest_configure_node(self, node):
         node.workerinput[WORKERINPUT_KEY] = self.payload
@@ -206,8 +216,12 @@ class _Controller:
                 self.done.add(report.nodeid)
                 self.crashes += d.get("crashes") or []
                 self.on_chunk(d)
+        if report.when == "call" and self.first_report is None:
+            self.first_report = time.time()
         if report.failed and report.nodeid not in self.done:
             text = str(report.longrepr)
+            crash = getattr(getattr(report, "longrepr", None), "reprcrash", None)
+            self.why[report.nodeid] = (getattr(crash, "message", "") or text.strip().splitlines()[-1])[:400]
             chunk = self.chunks.get(report.nodeid)
             if "crashed while running" in text and chunk is not None:
                 self.lost.append({**chunk, "why": text.strip().splitlines()[-1][:300]})
@@ -215,6 +229,8 @@ class _Controller:
                 self.failures.append(text[-2000:])
 
     def pytest_testnodedown(self, node, error):
+        if error:
+            self.down.append(str(error).strip()[-400:])
         out = getattr(node, "workeroutput", None) or {}
         try:
             self.crashes += json.loads(out.get(CRASHES_KEY) or "[]")
@@ -249,7 +265,20 @@ def _session(cfg: Config, chunks: list[dict], on_chunk: Callable) -> tuple[_Cont
     # Only the plugins a campaign needs: the user's own pytest plugins and conftests stay out of it.
     os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     os.environ.pop("PYTEST_ADDOPTS", None)
-    os.environ["PYTHONPATH"] = os.pathsep.join([p for p in [os.getcwd(), saved["PYTHONPATH"]] if p])
+    # The cwd first (the user's engine and ops modules), and the folder this gradspec was imported from last: a
+    # folder named 'gradspec' in the cwd (a clone of the repository) is then no namespace package shadowing the
+    # installed one (a regular package later on sys.path wins over a namespace portion; the editable install's
+    # import hook came after it: the workers ran with an empty op table).
+    # xdist gives a local worker the cwd and then this process's sys.path (not PYTHONPATH): both get it, last.
+    home = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    os.environ["PYTHONPATH"] = os.pathsep.join([p for p in [os.getcwd(), saved["PYTHONPATH"], home] if p])
+    try:  # the copy of sys.path xdist froze when it was imported is what a local worker gets
+        from xdist.plugin import _sys_path as frozen
+    except ImportError:
+        frozen = []
+    paths = [p for p in (sys.path, frozen) if home not in p]
+    for p in paths:
+        p.append(home)
     interrupted = False
     rc = None
     try:
@@ -258,6 +287,9 @@ def _session(cfg: Config, chunks: list[dict], on_chunk: Callable) -> tuple[_Cont
     except KeyboardInterrupt:
         interrupted = True
     finally:
+        for p in paths:
+            if home in p:
+                p.remove(home)
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)
@@ -268,7 +300,10 @@ def _session(cfg: Config, chunks: list[dict], on_chunk: Callable) -> tuple[_Cont
         # a worker that never started): it is lost too, never silently dropped.
         for nodeid, chunk in ctl.chunks.items():
             if nodeid not in ctl.done and not any(c["chunk"] == chunk["chunk"] for c in ctl.lost):
-                ctl.lost.append({**chunk, "why": f"it never reported (the worker session ended with {rc!s})"})
+                why = (f"it failed in its worker: {ctl.why[nodeid]}" if nodeid in ctl.why else
+                       f"it never reported (a worker went down: {ctl.down[-1]})" if ctl.down else
+                       f"it never reported (the worker session ended with {rc!s})")
+                ctl.lost.append({**chunk, "why": why})
     return ctl, interrupted
 
 
@@ -377,6 +412,12 @@ def run_distributed(cfg: Config, progress: Callable | None = None, on_found: Cal
         merged.errors.append(f"lost {what} of the budget: chunk {c['chunk']} did not finish ({c['why']})")
     for text in failures:
         merged.errors.append("a chunk failed: " + text.strip().splitlines()[-1][:300])
+    if not merged.cases and not lost and not failures and cfg.seconds is not None and not interrupted:
+        took = (ctl.first_report or time.time()) - cfg.started
+        merged.errors.append(f"the --seconds budget of {cfg.seconds:g} s ran out before any chunk could check a case: "
+                             f"the {cfg.workers} workers were still starting (Python, gradspec and torch imports, the "
+                             f"campaign's set-up; the first chunk reported {took:.1f} s after the start); give more "
+                             "--seconds, or fewer --workers")
     merged.seconds = time.time() - cfg.started
     return merged
 
