@@ -48,3 +48,31 @@ class ForwardMutatesInput(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g):
         return 2 * g
+
+
+class HuberBuggy(torch.autograd.Function):
+    """Huber loss whose backward forgot delta on the linear part (sign(x) for delta * sign(x)): right at delta = 1."""
+
+    @staticmethod
+    def forward(ctx, x, delta):
+        ctx.save_for_backward(x)
+        ctx.delta = delta
+        a = x.abs()
+        return torch.where(a <= delta, 0.5 * x * x, delta * (a - 0.5 * delta))
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return g * torch.where(x.abs() <= ctx.delta, x, x.sign()), None
+
+
+class BiasAddNoReduce(torch.autograd.Function):
+    """y = x + b, b (n,) broadcast over x (.., n); backward returns g for b unreduced: torch sums it down."""
+
+    @staticmethod
+    def forward(ctx, x, b):
+        return x + b
+
+    @staticmethod
+    def backward(ctx, g):
+        return g, g

@@ -40,3 +40,24 @@ def test_the_cause_names_what_is_wrong(run, cause_id, words, not_words):
     c = found[0].cause
     assert c is not None and c.id == cause_id, (c.id if c else None, c.summary if c else None)
     assert words in c.summary and not_words not in c.summary, c.summary
+
+
+def test_a_non_tensor_argument_held_fixed_is_said_with_how_to_vary_it():
+    # tryout3 #11: HuberBuggy passes at delta = 1.0 (where its bug has no effect) and nothing said delta never moved
+    import torch
+
+    x = torch.linspace(-3, 3, 12, dtype=torch.float64).reshape(3, 4)
+    r = gs.verify_torch_function(T.HuberBuggy.apply, example_inputs=(x, 1.0), max_examples=10, seed=0)
+    held = [n for n in r.notes if "held" in n]
+    assert held and "position 1" in held[0] and "1.0" in held[0] and "args={1:" in held[0], r.notes
+
+
+def test_a_wrong_shaped_gradient_torch_sums_down_gets_a_note():
+    # tryout3 #12: the README promises gradspec reads a wrong-shaped gradient and says whether torch sums it down
+    import torch
+
+    r = gs.verify_torch_function(T.BiasAddNoReduce.apply, example_inputs=(torch.ones(3, 4, dtype=torch.float64),
+                                                                          torch.ones(4, dtype=torch.float64)),
+                                 max_examples=10, seed=0)
+    shaped = [n for n in r.notes if "sums it down" in n]
+    assert r.ok and shaped and "tensor input 1 in shape" in shaped[0], r.notes

@@ -61,6 +61,18 @@ def _decode(v):
     return v
 
 
+def _strategy_hint(v) -> str:
+    """A Hypothesis strategy, as source, of values around ``v`` (what a user would pass in args=)."""
+    if isinstance(v, bool) or v is None:
+        return "st.booleans()" if isinstance(v, bool) else "st.none()"
+    if isinstance(v, int):
+        return f"st.integers({min(0, v)}, {max(2 * v, v + 3)})"
+    if isinstance(v, float):
+        lo, hi = (v / 4, v * 4) if v > 0 else (v * 4, v / 4) if v < 0 else (-1.0, 1.0)
+        return f"st.floats({lo:g}, {hi:g})"
+    return f"st.sampled_from([{v!r}, ...])"
+
+
 @dataclasses.dataclass
 class CallLayout:
     """``n_args`` positional arguments; ``tensor_pos`` the differentiated tensors' positions;
@@ -130,6 +142,18 @@ class CallLayout:
         out = {f"{ARG_PREFIX}{k}": st.just(v) for k, v in sorted(self.fixed.items())}
         out.update({f"{ARG_PREFIX}{k}": s.map(_encode) for k, s in sorted(self.drawn.items())})
         return out
+
+    def held_note(self) -> str:
+        """The note for non-tensor arguments held at one value in every case ("" when none is): fn's
+        gradients are then checked at that value only, and a bug that shows at other values passes."""
+        held = [(k, v) for k, v in sorted(self.fixed.items()) if v is None or isinstance(v, (bool, int, float, str))]
+        if not held:
+            return ""
+        what = ", ".join(f"position {k} = {v!r}" for k, v in held)
+        hint = ", ".join(f"{k}: {_strategy_hint(v)}" for k, v in held)
+        return (f"non-tensor argument(s) held at one value in every case: {what}; fn's gradients were checked there "
+                f"only (a bug that shows only at other values passes): to vary them pass args={{{hint}}} (from "
+                "hypothesis import strategies as st) beside example_inputs")
 
     def names(self) -> set:
         return {f"{ARG_PREFIX}{k}" for k in list(self.fixed) + list(self.drawn)}

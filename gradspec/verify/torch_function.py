@@ -32,7 +32,7 @@ from ..result import Result, VerifyDiscrepancy
 from ..search import _check_budget, _resolve_seed, _Runner
 from ..spec import registry as _registry
 from ..spec.opspec import OpSpec
-from . import fn_shapes, torch_double, torch_layouts
+from . import fn_shapes, torch_double, torch_grad_shapes, torch_layouts
 from . import numerics as _num
 from .op import COMPANIONS, _budget_text, _check_op_case, _count, _op_cases, _wrap
 from .torch_call import ARG_PREFIX, CallLayout, _decode, blocks, flat, jitter_float32, label_of, outputs, schema_of
@@ -378,6 +378,8 @@ def verify_torch_function(fn, *, arity: int | None = None, signature: str | None
                 "and inside whole torch graphs (the torch-cpu oracle); the jacobian oracle uses a finite-difference "
                 "JVP of fn's forward (compared with a finite-difference tolerance)")
     result.note(_float32_note(example_inputs, dtypes))
+    if layout.held_note():  # non-tensor arguments that never vary (a bug only at other values passes)
+        result.note(layout.held_note())
     if not double_backward:
         result.note("second-order gradients (double backward) not checked (double_backward=False)")
     for text in (plan.why, "fn returns several outputs: they are checked as one flat output (each output its own "
@@ -405,6 +407,7 @@ def verify_torch_function(fn, *, arity: int | None = None, signature: str | None
             case.meta["torch_functions"] = [spec.name]
             case.meta[_rec.KEY] = {spec.name: how}  # the shape rule and call layout, as data (replay)
         _num.tag(case, claim)
+        summed(case)  # a wrong-shaped gradient torch sums down: a note (torch_grad_shapes)
         if not double_backward:
             case.meta["double_backward"] = False  # torch_double skips it, here and in replays
         return _check_op_case(case, spec, names, target, case_replay, result,
@@ -412,6 +415,7 @@ def verify_torch_function(fn, *, arity: int | None = None, signature: str | None
 
     layouts = torch_layouts.LayoutCheck(spec, target, case_replay)  # grad_output non-contiguous (torch_layouts)
     double = torch_double.DoubleBackwardCheck(spec, target, case_replay, result)  # second order (torch_double)
+    summed = torch_grad_shapes.SummedDownCheck(spec, result)
 
     runner = _Runner(result, max_examples, seconds, explain=_explain_kept)
     if plan.model is not None:
