@@ -471,6 +471,7 @@ def _fuzz(args) -> int:
     run.seconds = max(run.seconds, 1e-9)
     summary = liveness.mark_final(fuzz.summary_json(cfg, run, previous, ops))
     summary["rules"] = rule_status
+    _rules_not_run(summary, rule_status)
     summary["last_run"] = last
     old = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not lose the summary
     try:
@@ -507,6 +508,21 @@ def _fuzz(args) -> int:
     if summary["status"] == "inconclusive":
         return EXIT_INCONCLUSIVE  # the reason is in the summary printed above
     return EXIT_OK
+
+
+def _rules_not_run(summary: dict, rule_status: dict) -> None:
+    """With --engine, a run whose value cases agreed but whose §5 rules did not all run (the time budget was
+    spent first, the engine hung on one) is inconclusive, naming them: never a green run that checked no rules."""
+    from .fuzz.rules import SECONDS_SHARE
+    from .result import RULE_SKIPS_BY_DESIGN
+
+    unrun = [f"{n} ({r.get('reason', '')})" for n, r in rule_status.items() if n != "*" and r.get("status") == "skipped"
+             and not str(r.get("reason", "")).startswith(RULE_SKIPS_BY_DESIGN)]
+    if unrun and summary.get("status") == "agree":
+        summary["status"] = "inconclusive"
+        summary["reason"] = (f"{len(unrun)} backward() rule(s) (§5) were not checked: {'; '.join(unrun)}; the value "
+                             "cases agreed, the rules say nothing yet (give more --seconds: the rules get "
+                             f"{int(100 * SECONDS_SHARE)}% on top of it, or use --max-examples)")
 
 
 def _unusable_oracles(oracles) -> str | None:

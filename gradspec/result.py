@@ -20,7 +20,7 @@ from typing import Any, Callable
 from . import outcome as _outcome
 from .check import Discrepancy
 
-__all__ = ["Result", "VerifyDiscrepancy", "set_html_writer"]
+__all__ = ["Result", "VerifyDiscrepancy", "set_html_writer", "RULE_SKIPS_BY_DESIGN"]
 
 _HTML_WRITER: list[Callable] = []
 
@@ -84,6 +84,12 @@ class VerifyDiscrepancy(Discrepancy):
         return self.describe()
 
 
+# A §5 rule skipped for what the engine is (or, under strict=False, a torch-specific detail): nothing left
+# unchecked.  Any other skip (the time budget was spent, the engine hung) leaves a run inconclusive.
+RULE_SKIPS_BY_DESIGN = ("strict=False", "the engine supports no", "the reference engine is the rules' oracle",
+                        "no engine object")
+
+
 @dataclasses.dataclass
 class Result:
     """The outcome of a ``verify_*`` run.
@@ -129,6 +135,10 @@ class Result:
                                              self.inconclusive.most_common(), self.unran)
         if status == "agree" and self.cut:  # a case the budget cut was not judged: never a clean bill of health
             return "inconclusive", self.cut
+        unrun = [f"{k} ({v[len('skipped: '):]})" for k, v in self.checks.items() if isinstance(v, str)
+                 and v.startswith("skipped: ") and not v[len("skipped: "):].startswith(RULE_SKIPS_BY_DESIGN)]
+        if status == "agree" and unrun:  # a backward() rule that never ran says nothing (the budget, a hang)
+            return "inconclusive", f"{len(unrun)} backward() rule(s) (§5) were not checked: {'; '.join(unrun)}"
         return status, reason
 
     @property
