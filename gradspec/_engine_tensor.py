@@ -74,12 +74,6 @@ class Node:
     def name(self) -> str:
         return _node_name(self.spec.name, self.spec.user)
 
-    def edges(self):
-        """(input index, input tensor) for inputs that gradients flow into."""
-        for i, t in enumerate(self.inputs):
-            if t.requires_grad and self.spec.input_differentiable(i):
-                yield i, t
-
     @property
     def next_functions(self):
         return tuple((t.grad_fn, i) for i, t in enumerate(self.inputs))

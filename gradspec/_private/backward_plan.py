@@ -35,8 +35,9 @@ def plan(roots, targets, capture: bool) -> Plan:
     p = Plan()
     p.root_nodes = root_nodes = [r.grad_fn for r in roots if r.grad_fn is not None]
     p.order = order = []
-    # Each node's edges, listed once: the engine walks them several times (flags cannot change during the
-    # run, so the list stays what Node.edges() would yield).
+    # Each node's edges (input index, input tensor) for the inputs gradients flow into (they require grad and
+    # the op is differentiable in them), listed once: the engine walks them several times, and flags cannot
+    # change during the run.
     p.edges = edges = {}
     stack = list(root_nodes)
     while stack:
