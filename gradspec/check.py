@@ -449,9 +449,12 @@ def _unjudged(case, leaves, kinds, nondiff, comparisons, discrepancies, skipped,
 
 def _f32_note(f32: dict) -> str:
     nodes = sorted({r.float32_inside for r in f32.values()})
-    return (f"{', '.join(nodes)} computes in float32 inside (its values over a float64 stencil are all float32 "
-            f"numbers): {' and '.join(sorted(f32))} used a float32-sized step and a float32 error bound, and "
-            "gradients are compared at float32 precision")
+    why = "; ".join(sorted({getattr(r, "float32_why", "") or _F32_VALUED for r in f32.values()}))
+    return (f"{', '.join(nodes)} computes in float32 inside ({why}): {' and '.join(sorted(f32))} used a float32-sized "
+            "step and a float32 error bound, and gradients are compared at float32 precision")
+
+
+_F32_VALUED = "its values over a float64 stencil are all float32 numbers"
 
 
 def _holds_elements(*grads) -> bool:

@@ -29,6 +29,8 @@ import numpy as np
 
 from ._private.fdstep import EPS32 as _EPS32
 from ._private.fdstep import float32_valued as _float32_valued
+from ._private.float32_line import forward_steps as _forward_steps
+from .ops.user import NOISE_ULPS as _NOISE_ULPS
 from .oracles._fd_probes import STEP32 as _STEP32
 
 __all__ = ["AGREE", "DISAGREE", "INCONCLUSIVE", "exit_code", "forward_error", "user_gated_leaves", "settle_errors", "has_user_ops",
@@ -462,7 +464,12 @@ def numerical_kinks(case, h_rel: float = 1e-6, shrink: float = 8.0) -> list[str]
 
 def _float32_inside(spec, x, t, params, f0) -> bool:
     """The op computes in float32 inside: its outputs at x and at x + t (t ~1e-6 |x|: a float64 op's output
-    there has bits far below float32's) are all float32 numbers (gradspec._private.fdstep.float32_valued)."""
+    there has bits far below float32's) are all float32 numbers (gradspec._private.fdstep.float32_valued), or
+    it computes in float32 behind float64 arithmetic (``float32_seen``: a torch Function seen casting to float32,
+    verify.torch_float32; or its outputs step like float32 rounding, _private.float32_line.forward_steps)."""
+    if getattr(spec, "float32_seen", "") or _forward_steps(
+            spec.name, lambda b: spec.forward_batched(b, params, 1), [np.asarray(a) for a in x], _NOISE_ULPS):
+        return True
     if not _float32_valued(f0):
         return False
     up = spec.forward(*[a + d if d is not None else a for a, d in zip(x, t)], **params)

@@ -44,6 +44,7 @@ import numpy as np
 
 from .. import domains as _domains
 from .. import tolerances as _tol
+from .._private import float32_line as _f32line
 from .._private import numpy_jitter as _nj
 from .._private import opaque_noise as _opaque_noise
 from .._private.signature import SignatureError, elementwise, parse, signature_out_shape
@@ -297,6 +298,7 @@ FD_STEP = np.finfo(np.float64).eps ** 0.2  # ~7.4e-4: balances O(h^4) truncation
 # are the best float32 allows; at FD_STEP float32's quanta (6e-8 |f|) / 7.4e-4 swamped the JVP.
 FD_STEP32 = np.finfo(np.float32).eps ** 0.2
 _FLOAT32_SEEN: list = []  # names of the ops whose FD-JVP ran as a float32 computation (FDJacobianOracle reads it)
+_FLOAT32_WHY: dict = {}  # op name -> how a float32 part hidden behind float64 arithmetic showed (float32_line)
 
 
 @contextlib.contextmanager
@@ -414,6 +416,13 @@ def fd_jvp(spec):
         biggest = max([int(np.size(out))] + [int(np.size(x)) for x in xs] + [1])
         chunk = max(1, 2_000_000 // (8 * biggest))
         eps = np.finfo(np.float64).eps  # the forward's precision: float32's once it shows (float32_valued)
+        why = getattr(spec, "float32_seen", "") or _f32line.forward_steps(
+            spec.name, lambda b: spec.forward_batched(b, params, 1), xs, NOISE_ULPS)
+        if why:  # float32 hidden behind float64 arithmetic (no value is a float32 number): as below, from the start
+            eps, h = np.finfo(np.float32).eps, np.minimum(FD_STEP32 * scale, reach / 32.0) * _STEP_SCALE[0]
+            _FLOAT32_SEEN.append(spec.name)
+            _FLOAT32_WHY[spec.name] = why
+            _f32line.learnt(spec, why)
         for start in range(0, active.size, chunk):
             idx = active[start : start + chunk]
             k = idx.size
@@ -424,6 +433,8 @@ def fd_jvp(spec):
                 _FLOAT32_SEEN.append(spec.name)
                 d1, f1, d2, f2 = _two_steps(spec, units, xs, params, idx, h, coeffs, out, eps)
             r = (16.0 * d2 - d1) / 15.0
+            if why and not _visible32(out):  # hidden float32: the float32 step (0.04 max(1, |x|)) can exceed its scale
+                _quarter_step(spec, (units, xs, params, idx, h, coeffs, out), r, np.maximum(f1, f2))
             rng = _NOISE[0]
             if rng is not None:
                 hs = h[idx].reshape((k,) + (1,) * (r.ndim - 1))
@@ -437,6 +448,42 @@ def fd_jvp(spec):
         return res
 
     return jvp
+
+
+def _visible32(out) -> bool:
+    """The op's float64 outputs are float32 numbers (the float32 result is the output: its rounding model,
+    eps32 |f|, is the right one there, and a measured one from a probe line near x would be too small)."""
+    with np.errstate(all="ignore"):
+        return bool(np.size(out)) and np.array_equal(np.asarray(out).astype(np.float32), out)
+
+
+def _quarter_step(spec, args, r, fmax) -> None:
+    """The float32 JVPs ``r`` at steps h against the same at h / 4: a function that varies on a scale finer than
+    the float32 step (sigmoid(x - y) at x = y = 1000: h = 41) gives two different wrong answers whose error
+    estimates (the same composition at 1.7 h and 0.55 h) are as wrong; a smooth one gives the same answer to
+    rounding.  Each JVP's rounding is at most 3.3 delta / h (delta: one value's rounding; the 4-point rule's
+    (16 + 2) delta / 12 h, Richardson's (16 x that at h/2 + that at h) / 15), so 2 x (3.3 delta / h + 3.3 delta
+    / (h / 4)) allows both with a factor 2 to spare; beyond it: FDStepError (the jacobian steps aside).  delta is
+    measured, not eps32 |f|: 8 x the outputs' residual on ``float32_line``'s probe line (its max over 16 points
+    is >= half the rounding bound), at least NOISE_ULPS eps64 |f| -- a float32 part hidden behind a float64
+    one of 1e6 (x y + sigmoid(x - y) in float32) rounds at 1e-7, not eps32 x 1e6 = 0.1."""
+    units, xs, params, idx, h, coeffs, out = args
+    eps32 = float(np.finfo(np.float32).eps)
+    hq = h / 4
+    e1, g1, e2, g2 = _two_steps(spec, units, xs, params, idx, hq, coeffs, out, eps32)
+    rq = (16.0 * e2 - e1) / 15.0
+    hs = h[idx].reshape((idx.size,) + (1,) * (np.ndim(r) - 1))
+    with np.errstate(all="ignore"):
+        line = np.asarray(spec.forward_batched(_f32line.along(xs, _f32line.line_offsets), params, 1), dtype=np.float64)
+        res = np.asarray(_f32line.residual(line.reshape(_f32line.LINE_POINTS, -1))).reshape(np.shape(out))
+        delta = np.maximum(NOISE_ULPS * _EPS64 * np.maximum(fmax, np.maximum(g1, g2)), 8 * np.where(np.isfinite(res), res, np.inf))
+        off = ~(np.abs(r - rq) <= 2 * (3.3 * delta / hs + 3.3 * delta / (hs / 4)))
+    if np.any(off):
+        j = np.unravel_index(int(np.argmax(off)), off.shape)
+        raise FDStepError(
+            f"finite-difference JVP of {spec.name!r}: it computes in float32 inside, and its JVPs at the float32 step "
+            f"{float(hs.flat[0]):.3g} and at a quarter of it differ by {float(abs(r[j] - rq[j])):.3g}, more than float32 "
+            "rounding allows: the function varies too fast for a float32-sized step there")
 
 
 def _measured_noise(spec, xs, params) -> np.ndarray:

@@ -9,8 +9,13 @@ difference quotient over h ~ 6e-6 |x| sees float32's quanta (6e-8 relative), not
   is named (``float32_node``): FD re-runs with a step sized for float32 rounding (``STEP32``) and an error
   bound at float32 precision (``float32_rounding``), and ``gs.check`` compares its gradients at float32
   precision.  A correct Function through float32 then agrees, and a backward wrong by 1e-3 is found;
-* where no node says so (the float32 part is hidden behind float64 arithmetic), the noise line's repeats
-  and a farther probe (``staircase``, ``flat_or_stairs``) still make FD step aside, with the reason.
+* where no value says so because the float32 part is hidden behind float64 arithmetic in the same output
+  (``x + tanh(x.float()).double()``: no value is a float32 number), ``hidden_float32`` probes the forward
+  on a line a few float32 ulps long (``gradspec._private.float32_line``): a staircase there, steps far
+  above the float64 rounding FD's error bound assumes, sends the case down the same float32 path, and the
+  note says what was seen.  Only cases with user ops pay for it (one batched evaluation of 16 points);
+* a staircase neither test sees (quanta wider than the stencil) still makes FD step aside where the noise
+  line's repeats or a farther probe show it (``staircase``, ``flat_or_stairs``), with the reason.
 
 Example::
 
@@ -27,13 +32,15 @@ import operator
 import numpy as np
 
 from .. import tolerances as _tol
+from .._private import float32_line as _line
 from .._private.fdstep import EPS32, float32_valued, noise_pattern
 from ..spec import registry as _registry
 from ._base import OracleError
+from ._fd_stencil import EPS, ROUNDING_DEPTH
 
 __all__ = ["staircase", "flat_or_stairs", "RESOLUTION_FLOORS", "float32_node", "float32_rounding", "STEP32",
            "F32_ROUNDING_DEPTH", "F32_PROBE_POINTS", "F32_PROBE_SPREAD", "F32_PROBE_FACTOR", "float32_probe_offsets",
-           "perturbed"]
+           "perturbed", "hidden_float32", "user_nodes", "HIDDEN32_NAME_ULPS"]
 
 # staircase: a repeated value counts only where the slope predicts a change of this many value floors
 # (VALUE_DEPTH rounding) between neighbouring points of the noise line.
@@ -201,3 +208,95 @@ def float32_rounding(s0: float, Smax: float, flat, r, s_probe, offsets) -> float
     if not np.isfinite(measured):
         return model
     return max(model, measured)
+
+
+# ---------------------------------------------------------------------------------------------
+# float32 hidden behind float64 arithmetic (no value is a float32 number)
+# ---------------------------------------------------------------------------------------------
+#
+# Naming the op: a user op's own outputs on the probe line leave the smooth cubic by more than
+# HIDDEN32_NAME_ULPS float64 ulps of their largest value (float64 code: a few ulps; a float32 part
+# of even 1e-6 of the output: ~eps32 1e-6 |f| = 500 ulps).  The first such op in graph order is the
+# source (gradspec's own ops compute in float64 here, so the staircase starts at a user op).
+HIDDEN32_NAME_ULPS = 64.0
+
+
+def user_nodes(case) -> list:
+    """(node, spec) for the nodes of ``case`` that run user code (user ops, torch Functions), in graph
+    order: the only places where a computation at lower precision can hide.  One dict look-up per node."""
+    table = _registry.all_specs()
+    out = []
+    for node in case.nodes:
+        spec = table.get(node.op)
+        if spec is None:  # a user op named only by the case (loaded from a case file)
+            spec = case.spec(node.op)
+        if spec.user:
+            out.append((node, spec))
+    return out
+
+
+def hidden_float32(case, parts, flat, probe) -> tuple[str, str]:
+    """(the user op, the evidence) where the forward rounds to float32 inside although no value says so,
+    else ("", "").  ``parts`` = (s0, S0, value floor, noise-line sigma) of FD's pass; ``probe`` = (s_env,
+    args): ``s_env(*args, X)`` gives s at each row of X and the batched environment.
+
+    An op known to compute in float32 inside (``float32_seen``: a torch Function's forward was seen casting
+    float64 to float32, gradspec.verify.torch_float32) is named at once: where its float32 part is flat over
+    every probe (tanh saturated: float32's quanta are 0.3 wide in x at x = 8) nothing local can show it, yet
+    its rounding is still there.  What the probes below see is remembered only inside a ``verify_*`` run
+    (``float32_line.learning``, reset when the run starts), not by a bare ``gs.check``: one mistaken sighting
+    would compare every later case at float32 precision.  Where the noise line saw
+    noise (``sigma``, FD_NOISE_SIGMAS x it above the rounding model) FD's float64 bound already holds that
+    noise, and nothing is probed: its floats stay.  Else the forward runs on
+    ``float32_line``'s probe lines (``float32_line.steps``: 16 points within 8-16 float32 cells of every
+    input, the half line, a line inside one cell), and steps are looked for in s (above the rounding bound
+    of one value that FD's error estimate assumes, max(ROUNDING_DEPTH eps (S0 + |s0|), the value floor):
+    that bound does not hold at the step's scale) and in each user op's outputs (above HIDDEN32_NAME_ULPS
+    float64 ulps of its largest output: s alone can miss them where elements cancel -- an odd op at inputs
+    symmetric about 0 moved with opposite signs).  Cases without user ops return at once (gradspec's ops
+    compute in float64 here)."""
+    if not flat.size:
+        return "", ""
+    users = user_nodes(case)
+    if not users:
+        return "", ""
+    for node, spec in users:
+        seen = getattr(spec, "float32_seen", "")
+        if seen:
+            return node.op, seen
+    s0, S0, vfloor, sigma = parts
+    if _tol.FD_NOISE_SIGMAS * sigma > max(ROUNDING_DEPTH * EPS * (S0 + abs(s0)), vfloor):
+        return "", ""  # the noise line saw noise already: FD's float64 bound holds it (an ill-conditioned solve)
+    s_env, args = probe
+    parts_of: list = []  # (node, spec, first column, columns) of the user ops' outputs in the matrix
+
+    def evaluate(offsets):
+        s, env = s_env(*args, flat + offsets(flat))
+        cols = [np.asarray(s, dtype=np.float64).reshape(_line.LINE_POINTS, 1)]
+        at = 1
+        for node, spec in users:
+            v = env.get(node.name)
+            if v is None or getattr(v, "dtype", None) is None or v.dtype.kind != "f" or v.shape[:1] != (_line.LINE_POINTS,):
+                continue
+            v = np.asarray(v, dtype=np.float64).reshape(_line.LINE_POINTS, -1)
+            if len(parts_of) < len(users) and offsets is _line.line_offsets:
+                parts_of.append((node, spec, at, v.shape[1]))
+            cols.append(v)
+            at += v.shape[1]
+        return np.concatenate(cols, axis=1)
+
+    with np.errstate(all="ignore"):
+        first = evaluate(_line.line_offsets)
+        floor = np.empty(first.shape[1])
+        floor[0] = max(ROUNDING_DEPTH * EPS * (S0 + abs(s0)), vfloor)
+        for _, _, a, k in parts_of:
+            floor[a : a + k] = HIDDEN32_NAME_ULPS * EPS * float(np.max(np.abs(first[:, a : a + k]), initial=0.0))
+    mask, r = _line.steps(lambda o: first if o is _line.line_offsets else evaluate(o), floor, flat.size > 1)
+    if not mask.any():
+        return "", ""
+    for node, spec, a, k in parts_of:
+        if mask[a : a + k].any():
+            _line.learnt(spec, _line.HIDDEN_WHY)  # (inside a verify_* run: later cases too)
+            return node.op, _line.HIDDEN_WHY
+    # s steps, no op's outputs alone do (float32 parts of several ops, summed)
+    return users[0][0].op, _line.HIDDEN_WHY.replace("its outputs step", "the values step")

@@ -114,6 +114,8 @@ class FDResult:
     # the part of ``error`` the shaky test judges (None: all of it): for a float32 estimate the truncation
     # part -- its rounding part is a bound at float32 precision, not an estimate that can be off
     judged: dict | None = None
+    # how float32 showed (the note's words): all values float32 numbers, or a staircase behind float64 arithmetic
+    float32_why: str = "its values over a float64 stencil are all float32 numbers"
 
 
 def _as64(case):
@@ -602,6 +604,26 @@ def fd_gradient(case, *, check_reach: bool = True) -> FDResult:
     p = _run_pass(case, x64, leaves, flat, h, n, plan, hl, specs)
     if p.f32:  # a user op computes in float32 inside: estimate it as a float32 computation
         return _float32_gradient(case, x64, leaves, flat, plan, check_reach, p)
+    try:
+        out = _float64_gradient(case, leaves, x64, flat, h, plan, hl, p, check_reach)
+    except NonDifferentiable:
+        raise  # (a kink or jump the float64 steps found wins: a float32 staircase never passes for one)
+    except OracleError as e:
+        out = e
+    # float32 hidden behind float64 arithmetic (no value is a float32 number): probed where a user op runs
+    f32, why = _probes.hidden_float32(case, (p.s0, p.S0, p.vfloor, p.sigma), flat, (_s_env, (case, x64, leaves, p.seeds64)))
+    if f32:
+        res = _float32_gradient(case, x64, leaves, flat, plan, check_reach, p._replace(f32=f32))
+        res.float32_why = why
+        return res
+    if isinstance(out, OracleError):
+        raise out
+    return out
+
+
+def _float64_gradient(case, leaves, x64, flat, h, plan, hl, p: _Pass, check_reach: bool) -> FDResult:
+    """The estimate at float64 steps from the first pass ``p`` (refined where too coarse)."""
+    n = flat.size
     floor = float(max(p.vfloor, _tol.FD_NOISE_SIGMAS * p.sigma))
     small = None
     if n <= SMALL_N:
@@ -673,6 +695,12 @@ def _run_pass(case, x64, leaves, flat, h, n, plan, hl=None, specs=None) -> _Pass
 def _s_at(case, x64, leaves, seeds64, X):
     """s at each row of a (points, n) matrix of inputs (the probes' view of the forward)."""
     return _s_values(case._evaluate(_leaf_batches(case, x64, leaves, X), 1), case.roots, seeds64, len(X))[0]
+
+
+def _s_env(case, x64, leaves, seeds64, X):
+    """``_s_at`` and the batched environment (which op the probes blame)."""
+    env = case._evaluate(_leaf_batches(case, x64, leaves, X), 1)
+    return _s_values(env, case.roots, seeds64, len(X))[0], env
 
 
 def _float32_gradient(case, x64, leaves, flat, plan, check_reach, first: _Pass) -> FDResult:
@@ -820,6 +848,11 @@ def fd_directional(case, directions: dict[str, np.ndarray]) -> tuple[np.ndarray,
         s[:, a:b], S[:, a:b] = sc.reshape(nf, b - a), Sc.reshape(nf, b - a)
     s0, S0 = _at_center(case, center, seeds64)
     floor = _floor(_center_scale(center)[0], seeds64)  # a non-finite centre shows up in the estimate
+    flat = np.concatenate([x64[l.name].ravel() for l in leaves]) if leaves else np.zeros(0)
+    f32, why = _probes.hidden_float32(case, (s0, S0, floor, 0.0), flat, (_s_env, (case, x64, leaves, seeds64)))
+    if f32:  # float32 hidden behind float64 arithmetic: the same answer as above
+        raise OracleError(f"{f32} computes in float32 inside ({why}) and directional finite differences have no "
+                          "float32 error bound: not compared")
     return _combine(s, s0, S.max(axis=0), S0, h, floor)[:2]
 
 

@@ -60,6 +60,7 @@ class _FDRes:
     error: dict
     float32_inside: str = ""  # an op whose FD-JVP ran as a float32 computation (gs.check compares at float32)
     judged: dict | None = None  # (the shaky test judges all of ``error``)
+    float32_why: str = ""  # how a hidden float32 part showed (``ops.user._FLOAT32_WHY``), "" for float32 values
 
 
 class FDJacobianOracle(Oracle):
@@ -78,8 +79,11 @@ class FDJacobianOracle(Oracle):
 
         try:
             del _user._FLOAT32_SEEN[:]
+            _user._FLOAT32_WHY.clear()
             g = jacobian(case).vjp
-            return _FDRes(g, fd_jacobian_error(case, g), ", ".join(dict.fromkeys(_user._FLOAT32_SEEN)))
+            out = _FDRes(g, fd_jacobian_error(case, g), ", ".join(dict.fromkeys(_user._FLOAT32_SEEN)))
+            out.float32_why = "; ".join(dict.fromkeys(_user._FLOAT32_WHY.values()))
+            return out
         except FDStepError as e:  # no step could be trusted: refuse, with the reason
             raise OracleError(f"jacobian: {e}") from None
 

@@ -26,6 +26,7 @@ import numpy as np
 
 from .. import oracles as _oracles
 from .. import outcome as _outcome
+from .._private import float32_line as _f32line
 from .._private import result_sink
 from .._private.skips import key as skip_key
 from .._private.skips import word_cut
@@ -369,6 +370,8 @@ def verify_op(op, *, max_examples: int | None = None, seconds: float | None = No
         result.note(f"op {spec.name!r} was defined in __main__ or inline: saved case.json files cannot be replayed "
                     "with `gradspec replay` in another process; define it in an importable module for that")
     user_ops = {spec.name: path} if path else {}
+    if spec.user:  # float32 inside: what this run's cases show (_private.float32_line.learning), not an earlier run's
+        spec.float32_seen = ""
 
     def evaluate(case):
         _count(result, case)
@@ -383,7 +386,7 @@ def verify_op(op, *, max_examples: int | None = None, seconds: float | None = No
 
         strategy, why = fn_shapes.op_example_cases(spec, example_inputs, broadcast, _wrap)
         result.note(why)
-    with _forward_errors(spec) as errors:
+    with _forward_errors(spec) as errors, _f32line.learning():
         _num.run_within_budget(runner, strategy,
                                _num.with_deadline(evaluate, result, seconds, f"op {spec.name!r}", run_replay), seconds)
     if not result.cases_run and errors:

@@ -22,6 +22,7 @@ import numpy as np
 
 from .. import domains as _domains
 from .. import tolerances as _tol
+from .._private import float32_line as _f32line
 from .._private import opaque_noise as _opaque_noise
 from .._private import result_sink
 from .._private import torchfn_record as _rec
@@ -32,7 +33,7 @@ from ..result import Result, VerifyDiscrepancy
 from ..search import _check_budget, _resolve_seed, _Runner
 from ..spec import registry as _registry
 from ..spec.opspec import OpSpec
-from . import fn_shapes, torch_double, torch_grad_shapes, torch_layouts
+from . import fn_shapes, torch_double, torch_float32, torch_grad_shapes, torch_layouts
 from . import numerics as _num
 from .op import COMPANIONS, _budget_text, _check_op_case, _count, _op_cases, _wrap
 from .torch_call import ARG_PREFIX, CallLayout, _decode, blocks, flat, jitter_float32, label_of, outputs, schema_of
@@ -111,8 +112,8 @@ def _torch_wrap(fn, name: str, layout: CallLayout, signature, shape_fn, domain, 
         return xs, outs, multi
 
     def forward(*arrays, **kw):
-        try:
-            _, outs, multi = run(arrays, kw, False)
+        try:  # (the first float64 calls watched for casts to float32: torch_float32)
+            _, outs, multi = torch_float32.watch(spec, arrays, lambda: run(arrays, kw, False))
         except Exception as e:  # the first one is shown if fn never runs (an inconclusive run's reason)
             if not forward.errors:
                 forward.errors.append(f"fn's forward raised {type(e).__name__}: {e}")
@@ -423,7 +424,8 @@ def verify_torch_function(fn, *, arity: int | None = None, signature: str | None
     else:
         strategy = _op_cases(spec, companions, {})
     strategy = _in_dtypes(strategy, dtypes)
-    _num.run_within_budget(runner, strategy, _num.with_deadline(evaluate, result, seconds, target, run_replay), seconds)
+    with _f32line.learning():  # (what this run's cases show of float32 inside: _private.float32_line)
+        _num.run_within_budget(runner, strategy, _num.with_deadline(evaluate, result, seconds, target, run_replay), seconds)
     if not result.cases_run and spec.forward_errors:
         _no_case(result, f"{spec.forward_errors[0]} (on every input tried)")
     elif not result.cases_run:

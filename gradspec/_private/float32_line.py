@@ -1,0 +1,249 @@
+"""Float32 rounding hidden behind float64 arithmetic: a probe line a few float32 ulps long.
+
+Code such as ``x + tanh(x.float()).double()`` or ``2 * exp(x.float()).double() + x ** 2`` returns values
+that are not float32 numbers (the float64 part carries bits far below float32's 24), so
+``gradspec._private.fdstep.float32_valued`` cannot see it.  Yet its float32 part is a staircase: it changes
+only where the input crosses a float32 cell (~6e-8 |x| wide) or its output crosses a float32 quantum, by
+jumps of ~eps32 |f|.  A finite-difference step of ~6e-6 |x| turns those jumps into a slope error of
+~eps32 |f| / h, 1e4 x what a float64 error bound allows, and a refined step inside one cell sees the float32
+part flat (a slope of 0): either way a correct backward would be accused.
+
+The probe: ``LINE_POINTS`` points ``x + t u eps32 max(1, |x|)`` (u random signs, t random in
+``[-LINE_SPAN, LINE_SPAN]``: up to ~16 float32 cells of every input, at random positions, so that each
+point rounds on its own -- an evenly spaced line can hit a near-integer number of cells per step, and then
+every point rounds alike), and the values' largest residual from the least-squares cubic in t
+(``residual``).  Float64 code is a polynomial to float64 rounding over so short a line (its quartic term is
+~(1e-6 |x|)^4 |f''''| / 24): the residual stays at a few ulps of the values (measured <= 0.06 x FD's own
+rounding bound ``256 eps S`` on tanh, exp * sin at x in [0.01, 100]).  A float32 part leaves its rounding:
+~eps32 |f32| (measured 1e5-1e6 x that bound on the two examples above).  The caller compares the residual
+with the rounding bound its own estimate assumes; above it, that estimate's error bound does not hold.
+
+Example::
+
+    >>> import numpy as np
+    >>> from gradspec._private.float32_line import line_offsets, residual
+    >>> x = np.array([1.0, -0.5])
+    >>> X = x + line_offsets(x)
+    >>> f64 = X[:, 0] + np.tanh(X[:, 1])
+    >>> f32 = X[:, 0] + np.tanh(X[:, 1].astype(np.float32)).astype(np.float64)
+    >>> bool(residual(f64) < 1e-14), bool(residual(f32) > 1e-9)
+    (True, True)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+
+import numpy as np
+
+from .. import tolerances as _tol
+from .fdstep import float32_valued, noise_sigma
+
+__all__ = ["LINE_POINTS", "LINE_SPAN", "INCELL", "EPS32", "SHRINKS_BY", "STEP_SHARE", "line_t", "line_offsets", "incell_offsets",
+           "incell_flipped", "residual", "along", "steps", "forward_steps", "learning", "learnt", "HIDDEN_WHY"]
+
+EPS32 = float(np.finfo(np.float32).eps)
+LINE_POINTS = 16
+# Half the line's length in units of eps32 max(1, |x|): 8 to 16 float32 cells on each side (a cell of x in
+# [2^k, 2^(k+1)) is eps32 2^k wide), enough for 16 points to round independently; still 1e-6 |x|, where a
+# float64 function's quartic term is invisible (see the module docstring).
+LINE_SPAN = 8.0
+# The in-cell line's spacing, eps32 |x| / INCELL (incell_offsets): not a power of two, so that the offsets'
+# low bits are not x's own (with eps32 / 64 = 2^-29 and half-integer t, x + t 2^-29 x rounds alike for x and
+# a nearby a, and 1 / (x - a) looked noiseless on this line while it is noisy at every scale)
+INCELL = 84.78
+
+
+@functools.lru_cache(maxsize=1)
+def line_t() -> np.ndarray:
+    """The line's positions t (sorted, fixed: a case always gets the same points)."""
+    t = np.sort(np.random.default_rng(32).uniform(-LINE_SPAN, LINE_SPAN, LINE_POINTS))
+    t.flags.writeable = False
+    return t
+
+
+@functools.lru_cache(maxsize=1)
+def _projector() -> np.ndarray:
+    # I - V pinv(V) for the cubic in t: the residual of the least-squares fit is one matrix product
+    V = np.vander(line_t() / LINE_SPAN, 4)
+    R = np.eye(LINE_POINTS) - V @ np.linalg.pinv(V)
+    R.flags.writeable = False
+    return R
+
+
+@functools.lru_cache(maxsize=64)
+def _signs(n: int) -> np.ndarray:
+    u = np.random.default_rng(n + 32).choice([-1.0, 1.0], n)
+    u.flags.writeable = False
+    return u
+
+
+def incell_offsets(x) -> np.ndarray:
+    """(LINE_POINTS, *x.shape) offsets of an evenly spaced line ``t u eps32 |x| / INCELL`` (t = -7.5 .. 7.5):
+    0.18 eps32 |x| long, under half a float32 cell of every input (a cell of x in [2^k, 2^(k+1)) is
+    eps32 2^k >= eps32 |x| / 2 wide), so a float32 part of the forward changes at most once along it and
+    the line's 4th differences (``fdstep.noise_sigma``, a median that ignores one step) measure only the
+    float64 noise -- which an ill-conditioned solve has at every scale, this line's included."""
+    x = np.asarray(x, dtype=np.float64)
+    step = (EPS32 / INCELL * np.abs(x)).reshape(-1) * _signs(x.size)
+    t = np.arange(LINE_POINTS) - (LINE_POINTS - 1) / 2
+    return np.multiply.outer(t, step).reshape((LINE_POINTS,) + x.shape)
+
+
+def incell_flipped(x) -> np.ndarray:
+    """``incell_offsets`` with every other element's sign flipped: a second direction.  Along one direction
+    float64 code can be constant but for rounding (1 / (x - a) with x and a moved alike: x - a changes only
+    by the rounding of x + o and a + o, a staircase of float64 cells amplified by |x| / |x - a|), and a
+    constant line shows no noise; the other direction then shows it."""
+    off = incell_offsets(x)
+    flip = np.where(np.arange(off[0].size) % 2, -1.0, 1.0).reshape(off.shape[1:])
+    return off * flip
+
+
+def line_offsets(x) -> np.ndarray:
+    """(LINE_POINTS, *x.shape) offsets ``t u eps32 max(1, |x|)`` for the float64 array ``x``."""
+    x = np.asarray(x, dtype=np.float64)
+    step = (EPS32 * np.maximum(1.0, np.abs(x))).reshape(-1) * _signs(x.size)
+    return np.multiply.outer(line_t(), step).reshape((LINE_POINTS,) + x.shape)
+
+
+def residual(values) -> np.ndarray | float:
+    """The largest |residual| of ``values`` (LINE_POINTS, ...) along the line from the least-squares cubic in
+    t: a float for a 1-D line, else one per element of the remaining axes.  Non-finite values give NaN, which
+    no bound is exceeded by (the caller's own finiteness tests speak for such points)."""
+    v = np.asarray(values, dtype=np.float64)
+    flat = v.reshape(LINE_POINTS, -1)
+    with np.errstate(all="ignore"):
+        r = np.max(np.abs(_projector() @ flat), axis=0)
+        r = np.where(np.isfinite(flat).all(axis=0), r, np.nan)
+    return float(r[0]) if v.ndim == 1 else r.reshape(v.shape[1:])
+
+
+_EPS = float(np.finfo(np.float64).eps)
+# (one sentence for every case: a run's notes gather the distinct ones)
+HIDDEN_WHY = (f"float32 rounding hidden behind float64 arithmetic: its outputs step like float32's on {LINE_POINTS} points "
+              f"within {LINE_SPAN:g} float32 ulps of its inputs, far above float64 rounding")
+_LAST: list = [None, ""]  # (key, answer) of the last forward_steps call: the jacobian's error estimate
+# composes the same FD-JVPs four times over (two step scales, injected noise) at the very same inputs
+# A smooth function's residual from the cubic shrinks by 2^4 = 16 (its quartic term) when the line is halved;
+# float32's steps do not shrink while the half line still crosses several cells (4-8 each side).  SHRINKS_BY:
+# the residual on the half line must stay above 1/4 of the full line's to count as steps (a pole at 1e-4 |x|,
+# whose quartic term is 1e-8 |f| over the full line, gives 1/16; rounding steps give ~1/2 to 1).
+SHRINKS_BY = 4.0
+# Float32's steps on the full line: a residual of at most STEP_SHARE of the values' rise plus 4 eps32 of their
+# size (measured on float32 code: <= 0.06 of the rise; a pole crossed: 0.5-0.8, a jump 0.4, a kink 0.15).
+STEP_SHARE = 1 / 8
+
+
+def _half_offsets(x) -> np.ndarray:
+    return line_offsets(x) / 2
+
+
+def steps(evaluate, floor, flipped: bool = True):
+    """Per column of the values ``evaluate(offsets)`` returns -- a (LINE_POINTS, m) matrix of values at
+    ``x + offsets(x)``, for the offset functions below --: True where they step like float32 rounding.  Three
+    tests, each line evaluated only where the one before left a candidate:
+
+    * on ``line_offsets`` the residual from the cubic exceeds ``floor`` (per column: the float64 rounding the
+      caller's estimate assumes), and is no larger than float32's steps can be (STEP_SHARE);
+    * on the half line it is still above 1/SHRINKS_BY of that (a smooth function's would shrink 16-fold: a
+      pole or fast curve near x is not taken for steps);
+    * on ``incell_offsets`` and ``incell_flipped`` (inside one float32 cell; ``flipped``: the inputs hold more
+      than one element) the noise (``fdstep.noise_sigma``) is below 1 / (4 FD_NOISE_SIGMAS) of it:
+      scale-free noise (an ill-conditioned float64 solve) is as large there, float32's steps are not there
+      at all (such noise leaves residuals of ~3 sigma).
+
+    Returns (mask, residuals)."""
+    with np.errstate(all="ignore"):
+        v = np.asarray(evaluate(line_offsets), dtype=np.float64).reshape(LINE_POINTS, -1)
+        r = np.asarray(residual(v), dtype=np.float64).reshape(-1)
+        mask = r > floor
+        if not mask.any():
+            return mask, r
+        # no larger than float32's steps: output quanta of a few eps32 |f|, input cells (16-32 along the line)
+        # each 1/16 or less of the rise; a pole or jump crossed by the line leaves 0.4-0.8 of it (measured)
+        mask &= r <= np.ptp(v, axis=0) * STEP_SHARE + 4 * EPS32 * np.max(np.abs(v), axis=0)
+        if not mask.any():
+            return mask, r
+        half = np.asarray(residual(np.asarray(evaluate(_half_offsets), dtype=np.float64))).reshape(-1)
+        mask &= half > r / SHRINKS_BY
+        if not mask.any():
+            return mask, r
+        sigma = np.asarray(noise_sigma(np.asarray(evaluate(incell_offsets), dtype=np.float64))).reshape(-1)
+        if flipped:
+            sigma = np.maximum(sigma, np.asarray(noise_sigma(np.asarray(evaluate(incell_flipped), dtype=np.float64))).reshape(-1))
+        mask &= r > 4 * _tol.FD_NOISE_SIGMAS * sigma
+    return mask, r
+
+
+def along(xs, offsets):
+    """The inputs ``xs`` moved along a line ``offsets`` draws for all their float elements at once (one sign
+    pattern across inputs: 1 / (x - a) with x and a moved alike would be constant but for rounding)."""
+    floats = [np.issubdtype(x.dtype, np.floating) and x.size > 0 for x in xs]
+    flat = np.concatenate([x.reshape(-1) for x, f in zip(xs, floats) if f] or [np.zeros(0)])
+    off = offsets(flat) if flat.size else np.zeros((LINE_POINTS, 0))
+    out, at = [], 0
+    for x, f in zip(xs, floats):
+        if f:
+            out.append(x[None] + off[:, at : at + x.size].reshape((LINE_POINTS,) + x.shape))
+            at += x.size
+        else:
+            out.append(np.broadcast_to(x, (LINE_POINTS,) + x.shape))
+    return out
+
+
+def forward_steps(name, run, xs, noise_ulps: float) -> str:
+    """For a finite-difference JVP of the opaque forward ``run(batch)`` (inputs ``xs``, each batched along a
+    new first axis): the evidence (a sentence) where its outputs step like float32 rounding (``steps``, with
+    the JVP's rounding model, ``noise_ulps`` float64 ulps of the largest output, as the floor), else "".
+    Outputs that are all float32 numbers are left to ``fdstep.float32_valued`` (the visible kind)."""
+    try:
+        key = (name, tuple((x.shape, x.dtype.str, x.tobytes()) for x in xs))
+    except (AttributeError, TypeError):
+        key = None
+    if key is not None and _LAST[0] == key:
+        return _LAST[1]
+    first = []
+
+    def evaluate(offsets):
+        f = np.asarray(run(along(xs, offsets)), dtype=np.float64).reshape(LINE_POINTS, -1)
+        first.append(f)
+        return f
+
+    with np.errstate(all="ignore"):
+        f = evaluate(line_offsets)
+        level = noise_ulps * _EPS * float(np.max(np.abs(f), initial=0.0))
+    why = ""
+    if not float32_valued(f):
+        mask, r = steps(lambda o: first[0] if o is line_offsets else evaluate(o), level,
+                        sum(int(np.size(x)) for x in xs if np.issubdtype(x.dtype, np.floating)) > 1)
+        if mask.any():
+            why = HIDDEN_WHY
+    if key is not None:
+        _LAST[:] = [key, why]
+    return why
+
+
+_LEARN = [False]
+
+
+@contextlib.contextmanager
+def learning():
+    """Inside the block (a ``verify_*`` run, which resets what its op learnt when it starts), an op whose
+    outputs were seen stepping like float32 rounding is remembered as computing in float32 inside
+    (``learnt``): later cases where its float32 part is flat over every probe (tanh saturated at x = 8:
+    float32's tanh changes once every 0.3 in x) still get a float32 estimate.  Outside (a bare ``gs.check``)
+    nothing is remembered: a case is judged on what its own probes show."""
+    old = _LEARN[0]
+    _LEARN[0] = True
+    try:
+        yield
+    finally:
+        _LEARN[0] = old
+
+
+def learnt(spec, why: str) -> None:
+    """Remember ``why`` on ``spec`` (``float32_seen``) inside ``learning()``."""
+    if _LEARN[0] and why and not getattr(spec, "float32_seen", ""):
+        spec.float32_seen = why
