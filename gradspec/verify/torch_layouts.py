@@ -1,4 +1,5 @@
-"""fn's backward called with a non-contiguous upstream gradient (``grad_output``) of the same values.
+"""fn's backward called with a non-contiguous upstream gradient (``grad_output``) of the same values, and fn
+called with each input laid out non-contiguously (transposed and strided, or expanded).
 
 Every oracle hands a torch Function a contiguous upstream gradient, but in real use it gets whatever
 the layer after it produced: after a ``.transpose()`` / ``.permute()`` / slicing downstream, a
@@ -9,6 +10,15 @@ torch's own tests feed such layouts (``torch.testing.make_tensor(..., noncontigu
 OpInfo samples' non-contiguous copies: a buffer twice as large, every other element); this check does
 the same at the Function's node of a few cases: one forward and backward with a contiguous upstream
 gradient and one with :func:`noncontiguous_like` of it, then compares.
+
+Inputs too: an input arrives transposed, sliced or expanded (a broadcast bias, a mask: a stride-0 axis)
+from the code upstream, and a forward or backward that does ``x.view(...)`` on it (or on what it saved)
+raises, one that reads its memory as if contiguous computes with the wrong elements.  Each float input
+of two or more elements is given in turn in each of INPUT_LAYOUTS, the others contiguous, and fn's output
+and gradients are compared with those for a contiguous copy of the same values (an expanded input has
+other values than the case's: its first slice repeated, compared with that slice repeated contiguously).
+A difference is a finding with cause ``layout-dependent`` naming the input, the layout and the part
+(forward or backward).
 
 Example::
 
@@ -30,13 +40,14 @@ from ..case import Case
 from ..causes import Cause
 from ..result import VerifyDiscrepancy
 
-__all__ = ["noncontiguous_like", "LayoutCheck"]
+__all__ = ["noncontiguous_like", "LayoutCheck", "INPUT_LAYOUTS"]
 
 # Cases per run whose Function node is checked this way while nothing was found: the layouts a backward
 # breaks on show up on the first case of rank >= 2 (reversed strides) or >= 1 (strided); a few more cover
 # shapes with size-1 axes.  After a finding every case is checked (the shrinker needs it to reproduce).
 CLEAN_CHECKS = {2: 8, 1: 2}
 CHECK_NAME = "non-contiguous grad_output"
+INPUT_CHECK_NAME = "non-contiguous input"
 
 
 def noncontiguous_like(g):
@@ -51,6 +62,26 @@ def noncontiguous_like(g):
     view = buf[..., 0].permute(*reversed(range(g.dim())))
     view.copy_(g)
     return view
+
+
+def _expanded(x):
+    """``x``'s first slice along its first axis of two or more elements, expanded back to ``x``'s shape (a
+    stride-0 axis, what ``.expand`` of a broadcast bias or mask gives), or None where no axis has two."""
+    axis = next((i for i, n in enumerate(x.shape) if n > 1), None)
+    if axis is None:
+        return None
+    return x.narrow(axis, 0, 1).expand(x.shape)
+
+
+# How an input arrives in real use: after a .transpose()/.permute() or slicing (reversed strides inside a
+# buffer twice as large: noncontiguous_like), or expanded from a smaller tensor (a stride-0 axis).
+INPUT_LAYOUTS = (("transposed and strided", noncontiguous_like), ("expanded", _expanded))
+
+
+class _Raised(Exception):
+    def __init__(self, where: str, error: Exception) -> None:
+        super().__init__(where)
+        self.where, self.error = where, error
 
 
 class LayoutCheck:
@@ -71,8 +102,9 @@ class LayoutCheck:
             g = self._seed(np.asarray(env[node.name]))
         except Exception:  # noqa: BLE001 - the forward raised: the case's own check reports or excuses it
             return []
-        rank = min(g.ndim, 2)
-        if g.size < 2 or (not self.found and self.left.get(rank, 0) <= 0):
+        sizes = [g.size] + [a.size for a in ins if a.dtype.kind == "f"]
+        rank = min(max([g.ndim] + [a.ndim for a in ins if a.dtype.kind == "f"]), 2)
+        if max(sizes) < 2 or (not self.found and self.left.get(rank, 0) <= 0):
             return []
         if not self.found:
             self.left[rank] -= 1
@@ -83,23 +115,83 @@ class LayoutCheck:
             want = self._grads(ins, node.params, gt)
         except Exception:  # noqa: BLE001 - raising on a contiguous gradient is the other checks' business
             return []
+        found = self._grad_output(case, node, ins, gt, want) if g.size >= 2 else []
+        found = found or self._inputs(case, node, ins, gt)
+        self.found = self.found or bool(found)
+        return found
+
+    def _grad_output(self, case, node, ins, gt, want) -> list:
         nc = noncontiguous_like(gt)
         try:
             got = self._grads(ins, node.params, nc)
         except Exception as e:  # noqa: BLE001 - the finding
-            self.found = True
             return [self._raised(case, node, nc, e)]
-        bad = _differ(want, got)
+        bad = _differ(want, got, self._f32())
         if bad is None:
             return []
         try:  # the same layouts again: a backward that differs from call to call is not a layout issue
-            if _differ(want, self._grads(ins, node.params, gt)) is not None or \
-                    _differ(got, self._grads(ins, node.params, noncontiguous_like(gt))) is not None:
+            if _differ(want, self._grads(ins, node.params, gt), self._f32()) is not None or \
+                    _differ(got, self._grads(ins, node.params, noncontiguous_like(gt)), self._f32()) is not None:
                 return []
         except Exception:  # noqa: BLE001
             return []
-        self.found = True
         return [self._value(case, node, nc, bad, want, got)]
+
+    def _inputs(self, case, node, ins, gt) -> list:
+        """Each float input of two or more elements laid out non-contiguously in turn (INPUT_LAYOUTS), the
+        others contiguous: fn's forward and backward must give what they give on a contiguous copy of the
+        same values."""
+        import torch
+
+        for k, a in enumerate(ins):
+            if a.dtype.kind != "f" or a.size < 2:
+                continue
+            for label, make in INPUT_LAYOUTS:
+                nc = make(torch.from_numpy(np.array(a)))
+                if nc is None:
+                    continue
+                plain = [torch.from_numpy(np.array(b)) for b in ins]
+                odd = list(plain)
+                plain[k], odd[k] = nc.contiguous(), nc
+                try:
+                    want = self._run(plain, node.params, gt)
+                except Exception:  # noqa: BLE001 - these values on a contiguous input: not a layout issue
+                    continue
+                try:
+                    got = self._run(odd, node.params, gt)
+                except _Raised as e:  # the finding
+                    return [self._input_raised(case, node, k, label, nc, e)]
+                bad = _differ(want, got, self._f32())
+                if bad is None:
+                    continue
+                try:  # the same calls again: fn that differs from call to call is not a layout issue
+                    again = (self._run([t.clone() for t in plain], node.params, gt),
+                             self._run([nc if i == k else t for i, t in enumerate(plain)], node.params, gt))
+                except Exception:  # noqa: BLE001
+                    continue
+                if _differ(want, again[0], self._f32()) is None and _differ(got, again[1], self._f32()) is None:
+                    return [self._input_value(case, node, k, label, nc, bad, want, got)]
+        return []
+
+    def _run(self, xs, params, g) -> list:
+        """[fn's output, then the gradient of each input] (None for inputs that are not floating point) for
+        the torch tensors ``xs`` as given (their layouts kept); an exception says whether forward or
+        backward raised (``_Raised``)."""
+        import torch
+
+        xs = [x.detach().requires_grad_(True) if x.is_floating_point() else x for x in xs]
+        need = [x for x in xs if x.is_floating_point()]
+        with torch.enable_grad():
+            try:
+                out = self.spec.torch(*xs, **params)
+            except Exception as e:  # noqa: BLE001
+                raise _Raised("forward", e) from e
+            try:
+                res = iter(torch.autograd.grad(out, need, g.to(out.dtype), allow_unused=True))
+            except Exception as e:  # noqa: BLE001
+                raise _Raised("backward", e) from e
+        grads = [next(res) if x.is_floating_point() else None for x in xs]
+        return [out.detach().numpy().copy()] + [None if r is None else r.detach().numpy().copy() for r in grads]
 
     @staticmethod
     def _seed(out: np.ndarray) -> np.ndarray:
@@ -122,6 +214,9 @@ class LayoutCheck:
         # one per input of the node (None for the ones that are not floating point), so k names node.inputs[k]
         grads = [next(res) if x.is_floating_point() else None for x in xs]
         return [None if r is None else r.detach().numpy().copy() for r in grads]
+
+    def _f32(self) -> bool:
+        return bool(getattr(self.spec, "float32_seen", ""))
 
     def _where(self, node) -> str:
         return f"node {node.name} = {node.op}({', '.join(node.inputs)})"
@@ -159,9 +254,56 @@ class LayoutCheck:
                                  f"{_short(want[k])}", fix="call grad_output.contiguous() before reading its memory")
         return d
 
+    def _input_raised(self, case, node, k, label, nc, e) -> VerifyDiscrepancy:
+        fn = self.spec.name.removeprefix("torch_")
+        name = _input_name(node, k)
+        said = f"{type(e.error).__name__}: {str(e.error).splitlines()[0].rstrip('.') if str(e.error) else ''}"
+        summary = (f"{self._where(node)}: your Function's {e.where} ({fn}.{e.where}) raised {said} when input {name} is "
+                   f"non-contiguous ({label}: {_describe(nc)}), as inputs arrive after a .transpose()/.permute(), slicing "
+                   "or .expand() upstream; with a contiguous copy of the same values it works: use .reshape instead of "
+                   ".view on inputs and saved tensors, or call .contiguous() first")
+        d = VerifyDiscrepancy("raised", ("torch-cpu", "torch-cpu"), f"{self.target}: {summary}", case,
+                              replay=self.replay, check_name=INPUT_CHECK_NAME)
+        d.cause = Cause("layout-dependent", summary, node=node.name, op=node.op,
+                        evidence=f"input {name} {label} ({_describe(nc)}): {e.where} raised {said}; contiguous: ran",
+                        fix="use .reshape (not .view) on inputs and saved tensors, or .contiguous() first")
+        return d
 
-def _differ(a: list, b: list):
-    """``(input k, element index)`` of the first gradient that differs beyond rounding, else None."""
+
+    def _input_value(self, case, node, k, label, nc, bad, want, got) -> VerifyDiscrepancy:
+        fn = self.spec.name.removeprefix("torch_")
+        name = _input_name(node, k)
+        j, idx = bad
+        what = "output" if j == 0 else f"input {_input_name(node, j - 1)}'s gradient"
+        part = "forward" if j == 0 else "backward"
+        summary = (f"{self._where(node)}: your Function's {part} ({fn}.{part}) returns other numbers when input {name} is "
+                   f"non-contiguous ({label}: {_describe(nc)}), as inputs arrive after a .transpose()/.permute(), slicing "
+                   f"or .expand() upstream: its {what} {_short(got[j])} vs {_short(want[j])} for a contiguous copy of the "
+                   "same values; it reads the input's memory as if it were contiguous (as_strided, .data_ptr() in an "
+                   "extension, a stride taken for granted?): call .contiguous() on it first")
+        d = VerifyDiscrepancy("value", ("torch-cpu", "torch-cpu"), f"{self.target}: {summary}", case,
+                              leaf=name if j > 0 and name in {l.name for l in case.leaves} else None, index=idx,
+                              values=(float(np.asarray(got[j])[idx]), float(np.asarray(want[j])[idx])), replay=self.replay,
+                              check_name=INPUT_CHECK_NAME)
+        d.cause = Cause("layout-dependent", summary, node=node.name, op=node.op,
+                        evidence=f"input {name} {label} ({_describe(nc)}): {what} {_short(got[j])}, contiguous {_short(want[j])}",
+                        fix=f"call .contiguous() on input {name} before reading its memory")
+        return d
+
+
+def _input_name(node, k: int) -> str:
+    return node.inputs[k] if k < len(node.inputs) else f"input {k}"
+
+
+def _describe(nc) -> str:
+    return f"shape {tuple(nc.shape)}, strides {tuple(nc.stride())}"
+
+
+def _differ(a: list, b: list, f32: bool = False):
+    """``(input k, element index)`` of the first gradient that differs beyond rounding, else None.  ``f32``: fn
+    computes in float32 inside (``float32_seen``): its float32 ops may take another code path for another
+    layout (a vectorised exp or sigmoid for contiguous memory, a scalar one for the rest), 1 ulp of float32
+    apart, in float64 results that are not float32 numbers (x y + sigmoid((x - y).float()))."""
     for k, (x, y) in enumerate(zip(a, b, strict=True)):
         if (x is None) != (y is None):
             return k, ()
@@ -174,7 +316,7 @@ def _differ(a: list, b: list):
         # 2^9 eps32) relative to the largest element, never more
         # (a backward that computes in float32 inside and casts back rounds its sums at eps32: its float64
         # gradients are then float32 numbers, gradspec._private.fdstep.float32_valued)
-        f32 = x.dtype == np.float32 or _float32_valued(x) and _float32_valued(y)
+        f32 = f32 or x.dtype == np.float32 or _float32_valued(x) and _float32_valued(y)
         rtol = _tol.EXACT_RTOL["float32" if f32 else "float64"]
         with np.errstate(all="ignore"):
             scale = float(np.max(np.abs(x[np.isfinite(x)]), initial=0.0))
