@@ -128,6 +128,12 @@ def factor_at_points(mini, node, spec, suspect, twin, run, u: dict, t: dict, fou
             return "other", None, (f"at this point it is {c:.4g} × J^T·g (one element, and no other input could be "
                                 "checked: whether the factor is constant cannot be told; a term missing from the "
                                 "derivative formula gives a ratio that varies with the input)")
+        if not seen and _on_one_line(mini, suspect, twin, run, t, leaves):
+            return "other", None, (f"at this point it is {c:.4g} × J^T·g, but every J^T·g here is a multiple of one "
+                                "vector (a row of two whose gradients are always multiples of [1, -1]: any wrong "
+                                "formula fits some factor) and no other input could be checked: whether the factor is "
+                                "constant cannot be told; a term missing from the derivative formula (an n where n - 1 "
+                                "belongs) gives a ratio that varies with the input")
         return found
     m2, there = varied[0]
     c2 = next(c2 for m, c2, _ in seen if m is m2)
@@ -138,6 +144,34 @@ def factor_at_points(mini, node, spec, suspect, twin, run, u: dict, t: dict, fou
     return "other", None, (f"at this input it is {here} × J^T·g, but at {where} it is {there}: the ratio varies "
                            f"with the input, so it is not a constant factor (dividing by {c:.4g} would be wrong) — a "
                            "term missing from, or wrong in, the derivative formula; check it term by term")
+
+
+# J^T·g for two upstream gradients on one line: |cos| above this (the twin's error, 1e-9 relative for a
+# finite-difference JVP, moves the angle far less; two random seeds on a rank-2 Jacobian are this close with
+# probability ~1e-5)
+_ONE_LINE = 1 - 1e-10
+
+
+def _on_one_line(mini, suspect, twin, run, t: dict, leaves) -> bool:
+    """J^T·g at this point for a fresh random upstream gradient is a multiple of ``t`` (the case's J^T·g): every
+    J^T·g here lies on one line (standardising two elements: always a multiple of [1, -1]), so "u = c × J^T·g"
+    fits any ``u`` on that line and proves no constant factor."""
+    rng = np.random.default_rng(12)
+    seeds = [None if s is None else rng.standard_normal(np.shape(s)).astype(np.asarray(s).dtype) for s in mini.seeds]
+    if all(s is None for s in seeds):
+        return False  # (an implicit seed: one element out, no other upstream gradient to try)
+    other = Case(list(mini.leaves), mini.nodes, mini.roots, seeds, engine=mini.engine, user_ops=dict(mini.user_ops))
+    try:
+        v = run(other)
+    except Exception:  # noqa: BLE001 - it says nothing
+        return False
+    tw = twin if twin in v.results else "finite-differences"
+    t2 = v.results.get(tw)
+    if t2 is None or any(t2.get(l.name) is None for l in leaves):
+        return False
+    a, b = flat(t, leaves), flat(t2, leaves)
+    na, nb = float(np.linalg.norm(a)), float(np.linalg.norm(b))
+    return na > 0 and nb > 0 and abs(float(np.dot(a, b))) >= _ONE_LINE * na * nb
 
 
 def float32_only(mini, suspect, twin, run) -> str:

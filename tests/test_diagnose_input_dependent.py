@@ -180,6 +180,22 @@ def test_n_minus_1_in_a_two_element_standardisation_is_no_factor():
         assert "varies with the input" in c.summary, c.summary
 
 
+def test_a_two_element_row_with_no_other_point_to_check_is_no_factor(monkeypatch):
+    # where no nearby point can be checked (its domain, a forward that raises elsewhere: here no point at all),
+    # a row of two whose every J^T·g is a multiple of [1, -1] fits "c × J^T·g" whatever the vjp returns; before,
+    # the cause was "scale" ("-20484.2 × J^T·g; remove that factor"), as on one element before session 6
+    from gradspec import _diagnose_points
+
+    monkeypatch.setattr(_diagnose_points, "nearby", lambda *a, **k: [])
+    x = np.array([[[9.5014651, 0.449362]]])
+    for c in _cause(STD_BUG.name, {"x": x}, np.array([[[1.0, 0.0]]])):
+        assert c.pattern == "other" and c.factor is None, c
+        assert "remove that factor" not in c.summary and "cannot be told" in c.summary, c.summary
+    # a true factor on two elements whose J^T·g are not all on one line: still "scale" without other points
+    (c,) = _cause(HALF.name, {"x": np.array([0.5, -1.25])}, np.array([1.0, 2.0]))
+    assert (c.pattern, c.factor) == ("scale", 0.5), c
+
+
 def test_n_minus_1_in_a_two_element_layer_norm_is_no_constant_seed():
     # the user's verify_torch_function(LayerNormBugStd, seed=1) case: before, "it behaves as if the upstream
     # gradient were the constant 5899, not g; use g element-wise"
