@@ -260,10 +260,12 @@ def hidden_float32(case, parts, flat, probe) -> tuple[str, str]:
     users = user_nodes(case)
     if not users:
         return "", ""
-    for node, spec in users:
-        seen = getattr(spec, "float32_seen", "")
-        if seen:
-            return node.op, seen
+    marked = [(node, seen) for node, spec in users if (seen := getattr(spec, "float32_seen", ""))]
+    if marked:  # (only a node FD moves: a float32 part fed constants alone rounds the same at every point)
+        moved = perturbed(case)
+        for node, seen in marked:
+            if node.name in moved:
+                return node.op, seen
     s0, S0, vfloor, sigma = parts
     if _tol.FD_NOISE_SIGMAS * sigma > max(ROUNDING_DEPTH * EPS * (S0 + abs(s0)), vfloor):
         return "", ""  # the noise line saw noise already: FD's float64 bound holds it (an ill-conditioned solve)
