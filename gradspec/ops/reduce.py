@@ -141,6 +141,13 @@ def _gap(x, dim, *, largest=True):
     flat = _reduced_last(x, dim)
     if flat.shape[-1] < 2:
         return INF
+    if flat.ndim == 1 and flat.size <= 16:  # one slice of a few values (FD's reach check runs this per case)
+        v = flat.tolist()
+        # Python's sort where it orders as np.sort does: all values finite (no NaN) and none zero (-0.0 and
+        # 0.0 compare equal, and which comes first would show in the sign of a zero gap)
+        if math.isfinite(sum(v)) and 0.0 not in v:
+            v.sort()
+            return v[-1] - v[-2] if largest else v[1] - v[0]
     s = np.sort(flat, axis=-1)
     gap = s[..., -1] - s[..., -2] if largest else s[..., 1] - s[..., 0]
     return float(np.fmin.reduce(gap, axis=None, initial=INF))  # nanmin without its ~7 us of Python

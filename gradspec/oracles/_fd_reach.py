@@ -91,11 +91,15 @@ def check_reach(plan, center, reach, top=None) -> None:
         for name, dom in doms:
             if name not in reach:
                 continue
-            a = np.asarray(center[name])
-            if a.dtype == _F64 and a.size <= _CLOSE_SMALL:
-                hit = _close_small(a, dom, reach[name])
+            a = center[name]
+            if type(a) is np.float64:  # a scalar's centre (row 0 of a batched scalar): its one float, as is
+                hit = _close_list([float(a)], dom, [float(reach[name])])
             else:
-                hit = _close(a, dom, reach[name])
+                a = np.asarray(a)
+                if a.dtype == _F64 and a.size <= _CLOSE_SMALL:
+                    hit = _close_small(a, dom, reach[name])
+                else:
+                    hit = _close(a, dom, reach[name])
             if hit is not None:
                 _refuse(node, *hit)
         if kink:
@@ -144,9 +148,14 @@ def _close_small(a, dom, reach):
     """``_close`` on Python floats for a few float64 elements (the same differences and minima, the
     minima as comparisons: the centre is finite here, so no NaN reaches them, and a difference that is
     zero is +0.0, so the order of equal candidates cannot show)."""
+    return _close_list(a.ravel().tolist(), dom, reach.ravel().tolist())
+
+
+def _close_list(xs, dom, rs):
+    """``_close_small`` of the centre values ``xs`` and reaches ``rs`` as lists of Python floats."""
     pts, lo, hi = dom.points, dom.lo, dom.hi
     has_lo, has_hi = lo > -math.inf, hi < math.inf
-    for x, r in zip(a.ravel().tolist(), reach.ravel().tolist()):
+    for x, r in zip(xs, rs):
         d = math.inf
         for p in pts:
             t = abs(x - p)
