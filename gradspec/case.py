@@ -119,7 +119,9 @@ class Case:
                 arr = arr.astype(np.float64)
             lv.append(Leaf(name, arr, rg.get(name, np.issubdtype(arr.dtype, np.floating))))
         nd = [NodeDef(n, op, list(ins), dict(p or {})) for n, op, ins, p in nodes]
-        return cls(lv, nd, list(roots), [None] * len(roots) if seeds is None else [None if s is None else np.asarray(s) for s in seeds], engine)
+        case = cls(lv, nd, list(roots), [None] * len(roots) if seeds is None else [None if s is None else np.asarray(s) for s in seeds], engine)
+        case.validate()  # roots and seeds (an implicit seed needs numel == 1): the constructor checks params only
+        return case
 
     def canonicalize(self) -> None:
         """Put every node's params in the op's canonical form (idempotent)."""
