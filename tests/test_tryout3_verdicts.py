@@ -160,3 +160,8 @@ def test_a_tiny_relative_error_names_cancellation_too(monkeypatch):
     summaries = [d.cause.summary for d in v.discrepancies if d.cause is not None]
     assert v.status == "disagree" and summaries, str(v)
     assert any("float32" in s and "cancellation" in s for s in summaries), summaries
+
+
+def test_build_still_checks_roots_and_seeds():
+    with pytest.raises(gs.CaseError, match="seed for root 'y' has shape"):
+        gs.Case.build({"x": np.ones(2)}, [("y", "tanh", ["x"], {})], ["y"], [np.ones(3)])
