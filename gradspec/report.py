@@ -424,8 +424,9 @@ def _case_for_file(case, engine: str | None):
     from .case import Case
     from .ops import _registry
 
-    c = Case(leaves=list(case.leaves), nodes=list(case.nodes), roots=list(case.roots), seeds=list(case.seeds),
-             engine=case.engine, user_ops=dict(case.user_ops), meta=dict(case.meta))
+    # (a copy of a case that exists already: nothing re-checked, so a report on any case gets written)
+    c = Case._unchecked(list(case.leaves), list(case.nodes), list(case.roots), list(case.seeds), case.engine,
+                        dict(case.user_ops), dict(case.meta))
     if engine:
         c.engine = engine
     inline = []

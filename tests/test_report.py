@@ -135,9 +135,10 @@ def test_nothing_from_a_case_can_inject_markup(tmp_path):
     verdict = _verdict(case, _Raises())
     (d,) = [x for x in verdict.discrepancies if x.kind == "raised"]
     folder = report.write_discrepancy_report(str(tmp_path), d, verdict, info={"note": "<i>note</i>"})
-    # An op name no registry knows (a hand-made case): the page still renders, escaped.
-    weird = Case([Leaf("x", np.array([1.0]))], [NodeDef("y", "<img src=x onerror=alert(1)>", ["x"], {})], ["y"],
-                 [np.ones(1)])
+    # An op name no registry knows (a hand-made case; gs.Case(...) refuses it now, so built unchecked, as a record
+    # from another process would be): the page still renders, escaped.
+    weird = Case._unchecked([Leaf("x", np.array([1.0]))], [NodeDef("y", "<img src=x onerror=alert(1)>", ["x"], {})],
+                            ["y"], [np.ones(1)], "reference", {}, {})
     d2 = Discrepancy("raised", ("a<script>", "b"), "message <script>alert(2)</script>", weird,
                      traceback="Traceback:\n</pre><script>alert(3)</script>")
     folder2 = report.write_discrepancy_report(str(tmp_path), d2, Verdict(weird, {}, [], [d2], {}, {}))
