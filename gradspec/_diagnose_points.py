@@ -243,3 +243,20 @@ def overflow_words(mini: Case) -> str | None:
     return (f"at |{name}| = {top:.6g}, beyond {float(np.log(np.finfo(dt).max)):.4g} where exp overflows in {dt}, an "
             "intermediate exp(x) is inf and inf/inf or inf·0 gives NaN (e.g. exp(x) / (1 + exp(x))): compute it in a "
             "form that cannot overflow (sigmoid(x), exp(x - max), log1p(exp(-|x|)))")
+
+
+def flat_forward_words(leaves: list, u: dict, t: dict, g: np.ndarray) -> str | None:
+    """The words for a rule that returns a nonzero gradient where J^T·g is exactly 0 (the forward is flat at
+    these inputs: a constant output, floor or round between its jumps), else None: a straight-through or
+    other surrogate gradient, not the derivative gradspec checks."""
+    if not leaves:
+        return None
+    uu, tt = flat(u, leaves), flat(t, leaves)
+    if not tt.size or np.any(tt != 0) or not np.all(np.isfinite(uu)) or not np.any(uu != 0):
+        return None
+    mine = np.asarray(u[leaves[0].name])
+    passes = len(leaves) == 1 and mine.shape == np.shape(g) and np.array_equal(mine, g)
+    return ("J^T·g is 0 here (the forward does not change at these inputs: a constant output, or floor/round "
+            f"between its jumps) but it returns {'g unchanged (a straight-through estimator?)' if passes else 'nonzero values'}"
+            ": a surrogate gradient is not the derivative, which is what gradspec checks; if it is deliberate, "
+            "verify the code around it instead")

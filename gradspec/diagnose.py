@@ -54,7 +54,7 @@ import numpy as np
 
 from ._diagnose_engine import _engine_cleared, _engine_implicit_refused, _engine_overwrite, _engine_seed_ignored
 from ._diagnose_findings import _raised_cause, explain_finding
-from ._diagnose_points import factor_at_points, float32_only, not_linear_in_g, overflow_words
+from ._diagnose_points import factor_at_points, flat_forward_words, float32_only, not_linear_in_g, overflow_words
 from ._diagnose_raw import _forward_mutation_cause, _mutation_cause, _none_returned, _returned_shapes, _split_case
 from ._diagnose_text import ENGINES as _ENGINES
 from ._diagnose_text import _clip, _cut_from_graph, _evidence, _fmt, _is_engine, _is_torch_function, _twin_label, _where, _whose
@@ -433,6 +433,8 @@ def _wrong_vjp(mini: Case, node: NodeDef, spec, suspect: str, u: dict, t: dict, 
                                        "without the singular step")
         detail = f"it returns non-finite values ({_fmt(first.values)}) where J^T·g is finite ({why}" + (
             ")" if why.startswith("at |") else "")
+    elif pattern == "other" and flat_forward_words(leaves, u, t, g):
+        detail = flat_forward_words(leaves, u, t, g)
     elif pattern != "other" and run is not None and twin is not None:
         pattern, factor, detail = _confirmed(mini, node, spec, suspect, twin, run, J, (pattern, factor, detail))
         if pattern == "scale" and abs(factor - 1) >= 1e-3:  # (a factor near 1 has its own words)

@@ -76,3 +76,15 @@ class BiasAddNoReduce(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g):
         return g, g
+
+
+class ConstOut(torch.autograd.Function):
+    """output does not depend on x; backward (wrongly) returns g."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return torch.ones_like(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g

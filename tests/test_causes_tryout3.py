@@ -21,6 +21,11 @@ CASES = {
     # id: (run, cause id, words the summary must hold, words it must not)
     "straight-through-floor-one-node": (
         lambda: _floor_ste_case().discrepancies, "wrong-vjp", "node v0 = t3_floor_ste", "every node"),
+    "straight-through-floor-says-flat": (
+        lambda: _floor_ste_case().discrepancies, "wrong-vjp", "returns g unchanged", "no simple pattern"),
+    "constant-output-backward-returns-g": (
+        lambda: gs.verify_torch_function(T.ConstOut.apply, arity=1, max_examples=30, seed=0).discrepancies,
+        "wrong-vjp", "J^T·g is 0 here", "no simple pattern"),
     "g-applied-twice": (
         lambda: gs.verify_op("t3_lse_bad", max_examples=60, seed=0).discrepancies, "wrong-vjp",
         "not linear in the upstream gradient", "no single pattern"),
