@@ -213,7 +213,8 @@ def forward_steps(name, run, xs, noise_ulps: float) -> str:
 
     with np.errstate(all="ignore"):
         f = evaluate(line_offsets)
-        level = noise_ulps * _EPS * float(np.max(np.abs(f), initial=0.0))
+        # (+ the inputs' own float64 rounding, |x f'| eps: f's rise over the line is |f'| x 16 eps32 max(1, |x|))
+        level = noise_ulps * _EPS * (float(np.max(np.abs(f), initial=0.0)) + float(np.max(np.ptp(f, axis=0))) / (2 * LINE_SPAN * EPS32))
     why = ""
     if not float32_valued(f):
         mask, r = steps(lambda o: first[0] if o is line_offsets else evaluate(o), level,

@@ -292,7 +292,9 @@ def hidden_float32(case, parts, flat, probe) -> tuple[str, str]:
         floor = np.empty(first.shape[1])
         floor[0] = max(ROUNDING_DEPTH * EPS * (S0 + abs(s0)), vfloor)
         for _, _, a, k in parts_of:
-            floor[a : a + k] = HIDDEN32_NAME_ULPS * EPS * float(np.max(np.abs(first[:, a : a + k]), initial=0.0))
+            v = first[:, a : a + k]  # (its size, and the inputs' float64 rounding |x f'| eps: the rise / 16 eps32)
+            floor[a : a + k] = HIDDEN32_NAME_ULPS * EPS * (float(np.max(np.abs(v), initial=0.0))
+                                                          + float(np.max(np.ptp(v, axis=0))) / (2 * _line.LINE_SPAN * EPS32))
     mask, r = _line.steps(lambda o: first if o is _line.line_offsets else evaluate(o), floor, flat.size > 1)
     if not mask.any():
         return "", ""
