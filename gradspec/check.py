@@ -22,14 +22,21 @@ from . import engine as _engine
 from . import oracles as _oracles
 from . import outcome as _outcome
 from . import tolerances as _tol
+from ._check_noise import rounding_noise  # (measured on a failing comparison; report_views imports it from here)
+from ._check_rules import (
+    _compared_with_itself,
+    _discount_mismatched_twins,
+    _discount_numerical_kinks,
+    _discount_other_precision,
+    _discount_shaky_estimates,
+    _drop_estimates,
+    _ix,
+)
 from ._private import percase as _percase
 from ._private.kinks import EXCLUDED as _EXCLUDED
 from ._private.pairs import _allowed, _fast_pairs, _pair_claim, _path_scale, _per_leaf
 from ._private.threads import oracle_threads
 from .case import Case, CaseError
-from ._check_noise import rounding_noise  # (measured on a failing comparison; report_views imports it from here)
-from ._check_rules import (_compared_with_itself, _discount_mismatched_twins, _discount_numerical_kinks,
-                           _discount_other_precision, _discount_shaky_estimates, _drop_estimates, _ix)
 from .causes import Cause
 
 __all__ = ["check", "Verdict", "Discrepancy", "Comparison", "register_explainer"]

@@ -148,9 +148,9 @@ def _bounded_localise(case: Case, d, oracles: dict, verdict) -> Cause | None:
     """:func:`localise` under the diagnosis budget when a per-case timeout is in effect
     (``gradspec._private.case_budget``); cut, ``d.diagnosis_cut`` says so and :func:`diagnosis_timeouts`
     turns it into a ``timeout`` finding."""
-    from .guard import Alarm, CaseTimeout, _main_thread
-
     import signal
+
+    from .guard import Alarm, CaseTimeout, _main_thread
 
     timeout = _case_budget.current()
     if timeout is None or not _main_thread():
