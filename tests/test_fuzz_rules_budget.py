@@ -24,7 +24,9 @@ def test_rules_skipped_by_the_budget_make_the_run_inconclusive(tmp_path):
                and r.get("reason", "").startswith("the time budget was spent")]
     assert skipped, s["rules"]
     assert proc.returncode == 3, proc.stdout + proc.stderr
-    assert s["status"] == "inconclusive" and skipped[0] in s["reason"], s["reason"]
+    assert s["status"] == "inconclusive", s["reason"]
+    if s["cases"]:  # (under heavy load 0.3 s may run no value case: "no case ran" is then the reason given)
+        assert skipped[0] in s["reason"], s["reason"]
 
 
 def test_verify_engine_with_rules_skipped_by_the_budget_is_inconclusive():
