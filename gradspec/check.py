@@ -32,6 +32,7 @@ from ._check_rules import (
     _drop_estimates,
     _ix,
 )
+from ._private import dtypes as _dtypes
 from ._private import percase as _percase
 from ._private.kinks import EXCLUDED as _EXCLUDED
 from ._private.pairs import _allowed, _fast_pairs, _pair_claim, _path_scale, _per_leaf
@@ -203,10 +204,33 @@ class Verdict:
 
 
 def _case_dtype(case: Case) -> str:
-    # Only a leaf that is differentiated (FD perturbs it) sets the precision: a float32 constant meets float64
-    # values only through ops that promote (numpy and torch give float64; same_dtype ops refuse, see unpromoted),
-    # so it rounds nothing on a float64 leaf's path; counting it compared a float64 case at float32 precision.
-    return "float32" if any(l.value.dtype == _F32 and l.requires_grad for l in case.leaves) else "float64"
+    # A differentiated float32 leaf sets float32 precision.  A float32 *constant* does only where a node on a
+    # differentiated leaf's path computes in float32: torch's promotion (which the engine follows) lets a
+    # dimensioned float32 tensor win over a 0-dim float64 one (pow(x2 f32 [3, 4], x3 f64 []) is float32), and such
+    # a gradient is rounded in float32.  A float32 constant that never meets a differentiated path (e.g. through a
+    # user op on its own) rounds nothing FD or the VJPs see: counting it hid a 1e-5 bug at float32 precision.
+    f32 = [l for l in case.leaves if l.value.dtype == _F32]
+    if not f32:
+        return "float64"
+    if any(l.requires_grad for l in f32):
+        return "float32"
+    carries = {l.name for l in case.leaves if l.requires_grad}
+    if not carries:
+        return "float64"
+    # Each node's dtype as the engine computes it (torch's rules, _private/dtypes.promote), not numpy's: the
+    # case's numpy forward would give pow(x2 f32 [3, 4], x3 f64 []) float64.  Stand-ins carry dtype and rank only.
+    values = case.evaluate()  # (the per-case memo's forward, shared with the oracles)
+    dt = {l.name: l.value.dtype for l in case.leaves}
+    for n in case.nodes:
+        spec = case.spec(n.op)
+        ins = [np.empty((0,) * np.ndim(values[i]), dt.get(i, np.float64)) for i in n.inputs]
+        floats = [a.dtype for a in _dtypes.promote(spec, ins) if a.dtype.kind == "f"]
+        dt[n.name] = np.result_type(*floats) if floats else np.dtype(np.float64)
+        if any(i in carries for i in n.inputs):
+            carries.add(n.name)
+            if dt[n.name] == _F32:
+                return "float32"
+    return "float64"
 
 
 _F32 = np.dtype(np.float32)  # (comparing with a dtype object skips numpy's conversion of the type)
