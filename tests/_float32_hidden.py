@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 import gradspec as gs
+from tests._float32_inside import _sum_to  # (broadcast reduction of a gradient, shared with the float32-inside fixtures)
 
 __all__ = ["HiddenTanh", "HiddenTanhScaled", "HiddenTanh32Only", "HiddenExp", "HiddenExpScaled", "HiddenExp32Only",
            "HiddenSigmoidMul", "HiddenSigmoidMulWrongSign", "HiddenLogSumExp", "HiddenLogSumExpScaled", "np_hidden_tanh",
@@ -113,15 +114,6 @@ class HiddenSigmoidMulWrongSign(HiddenSigmoidMul):
         s = torch.sigmoid((x - y).float()).to(g.dtype)
         d = s * (1 - s)
         return _sum_to(g * (y + d), x.shape), _sum_to(g * (x + d), y.shape)
-
-
-def _sum_to(t, shape):
-    while t.dim() > len(shape):
-        t = t.sum(0)
-    for i, n in enumerate(shape):
-        if n == 1 and t.shape[i] != 1:
-            t = t.sum(i, keepdim=True)
-    return t
 
 
 class HiddenLogSumExp(torch.autograd.Function):
