@@ -352,10 +352,33 @@ def _check_report_dir(path: str) -> None:
 
 
 def _fuzz(args) -> int:
-    from . import fuzz, report
-    from ._private.memory import freeze_heap
+    from . import fuzz
     from .fuzz import liveness
-    from .report_cause import shorten, strip_tolerance
+
+    cfg, oracles, ops, engine = _fuzz_config(args)
+    last = liveness.last_run(cfg.report_dir)  # before this run replaces its summary
+    try:
+        cfg.open_database(check=True)  # a wrong path or an unreachable server is a usage error now, not mid-run
+    except ValueError as e:
+        raise _UsageError(str(e)) from None
+    err = sys.stderr
+    if last is not None:
+        print(f"gradspec fuzz: {last['message']}", file=err)
+    budget = cfg.describe()["budget"]
+    print(f"gradspec fuzz: engine {cfg.engine}, {len(ops)} ops, oracles {', '.join(o.name for o in oracles)}; "
+          f"{budget}, {cfg.workers} worker{'s' if cfg.workers > 1 else ''}, seed {cfg.seed}; "
+          f"reports in {cfg.report_dir}",
+          file=err)
+    stats = fuzz.Stats(shards=cfg.workers)
+    previous = _fuzz_earlier_runs(cfg, oracles, stats, err)
+    hooks = _FuzzHooks(cfg, stats, previous, ops, last, None if args.quiet else fuzz.progress_printer(err, total_ops=len(ops)))
+    run, rule_status = _fuzz_run(cfg, oracles, ops, engine, hooks, err)
+    return _fuzz_finish(args, cfg, run, stats, previous, ops, last, rule_status)
+
+
+def _fuzz_config(args):
+    """The campaign's Config, oracles, ops and engine from the command line; usage errors say what is wrong."""
+    from . import fuzz
 
     if args.tx and args.workers == 1:  # one shard per xdist node: "3*ssh=host" is three
         args.workers = sum(int(t.split("*", 1)[0]) if "*" in t and t.split("*", 1)[0].isdigit() else 1
@@ -374,26 +397,18 @@ def _fuzz(args) -> int:
     except ValueError as e:  # e.g. an empty --database
         raise _UsageError(str(e)) from None
     try:
-        oracles, ops, _engine = fuzz.resolve(cfg)
+        oracles, ops, engine = fuzz.resolve(cfg)
     except ValueError as e:
         raise _UsageError(str(e)) from None
     cfg.ops = cfg.ops and ops  # user ops given by import path are recorded by name
     _check_report_dir(cfg.report_dir)
-    last = liveness.last_run(cfg.report_dir)  # before this run replaces its summary
-    try:
-        cfg.open_database(check=True)  # a wrong path or an unreachable server is a usage error now, not mid-run
-    except ValueError as e:
-        raise _UsageError(str(e)) from None
-    err = sys.stderr
-    if last is not None:
-        print(f"gradspec fuzz: {last['message']}", file=err)
-    budget = cfg.describe()["budget"]
-    print(f"gradspec fuzz: engine {cfg.engine}, {len(ops)} ops, oracles {', '.join(o.name for o in oracles)}; "
-          f"{budget}, {cfg.workers} worker{'s' if cfg.workers > 1 else ''}, seed {cfg.seed}; "
-          f"reports in {cfg.report_dir}",
-          file=err)
+    return cfg, oracles, ops, engine
 
-    stats = fuzz.Stats(shards=cfg.workers)
+
+def _fuzz_earlier_runs(cfg, oracles, stats, err) -> list:
+    """Report the case a dead process of an earlier run left behind, and replay earlier runs' reports."""
+    from . import fuzz, report
+
     try:
         os.makedirs(cfg.state_dir, exist_ok=True)
         # A process of an earlier run that died mid-case left its case behind: report it now.
@@ -413,58 +428,87 @@ def _fuzz(args) -> int:
         still = sum(p["status"] == "still present" for p in previous)
         print(f"gradspec fuzz: {len(previous)} report(s) from earlier runs in {cfg.report_dir}: {still} still present",
               file=err)
-    printer = None if args.quiet else fuzz.progress_printer(err, total_ops=len(ops))
-    progress_state = {"stats": stats}
+    return previous
 
-    def rewrite_index(current):
+
+class _FuzzHooks:
+    """What a running campaign calls: a finding is written and announced at once, and the run's index is
+    rewritten with it (a run that dies later still shows what it found); progress goes to the printer."""
+
+    def __init__(self, cfg, stats, previous, ops, last, printer) -> None:
+        self.cfg, self.stats, self.previous, self.ops, self.last, self.printer = cfg, stats, previous, ops, last, printer
+        self.campaign = None
+        self.err = sys.stderr  # (the stream of the run's start, as its other messages)
+
+    def rewrite_index(self, current) -> None:
+        from . import fuzz, report
+        from .fuzz import liveness
+
+        cfg = self.cfg
         try:
             merged = fuzz.Stats.from_json(current.to_json())
-            merged.merge(fuzz.Stats.from_json({"found": stats.found}))
-            s = liveness.mark_running(fuzz.summary_json(cfg, merged, previous, ops))
-            s["last_run"] = last
+            merged.merge(fuzz.Stats.from_json({"found": self.stats.found}))
+            s = liveness.mark_running(fuzz.summary_json(cfg, merged, self.previous, self.ops))
+            s["last_run"] = self.last
             fuzz.write_summary(cfg, s)
             report.write_run_report(cfg.report_dir, s)
         except OSError:
             pass  # the final write reports the problem
 
-    def on_found(d, verdict, info):
+    def on_found(self, d, verdict, info) -> None:
+        from . import report
+        from .report_cause import shorten, strip_tolerance
+
+        err, cfg = self.err, self.cfg
         report.campaign_writer(cfg)(d, verdict, info)
         rid = report.discrepancy_id(d.signature)
-        if printer is not None and getattr(printer, "tty", False):
+        if self.printer is not None and getattr(self.printer, "tty", False):
             err.write("\n")
         print(f"gradspec fuzz: discrepancy {rid}: {d.kind} ({' vs '.join(d.oracles)}), ops "
               f"{', '.join(sorted({n.op for n in d.case.nodes}))}: {shorten(strip_tolerance(d.message), 160)}", file=err)
         if d.cause is not None:
             print(f"  cause: {shorten(str(d.cause), 300)}", file=err)
         print(f"  report: {os.path.join(cfg.report_dir, rid, 'index.html')}", file=err)
-        camp = progress_state.get("campaign")
-        if camp is not None:
-            rewrite_index(camp.stats)
+        if self.campaign is not None:
+            self.rewrite_index(self.campaign.stats)
 
-    def progress(obj):
-        progress_state["campaign"] = obj
-        if printer is not None:
-            printer(obj)
+    def progress(self, obj) -> None:
+        self.campaign = obj
+        if self.printer is not None:
+            self.printer(obj)
 
-    rewrite_index(fuzz.Stats(shards=cfg.workers))  # "running" from the start: a run that dies says so
+
+def _fuzz_run(cfg, oracles, ops, engine, hooks: _FuzzHooks, err):
+    """Run the campaign (here, or on xdist workers) and, with --engine, the §5 rules; (run stats, rule status)."""
+    from . import fuzz
+    from ._private.memory import freeze_heap
+
+    hooks.rewrite_index(fuzz.Stats(shards=cfg.workers))  # "running" from the start: a run that dies says so
     unusable = _unusable_oracles(oracles)
     if unusable is not None:
         # Availability does not change from case to case: running the budget would only count cases
         # that compare nothing. The run is inconclusive at once, with the reason (CONTRACT §6, exit 3).
         run = fuzz.Stats(shards=cfg.workers)
         run.stop_reason, run.errors = "no-oracles", [unusable]
-        rule_status = {"*": {"status": "skipped", "reason": unusable}}
-    elif cfg.workers > 1 or cfg.tx:
+        return run, {"*": {"status": "skipped", "reason": unusable}}
+    if cfg.workers > 1 or cfg.tx:
         # Workers share nothing with this process but the xdist channel: findings (and the cases
         # dead workers were on) come back here and are written by on_found, in this process only.
-        run = fuzz.run_distributed(cfg, progress=printer, on_found=on_found, oracles=oracles)
+        run = fuzz.run_distributed(cfg, progress=hooks.printer, on_found=hooks.on_found, oracles=oracles)
     else:
         freeze_heap()  # this process is gradspec's own: see _private.memory.freeze_heap
-        run = fuzz._Campaign(cfg, 0, progress=progress, on_found=on_found, oracles=oracles, found=stats.found).run()
-    if printer is not None and getattr(printer, "tty", False):
-        printer(run, final=True)
-    if unusable is None:
-        rule_status = _fuzz_rules(cfg, _engine, run, ops, err)  # with --engine, every §5 rule too (CONTRACT §6)
+        run = fuzz._Campaign(cfg, 0, progress=hooks.progress, on_found=hooks.on_found, oracles=oracles,
+                             found=hooks.stats.found).run()
+    if hooks.printer is not None and getattr(hooks.printer, "tty", False):
+        hooks.printer(run, final=True)
+    return run, _fuzz_rules(cfg, engine, run, ops, err)  # with --engine, every §5 rule too (CONTRACT §6)
+
+
+def _fuzz_finish(args, cfg, run, stats, previous, ops, last, rule_status) -> int:
+    """Merge, write the summary and the index (a second Ctrl-C cannot lose them), print, and pick the exit code."""
+    from . import fuzz, report
+    from .fuzz import liveness
+
     run.found = {**stats.found, **run.found}
     run.crashed = stats.crashed + run.crashed
     run.errors = stats.errors + run.errors
