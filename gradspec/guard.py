@@ -173,6 +173,9 @@ class _Alarm:
 
     def __init__(self, budget: float) -> None:
         self.budget = budget
+        self.reset()
+
+    def reset(self) -> None:
         self.deferred = False
         self.in_call = self.fired = self.overall = False  # overall: it fired outside an oracle's call (_timed_check)
         self.cut: list = []  # code under test cut by it (oracle names), also where check() swallowed the timeout
@@ -218,15 +221,19 @@ def _timed(o, timeout: float, witness: bool, report, alarm=None):
     CaseTimeout raised inside the user's code as its own error, which read as 'raised', not 'timeout')."""
     w = copy.copy(o)
 
-    def arm(fn):
+    def arm(meth):
         def call(*args, **kw):
+            fn = getattr(o, meth)  # (looked up per call: a timed copy serves every check with these oracles)
             if report is not None:
                 report("start", o.name)
             if alarm is not None:
                 alarm.fired, alarm.in_call = False, True
-            outer = signal.getitimer(signal.ITIMER_REAL)[0]  # a diagnosis' own budget (guard.Alarm): kept
+            # The timer as it was (a diagnosis' own budget, guard.Alarm; the whole check's bound): kept.  Read
+            # and re-armed in one call, narrowed to it in the rare case it had less left than the budget.
             t0 = time.monotonic()
-            signal.setitimer(signal.ITIMER_REAL, timeout if not outer else min(timeout, outer))
+            outer = signal.setitimer(signal.ITIMER_REAL, timeout)[0]
+            if outer and outer < timeout:
+                signal.setitimer(signal.ITIMER_REAL, outer)
             try:
                 try:
                     return fn(*args, **kw)
@@ -244,20 +251,70 @@ def _timed(o, timeout: float, witness: bool, report, alarm=None):
                         "not the code under test: not compared)") from None
                 raise
             finally:
-                signal.setitimer(signal.ITIMER_REAL, 0)
+                # (one call: the call's own timer off and the outer one given back what it had left)
+                signal.setitimer(signal.ITIMER_REAL, max(outer - (time.monotonic() - t0), 1e-3) if outer else 0)
                 if alarm is not None:
                     alarm.in_call = False
-                if outer:
-                    signal.setitimer(signal.ITIMER_REAL, max(outer - (time.monotonic() - t0), 1e-3))
                 if report is not None:
                     report("end", o.name)
         return call
 
     for meth in ("vjp", "result", "jacobian"):
-        fn = getattr(o, meth, None)
-        if callable(fn):
-            setattr(w, meth, arm(fn))
+        if callable(getattr(o, meth, None)):
+            setattr(w, meth, arm(meth))
     return w
+
+
+class _TimedSet:
+    """The timed copies of one list of oracles and the alarm they report to.  A campaign checks every case
+    with the same oracles: the copies (``copy.copy`` and three wrappers each, ~10 us a check) are made once
+    and kept for the next check with the same oracle objects, timeout and code under test, as long as
+    neither an oracle's nor a copy's own attributes changed (a copy is then exactly what a fresh one would
+    be: the wrappers look the method up per call).  One set is kept (the last); a nested check makes its own."""
+
+    __slots__ = ("originals", "timeout", "mine", "alarm", "timed", "dicts", "busy")
+
+    def fits(self, chosen, timeout, mine) -> bool:
+        if self.busy or self.timeout != timeout or self.mine != mine or len(self.originals) != len(chosen):
+            return False
+        for a, b in zip(self.originals, chosen):
+            if a is not b:
+                return False
+        for obj, d in zip(self.originals + self.timed, self.dicts):
+            if not _same_attrs(obj, d):
+                return False
+        return True
+
+
+def _same_attrs(obj, snapshot) -> bool:
+    d = getattr(obj, "__dict__", None)
+    if d is None or len(d) != len(snapshot):
+        return False
+    for k, v in snapshot.items():
+        if d.get(k, _MISSING) is not v:
+            return False
+    return True
+
+
+_MISSING = object()
+_KEPT: list = [None]  # the last _TimedSet
+
+
+def _timed_set(chosen, timeout, mine, report) -> _TimedSet:
+    kept = _KEPT[0]
+    if report is None and kept is not None and kept.fits(chosen, timeout, mine):
+        kept.alarm.reset()
+        kept.busy = True
+        return kept
+    ts = _TimedSet()
+    ts.originals, ts.timeout, ts.mine, ts.busy = list(chosen), timeout, mine, True
+    ts.alarm = _Alarm(timeout)
+    ts.timed = [_timed(o, timeout, o.name not in mine, report, ts.alarm) for o in chosen]
+    ts.dicts = [getattr(o, "__dict__", None) for o in ts.originals + ts.timed]
+    if report is None and all(d is not None for d in ts.dicts):  # (an oracle with __slots__: never kept)
+        ts.dicts = [dict(d) for d in ts.dicts]
+        _KEPT[0] = ts
+    return ts
 _NO_RAISE = frozenset({"gc_callback", "__del__", "_callback", "__exit__"})
 # weakref's own callbacks (WeakKeyDictionary's ``remove``, WeakSet's ``_remove``) run from the garbage
 # collector too: an exception raised there is swallowed as "unraisable" (and fails a pytest run).
@@ -309,7 +366,8 @@ class Alarm:
 
 
 def _timed_check(case, chosen, timeout, mine, report=None) -> Verdict:
-    alarm = _Alarm(timeout)
+    ts = _timed_set(chosen, timeout, mine, report)
+    alarm = ts.alarm
     enclosing, t0 = signal.getitimer(signal.ITIMER_REAL)[0], time.monotonic()  # e.g. a verify_* budget: given back
     previous = signal.signal(signal.SIGALRM, alarm)
     # check() also runs the code under test outside the oracles' timed calls (its rounding-noise re-runs, the
@@ -317,8 +375,7 @@ def _timed_check(case, chosen, timeout, mine, report=None) -> Verdict:
     overall = _case_budget.check_budget(timeout, len(chosen))
     signal.setitimer(signal.ITIMER_REAL, overall)
     try:
-        timed = [_timed(o, timeout, o.name not in mine, report, alarm) for o in chosen]
-        verdict = _check_safely(case, timed)
+        verdict = _check_safely(case, ts.timed)
         if alarm.overall:  # cut outside an oracle's call, and the code under test swallowed it: still a hang
             verdict.discrepancies.append(_overall_timeout(case, chosen, mine, overall, timeout).discrepancies[0])
         swallowed = [n for n in dict.fromkeys(alarm.cut) if (verdict.errors.get(n) or ("",))[0] != CaseTimeout.__name__]
@@ -343,6 +400,7 @@ def _timed_check(case, chosen, timeout, mine, report=None) -> Verdict:
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+        ts.busy = False
         if enclosing:
             signal.setitimer(signal.ITIMER_REAL, max(enclosing - (time.monotonic() - t0), 1e-3))
 

@@ -238,3 +238,109 @@ def test_an_alarm_inside_a_gc_callback_waits_instead_of_being_lost(monkeypatch, 
         guard._Alarm(1.0)(signal.SIGALRM, _frame("step", "/somewhere/user_code.py"))
     with pytest.raises(scenario.ScenarioTimeout):
         scenario._scenario_alarm(1.0)(signal.SIGALRM, _frame("step", "/somewhere/user_code.py"))
+
+
+# -- the timed copies a campaign keeps from one check to the next (guard._TimedSet) ------------------------------
+
+
+def _verdict_key(v):
+    return (v.status, v.reason, sorted(v.skipped.items()), [(d.kind, d.oracles, d.message) for d in v.discrepancies],
+            [(c.oracles, c.agreed, repr(float(c.max_ratio))) for c in v.comparisons],
+            {k: {leaf: None if g is None else (g.dtype.str, g.tobytes()) for leaf, g in r.items()}
+             for k, r in v.results.items()})
+
+
+def test_kept_timed_copies_give_the_verdicts_fresh_ones_give():
+    """The same cases (the strategies' mix: float32, mixed, ties/kinks, several roots) checked with the
+    copies kept from the previous check and with fresh copies for every check: identical verdicts."""
+    from gradspec import guard
+    from gradspec._private.sampling import sample
+
+    cases = sample(gs.strategies.cases(), 40, 11)
+    chosen = [get(n) for n in ("reference", "finite-differences", "jacobian", "torch-cpu")]
+    kept = [_verdict_key(guard.guarded_check(c, chosen, 30.0, under_test="reference")) for c in cases]
+    assert guard._KEPT[0] is not None and guard._KEPT[0].originals == chosen
+    fresh = []
+    for c in cases:
+        guard._KEPT[0] = None
+        fresh.append(_verdict_key(guard.guarded_check(c, chosen, 30.0, under_test="reference")))
+    assert kept == fresh
+
+
+class _Counts(Oracle):
+    """The reference's gradient times how many times this object's vjp ran: correct only on its first call."""
+
+    name = "counts"
+
+    def vjp(self, case):
+        self.calls = getattr(self, "calls", 0) + 1
+        return {k: None if g is None else g * self.calls for k, g in get("reference").vjp(case).items()}
+
+
+def test_an_oracle_that_keeps_state_on_itself_gets_the_same_verdicts_with_kept_copies():
+    """An oracle's methods run on the oracle itself (the timed copy only wraps them), so what it keeps on
+    itself carries from one check to the next: the same with kept copies as with fresh ones."""
+    from gradspec import guard
+
+    def run(keep):
+        o = _Counts()
+        out = []
+        for _ in range(3):
+            if not keep:
+                guard._KEPT[0] = None
+            out.append(guard.guarded_check(_case(), [get("reference"), o], timeout=5.0).ok)
+        return out
+
+    assert run(True) == run(False) == [True, False, False]
+
+
+def test_an_oracle_changed_between_checks_is_used_as_it_is_now(monkeypatch):
+    from gradspec.guard import guarded_check
+
+    o = _Sleeps("sleepy", 0.0)
+    assert guarded_check(_case(), [get("reference"), o], timeout=0.3).ok
+    o.seconds = 5  # an attribute of the oracle: its next copy has it
+    v = guarded_check(_case(), [get("reference"), o], timeout=0.3)
+    assert [d.kind for d in v.discrepancies] == ["timeout"], v.summary()
+    o.seconds = 0.0
+    assert guarded_check(_case(), [get("reference"), o], timeout=0.3).ok
+    o.name = "renamed"  # what check() reads off the (copied) oracle, not through a method
+    assert set(guarded_check(_case(), [get("reference"), o], timeout=0.3).results) == {"reference", "renamed"}
+    monkeypatch.setattr(_Sleeps, "vjp", lambda self, case: {"x": np.zeros(2)})  # the class's method
+    v = guarded_check(_case(), [get("reference"), o], timeout=0.3)
+    assert [d.kind for d in v.discrepancies] == ["value"], v.summary()
+
+
+def test_every_check_with_kept_copies_gets_the_whole_budget_again():
+    from gradspec.guard import guarded_check
+
+    slow = _Sleeps("slow-engine", 5)
+    for _ in range(2):  # the alarm of the kept set is reset: the second check is cut as the first was
+        v = guarded_check(_case(), [get("reference"), slow], timeout=0.2, under_test="slow-engine")
+        assert [d.kind for d in v.discrepancies] == ["timeout"] and "alarm signal" in v.discrepancies[0].message
+    ok = _Sleeps("quick", 0.05)
+    for _ in range(3):  # and a quick oracle is never charged the time of the checks before
+        assert guarded_check(_case(), [get("reference"), ok], timeout=0.2).ok
+
+
+class _SlowOnce(Oracle):
+    """The reference's gradient; its first call (of any instance) sleeps 5 s."""
+
+    name = "slow-once"
+    slept = False
+
+    def vjp(self, case):
+        if not _SlowOnce.slept:
+            _SlowOnce.slept = True
+            time.sleep(5)
+        return get("reference").vjp(case)
+
+
+def test_a_cut_in_one_check_is_not_charged_to_the_next_with_the_same_oracles():
+    from gradspec.guard import guarded_check
+
+    chosen = [get("reference"), _SlowOnce()]
+    v = guarded_check(_case(), chosen, timeout=0.2, under_test="slow-once")
+    assert [d.kind for d in v.discrepancies] == ["timeout"], v.summary()
+    v = guarded_check(_case(), chosen, timeout=0.2, under_test="slow-once")
+    assert v.ok, v.summary()

@@ -157,6 +157,7 @@ class _Campaign:
         resolved, self.ops, self.engine = resolve(cfg)
         self.oracles = oracles if oracles is not None else resolved
         self.stats = Stats(shards=1)
+        self._pair_keys: dict = {}  # oracle pair -> "a vs b" (count)
         self.stats.found.update(found or {})  # already reported (e.g. earlier runs' cases still failing)
         self.driver: Driver | None = None
         self.report_failed = False
@@ -188,12 +189,15 @@ class _Campaign:
 
     def count(self, case: Case, verdict: Verdict) -> None:
         s = self.stats
-        for op in {n.op for n in case.nodes}:
-            s.op_counts[op] += 1
+        s.op_counts.update({n.op for n in case.nodes})  # (each op once per case)
+        keys = self._pair_keys
+        pc, pa = s.pair_counts, s.pair_agree
         for comp in verdict.comparisons:
-            key = " vs ".join(comp.oracles)
-            s.pair_counts[key] += 1
-            s.pair_agree[key] += int(comp.agreed)
+            key = keys.get(comp.oracles)
+            if key is None:
+                key = keys[comp.oracles] = " vs ".join(comp.oracles)
+            pc[key] += 1
+            pa[key] += int(comp.agreed)
         for name, why in verdict.skipped.items():
             s.skipped[skip_key(name, why)] += 1
         s.hard.update(tally(case, verdict.skipped))
