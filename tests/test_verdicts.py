@@ -472,3 +472,17 @@ def test_a_runs_note_on_cases_with_empty_leaves_is_one_line():
         c = gs.Case.build({"x": np.ones(shape)}, [("y", "sin", ["x"], {})], ["y"], [np.ones(shape)])
         run_notes(notes, gs.check(c, oracles=["reference", "finite-differences"]))
     assert len(notes) == 1 and notes[0].startswith("on some cases every leaf") and "(0, 3)" in notes[0], notes
+
+
+@pytest.mark.parametrize("shape", [(), (1,), (3,), (0,), (2, 3), (4, 4, 2), (7, 1, 3)], ids=str)
+def test_rounding_noise_signs_are_the_draws_rng_choice_makes(shape):
+    """The noise runs draw each value's sign as ``rng.choice((-1.0, 1.0), shape)`` did (the same generator
+    stream, so the same noise floor and the same verdicts), without choice's own argument checks."""
+    from gradspec._check_noise import _signs
+
+    for seed in range(30):
+        old, new = np.random.default_rng(seed), np.random.default_rng(seed)
+        for _ in range(3):
+            a = old.uniform(0.25, 1, shape) * old.choice((-1.0, 1.0), shape)
+            b = new.uniform(0.25, 1, shape) * _signs(new, shape)
+            assert type(a) is type(b) and a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b)
