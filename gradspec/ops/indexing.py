@@ -15,6 +15,7 @@ Example::
 
 from __future__ import annotations
 
+import functools
 import operator
 import warnings
 
@@ -344,12 +345,19 @@ def _index_params(shapes):
     Negative ints, slices with None/negative/out-of-range bounds and steps, None, an Ellipsis
     over a run of dims, and up to two broadcasting index arrays with duplicates.
     """
-    st = _st()
     (s,) = shapes
     nd = len(s)
+    return _index_params_composite()(s, nd)
+
+
+@functools.cache
+def _index_params_composite():
+    # Defined once (Hypothesis parses a composite's source when it is defined: ~1-2 ms, paid per
+    # new input shape when the composite was defined inside _index_params)
+    st = _st()
 
     @st.composite
-    def draw(draw):
+    def draw(draw, s, nd):
         common = draw(st.sampled_from([(2,), (3,), (1,), (0,), (2, 2)]))
         items, n_arrays = [], 0
         for size in s:
@@ -379,7 +387,7 @@ def _index_params(shapes):
             items.insert(draw(st.integers(0, len(items))), {"none": True})
         return {"index": items or [{"ellipsis": True}]}
 
-    return draw()
+    return draw
 
 
 _declare_take(
@@ -444,12 +452,19 @@ def _gather_call(input, dim, index, *, sparse_grad=False):
 
 
 def _gather_params(shapes):
-    st = _st()
     (s,) = shapes
     nd = len(s)
+    return _gather_params_composite()(s, nd)
+
+
+@functools.cache
+def _gather_params_composite():
+    # Defined once (Hypothesis parses a composite's source when it is defined: ~1-2 ms, paid per
+    # new input shape when the composite was defined inside _gather_params)
+    st = _st()
 
     @st.composite
-    def draw(draw):
+    def draw(draw, s, nd):
         dim = draw(_any_dim(nd))
         if nd == 0:
             ishape, size = draw(st.sampled_from([(), (1,), (3,)])), 1
@@ -463,7 +478,7 @@ def _gather_params(shapes):
         vals = draw(st.lists(st.integers(0, size - 1), min_size=n, max_size=n)) if n else []
         return {"dim": dim, "index": np.asarray(vals, dtype=np.int64).reshape(ishape).tolist(), "index_shape": ishape}
 
-    return draw()
+    return draw
 
 
 _declare_take(
@@ -510,12 +525,19 @@ def _index_select_positions(shape, dim, index):
 
 
 def _index_select_params(shapes):
-    st = _st()
     (s,) = shapes
     nd = len(s)
+    return _index_select_params_composite()(s, nd)
+
+
+@functools.cache
+def _index_select_params_composite():
+    # Defined once (Hypothesis parses a composite's source when it is defined: ~1-2 ms, paid per
+    # new input shape when the composite was defined inside _index_select_params)
+    st = _st()
 
     @st.composite
-    def draw(draw):
+    def draw(draw, s, nd):
         dim = draw(_any_dim(nd))
         if nd == 0:
             return {"dim": dim, "index": [0]}
@@ -523,7 +545,7 @@ def _index_select_params(shapes):
         vals = draw(st.lists(st.integers(0, size - 1), min_size=0, max_size=5)) if size else []
         return {"dim": dim, "index": vals}
 
-    return draw()
+    return draw
 
 
 _declare_take(

@@ -18,6 +18,7 @@ double backward is a graph like torch's ``IndexBackward0 -> IndexPutBackward0``.
 
 from __future__ import annotations
 
+import functools
 import math
 import operator
 
@@ -96,11 +97,18 @@ def _reshape_call(input, *sizes, shape=None):
 
 def _factor_shapes(shapes):
     """Strategy: a target shape with the same number of elements, sometimes with one -1."""
-    st = _st()
     n = _prod(shapes[0])
+    return _factor_shapes_composite()(n)
+
+
+@functools.cache
+def _factor_shapes_composite():
+    # Defined once (Hypothesis parses a composite's source when it is defined: ~1-2 ms, paid per
+    # new input shape when the composite was defined inside _factor_shapes)
+    st = _st()
 
     @st.composite
-    def draw(draw):
+    def draw(draw, n):
         if n == 0:
             k = draw(st.integers(1, 3))
             dims = [draw(st.integers(0, 3)) for _ in range(k)]
@@ -121,7 +129,7 @@ def _factor_shapes(shapes):
             dims[draw(st.integers(0, len(dims) - 1))] = -1
         return {"shape": tuple(dims)}
 
-    return draw()
+    return draw
 
 
 register(
@@ -194,16 +202,23 @@ def _expandable(s, size):
 
 
 def _expand_params(shapes):
-    st = _st()
     (s,) = shapes
+    return _expand_params_composite()(s)
+
+
+@functools.cache
+def _expand_params_composite():
+    # Defined once (Hypothesis parses a composite's source when it is defined: ~1-2 ms, paid per
+    # new input shape when the composite was defined inside _expand_params)
+    st = _st()
 
     @st.composite
-    def draw(draw):
+    def draw(draw, s):
         lead = [draw(st.integers(0, 3)) for _ in range(draw(st.integers(0, 2)))]
         own = [draw(st.sampled_from([1, 0, 2, 3, -1])) if v == 1 else draw(st.sampled_from([v, -1])) for v in s]
         return {"size": tuple(lead + own)}
 
-    return draw()
+    return draw
 
 
 register(

@@ -121,6 +121,38 @@ def _first_bad_node(g: Graph, vals: Mapping[str, np.ndarray], allow=frozenset())
     return None, env, []
 
 
+def _leaf_plan(g: Graph) -> list:
+    """Per leaf: ``(name, shape, numel, bytes strategy, decoder or None for a bool leaf, dtype)``, what
+    ``draw_array``/``draw_bools`` look up per call, kept on the graph for all its value sets.  Leaves
+    change after the build only by a repair's detach, which appends one: the leaf count is the key."""
+    hit = getattr(g, "_leaf_plan", None)
+    if hit is not None and hit[0] == len(g.leaves):
+        return hit[1]
+    plan = []
+    for l in g.leaves:
+        n = _numel(l.shape)
+        if l.is_float:
+            dec = _values.decoder(tuple(dict.fromkeys(l.domains)), 1e-3, 1e3)
+            plan.append((l.name, l.shape, n, _raw(n * _BPE) if n else None, dec, l.dtype))
+        else:
+            plan.append((l.name, l.shape, n, _raw(n) if n else None, None, "bool"))
+    g._leaf_plan = (len(g.leaves), plan)
+    return plan
+
+
+def leaf_values(draw, g: Graph) -> dict[str, np.ndarray]:
+    """One bytes choice per leaf -> its values: ``draw_array`` for a float leaf, ``draw_bools`` for a bool
+    one (the same choices and decoding; their per-leaf lookups are done once per graph, ``_leaf_plan``)."""
+    vals: dict[str, np.ndarray] = {}
+    for name, shape, n, raw, dec, dtype in _leaf_plan(g):
+        b = draw(raw) if n else b""
+        if dec is not None:
+            vals[name] = dec(b, n).astype(dtype).reshape(shape)
+        else:
+            vals[name] = (np.frombuffer(b, dtype=np.uint8) & 1).astype(bool).reshape(shape)
+    return vals
+
+
 def _node_plan(g: Graph) -> list:
     """Per node: its spec and the input slots whose domain restricts values, with that domain.  A
     graph's value sets share it (kept on the graph, for its ops as they are: a repair that detaches
@@ -269,12 +301,7 @@ def value_set(draw, g: Graph, cfg: _Cfg, dtype_mode: str, reject: bool = True, t
     ``template``: a case of the same graph, whose canonical structure is reused if no repair changed it.
     ``seed_blocks``: each seed drawn as a block of its own (as ``cases()`` always has: Hypothesis'
     mutator copies such blocks, which shapes the mix it generates); a group's sets draw them inline."""
-    vals: dict[str, np.ndarray] = {}
-    for l in g.leaves:
-        if l.is_float:
-            vals[l.name] = draw_array(draw, l.shape, l.domains, l.dtype)
-        else:
-            vals[l.name] = draw_bools(draw, l.shape)
+    vals = leaf_values(draw, g)
     env, g = _repair(draw, g, vals, cfg, reject, shared)
     if env is None:
         return None

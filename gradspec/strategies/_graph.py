@@ -77,7 +77,9 @@ class Graph:
         nodes = [NodeDef(n.name, n.op, list(n.inputs), dict(n.params)) for n in self.nodes]
         sd = [None] * len(self.roots) if seeds is None else list(seeds)
         case = Case(leaves, nodes, list(self.roots), sd, user_ops=dict(self.user_ops))  # (canonical params)
-        case.validate()
+        # Roots and seeds checked against the shapes the builder computed with the same shape rules
+        # (Case.shapes() would run every node's rule again: most of this call's cost).
+        case.validate(self.shapes)
         return case
 
     def case_like(self, template: Case, values: Mapping[str, np.ndarray], seeds: Sequence) -> Case:

@@ -106,6 +106,17 @@ def candidates(g) -> list[int]:
     return out
 
 
+def _candidates_of(g) -> list[int]:
+    """``candidates(g)``, kept on the graph for all its value sets.  After the build a graph changes
+    only by a repair's detach, which appends a leaf: the leaf count is the key."""
+    hit = getattr(g, "_plant_candidates", None)
+    if hit is not None and hit[0] == len(g.leaves):
+        return hit[1]
+    cands = candidates(g)
+    g._plant_candidates = (len(g.leaves), cands)
+    return cands
+
+
 def _allows(leaf, v: float) -> bool:
     """``v`` lies in every domain the leaf feeds, ignoring the kink points of the planted op itself."""
     doms = [d for d in leaf.domains if d is not None and not (d.name == "away_from" and 0.0 in d.points)]
@@ -158,7 +169,7 @@ def plant(g, vals: dict, idx: int, where: int) -> dict | None:
 def maybe_plant(draw, g, vals: dict, bad_node) -> tuple[dict, list]:
     """Draw whether to plant (1 case in 8) and where; returns (values, hard) with ``hard`` the planted
     ``[{"node", "op", "kind"}]`` (empty when nothing was planted or the plant had to be dropped)."""
-    cands = candidates(g)
+    cands = _candidates_of(g)
     if not cands or draw(_HARD_CHOICE) != 1:
         return vals, []
     where = draw(_WHERE)
