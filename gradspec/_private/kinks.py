@@ -22,7 +22,7 @@ import numpy as np
 
 from . import percase
 
-__all__ = ["exact_kinks", "exclusion", "tally", "summarise", "EXCLUDED"]
+__all__ = ["exact_kinks", "exclusion", "tally", "summarise", "EXCLUDED", "center_kink_distances", "snapshot"]
 
 EXCLUDED = "exact tie/kink"
 
@@ -31,29 +31,26 @@ def exact_kinks(case) -> list[str]:
     """``"node = op(inputs)"`` for every node whose inputs are at distance 0 from one of its op's
     kinks or ties (its ``kink_distance``, or a singular point of its domain), at the case's values.
     Computed once per ``gs.check`` of the case (finite differences and the jacobian both ask)."""
-    return list(percase.once(case, "exact_kinks", lambda: _exact_kinks(case)))
+    return list(percase.once(case, "exact_kinks", lambda: _exact_kinks(case))[0])
 
 
-def _exact_kinks(case) -> list[str]:
-    specs = case._node_specs() or [case.spec(n.op) for n in case.nodes]
-    watched = [(n, spec) for n, spec in zip(case.nodes, specs) if _has_kinks(spec)]
-    if not watched:
-        return []
-    out = []
-    with np.errstate(all="ignore"):  # (one context for the forward and the distances: each costs ~1 us)
-        try:
-            env = case._evaluate(None, 0)
-        except Exception:  # noqa: BLE001 - a case that does not evaluate has no kinks to speak of
-            return []
-        for n, spec in watched:
-            args = [env[i] for i in n.inputs]
-            try:
-                d = _distance(spec, args, n.params)
-            except Exception:  # noqa: BLE001 - a kink rule that fails is no evidence of a kink
-                continue
-            if d == 0:
-                out.append(f"{n.name} = {n.op}({', '.join(n.inputs)})")
-    return out
+def center_kink_distances(case) -> dict | None:
+    """While ``gs.check`` runs on ``case``, after ``exact_kinks``: node name -> (its inputs at the case's
+    values as (dtype, shape, bytes) of C-contiguous arrays, ``float(kink_distance(*inputs, **params))``)
+    for the nodes of gradspec's own ops whose kink distance was computed there; else None.  Finite
+    differences' reach check asks the same distance at the same point (its batched pass's row 0): where
+    the inputs are the very same bytes it takes the number instead of computing it again."""
+    memo = percase.active(case)
+    got = None if memo is None else memo.get("exact_kinks")
+    return None if got is None else got[1]
+
+
+def snapshot(a):
+    """(dtype, shape, bytes) of a C-contiguous array, else None: what ``center_kink_distances`` compares
+    (a function of equal dtype, shape, layout and bytes computes the same float)."""
+    if type(a) is np.ndarray and a.flags.c_contiguous:
+        return a.dtype, a.shape, a.tobytes()
+    return None
 
 
 def exclusion(case, oracle: str) -> str | None:
@@ -65,21 +62,80 @@ def exclusion(case, oracle: str) -> str | None:
             "there (only the exact oracles compare, on torch's convention)")
 
 
+def _exact_kinks(case) -> tuple[list[str], dict]:
+    specs = case._node_specs() or [case.spec(n.op) for n in case.nodes]
+    get = _KINKS.get
+    watched = []
+    for n, spec in zip(case.nodes, specs):
+        hit = get(id(spec))  # (_kink_info's cache hit, inline: this runs for every node of every check)
+        info = hit[3] if hit is not None and hit[0] is spec and hit[1] is spec.domain and hit[2] is spec.kink_distance \
+            else _kink_info(spec)
+        if info:
+            watched.append((n, spec))
+    out: list[str] = []
+    known: dict = {}
+    if not watched:
+        return out, known
+    with np.errstate(all="ignore"):  # (one context for the forward and the distances: each costs ~1 us)
+        try:
+            env = case._evaluate(None, 0)
+        except Exception:  # noqa: BLE001 - a case that does not evaluate has no kinks to speak of
+            return out, known
+        for n, spec in watched:
+            args = [env[i] for i in n.inputs]
+            try:
+                d, kd = _distance(spec, args, n.params)
+            except Exception:  # noqa: BLE001 - a kink rule that fails is no evidence of a kink
+                continue
+            if d == 0:
+                out.append(f"{n.name} = {n.op}({', '.join(n.inputs)})")
+            elif kd is not None and not spec.user:  # (user code may not answer alike twice: asked again)
+                snaps = [snapshot(a) for a in args]
+                if None not in snaps:
+                    known[n.name] = (snaps, kd)
+    return out, known
+
+
+_KINKS: dict = {}  # id(spec) -> (spec, its domain, its kink_distance, whether it has kinks or singular points)
+
+
+def _kink_info(spec) -> bool:
+    """``_has_kinks(spec)``, kept per op spec (a property of its declaration, asked for every node of every
+    check; the spec is held, so its id is not reused while cached)."""
+    hit = _KINKS.get(id(spec))
+    if hit is not None and hit[0] is spec and hit[1] is spec.domain and hit[2] is spec.kink_distance:
+        return hit[3]
+    info = _has_kinks(spec)
+    if len(_KINKS) > 4096:  # user ops made afresh in a loop: keep the cache bounded
+        _KINKS.clear()
+    _KINKS[id(spec)] = (spec, spec.domain, spec.kink_distance, info)
+    return info
+
+
 def _has_kinks(spec) -> bool:
     if spec.kink_distance is not None:
         return True
     return any(d.points for d in spec.domains_for(spec.arity or 1))
 
 
-def _distance(spec, args, params) -> float:
+_MIN = np.minimum.reduce  # (np.min without its Python wrapper: the same reduction, ~1 us less a call)
+
+
+def _distance(spec, args, params) -> tuple[float, float | None]:
+    """(the distance of ``args`` to the op's nearest singular point or kink, the kink distance alone
+    where the op has one, else None)."""
     d = np.inf
     for dom, a in zip(spec.domains_for(len(args)), args):
+        if not dom.points:
+            continue
         a = np.asarray(a)
-        if a.size and a.dtype.kind == "f" and dom.points:
-            d = min(d, min(float(np.min(np.abs(a - p))) for p in dom.points))
+        if a.size and a.dtype.kind == "f":
+            d = min(d, min(float(_MIN(np.abs(a - p), axis=None)) for p in dom.points))
+    kd = None
     if spec.kink_distance is not None:
-        d = min(d, float(spec.kink_distance(*args, **params)))
-    return d
+        kd = float(spec.kink_distance(*args, **params))
+        d = min(d, kd)
+    return d, kd
 
 
 def tally(case, skipped: dict) -> list[str]:

@@ -21,6 +21,7 @@ import math
 
 import numpy as np
 
+from .._private.kinks import snapshot
 from ._base import OracleError
 
 __all__ = ["watch_plan", "watched", "check_reach"]
@@ -78,13 +79,15 @@ def watched(plan) -> set:
     return names
 
 
-def check_reach(plan, center, reach, top=None) -> None:
+def check_reach(plan, center, reach, top=None, known=None) -> None:
     """Refuse if any op input is within (4x) its perturbation reach of a non-differentiable point.
 
     Domain points and edges are checked element by element (each element's distance against its
     own reach); relations between elements (ties of a max, clamp bounds...) through the op's
     ``kink_distance``, a scalar, against the largest reach among its inputs (``top``: input name ->
-    that largest reach where the caller knows it already; filled in here).
+    that largest reach where the caller knows it already; filled in here).  ``known``: node name ->
+    (its inputs' snapshots, their kink distance) computed at the case's values already
+    (``gradspec._private.kinks.center_kink_distances``): taken where ``center`` holds the same bytes.
     """
     top = {} if top is None else top
     for node, spec, doms, kink in plan:
@@ -104,7 +107,11 @@ def check_reach(plan, center, reach, top=None) -> None:
                 _refuse(node, *hit)
         if kink:
             args = [np.asarray(center[i]) for i in node.inputs]
-            d = float(spec.kink_distance(*args, **node.params))
+            hit = known.get(node.name) if known else None
+            if hit is not None and [snapshot(a) for a in args] == hit[0]:
+                d = hit[1]  # (the same op on the same bytes: the float exact_kinks computed)
+            else:
+                d = float(spec.kink_distance(*args, **node.params))
             r = None  # max(top of each input in reach, default=0.0), written out (a generator cost ~1 us)
             for i in node.inputs:
                 if i in reach:

@@ -57,7 +57,7 @@ import numpy as np
 
 from .. import tolerances as _tol
 from .._private.fdstep import line_sigma
-from .._private.kinks import exclusion
+from .._private.kinks import center_kink_distances, exclusion
 from .._private.prologue import oracle_call
 from ..spec import registry as _registry
 from . import _fd_probes as _probes
@@ -453,7 +453,7 @@ def _float64_gradient(case, leaves, x64, flat, h, plan, hl, p: _Pass, check_reac
     if small is None and not _ALL(np.isfinite(p.s), axis=None):
         _not_finite(int(np.argwhere(~np.isfinite(p.s))[0][1]), h)
     if check_reach and p.reach:  # a kink within reach explains a coarse estimate better than "varies too fast"
-        _check_reach(plan, p.center, p.reach, p.tops)
+        _check_reach(plan, p.center, p.reach, p.tops, center_kink_distances(case))
     if small is not None and not small[3]:
         _probes.staircase(p, small[0], h, leaves, (_s_at, (case, x64, leaves, p.seeds64), flat))
         return _result(leaves, np.array(small[0]), np.array(small[1]), h, p.evaluations)
@@ -535,7 +535,7 @@ def _float32_gradient(case, x64, leaves, flat, plan, check_reach, first: _Pass) 
     if not _ALL(np.isfinite(p.s), axis=None):
         _not_finite(int(np.argwhere(~np.isfinite(p.s))[0][1]), h)
     if check_reach and p.reach:  # the float32 step reaches farther: a kink within it refuses the case
-        _check_reach(plan, p.center, p.reach, p.tops)
+        _check_reach(plan, p.center, p.reach, p.tops, center_kink_distances(case))
     floor = float(max(p.vfloor, _tol.FD_NOISE_SIGMAS * p.sigma))
     r, err, trunc = _combine_all(p.s, p.s0, p.S, p.S0, h, floor)
     offsets = _probes.float32_probe_offsets(h)
@@ -675,13 +675,26 @@ def fd_directional(case, directions: dict[str, np.ndarray]) -> tuple[np.ndarray,
     return _combine(s, s0, S.max(axis=0), S0, h, floor)[:2]
 
 
+def _all_finite(v) -> bool:
+    """``np.isfinite(v).all()`` for a float array: a few elements' Python sum first (finite only where
+    every element is; one that is not, or an overflow, goes to the element-wise test), larger arrays
+    through the ufunc reduction without ``.all()``'s Python wrapper."""
+    if v.size <= _FINITE_SUM:
+        if math.isfinite(sum(v.ravel().tolist())):
+            return True
+    return bool(_ALL(np.isfinite(v), axis=None))
+
+
+_FINITE_SUM = 32  # elements
+
+
 class FiniteDifferences(Oracle):
     name = "finite-differences"
     kind = "fd"
     full_limit = 1000  # above this many input elements, check() compares in directional mode
 
     def applies(self, case):
-        nonfinite = [l.name for l in case.leaves if l.value.dtype.kind == "f" and not np.isfinite(l.value).all()]
+        nonfinite = [l.name for l in case.leaves if l.value.dtype.kind == "f" and not _all_finite(l.value)]
         if nonfinite:
             return False, f"finite differences: leaf values of {', '.join(nonfinite)} are not finite"
         why = exclusion(case, "finite differences")
