@@ -204,33 +204,46 @@ class Verdict:
 
 
 def _case_dtype(case: Case) -> str:
-    # A differentiated float32 leaf sets float32 precision.  A float32 *constant* does only where a node on a
-    # differentiated leaf's path computes in float32: torch's promotion (which the engine follows) lets a
-    # dimensioned float32 tensor win over a 0-dim float64 one (pow(x2 f32 [3, 4], x3 f64 []) is float32), and such
-    # a gradient is rounded in float32.  A float32 constant that never meets a differentiated path (e.g. through a
-    # user op on its own) rounds nothing FD or the VJPs see: counting it hid a 1e-5 bug at float32 precision.
-    f32 = [l for l in case.leaves if l.value.dtype == _F32]
-    if not f32:
-        return "float64"
-    if any(l.requires_grad for l in f32):
-        return "float32"
-    carries = {l.name for l in case.leaves if l.requires_grad}
-    if not carries:
-        return "float64"
+    """The precision the case's gradients are compared at: float32 if any differentiated leaf's is (below)."""
+    return "float32" if "float32" in _leaf_precisions(case).values() else "float64"
+
+
+def _leaf_precisions(case: Case) -> dict:
+    """Per differentiated leaf, the precision its gradient is computed at.  "float32" where the leaf is float32 (its
+    gradient is cast to it), or where a node downstream of it has an input computed in float32 from a
+    differentiated leaf: its gradient then flows back through float32 arithmetic, or through a VJP that uses a
+    float32-rounded value which finite differences (evaluating perturbed leaves in float64) do not round.  Else
+    "float64": a float32 leaf beside it does not loosen its comparison (x64 * c32 is float64; x's gradient held to
+    float32 precision hid a 3e-6 bug in x's VJP).
+
+    A float32 *constant* sets float32 precision only where a node on a differentiated leaf's path computes in
+    float32: torch's promotion (which the engine follows) lets a dimensioned float32 tensor win over a 0-dim
+    float64 one (pow(x2 f32 [3, 4], x3 f64 []) is float32), and such a gradient is rounded in float32.  A float32
+    constant that never meets a differentiated path (e.g. through a user op on its own) rounds nothing FD or the
+    VJPs see: counting it hid a 1e-5 bug at float32 precision."""
+    diff = [l for l in case.leaves if l.requires_grad]
+    out = {l.name: "float32" if l.value.dtype == _F32 else "float64" for l in diff}
+    if not any(l.value.dtype == _F32 for l in case.leaves):
+        return out
     # Each node's dtype as the engine computes it (torch's rules, _private/dtypes.promote), not numpy's: the
     # case's numpy forward would give pow(x2 f32 [3, 4], x3 f64 []) float64.  Stand-ins carry dtype and rank only.
     values = case.evaluate()  # (the per-case memo's forward, shared with the oracles)
     dt = {l.name: l.value.dtype for l in case.leaves}
+    upstream = {l.name: frozenset((l.name,)) for l in diff}  # node -> the differentiated leaves it depends on
+    rounded = set()  # nodes computed in float32 from a differentiated leaf, or depending on one
     for n in case.nodes:
         spec = case.spec(n.op)
         ins = [np.empty((0,) * np.ndim(values[i]), dt.get(i, np.float64)) for i in n.inputs]
         floats = [a.dtype for a in _dtypes.promote(spec, ins) if a.dtype.kind == "f"]
         dt[n.name] = np.result_type(*floats) if floats else np.dtype(np.float64)
-        if any(i in carries for i in n.inputs):
-            carries.add(n.name)
-            if dt[n.name] == _F32:
-                return "float32"
-    return "float64"
+        up = frozenset().union(*(upstream.get(i, ()) for i in n.inputs))
+        if up:
+            upstream[n.name] = up
+        if up and dt[n.name] == _F32 or any(i in rounded for i in n.inputs):
+            rounded.add(n.name)
+            for leaf in up:
+                out[leaf] = "float32"
+    return out
 
 
 _F32 = np.dtype(np.float32)  # (comparing with a dtype object skips numpy's conversion of the type)
@@ -322,10 +335,12 @@ def _check(case: Case, chosen: list) -> Verdict:
         directional = None
 
     discrepancies: list[Discrepancy] = []
-    dtype = _case_dtype(case)
+    precisions = _leaf_precisions(case)
+    dtype = "float32" if "float32" in precisions.values() else "float64"
     f32 = {k: v for k, v in f32.items() if k in results}
-    if f32 and dtype == "float64":  # the code computes in float32 inside: so is every gradient compared
+    if f32:  # the code computes in float32 inside: so is every gradient compared
         dtype = "float32"
+        precisions = dict.fromkeys(precisions, "float32")
     kinds = {**{o.name: o for o in chosen}, **used}
     claim = _tol.accuracy_claim(case.meta)
     # CONTRACT §3: a raise is a discrepancy whichever oracles are left, unless it is excused
@@ -342,7 +357,7 @@ def _check(case: Case, chosen: list) -> Verdict:
         discrepancies.append(Discrepancy(kind="dtype", oracles=(name, other), case=case, leaf=leaf, message=(
             f"{name} returned a {got} gradient for leaf {leaf!r}, whose dtype is {want} (torch's .grad has the leaf's dtype)")))
     leaves = case.grad_leaves()
-    comparisons, found = _compare_pairs(case, leaves, results, kinds, dtype, jac, fd_errs, gated, claim)
+    comparisons, found = _compare_pairs(case, leaves, results, kinds, precisions, jac, fd_errs, gated, claim)
     discrepancies.extend(found)
     if directional is not None and results:
         _compare_directional(case, directional, results, kinds, dtype, comparisons, discrepancies, skipped, claim)
@@ -416,15 +431,39 @@ def _ask_oracles(case: Case, chosen: list) -> tuple:
     return results, skipped, errors, jac, fd_errs, directional, nondiff, used, f32
 
 
-def _compare_pairs(case, leaves, results, kinds, dtype, jac, fd_errs, gated, claim) -> tuple[list, list]:
-    """Every pair of oracles holding gradients, compared: (comparisons, discrepancies)."""
+def _compare_pairs(case, leaves, results, kinds, precisions, jac, fd_errs, gated, claim) -> tuple[list, list]:
+    """Every pair of oracles holding gradients, compared: (comparisons, discrepancies).  ``precisions``: per leaf,
+    the precision its gradient is computed at (``_leaf_precisions``); leaves of each precision are compared at its
+    tolerance, and a pair's comparison is the worst of them."""
     m = None if jac is None else _path_scale(jac, quiet=_engine._FP_QUIET)
-    M = None  # m per leaf, for the leaf-by-leaf comparison of pairs the fast path did not settle
     names = list(results)
-    noise = None
     # A pair where neither side holds a gradient compared nothing ({} vs {} where no leaf requires grad)
     holds = {n: _holds_elements(results[n]) for n in names}
     pairs = [(a, b) for a, b in itertools.combinations(names, 2) if holds[a] or holds[b]]
+    groups: dict = {}
+    for leaf in leaves:
+        groups.setdefault(precisions.get(leaf.name, "float64"), []).append(leaf)
+    if len(groups) <= 1:
+        dtype = next(iter(groups), "float64")
+        return _compare_group(case, leaves, names, pairs, results, kinds, dtype, m, None, fd_errs, gated, claim)
+    M = None if m is None else _per_leaf(m, leaves)  # (by leaf name: each group is a subset of the leaves)
+    comps: dict = {}
+    founds: list = []
+    for dtype in ("float64", "float32"):
+        part, found = _compare_group(case, groups.get(dtype, []), names, pairs, results, kinds, dtype, None, M,
+                                     fd_errs, gated, claim)
+        founds.extend(found)
+        for c in part:
+            was = comps.get(c.oracles)
+            comps[c.oracles] = c if was is None else Comparison(
+                c.oracles, was.agreed and c.agreed, max(was.max_ratio, c.max_ratio))
+    return list(comps.values()), founds
+
+
+def _compare_group(case, leaves, names, pairs, results, kinds, dtype, m, M, fd_errs, gated, claim) -> tuple[list, list]:
+    """``_compare_pairs`` on ``leaves``, all of one precision ``dtype``.  ``m``: the path scale (flat, in the order
+    of ``leaves``) or ``M``: the same by leaf name."""
+    noise = None
     opaque = _tol.opaque_claim(claim) if dtype == "float64" and _outcome.has_user_ops(case) else claim
     for attempt in range(2):
         # The rounding-noise floor only ever loosens a tolerance, and measuring it costs three
@@ -432,7 +471,8 @@ def _compare_pairs(case, leaves, results, kinds, dtype, jac, fd_errs, gated, cla
         # the allowance of code gradspec cannot see inside, tolerances.OPAQUE_RTOL).
         comps, founds = [], []
         claim_now = opaque if attempt else claim
-        fast = _fast_pairs(case, leaves, names, results, kinds, dtype, m, fd_errs, noise, gated, claim_now)
+        fast = _fast_pairs(case, leaves, names, results, kinds, dtype, m if M is None else M, fd_errs, noise, gated,
+                           claim_now)
         for a, b in pairs:
             if (a, b) in fast:
                 comps.append(Comparison((a, b), True, fast[(a, b)]))
