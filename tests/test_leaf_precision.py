@@ -80,3 +80,38 @@ def test_leaf_precisions(leaves, nodes, want):
     seeds = [np.ones(3)] * len(roots)  # (every root of these elementwise graphs has shape (3,))
     case = gs.Case.build(vals, [(n, op, ins, {}) for n, op, ins in nodes], roots, seeds, requires_grad=rg)
     assert C._leaf_precisions(case) == want
+
+
+# The rounding-noise floor measured inside table ops: a new user's fuzz run (tryout4) found reference vs torch-cpu
+# disagreeing at 1.85e-12 relative on tanh at x = -6.16 (1 - tanh^2 = 1.8e-5 cancels: one ulp of tanh is 1.2e-11 of
+# it), with a noise floor of 6e-21 because only each op's output was jittered, not what its own code computes.
+TANH_CASE = """{"format": "gradspec-case/1", "engine": "reference", "user_ops": {}, "leaves": [
+ {"name": "x0", "requires_grad": true, "value": {"dtype": "float64", "shape": [], "data": ["0x1.37a0f63a9fbe9p+2"]}},
+ {"name": "x1", "requires_grad": true, "value": {"dtype": "float64", "shape": [], "data": ["0x1.1ff14a3c3d0f5p-4"]}},
+ {"name": "x2", "requires_grad": true, "value": {"dtype": "float64", "shape": [1, 3],
+  "data": ["-0x1.231ad1e3020c5p+3", "0x1.0000000000000p-1", "-0x1.0b48e9ded9168p+2"]}},
+ {"name": "x3", "requires_grad": true, "value": {"dtype": "float64", "shape": [2],
+  "data": ["-0x1.4000000000000p+3", "-0x1.8a7ca627ced91p+2"]}}],
+ "nodes": [{"name": "v0", "op": "add", "inputs": ["x0", "x1"], "params": {}},
+  {"name": "v1", "op": "sum", "inputs": ["v0"], "params": {"dim": [], "keepdim": false}},
+  {"name": "v2", "op": "add", "inputs": ["x2", "x1"], "params": {}},
+  {"name": "v3", "op": "neg", "inputs": ["x3"], "params": {}},
+  {"name": "v4", "op": "add", "inputs": ["v1", "x1"], "params": {}},
+  {"name": "v5", "op": "sum", "inputs": ["v0"], "params": {"dim": [], "keepdim": false}},
+  {"name": "v6", "op": "tanh", "inputs": ["x3"], "params": {}},
+  {"name": "v7", "op": "sub", "inputs": ["v1", "x1"], "params": {}},
+  {"name": "v8", "op": "mul", "inputs": ["v3", "v5"], "params": {}},
+  {"name": "v9", "op": "exp", "inputs": ["v3"], "params": {}}],
+ "roots": ["v6"], "seeds": [{"dtype": "float64", "shape": [2], "data": ["0x1.0000000000000p-1", "-0x1.97d345afd3f4bp-2"]}]}"""
+
+
+def test_rounding_noise_inside_a_table_op_covers_its_cancellation():
+    from gradspec._check_noise import rounding_noise
+
+    case = gs.Case.from_json(TANH_CASE)
+    v = gs.check(case)
+    assert v.status == "agree", v.summary()
+    # the floor is what one ulp of tanh does to 1 - tanh^2 there (~1e-16 absolute on a 7e-6 gradient), not 6e-21;
+    # and it stays far below a real error of 1e-6 relative (7e-12 absolute)
+    noise = rounding_noise(case)["x3"][1]
+    assert 1e-17 < noise < 1e-13
