@@ -8,6 +8,8 @@ and ``exact_kinks`` names the nodes the old code named (kept below verbatim), Na
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
@@ -15,6 +17,7 @@ import gradspec as gs
 from gradspec._private import kinks, percase
 from gradspec._private.sampling import sample
 from gradspec.oracles import fd
+from gradspec.spec import registry
 from tests.test_fd_fast import _differences, _outcome
 
 
@@ -161,3 +164,42 @@ def test_float32_inputs_are_not_taken_from_float64_snapshots():
         assert snaps[0][0] == np.float32
         inside = _outcome(fd, case)
     assert not _differences(inside, _outcome(fd, case))
+
+
+def _arrays(rng, dtype):
+    """Small and larger arrays at, near and away from the domain points 0 and -1, with NaN, inf and -0.0."""
+    specials = [0.0, -0.0, -1.0, np.nan, np.inf, -np.inf, 1e-300, -1e-45, 1.0000001, -0.99999994]
+    for size in (1, 2, 5, 16, 17, 40):
+        for _ in range(12):
+            a = rng.standard_normal(size)
+            k = rng.integers(0, 3)
+            a[rng.integers(0, size, k)] = rng.choice(specials, k)
+            yield a.astype(dtype) if size % 2 else a.astype(dtype).reshape(-1, 1) if size > 1 else np.asarray(a[0], dtype)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32", "float16"])
+def test_kink_distance_is_zero_exactly_where_the_old_one_was(dtype):
+    # every op with singular points (relu, abs, log, sqrt, elu ...), each input at the arrays above
+    specs = [s for s in registry.all_specs().values() if any(d.points for d in s.domains_for(s.arity or 1))
+             and s.kink_distance is None and (s.arity or 1) == 1]
+    assert len(specs) >= 4
+    rng = np.random.default_rng(3)
+    hits = 0
+    with np.errstate(all="ignore"):
+        for spec in specs:
+            for a in _arrays(rng, dtype):
+                old = _old_distance(spec, [a], {}) == 0
+                assert (kinks._distance(spec, [a], {})[0] == 0) == old, (spec.name, a)
+                hits += old
+    assert hits >= 20  # exact hits were among them
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_a_point_is_compared_in_the_arrays_dtype(dtype):
+    # 0.1 is no float32 number: numpy's a - 0.1 on float32 casts 0.1 to float32 first
+    spec = SimpleNamespace(domains_for=lambda n: [gs.domains.away_from(0.1, 2.5)] * n, kink_distance=None)
+    with np.errstate(all="ignore"):
+        for a in (np.array([0.1, 3.0]), np.array([np.float32(0.1), 3.0]), np.array(0.1), np.array([0.1, np.nan]),
+                  np.array([np.inf, 0.1]), np.full(20, 0.1)):
+            a = a.astype(dtype)
+            assert (kinks._distance(spec, [a], {})[0] == 0) == (_old_distance(spec, [a], {}) == 0), a

@@ -18,6 +18,8 @@ Example::
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from . import percase
@@ -122,20 +124,40 @@ _MIN = np.minimum.reduce  # (np.min without its Python wrapper: the same reducti
 
 
 def _distance(spec, args, params) -> tuple[float, float | None]:
-    """(the distance of ``args`` to the op's nearest singular point or kink, the kink distance alone
-    where the op has one, else None)."""
+    """(a distance of ``args`` to the op's nearest singular point or kink that is 0 exactly where the
+    distance ``min(min |a - p| over the domains' points, kink_distance)`` is, the kink distance alone
+    where the op has one, else None).  A few float64 or float32 elements are tested on Python floats:
+    ``a - p`` is 0 exactly where ``a`` equals ``p`` (in ``a``'s dtype, as numpy casts ``p``), and a NaN
+    element makes numpy's ``min |a - p|`` NaN, which no minimum takes (so the array counts for nothing)."""
     d = np.inf
     for dom, a in zip(spec.domains_for(len(args)), args):
         if not dom.points:
             continue
         a = np.asarray(a)
-        if a.size and a.dtype.kind == "f":
-            d = min(d, min(float(_MIN(np.abs(a - p), axis=None)) for p in dom.points))
+        if not (a.size and a.dtype.kind == "f"):
+            continue
+        if a.size <= _SMALL and a.dtype in _CAST:
+            pts = [_CAST[a.dtype](p) for p in dom.points]
+            if math.isfinite(sum(pts)):  # (a point at inf: inf - inf is NaN, not 0; numpy below)
+                vals = a.ravel().tolist()
+                total = sum(vals)
+                if total != total and any(x != x for x in vals):  # (a NaN sum may be inf - inf: look)
+                    continue
+                if any(p in vals for p in pts):  # (``in`` compares with ==: -0.0 == 0.0, as x - p == 0)
+                    d = 0.0
+                continue
+        d = min(d, min(float(_MIN(np.abs(a - p), axis=None)) for p in dom.points))
     kd = None
     if spec.kink_distance is not None:
         kd = float(spec.kink_distance(*args, **params))
         d = min(d, kd)
     return d, kd
+
+
+_SMALL = 16  # elements
+# a domain point as numpy casts it to the array's dtype (a Python float is a "weak" scalar: it takes the
+# array's dtype), as a Python float; points are finite, so the cast and the comparison are exact
+_CAST = {np.dtype(np.float64): float, np.dtype(np.float32): lambda p: float(np.float32(p))}
 
 
 def tally(case, skipped: dict) -> list[str]:
