@@ -30,6 +30,7 @@ from ..oracles.engine_oracle import EngineOracle
 from ..search import Driver, Finding, Stop
 from ..strategies._groups import mean_sets
 from .inflight import Inflight
+from .prefetch import Prefetch
 from .state import BUILTIN_ENGINES, SNAPSHOT_EVERY, Config, ReportDirError, Stats, _atomic_json, _sig_from_key, _sig_key
 
 __all__ = ["resolve", "run_campaign", "run_shard"]
@@ -156,6 +157,12 @@ class _Campaign:
         self.on_found = on_found
         resolved, self.ops, self.engine = resolve(cfg)
         self.oracles = oracles if oracles is not None else resolved
+        # A group's value sets get each oracle's answers back to back first (gradspec.fuzz.prefetch: warm caches)
+        self._prefetch = None if cfg.isolate else Prefetch(self.oracles, cfg.case_timeout)
+        if self._prefetch is not None and self._prefetch.active:
+            self.oracles = self._prefetch.oracles
+        else:
+            self._prefetch = None
         self.stats = Stats(shards=1)
         self._pair_keys: dict = {}  # oracle pair -> "a vs b" (count)
         self.stats.found.update(found or {})  # already reported (e.g. earlier runs' cases still failing)
@@ -279,6 +286,11 @@ class _Campaign:
             case.engine = self.cfg.engine
             _claim_accuracy(case, self.cfg)
         self._inflight.group(cases)
+        if self._prefetch is not None:
+            self._prefetch.clear()
+            if mode == "generate" and self._warm:  # (not before the first check's warm-up)
+                if self._prefetch.run(cases, self._inflight.start):
+                    self._inflight.end()
 
     def _explain(self, d) -> None:
         """An engine's value finding gets the engine-level cause that reproduces its numbers (CONTRACT
@@ -342,6 +354,8 @@ class _Campaign:
             self.stats.processes = [{"shard": self.shard, "pid": os.getpid(), "cases": self.stats.cases,
                                      "seconds": round(self.stats.seconds, 3)}]
             self._inflight.close()
+            if self._prefetch is not None:
+                self._prefetch.clear()
             _disable_faulthandler(fh)
             self.snapshot(force=True)
         return self.stats
