@@ -34,8 +34,8 @@ Example::
     >>> a, b = (gs.Case.build({"x": np.array([v, 2.0])}, [("y", "exp", ["x"], {})], ["y"], [np.ones(2)]) for v in (0.5, 1.5))
     >>> p.run([a, b])
     2
-    >>> gs.check(a, oracles=p.oracles).ok, len(p.store[id(b)][1])  # b's answers wait for b's check
-    (True, 3)
+    >>> gs.check(a, oracles=p.oracles).ok, len(p.store[id(b)][1])  # b's 4 answers (applies and gradient, 2 oracles) wait for b's check
+    (True, 4)
 """
 
 from __future__ import annotations
