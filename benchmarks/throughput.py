@@ -14,7 +14,8 @@ alternating between versions so both see the same machine.
   the caches first.  Also the same bare loop in a process of its own (numpy and Hypothesis only, see
   ``worker_bare``), and the ratio against it: the stricter yardstick.
 * **split**: the CPU time of a campaign spent drawing cases (inside the strategy), checking them
-  (``gs.check`` and its guard) and the rest (Hypothesis' engine, bookkeeping, reports); within them,
+  (``gs.check`` and its guard, and the oracle answers a group's sets get before their checks:
+  ``gradspec.fuzz.prefetch``) and the rest (Hypothesis' engine, bookkeeping, reports); within them,
   the graph build per group, each oracle's own call and its ``applies``, and the in-flight file.
 * **distribution**: of the cases ``gradspec fuzz`` really checks (campaigns of ``--cases`` cases, the
   rate's budget, seeds 7, 8, ... until ``--sample`` cases are in; how many of them are distinct:
@@ -179,7 +180,8 @@ def worker_split(n: int, seed: int) -> dict:
     acc.update(draw=0.0, check=0.0)
     detail.clear()
     s, cpu = _fuzz(n, seed)
-    return {"cpu": cpu, "draw": acc["draw"], "check": acc["check"], "other": cpu - acc["draw"] - acc["check"],
+    check = acc["check"] + detail.get(PREFETCH, 0.0)  # (oracle calls made for the checks, ahead of them)
+    return {"cpu": cpu, "draw": acc["draw"], "check": check, "other": cpu - acc["draw"] - check,
             "cases": s["cases"], "detail": dict(detail)}
 
 
@@ -218,7 +220,14 @@ def _time_parts() -> dict:
             wrap(inflight.Inflight, meth, "other: in-flight file")
     except ImportError:
         pass
+    try:  # the group's oracle answers computed before its checks (worker_split counts them as check)
+        wrap(importlib.import_module("gradspec.fuzz.prefetch").Prefetch, "run", PREFETCH)
+    except ImportError:
+        pass
     return parts
+
+
+PREFETCH = "check: prefetch (each oracle over the group's sets, before their checks)"
 
 
 def _dist_metrics(cases) -> dict:
