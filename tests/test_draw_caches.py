@@ -14,7 +14,7 @@ import gradspec as gs
 from gradspec import domains as D
 from gradspec import strategies as gst
 from gradspec._private.sampling import sample
-from gradspec.case import CaseError
+from gradspec.case import CaseError, NodeDef
 from gradspec.spec import registry
 
 _cases = importlib.import_module("gradspec.strategies._cases")
@@ -87,6 +87,16 @@ def test_graph_case_still_rejects_a_seed_of_the_wrong_shape():
     bad = [np.ones(tuple(g.shapes[r]) + (2,)) for r in g.roots]
     with pytest.raises(CaseError, match="seed for root"):
         g.case({l.name: np.ones(l.shape) for l in g.leaves}, bad)
+
+
+def test_graph_case_checks_seeds_against_the_values_shapes_when_they_differ_from_the_plan():
+    # relu(x0) planned (3,): values of shape (2,) make the root (2,), and a (3,) seed no longer fits it
+    leaf = _graph.GraphLeaf("x0", (3,), "float64", True, [D.real()])
+    node = NodeDef("v0", "relu", ["x0"], {})
+    g = _graph.Graph([leaf], [node], ["v0"], {"x0": (3,), "v0": (3,)}, {"x0": True, "v0": True})
+    assert g.case({"x0": np.ones(3)}, [np.ones(3)]).roots == ["v0"]
+    with pytest.raises(CaseError, match="seed for root"):
+        g.case({"x0": np.ones(2)}, [np.ones(3)])
 
 
 def _check_reshape(shape, p):

@@ -78,8 +78,10 @@ class Graph:
         sd = [None] * len(self.roots) if seeds is None else list(seeds)
         case = Case(leaves, nodes, list(self.roots), sd, user_ops=dict(self.user_ops))  # (canonical params)
         # Roots and seeds checked against the shapes the builder computed with the same shape rules
-        # (Case.shapes() would run every node's rule again: most of this call's cost).
-        case.validate(self.shapes)
+        # (Case.shapes() would run every node's rule again: most of this call's cost) -- valid while
+        # every leaf value has its planned shape, else the rules run on the values' shapes.
+        planned = all(l.value.shape == self.shapes.get(l.name) for l in leaves)
+        case.validate(self.shapes if planned else None)
         return case
 
     def case_like(self, template: Case, values: Mapping[str, np.ndarray], seeds: Sequence) -> Case:
