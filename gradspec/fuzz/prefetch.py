@@ -119,7 +119,7 @@ class Prefetch:
         if o.name == "jacobian" and o.kind == "exact" and _has_fd_jvp(case):
             return True  # check() swaps in the finite-difference JVP oracle here
         try:
-            arm()
+            arm()  # (one budget for the oracle's applies and gradient call on this case: what it cuts, check redoes)
             try:
                 ok, why = o.applies(case)
             except CaseTimeout:
@@ -130,7 +130,6 @@ class Prefetch:
             if not ok or (o.kind == "fd" and case.n_inputs > getattr(o, "full_limit", np.inf)):
                 return True
             meth = "result" if o.kind == "fd" else "jacobian" if o.name == "jacobian" else "vjp"
-            arm()  # (the gradient call's own budget)
             try:
                 answers[(o.name, meth)] = getattr(o, meth)(case)
             except CaseTimeout:
@@ -138,9 +137,8 @@ class Prefetch:
             except Exception:  # noqa: BLE001 - not kept: check() calls it again (its own traceback)
                 pass
         except CaseTimeout:
-            return False
-        finally:
             arm(0)
+            return False
         return True
 
 
@@ -179,5 +177,5 @@ class _bounded:
 
     def __exit__(self, *exc):
         if self.alarm is not None:
-            self.alarm.__exit__(*exc)
+            self.alarm.__exit__(*exc)  # (stops this timer, gives an outer one back what it had left)
         return False
