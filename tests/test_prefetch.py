@@ -54,8 +54,9 @@ def _campaign_verdicts(monkeypatch, tmp_path, on: bool, **cfg) -> tuple[list, in
 
     monkeypatch.setattr(_campaign._Campaign, "_evaluate", record)
     monkeypatch.setattr(Prefetch, "run", counted)
+    # (shrinking bounded by its number of calls, not by wall time: a loaded machine must not shrink less in one run)
     config = Config(oracles=CPU, report_dir=str(tmp_path / ("on" if on else "off")), replay_saved=False,
-                    shrink_seconds=5.0, **cfg)
+                    shrink_seconds=600.0, **cfg)
     stats = _campaign.run_campaign(config)
     return seen, fetched[0], {"cases": stats.cases, "pairs": dict(stats.pair_counts), "agree": dict(stats.pair_agree),
                               "skipped": dict(stats.skipped), "found": sorted(stats.found)}
@@ -154,7 +155,7 @@ def test_a_call_past_the_timeout_ends_the_prefetch_and_check_cuts_it_under_the_g
         cases = _cases(3)
         t0 = time.monotonic()
         p.run(cases)
-        assert time.monotonic() - t0 < 2 and len(slow) == 1  # cut at once, and no further call made
+        assert time.monotonic() - t0 < 4 and len(slow) == 1  # cut (the call sleeps 5 s), and no further call made
         assert all(("reference", "vjp") not in p.store[id(c)][1] for c in cases)
         v = guarded_check(cases[0], p.oracles, 0.2, under_test="reference")
         d = v.discrepancies[0]
