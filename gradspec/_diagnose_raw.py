@@ -207,14 +207,15 @@ def _mutation(spec, ins: list, g: np.ndarray, params: dict) -> tuple[list, str, 
     changed += [f"ctx.{k} ({v!r} -> {getattr(fn, k, None)!r})" for k, v in plain.items() if getattr(fn, k, None) != v]
     if not changed:
         return None
-    one = "; ".join(_fmt(a) for a in first if a is not None)
+    # detached: a backward that returns its saved output itself (y.mul_(g)) hands back a tensor that requires grad
+    one = "; ".join(_fmt(a.detach()) for a in first if a is not None)
     try:
         second = torch.autograd.grad(y, xs, gt, retain_graph=True, allow_unused=True)
     except RuntimeError as e:
         said = str(e).split(":")[0].split(". Hint")[0]
         return changed, (f"or, where torch checks the saved tensor's version as here, raises RuntimeError "
                          f"'{said}'"), f"first call {one}; second call raised"
-    two = "; ".join(_fmt(a) for a in second if a is not None)
+    two = "; ".join(_fmt(a.detach()) for a in second if a is not None)
     return changed, f"here {two} where the first gave {one}", f"first call {one}; second call {two}"
 
 
