@@ -8,7 +8,9 @@ the seed instead of adding it (micrograd's ``self.grad = 1``), ``zero-d-no-grad`
 the gradient of a 0-d leaf (tinygrad's const tensors), ``edge-overwrite`` assigns each use's
 gradient into ``.grad`` (losing the other uses), ``use-overwrite`` loses them within one backward but adds
 the survivor to ``.grad`` (so calls still accumulate), ``seed-mean`` broadcasts the mean of the
-seed, ``implicit-0d-only`` refuses the implicit seed unless the output is 0-d.
+seed, ``implicit-0d-only`` refuses the implicit seed unless the output is 0-d, ``dfs-preorder`` orders
+the backward by a depth-first pre-order (tryout4's diamond engine: a node used twice passes its gradient
+on before every use has added to it).
 """
 
 from __future__ import annotations
@@ -139,7 +141,7 @@ class Mini:
         else:
             grads[id(tensor)] = seed
         leaf_in = {}
-        for t in reversed(topo):
+        for t in (_preorder(tensor) if "dfs-preorder" in self.bugs else reversed(topo)):
             if t.is_leaf:
                 continue
             G = t.grad if stale else grads.get(id(t))
@@ -182,6 +184,18 @@ class Mini:
         return np.array(tensor.value, copy=True)
 
 
+def _preorder(root) -> list:
+    order, seen, stack = [], set(), [root]
+    while stack:
+        t = stack.pop()
+        if id(t) in seen:
+            continue
+        seen.add(id(t))
+        order.append(t)
+        stack.extend(p for p, _f in t.parents)
+    return order
+
+
 # module-level factories, so the CLI can load each one as "tests._planted_engines:<name>"
 def correct():
     return Mini()
@@ -221,3 +235,7 @@ def implicit_0d_only():
 
 def inner_overwrite():
     return Mini("inner-overwrite")
+
+
+def dfs_preorder():
+    return Mini("dfs-preorder")

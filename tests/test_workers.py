@@ -106,3 +106,32 @@ def test_budget_a_dead_worker_never_ran_is_reported_never_silently_dropped(tmp_p
     assert s["cases"] + lost == 16  # what ran plus what is reported lost is the whole budget
     assert any("lost" in e for e in s["errors"]) and "lost" in r.stdout
     assert any(rec["kind"] == "crash" for rec in s["reports"])
+
+
+def test_every_finding_of_a_distributed_campaign_has_its_report_folder(tmp_path):
+    """tryout4 #2: a worker's finding is diagnosed there (the reduction's culprit, the engine's cause); the
+    controller's plain re-check of its case gave every not-localised finding of the diamond-order engine
+    one and the same id, so one folder was written and the other ids were listed (summary, index,
+    printed replay commands) without one."""
+    import os
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    env = {k: v for k, v in os.environ.items() if k not in ("GRADSPEC_REPORT_DIR", "PYTEST_XDIST_WORKER")}
+    out = tmp_path / "reports"
+    r = gradspec("fuzz", "--engine", "tests._planted_engines:dfs_preorder", "--allow-import", "tests",
+                 "--oracles", FAST_ORACLES, "--workers", 2, "--max-examples", 400, "--seed", 5, "--shrink-seconds", 3,
+                 "--report-dir", out, "-q", cwd=root, env=env, timeout=300)
+    assert r.returncode == 1, r.stdout + r.stderr
+    s = summary(out)
+    listed = [rec["id"] for rec in s["reports"] + s["superseded"]]
+    assert any(rec["kind"] == "value" for rec in s["reports"]), s["reports"]  # the planted bug was found
+    assert len(listed) == len(set(listed))
+    missing = [rid for rid in listed if not (out / rid / "case.json").is_file()]
+    assert not missing, (missing, [p.name for p in folders(out)])
+    for line in r.stdout.splitlines():  # every printed replay command names a case that is there
+        if "gradspec replay" in line:
+            assert os.path.isfile(line.split("gradspec replay ", 1)[1].split()[0]), line
+    for rec in s["reports"] + s["superseded"]:  # and each folder is the finding listed under its id
+        saved = json.loads((out / rec["id"] / "discrepancy.json").read_text())
+        assert (saved["id"], saved["kind"], sorted(saved["ops"])) == (rec["id"], rec["kind"], sorted(rec["ops"]))

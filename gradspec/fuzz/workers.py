@@ -316,11 +316,16 @@ def _rebuild(finding: dict, oracles, cfg: Config) -> tuple[Discrepancy, Verdict]
     verdict = guarded_check(case, oracles, cfg.case_timeout, under_test=cfg.engine, isolate=cfg.isolate)
     for d in verdict.discrepancies:
         if d.kind == dj["kind"] and sorted(d.oracles) == sorted(dj["oracles"]):
+            # The worker's diagnosis stands (its culprit comes from the reduction and its cause from the
+            # engine's explanation, neither of which a plain re-check repeats): the signature, hence
+            # the report id, is the one the worker counted.  A re-check's own cause gave every
+            # not-localised finding of a run one id: one folder, the others listed without one.
+            d.cause, d.culprit = Cause.from_json(dj.get("cause")), dj.get("culprit")
             return d, verdict
     # Not reproduced here (a nondeterministic engine, another machine): report what the worker saw.
     d = Discrepancy(kind=dj["kind"], oracles=tuple(dj["oracles"]), message=dj["message"] + (
         "\n(reported by a worker; the controller's re-check of this case did not show it)"), case=case,
-        traceback=dj.get("traceback"), cause=Cause.from_json(dj.get("cause")))
+        traceback=dj.get("traceback"), cause=Cause.from_json(dj.get("cause")), culprit=dj.get("culprit"))
     return d, Verdict(case, {}, [], [d], {}, {})
 
 
@@ -377,7 +382,8 @@ def run_distributed(cfg: Config, progress: Callable | None = None, on_found: Cal
             if got is not None:
                 emit(*got, {**(f.get("info") or {}), "shard": d["chunk"]})
         for rid, rec in found.items():  # a finding whose report could not be rebuilt is still counted
-            merged.found.setdefault(rid, rec)
+            have = merged.found.setdefault(rid, {})
+            have.update({k: v for k, v in rec.items() if k not in have})  # (the worker's counts, culprit)
         merged.seconds = time.time() - cfg.started
         if progress is not None:
             progress(merged)
