@@ -25,3 +25,29 @@ def test_the_cause_names_what_is_wrong(run, cause_id, words, not_words):
     c = found[0].cause
     assert c is not None and c.id == cause_id, (c.id if c else None, c.summary if c else None)
     assert words in c.summary and not_words not in c.summary, c.summary
+
+
+def _cubic_inputs():
+    import torch
+
+    # a of shape () broadcast against b (3,): where the saved view of a is cut from a
+    return torch.tensor(1.5, dtype=torch.float64), torch.tensor([-1.0, 0.5, 2.0], dtype=torch.float64)
+
+
+@pytest.mark.parametrize("fn, held", [(T.CubicRoot.apply, ["ctx.saved_tensors[0] (a view of input 0 made inside forward"]),
+                                      (T.CubicRootSavesInput.apply, [])], ids=["saves-a-broadcast-view", "saves-the-input"])
+def test_a_saved_view_of_an_input_made_inside_forward_is_a_tensor_computed_inside_forward(fn, held):
+    # tryout4 #8: CubicRoot's double backward is wrong where a is broadcast (its second derivative in a lacks the
+    # term through the saved view; autograd through the same Newton steps unrolled gives the other number), which
+    # README calls a note, not a failure, once the saved view is known for what it is
+    from gradspec.verify.torch_double import saved_intermediates
+
+    got = saved_intermediates(fn, list(_cubic_inputs()), {})
+    assert len(got) == len(held) and all(g.startswith(h) for g, h in zip(got, held, strict=True)), got
+
+
+def test_a_function_saving_a_broadcast_view_gets_the_promised_note_not_a_finding():
+    r = gs.verify_torch_function(T.CubicRoot.apply, example_inputs=_cubic_inputs(), max_examples=5, seed=1,
+                                 domain=[gs.domains.interval(0.1, 5.0), gs.domains.real()])  # a > 0: one root
+    assert r.ok, str(r)
+    assert any("computed inside forward" in n and "a view of input 0" in n for n in r.notes), r.notes

@@ -55,10 +55,15 @@ def _fixed(shape, phase: float) -> np.ndarray:
     return np.asarray((0.5 + ((k + phase) * 0.618034) % 1.0) * np.where(k % 2 == 0, 1.0, -1.0), dtype=np.float64)
 
 
-def saved_intermediates(call, xs, params) -> int:
-    """How many tensors the Function inside ``call`` saved for backward that are neither its inputs nor its
-    outputs (computed inside forward, where autograd does not record): its double backward treats them as
-    constants, whatever its backward computes from them."""
+def saved_intermediates(call, xs, params) -> list[str]:
+    """The tensors the Function inside ``call`` saved for backward that are neither its inputs nor its
+    outputs (computed inside forward, where autograd does not record), each said as ``ctx.saved_tensors[i]``
+    with what it is: its double backward treats them as constants, whatever its backward computes from them.
+
+    Besides a tensor that does not require grad, that is a leaf (no grad_fn) that is none of the Function's
+    inputs: a view of an input made inside forward (``torch.broadcast_tensors(a, b)[0]``, ``a.expand(...)``)
+    is saved as a leaf of its own, so the second-order term through it never reaches the input.
+    """
     import torch
 
     ys = [x.detach().to(torch.float64).requires_grad_(True) for x in xs]
@@ -71,12 +76,24 @@ def saved_intermediates(call, xs, params) -> int:
             continue
         seen.add(id(node))
         if isinstance(node, torch.autograd.function.BackwardCFunction):
+            inputs = [getattr(f, "variable", None) for f, _ in node.next_functions]
             try:
-                return sum(1 for t in node.saved_tensors if not t.requires_grad)
+                saved = node.saved_tensors
             except RuntimeError:  # nothing saved, or already freed
-                return 0
+                return []
+            return [f"ctx.saved_tensors[{i}]" + _what_saved(t, inputs) for i, t in enumerate(saved)
+                    if not t.requires_grad or (t.grad_fn is None and not any(t is v for v in inputs))]
         todo += [f for f, _ in node.next_functions]
-    return 0
+    return []
+
+
+def _what_saved(t, inputs) -> str:
+    base = t._base if t._is_view() else None
+    k = next((k for k, v in enumerate(inputs) if v is not None and base is not None and base is v), None)
+    if k is not None:
+        return (f" (a view of input {k} made inside forward, e.g. by torch.broadcast_tensors or expand: autograd "
+                f"saves it as a leaf of its own, cut from input {k})")
+    return ""
 
 
 def directional_second_order(call, xs, params) -> tuple[float | None, float, float] | None:
@@ -270,15 +287,15 @@ class DoubleBackwardCheck:
         try:
             held = saved_intermediates(self.spec.torch, xs, node.params)
         except Exception:  # noqa: BLE001 - cannot tell: treated as none
-            held = 0
+            held = []
         if held:
             self.left = 0
             self.result.note(
                 f"second-order gradients (double backward) through fn's backward are wrong here ({what}): it saves "
-                f"{held} tensor(s) computed inside forward (neither inputs nor outputs), which autograd treats as "
+                f"{len(held)} tensor(s) computed inside forward (neither inputs nor outputs: {'; '.join(held)}), which autograd treats as "
                 "constants when it differentiates the backward -- fine for first-order use; for double backward "
-                "(Hessian-vector products, gradient penalties) recompute them in backward from the saved inputs, or "
-                "return them as outputs")
+                "(Hessian-vector products, gradient penalties) save the inputs themselves and recompute them in backward "
+                "(broadcast there), or return them as outputs")
         return bool(held)
 
     def _wrong(self, case, node, auto, fd, err) -> VerifyDiscrepancy:
