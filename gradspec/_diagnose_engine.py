@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from ._diagnose_text import _fmt
-from ._private.vjp_patterns import explains, flat
+from ._private.vjp_patterns import classify, explains, flat
 from .case import Case
 from .causes import Cause
 from .check import check as _run_check
@@ -140,3 +140,63 @@ def _engine_cleared(case: Case, suspect: str, verdict) -> Cause | None:
                  evidence=f"the engine's .grad is None for {names} (reached by "
                  f"{', '.join(r for r in case.roots[:-1] if set(missing) & reached[r])}, not by the last root "
                  f"{case.roots[-1]}); the reference has {', '.join(f'{n} = {_fmt(ref[n])}' for n in missing)}")
+
+
+# Other broadcasting ops the engine is probed with: a broadcast input of shape (3,) against (2, 3), a
+# non-constant upstream gradient (a constant one cannot tell the first slice from the mean of the copies).
+_BROADCAST_PROBES = ("add", "mul", "sub", "div")
+
+
+def _engine_shared_broadcast(op: str, suspect: str, twin: str, run, found: Cause, mean: bool) -> Cause | None:
+    """One engine-level cause for a broadcast input's gradient reduced wrongly (``found``, on a node of ``op``)
+    when the engine makes the same mistake on another broadcasting op: the engine's shared code that sums a
+    broadcast gradient back to the input's shape (an ``unbroadcast`` / ``sum_to`` helper) is wrong, one bug
+    whichever op a case shows it on, not one per op.  ``run(case)`` checks a case with the finding's oracles;
+    ``mean``: the mistake found is a mean (else the first slice)."""
+    rng = np.random.default_rng(5)
+    for other in _BROADCAST_PROBES:
+        if other == op:
+            continue
+        a, b = rng.uniform(0.5, 1.5, 3), rng.uniform(0.5, 1.5, (2, 3))
+        g = rng.uniform(0.5, 1.5, (2, 3)) * rng.choice([-1.0, 1.0], (2, 3))
+        probe = Case.build({"a": a, "b": b}, [("p", other, ["a", "b"], {})], ["p"], seeds=[g])
+        try:
+            v = run(probe)
+        except Exception:  # noqa: BLE001 - the engine does not take this op: try the next
+            continue
+        u, t = v.results.get(suspect), v.results.get(twin)
+        if u is None or t is None or suspect in v.errors:
+            continue
+        leaves = [l for l in probe.grad_leaves() if u.get(l.name) is not None and t.get(l.name) is not None]
+        try:
+            J = _jac.jacobian(probe)
+            pattern, factor, detail = classify(probe, probe.nodes[0], probe.spec(other), leaves, u, t, J, g)
+        except Exception:  # noqa: BLE001
+            continue
+        if pattern != "broadcast-reduction" or (factor is not None) != mean:
+            continue
+        how = "keeps only the first slice" if factor is None else "is averaged over the broadcast axes"
+        return Cause("shared-broadcast-reduction",
+                     f"the engine's shared reduction of broadcast gradients is wrong: a broadcast input's gradient "
+                     f"{how} where the sum over the broadcast axes belongs, on {op} and on {other} alike (every "
+                     "broadcasting op shows it); fix the helper that sums a gradient back to an input's shape "
+                     "(sum over the leading axes added and over the size-1 axes, never a mean or a slice)",
+                     evidence=f"{found.summary}; probe {other}(a (3,), b (2, 3)) with a non-constant upstream g: "
+                              f"{detail}", pattern="broadcast-reduction", factor=found.factor if found.pattern == pattern else None,
+                     fix="sum the gradient over the broadcast axes in the engine's shared unbroadcast helper")
+    return None
+
+
+def empty_broadcast(mini: Case, node, u: dict) -> bool:
+    """An input broadcast over an axis of size 0 whose gradient the engine gives as NaN: the mean of no copies
+    (0/0) where their sum, 0, belongs."""
+    shapes = mini.shapes()
+    out = shapes[node.name]
+    for i in node.inputs:
+        s = shapes[i]
+        lead = len(out) - len(s)
+        over = [a for a, n in enumerate(out) if n == 0 and (a < lead or s[a - lead] == 1)]
+        g = u.get(i)
+        if over and g is not None and np.size(g) and np.isnan(np.asarray(g, dtype=np.float64)).any():
+            return True
+    return False

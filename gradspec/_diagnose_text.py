@@ -56,7 +56,10 @@ def _whose(spec, suspect: str) -> str:
         return f"the engine's backward for {spec.name!r}"
     if _is_torch_function(spec) and getattr(spec, "fn_has_backward", True) is False:
         # a plain function (or module) on torch tensors: torch's autograd computes its gradient
-        return f"the gradient torch's autograd computes through {spec.name[6:]}"
+        inside = list(getattr(spec, "functions_inside", None) or ())
+        runs = (f" (whose graph runs your {' and '.join(f'{c}.backward' for c in inside[:3])}: torch's own ops "
+                "rarely err, so look there first)") if inside else ""
+        return f"the gradient torch's autograd computes through {spec.name[6:]}{runs}"
     if spec.user and getattr(spec, "torch_name", None) and spec.name.startswith("torch_"):
         return f"your backward ({spec.name[6:]}.backward)"
     if spec.user:

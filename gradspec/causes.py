@@ -34,12 +34,16 @@ ENGINE_IDS = {
     "uses-overwrite": "within one backward, the gradients of several uses of a leaf replace each other instead of "
                       "adding (.grad still adds across calls)",
     "root-grad-assigned": "a root that is also used elsewhere had its gradient set, not added",
+    "backward-order": "backward visits the nodes out of reverse topological order (e.g. depth-first pre-order): a "
+                      "tensor used several times passes its gradient on before every use has added to it",
     "grad-not-updated": ".grad reads back unchanged after a backward",
     "reset-ignored": "zero_grad / grad = None does not reset the accumulated gradient",
     "repeated-input-dropped": "one use of a leaf passed twice to an op is lost",
     "no-freeing": "a second backward through freed buffers does not raise",
     "none-vs-zeros": "a gradient is zeros where torch has None (or the other way round)",
     "error-type": "the engine raises where torch does not, or not where torch does",
+    "shared-broadcast-reduction": "the engine's shared code that reduces a broadcast input's gradient to the input's "
+                                  "shape is wrong (a mean or a slice where the sum belongs), on every broadcasting op",
     "unexplained": "a backward() rule is broken and no known wrong semantics reproduces the engine's numbers",
 }
 

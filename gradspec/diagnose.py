@@ -52,7 +52,8 @@ import re
 
 import numpy as np
 
-from ._diagnose_engine import _engine_cleared, _engine_implicit_refused, _engine_overwrite, _engine_seed_ignored
+from ._diagnose_engine import (_engine_cleared, _engine_implicit_refused, _engine_overwrite, _engine_seed_ignored,
+                               _engine_shared_broadcast, empty_broadcast)
 from ._diagnose_findings import _raised_cause, explain_finding
 from ._diagnose_points import factor_at_points, flat_forward_words, float32_only, not_linear_in_g, overflow_words
 from ._diagnose_raw import _forward_mutation_cause, _mutation_cause, _none_returned, _returned_shapes, _split_case
@@ -409,6 +410,11 @@ def _node_cause(mini, node, spec, suspect, v, twin, first, run=None) -> Cause:
     if first.kind == "shape":
         return _shape_cause(mini, node, spec, suspect, first)
     c = _wrong_vjp(mini, node, spec, suspect, v.results[suspect], v.results[twin], first, twin, run)
+    empty = first.kind == "nan-inf-pattern" and _is_engine(suspect) and empty_broadcast(mini, node, v.results[suspect])
+    if _is_engine(suspect) and (c.pattern == "broadcast-reduction" or empty) and run is not None:
+        shared = _engine_shared_broadcast(node.op, suspect, twin, run, c, mean=empty or c.factor is not None)
+        if shared is not None:  # the same mistake on another op: the engine's shared helper, one finding
+            return shared
     if _is_torch_function(spec):  # computing from a saved tensor it modified in place: that is the cause
         m = _mutation_cause(mini, wrong=c.summary.split(" is wrong — ", 1)[-1])
         if m is not None:
@@ -478,13 +484,18 @@ def _confirmed(mini, node, spec, suspect, twin, run, J, found) -> tuple:
         fresh.append(classify(m2, node, spec, leaves, u2, t2, J, np.asarray(g2, dtype=np.float64)))
 
     def same(a, b):
-        return a[0] == b[0] and (a[0] != "scale" or (a[1] is not None and b[1] is not None
-                                                      and abs(a[1] - b[1]) <= 1e-6 * abs(b[1])))
+        # a broadcast input's gradient: its first slice (factor None) and its mean (1/n) are one pattern, two
+        # mistakes, which a constant g (a seed of ones) cannot tell apart
+        return a[0] == b[0] and (a[0] not in ("scale", "broadcast-reduction") or a[1] == b[1] or (
+            a[1] is not None and b[1] is not None and abs(a[1] - b[1]) <= 1e-6 * abs(b[1])))
 
     if all(same(f, found) for f in fresh):
         return found
     if len(fresh) == _FRESH_SEEDS and fresh[0][0] != "other" and all(same(f, fresh[0]) for f in fresh):
         p2, f2, d2 = fresh[0]
+        if p2 == pattern == "broadcast-reduction":
+            return p2, f2, (f"{d2} (seen on fresh upstream gradients at the same inputs: this case's own g is "
+                            "constant, where the first slice and the mean of the copies are the same numbers)")
         return p2, f2, (f"{d2} (seen on fresh upstream gradients at the same inputs: this case's own g fits "
                         f"'{pattern}' as well and cannot tell them apart)")
     nonlinear = not_linear_in_g(mini, suspect, lambda g2: _recheck(mini, g2, run))

@@ -51,12 +51,15 @@ _FIX_ID = {
     "uses-overwrite": "add the gradient of every use of a leaf within one backward (grad = grad + new), never assign",
     "stale-intermediate-grads": "reset the gradients of intermediate nodes at the start of every backward",
     "root-grad-assigned": "add the seed to the root's gradient instead of assigning it",
+    "backward-order": "sort the nodes topologically (each after every node that uses it) before back-propagating",
     "grad-not-updated": "write the accumulated gradient back to .grad after backward",
     "reset-ignored": "make zero_grad set .grad back to None (or zeros)",
     "repeated-input-dropped": "accumulate the gradient of every argument, also when two arguments are one tensor",
     "no-freeing": "free saved tensors after backward unless retain_graph=True, and raise on a second backward",
     "none-vs-zeros": "leave .grad None where no gradient reached the leaf (torch's convention)",
     "error-type": "raise where torch raises and only there",
+    "shared-broadcast-reduction": "sum a broadcast input's gradient over the broadcast axes in the engine's shared "
+                                  "unbroadcast helper (never a mean or a slice)",
 }
 
 

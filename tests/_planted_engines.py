@@ -10,7 +10,10 @@ gradient into ``.grad`` (losing the other uses), ``use-overwrite`` loses them wi
 the survivor to ``.grad`` (so calls still accumulate), ``seed-mean`` broadcasts the mean of the
 seed, ``implicit-0d-only`` refuses the implicit seed unless the output is 0-d, ``dfs-preorder`` orders
 the backward by a depth-first pre-order (tryout4's diamond engine: a node used twice passes its gradient
-on before every use has added to it).
+on before every use has added to it; ``dfs-preorder-leaves``: leaves are in that order too, so a leaf's
+later uses are lost, as in tryout4's myengine.DiamondOrder), ``broadcast-mean`` reduces every broadcast gradient over the leading
+axes with a mean (tryout4's BadBroadcast: one shared helper, every op), ``tanh-raises-0d`` has a tanh
+backward that raises numpy's AxisError on a 0-d input (tryout4's matmul raising for 1-D @ 1-D).
 """
 
 from __future__ import annotations
@@ -40,6 +43,15 @@ class T:
 def _unbroadcast(g, shape):
     while g.ndim > len(shape):
         g = g.sum(axis=0)
+    for i, n in enumerate(shape):
+        if n == 1 and g.shape[i] != 1:
+            g = g.sum(axis=i, keepdims=True)
+    return g
+
+
+def _unbroadcast_mean(g, shape):
+    while g.ndim > len(shape):
+        g = g.mean(axis=0)  # the bug: the leading axes averaged
     for i, n in enumerate(shape):
         if n == 1 and g.shape[i] != 1:
             g = g.sum(axis=i, keepdims=True)
@@ -77,7 +89,10 @@ class Mini:
             out, fns = e, [lambda g: g * e]
         elif op == "tanh":
             t = np.tanh(v[0])
-            out, fns = t, [lambda g: g * (1 - t * t)]
+            if "tanh-raises-0d" in self.bugs:
+                out, fns = t, [lambda g: g * (1 - t * t) if np.ndim(g) else np.swapaxes(g, -1, -2)]
+            else:
+                out, fns = t, [lambda g: g * (1 - t * t)]
         elif op == "sin":
             out, fns = np.sin(v[0]), [lambda g: g * np.cos(v[0])]
         elif op == "square":
@@ -94,7 +109,8 @@ class Mini:
         if params:
             raise TypeError(f"mini: {op} does not take {sorted(params)}")
         out = np.asarray(out, dtype=np.float64)
-        parents = tuple((a, (lambda g, f=f, s=a.shape: _unbroadcast(np.asarray(f(g)), s)))
+        un = _unbroadcast_mean if "broadcast-mean" in self.bugs else _unbroadcast
+        parents = tuple((a, (lambda g, f=f, s=a.shape: un(np.asarray(f(g)), s)))
                         for a, f in zip(args, fns) if a.requires_grad)
         return T(out, parents, requires_grad=bool(parents), op=op)
 
@@ -140,9 +156,12 @@ class Mini:
                 return
         else:
             grads[id(tensor)] = seed
-        leaf_in = {}
-        for t in (_preorder(tensor) if "dfs-preorder" in self.bugs else reversed(topo)):
+        leaf_in, taken = {}, set()
+        preorder = self.bugs & {"dfs-preorder", "dfs-preorder-leaves"}
+        for t in (_preorder(tensor) if preorder else reversed(topo)):
             if t.is_leaf:
+                if "dfs-preorder-leaves" in self.bugs:
+                    taken.add(id(t))  # its gradient is stored now: what later uses deliver is lost
                 continue
             G = t.grad if stale else grads.get(id(t))
             if G is None:
@@ -150,7 +169,8 @@ class Mini:
             for p, f in t.parents:
                 c = f(G)
                 if p.is_leaf:
-                    leaf_in.setdefault(id(p), (p, []))[1].append(c)
+                    if id(p) not in taken:
+                        leaf_in.setdefault(id(p), (p, []))[1].append(c)
                 elif stale:
                     p.grad = c if p.grad is None else p.grad + c
                 elif "inner-overwrite" in self.bugs:  # an intermediate used twice: the last use wins
@@ -239,3 +259,11 @@ def inner_overwrite():
 
 def dfs_preorder():
     return Mini("dfs-preorder")
+
+
+def broadcast_mean():
+    return Mini("broadcast-mean")
+
+
+def tanh_raises_0d():
+    return Mini("tanh-raises-0d")

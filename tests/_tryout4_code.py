@@ -56,3 +56,23 @@ class CubicRootSavesInput(CubicRoot):
         ctx.save_for_backward(a, x)
         ctx.shapes = (a.shape, b.shape)
         return x
+
+
+class ExpTwice(torch.autograd.Function):
+    """BUG: backward is twice exp's derivative."""
+
+    @staticmethod
+    def forward(ctx, x):
+        y = x.exp()
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        (y,) = ctx.saved_tensors
+        return 2 * y * g
+
+
+def wrapped_exp_twice(x):
+    """A plain function around the buggy Function (as tryout4's solve_fn wraps SolveTransposedAdjoint)."""
+    return ExpTwice.apply(torch.tanh(x)) + x

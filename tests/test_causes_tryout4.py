@@ -15,6 +15,9 @@ CASES = {
     "backward-mutates-saved-output": (
         lambda: gs.verify_torch_function(T.ExpMutatesSaved.apply, arity=1, max_examples=40, seed=1).discrepancies,
         "wrong-vjp", "modifies a saved tensor in place (ctx.saved_tensors[0]", "no single node"),
+    "function-inside-a-wrapper-named": (  # tryout4 #10: "... computes through solve_fn.<locals>.f" named no backward
+        lambda: gs.verify_torch_function(T.wrapped_exp_twice, arity=1, max_examples=30, seed=0).discrepancies,
+        "wrong-vjp", "whose graph runs your ExpTwice.backward", "no simple pattern"),
 }
 
 
@@ -51,3 +54,37 @@ def test_a_function_saving_a_broadcast_view_gets_the_promised_note_not_a_finding
                                  domain=[gs.domains.interval(0.1, 5.0), gs.domains.real()])  # a > 0: one root
     assert r.ok, str(r)
     assert any("computed inside forward" in n and "a view of input 0" in n for n in r.notes), r.notes
+
+
+def _engine_causes(bug, **kw):
+    from tests._planted_engines import Mini
+
+    r = gs.verify_engine(Mini(bug), **kw)
+    return r, [d.cause for d in r.discrepancies]
+
+
+def test_an_op_backward_that_raises_is_named_not_the_implicit_seed():
+    # tryout4 #5: an engine whose matmul backward raised AxisError for 1-D @ 1-D (a 0-d output, implicit seed)
+    # got 'implicit-seed-refused'; it raises with an explicit seed of ones just the same
+    r, causes = _engine_causes("tanh-raises-0d", max_examples=60, seed=3)
+    assert causes and not r.ok
+    assert all(c.id != "implicit-seed-refused" for c in causes), [str(c) for c in causes]
+    assert any(c.op == "tanh" and "AxisError" in c.summary for c in causes), [str(c) for c in causes]
+
+
+def test_an_engine_averaging_every_broadcast_gradient_is_one_finding_named_mean():
+    # tryout4 #5: add, sub, mul and matmul findings, "keeps only the first slice" (the case's g was ones, where the
+    # first slice and the mean are the same numbers) and "0.5x"; the bug is one shared helper's mean
+    r, causes = _engine_causes("broadcast-mean", max_examples=60, seed=5)
+    assert len(causes) == 1, [str(c) for c in causes]
+    assert causes[0].id == "shared-broadcast-reduction" and "averaged" in causes[0].summary, str(causes[0])
+    assert "first slice" not in causes[0].summary
+
+
+@pytest.mark.parametrize("bug", ["dfs-preorder", "dfs-preorder-leaves"])
+def test_a_backward_in_depth_first_pre_order_is_one_finding_named_the_order(bug):
+    # tryout4 #9: a diamond engine (DFS pre-order: add(neg(x), x) gives x.grad 1, not 0) gave 6-8 findings
+    # with culprits mul, add, div... and 'unexplained' rules; the bug is the order of the backward walk
+    r, causes = _engine_causes(bug, max_examples=60, seed=1)
+    assert causes and all(c.id == "backward-order" for c in causes), [str(c) for c in causes]
+    assert len(causes) == 1 and "pre-order" in causes[0].summary, [str(c) for c in causes]

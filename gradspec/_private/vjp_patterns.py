@@ -237,6 +237,9 @@ def _broadcast(mini, node, spec, leaves, u, t, J, g, cols) -> tuple[str, float |
     every other input's gradient is right."""
     out_shape = tuple(np.shape(g))
     core_in, core_out = _core_ranks(spec, len(node.inputs))
+    if spec.name == "matmul" and not getattr(spec, "user", False):  # no signature (1-D operands): from the shapes
+        ranks = [len(mini.shapes()[i]) for i in node.inputs]
+        core_in, core_out = [min(r, 2) for r in ranks], sum(1 for r in ranks if r >= 2)
     learnt = core_in is None
     if learnt:
         if not getattr(spec, "user", False):

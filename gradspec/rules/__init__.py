@@ -42,7 +42,7 @@ DEFAULT_EXAMPLES = 40  # per rule: every planted broken rule is found within ~10
 # The discrepancy kind (gs.Result.kinds, report titles) of each cause a rule search can give.
 KIND = {"implicit-seed-non-scalar": "implicit-seed", "implicit-seed-refused": "implicit-seed",
         "seed-shape-accepted": "seed-shape", "seed-ignored": "value", "seed-misapplied": "value",
-        "accumulation-overwrite": "accumulation", "uses-overwrite": "accumulation", "stale-intermediate-grads": "accumulation",
+        "accumulation-overwrite": "accumulation", "uses-overwrite": "accumulation", "backward-order": "accumulation", "stale-intermediate-grads": "accumulation",
         "root-grad-assigned": "accumulation", "grad-not-updated": "accumulation", "reset-ignored": "reset",
         "no-freeing": "freeing", "repeated-input-dropped": "repeated-argument", "none-vs-zeros": "none-vs-zeros",
         "error-type": "error-type", "wrong-vjp": "value", "unexplained": "value"}
@@ -56,7 +56,7 @@ _ACCUMULATION = {"accumulation-overwrite", "stale-intermediate-grads", "root-gra
 OWNS = {"implicit-seed-scalar": {"implicit-seed-refused"}, "implicit-seed-non-scalar": {"implicit-seed-non-scalar"},
         "seed-shape": {"seed-shape-accepted"}, "seed-values": {"seed-ignored", "seed-misapplied", "grad-not-updated"},
         "accumulate-calls": _ACCUMULATION, "accumulate-roots": _ACCUMULATION,
-        "accumulate-uses": {"accumulation-overwrite", "uses-overwrite", "grad-not-updated"}, "reset": {"reset-ignored"},
+        "accumulate-uses": {"accumulation-overwrite", "uses-overwrite", "grad-not-updated", "backward-order"}, "reset": {"reset-ignored"},
         "freeing": {"no-freeing"}, "repeated-arguments": {"repeated-input-dropped"}, "requires-grad-root": set()}
 ANY_RULE = {"error-type", "none-vs-zeros", "unexplained", "wrong-vjp"}  # a failure of whichever rule meets it
 OTHER_BUG = "other-bug"  # a rule status: its only failures were another rule's cause (see OWNS)

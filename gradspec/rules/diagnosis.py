@@ -82,6 +82,21 @@ FLAGS = {
                                                       "use's gradient (the last one delivered in depth-first order is "
                                                       "assigned): add the gradients of all its uses before "
                                                       "back-propagating it"),
+    # tryout4's diamond engine: nodes taken in depth-first pre-order from the root (a stack: pop a node, push its
+    # inputs), so a node used by several ops can pass its gradient on before every use has added to it
+    "order-preorder": ("backward-order", "backward visits the nodes in depth-first pre-order, not in reverse "
+                                         "topological order: a tensor used by several ops passes its gradient on "
+                                         "before every use has added to it (add(neg(x), x) gives 1 for x.grad, not "
+                                         "0); sort the nodes topologically (a node after every node that uses it) "
+                                         "before back-propagating"),
+    # the same order with the leaves in it (tryout4's myengine.DiamondOrder): a leaf's gradient is stored when the
+    # walk reaches it, and what its later uses deliver is lost
+    "order-preorder-leaves": ("backward-order", "backward visits the nodes and leaves in depth-first pre-order, not "
+                                                "in reverse topological order: a tensor or leaf used by several ops is "
+                                                "taken before every use has added to it, and what comes later is lost "
+                                                "(add(neg(x), x) gives 1 for x.grad, not 0); sort the graph "
+                                                "topologically (a node after every node that uses it) before "
+                                                "back-propagating"),
     "stale": ("stale-intermediate-grads", "gradients of intermediate nodes are kept from the previous backward and "
                                           "flow again: reset every non-leaf's gradient at the start of each backward"),
     "root-assigned": ("root-grad-assigned", "backward(root) sets the root's gradient to the seed instead of adding "
@@ -165,6 +180,7 @@ class _Sim:
         self.leaf_grad = {n: None for n in sc.leaves}
         self.node_grad: dict = {}
         self.implicit = False
+        self.taken: dict = {}  # leaf -> how many nodes were back-propagated when the walk stored its gradient
 
     def frozen(self, leaf) -> bool:
         f, shape = self.flags, self.shapes[leaf]
@@ -204,7 +220,8 @@ class _Sim:
         g = {n: self.node_grad[n].copy() for n in anc if stale and n in self.node_grad}
         assign = "root-assigned" in f or ("root-assigned-implicit" in f and self.implicit)
         g[root] = seed.copy() if (assign or root not in g) else g[root] + seed
-        for name, _op, ins, _p in self.order(root):
+        self.taken: dict = {}
+        for at, (name, _op, ins, _p) in enumerate(self.order(root)):
             if name not in anc or name not in g:
                 continue
             G = g[name].ravel()
@@ -218,7 +235,8 @@ class _Sim:
                         continue
                 c = ((np.abs(J).T @ np.abs(G)) if self.abs else (J.T @ G)).reshape(self.shapes[inp])
                 if inp in sc.leaves:
-                    contrib[inp].append(c)
+                    if at < self.taken.get(inp, at + 1):
+                        contrib[inp].append(c)
                 elif inner_assign:  # the last use delivered wins (the order: self.order)
                     g[inp] = c
                 else:
@@ -231,9 +249,22 @@ class _Sim:
         """Nodes in the order their gradients are pushed: reverse creation order, or (for the
         DFS variant) the reverse of a depth-first topological sort from the root, inputs in order,
         as micrograd-style engines build it; only the edge-overwrite variants can tell."""
+        by = {n[0]: n for n in self.sc.nodes}
+        if self.flags & {"order-preorder", "order-preorder-leaves"}:
+            out, seen, stack = [], set(), [root]
+            while stack:
+                n = stack.pop()
+                if n in seen or (n not in by and not self.sc.rg(n)):
+                    continue
+                seen.add(n)
+                if n in by:
+                    out.append(by[n])
+                    stack.extend(by[n][2])
+                elif "order-preorder-leaves" in self.flags:
+                    self.taken[n] = len(out)  # its gradient is stored now: later nodes' contributions are lost
+            return out
         if not self.flags & {"overwrite-edge-dfs", "overwrite-inner-dfs", "uses-overwrite-dfs"}:
             return list(reversed(self.sc.nodes))
-        by = {n[0]: n for n in self.sc.nodes}
         topo, seen = [], set()
 
         def visit(n):
@@ -474,7 +505,7 @@ def diagnose(sc: Scenario, got: Trace, ref: Trace, ctx: Context | None = None, s
                      evidence=f"engine: {e}; torch: {t}\n{sc.code()}")
     k, what, leaf = diff
     if what == "raised":
-        return _raise_cause(sc, got, ref, k)
+        return _raise_cause(sc, got, ref, k, ctx)
     if strict:
         typed = first_difference(sc, got, ref, scales, none_is_zeros=True, types=True)
         if typed is not None and typed[1] == "error-type" and typed[0] <= k:
@@ -485,7 +516,7 @@ def diagnose(sc: Scenario, got: Trace, ref: Trace, ctx: Context | None = None, s
     return _value_cause(sc, got, ref, k, leaf, ctx)
 
 
-def _raise_cause(sc, got, ref, k) -> Cause:
+def _raise_cause(sc, got, ref, k, ctx=None) -> Cause:
     step = sc.steps[k - 1]
     why = raise_reason(sc, k - 1)
     t_exc = ref.obs[k].raised
@@ -514,6 +545,9 @@ def _raise_cause(sc, got, ref, k) -> Cause:
                + (f" (exactly what {'a seed of ones' if why == 'implicit' else 'the broadcast seed' if why == 'shape' else 'a retained graph'} gives)"
                   if same and why != "freeing" else ""))
         return Cause(cid, summary, evidence=ev + "\n" + sc.code())
+    own = _own_node_raise(sc, got, k, ctx) if step.kind == "backward" else None
+    if own is not None:  # an op's backward raises whatever the seed: the op, not a backward() rule
+        return own
     if step.kind == "backward" and step.seed is None and why != "implicit":
         cid, summary = ("implicit-seed-refused", f"backward(y) without a seed raised for an output of shape "
                         f"{sc.shapes()[step.target]} (numel 1); torch accepts an implicit seed of ones for any shape "
@@ -524,6 +558,56 @@ def _raise_cause(sc, got, ref, k) -> Cause:
     else:
         cid, summary = "error-type", f"{step.text()} raised where torch does not"
     return Cause(cid, summary, evidence=ev + "\n" + sc.code())
+
+
+def _own_node_raise(sc, got, k, ctx) -> Cause | None:
+    """The first node whose backward raises on its own (a one-node graph with the same inputs, a random seed,
+    given explicitly) where torch computes gradients: an engine whose matmul backward raises for 1-D @ 1-D raises
+    on backward() with or without a seed, and that is its matmul's fault, not the implicit seed's.  None when
+    the call runs given an explicit seed (then the seed is the reason) or no node raises on its own."""
+    if ctx is None:
+        return None
+    from .scenario import forward_values
+
+    step = sc.steps[k - 1]
+    try:
+        if step.seed is None:  # the same calls with the implicit seed given explicitly: a refusal of it runs then
+            shape = np.shape(forward_values(sc)[step.target])
+            steps = [Step(s.kind, s.target, np.ones(shape), s.retain) if i == k - 1 else s for i, s in enumerate(sc.steps)]
+            explicit = Scenario(sc.leaves, sc.nodes, steps, sc.rule, sc.requires_grad)
+            g1, r1 = ctx.trace(explicit)
+            if len(g1.obs) <= k or g1.obs[k].raised is None or r1.obs[k].raised is not None:
+                return None
+        vals = forward_values(sc)
+    except Exception:  # noqa: BLE001 - cannot tell: the seed rules decide
+        return None
+    e = got.obs[k].raised
+    rng = np.random.default_rng(0)
+    for name, op, ins, params in sc.nodes:
+        leaves, names = {}, []
+        for j, i in enumerate(ins):
+            nm = f"in{j}" if i not in names else names[list(ins).index(i)]
+            if i not in ins[:j]:
+                leaves[nm] = np.array(vals[i], copy=True)
+            names.append(nm)
+        one = Scenario(leaves, [(name, op, tuple(names), params)],
+                       [Step("backward", name, rng.uniform(0.5, 1.5, np.shape(vals[name])), False)], "node",
+                       {n: sc.rg(i) if i in sc.leaves else True for n, i in zip(names, ins)})
+        try:
+            g1, r1 = ctx.trace(one)
+        except Exception:  # noqa: BLE001 - a hang on the probe: not this node's answer
+            continue
+        if g1.build is None and len(g1.obs) > 1 and g1.obs[1].raised is not None and r1.obs[1].raised is None:
+            own = g1.obs[1].raised
+            said = word_cut(str(own).splitlines()[0] if str(own) else "", 160)
+            return Cause("wrong-vjp", f"node {name} = {op}({', '.join(ins)}): the engine's backward of {op} raises "
+                         f"{type(own).__name__} ({said}) on its own, at the node's inputs "
+                         f"({', '.join(str(np.shape(vals[i])) for i in ins)}), with or without a seed, where torch "
+                         "computes gradients", node=name, op=op, pattern="other",
+                         evidence=f"{_where(sc, k)}: engine raised {type(e).__name__}: {word_cut(str(e), 160)}; "
+                                  f"alone:\n{one.code()}\nthe graph where it showed:\n{sc.code()}",
+                         fix=f"make {op}'s backward handle inputs of these shapes")
+    return None
 
 
 def _idle_leaves(sc, got, k) -> list:

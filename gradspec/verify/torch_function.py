@@ -130,6 +130,8 @@ def _torch_wrap(fn, name: str, layout: CallLayout, signature, shape_fn, domain, 
         if noise is not None and keep32 and any(np.asarray(a).dtype == np.float32 for a in arrays):
             noisy = lambda: jitter_float32(*noise)  # noqa: E731
         xs, outs, multi = run(arrays, kw, True, noisy)
+        if not inside:
+            inside.extend(functions_in_graph(outs))
         gt = torch.from_numpy(np.array(g, dtype=_run_dtype(g, keep32)))
         g0 = gt.clone()
         if multi:
@@ -152,6 +154,8 @@ def _torch_wrap(fn, name: str, layout: CallLayout, signature, shape_fn, domain, 
                 raise ValueError(f"read-only: fn's backward modified input {i} in place")
         return tuple(None if gi is None else gi.detach().numpy().copy() for gi in grads)
 
+    inside: list = []  # the torch.autograd.Functions fn's graph runs (a wrapper's: diagnose names their backward)
+
     def torch_fn(*xs, **kw):
         outs, multi = outputs(layout.call(fn, list(xs), kw))
         return flat(outs, multi)
@@ -165,6 +169,7 @@ def _torch_wrap(fn, name: str, layout: CallLayout, signature, shape_fn, domain, 
     spec.import_path = importable_path(owner if isinstance(owner, type) else fn)
     spec.fn_has_backward = isinstance(owner, type) and issubclass(owner, torch.autograd.Function)  # (diagnose's words)
     spec.forward_errors = forward.errors  # type: ignore[attr-defined]
+    spec.functions_inside = inside  # type: ignore[attr-defined]
 
     def output_blocks(*arrays, **kw):  # where each output sits in the flat one (diagnose names the wrong one)
         _, outs, multi = run(arrays, kw, False)
@@ -172,6 +177,22 @@ def _torch_wrap(fn, name: str, layout: CallLayout, signature, shape_fn, domain, 
 
     spec.output_blocks = output_blocks  # type: ignore[attr-defined]
     return spec
+
+
+def functions_in_graph(outs, limit: int = 2000) -> list:
+    """The names of the custom ``torch.autograd.Function`` s in the autograd graph of ``outs`` (first met first),
+    walking at most ``limit`` graph nodes."""
+    seen, todo, names = set(), [getattr(o, "grad_fn", None) for o in outs], []
+    while todo and len(seen) < limit:
+        node = todo.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        cls = getattr(node, "_forward_cls", None)
+        if cls is not None and cls.__name__ not in names:
+            names.append(cls.__name__)
+        todo += [f for f, _ in getattr(node, "next_functions", ())]
+    return names
 
 
 def _unchanged(now, before) -> bool:
