@@ -116,13 +116,18 @@ def _discount_other_precision(case, dtype, kinds, comparisons, discrepancies, sk
 
 
 
-def _discount_shaky_estimates(kinds, fd_errs, comparisons, discrepancies, notes) -> None:
+def _discount_shaky_estimates(kinds, fd_errs, comparisons, discrepancies, notes, full=None) -> None:
     """An estimate (finite differences, a finite-difference JVP) whose own error estimate exceeds
     FD_SHAKY of its value where it disagrees cannot witness against derivative formulas, nor against
     another estimate of the same forward: that pair becomes a note and counts neither way
-    (gradspec.tolerances: FD_SHAKY).  Two estimates: the FD-JVP jacobian of a clamp beside values of
-    5e4 (5674, error estimate 4640) against finite differences (66999, which the rule matched) was a
-    discrepancy of its own after the jacobian's pair with the rule had become this note."""
+    (gradspec.tolerances: FD_SHAKY) -- unless the gap exceeds FD_WITNESS_GAP times the estimate's whole
+    error estimate (``full``: rounding included, where ``fd_errs`` holds only the part the shaky test
+    judges), more than an error estimate was ever seen to be off by: then the gap is the code's, and the
+    pair stays a discrepancy (a solve of condition 1e6 with its outer product transposed: FD off the rule
+    by 300-600 x its error estimate of 0.2-0.5% was "too shaky", and the run agreed).  Two estimates: the
+    FD-JVP jacobian of a clamp beside values of 5e4 (5674, error estimate 4640: 13 x) against finite
+    differences (66999, which the rule matched) was a discrepancy of its own after the jacobian's pair with
+    the rule had become this note."""
     shaky = []
     for d in discrepancies:
         if d.kind != "value" or d.leaf is None or d.index is None or d.values is None:
@@ -137,7 +142,10 @@ def _discount_shaky_estimates(kinds, fd_errs, comparisons, discrepancies, notes)
         # relative to the size of what is compared (an estimate of 0 where the rule says 1 is no shaky
         # estimate: it is the finding)
         (e, k), v = max(errs), max(abs(float(d.values[0])), abs(float(d.values[1])))
-        if e > _tol.FD_SHAKY * v:
+        whole = [float(np.asarray(full[d.oracles[i]][d.leaf])[d.index]) for i in est
+                 if full and full.get(d.oracles[i], {}).get(d.leaf) is not None]
+        gap = abs(float(d.values[0]) - float(d.values[1]))
+        if e > _tol.FD_SHAKY * v and not gap > _tol.FD_WITNESS_GAP * max(whole + [e]):
             shaky.append(d)
             notes.append(f"{d.oracles[k]} disagreed with {d.oracles[1 - k]} at {d.leaf}[{_ix(d.index)}] "
                          f"({d.oracles[0]} {float(d.values[0])!r} vs {d.oracles[1]} {float(d.values[1])!r}) but its "

@@ -364,7 +364,7 @@ def _check(case: Case, chosen: list) -> Verdict:
     _discount_mismatched_twins(case, dtype, kinds, comparisons, discrepancies, errors, excused, notes)
     _discount_other_precision(case, dtype, kinds, comparisons, discrepancies, skipped, notes)
     judged = {k: (f32[k].judged if k in f32 and f32[k].judged is not None else v) for k, v in fd_errs.items()}
-    _discount_shaky_estimates(kinds, judged, comparisons, discrepancies, notes)
+    _discount_shaky_estimates(kinds, judged, comparisons, discrepancies, notes, fd_errs)
     unjudged = _unjudged(case, leaves, kinds, nondiff, comparisons, discrepancies, skipped, excused, notes)
     if not unjudged and not discrepancies and comparisons:  # NaN agreeing with NaN (a NaN input) judges nothing
         unjudged = _outcome.nothing_finite(case, results)

@@ -29,6 +29,7 @@ import numpy as np
 
 from ._private.fdstep import EPS32 as _EPS32
 from ._private.fdstep import float32_valued as _float32_valued
+from ._private.fdstep import noise_sigma as _noise_sigma
 from ._private.float32_line import forward_steps as _forward_steps
 from .ops.user import NOISE_ULPS as _NOISE_ULPS
 from .oracles._fd_probes import STEP32 as _STEP32
@@ -454,12 +455,34 @@ def numerical_kinks(case, h_rel: float = 1e-6, shrink: float = 8.0) -> list[str]
         noise = 1e3 * (_EPS32 if f32 else eps) * m2 / s2
         with np.errstate(all="ignore"):
             bad = np.isfinite(g2) & (g2 > noise) & (g2 > 0.5 * g1)
+            if np.any(bad):
+                bad &= g2 > _measured_noise(spec, x, t, n.params, s2) / s2
         if np.shape(bad) and bad.any() or not np.shape(bad) and bool(bad):
             idx = tuple(int(i) for i in np.argwhere(np.atleast_1d(bad))[0]) if np.shape(bad) else ()
             kind = "jump" if float(np.atleast_1d(g2)[idx if idx else 0]) > 2 * float(np.atleast_1d(g1)[idx if idx else 0]) else "kink"
             at = f"{n.name}[{', '.join(map(str, idx))}]" if idx else n.name
             out.append(f"{at} = {n.op}({', '.join(n.inputs)}) ({kind})")
     return out
+
+
+def _measured_noise(spec, x, t, params, s) -> np.ndarray | float:
+    """The floor a gap |f(x + s t) - 2 f(x) + f(x - s t)| must stand above to be a kink or a jump rather than
+    noise: an ill-conditioned float64 solve is noisy at every scale (the rounding of A amplified by its
+    condition: ~1e-10 |f| at condition 1e6, 1e3 x the eps-based floor above), and noise grows like a jump,
+    1 / s, as the step shrinks.  Measured on FD_NOISE_POINTS points spanning s t about x
+    (``fdstep.noise_sigma``: the median 4th difference, which ignores the <= 4 of 12 windows a kink or jump
+    inside the line spoils), the three values' noise sqrt(6) sigma, FD_NOISE_SIGMAS of it; forward failing
+    there: no floor (0)."""
+    from . import tolerances as _tol  # (as in float32_mismatch above)
+
+    k = _tol.FD_NOISE_POINTS
+    try:
+        line = np.stack([np.asarray(spec.forward(*[a + (j - (k - 1) / 2) / k * s * d if d is not None else a
+                                                     for a, d in zip(x, t)], **params), dtype=np.float64)
+                         for j in range(k)])
+    except Exception:  # noqa: BLE001 - no line, no floor: the eps-based one stands
+        return 0.0
+    return _tol.FD_NOISE_SIGMAS * np.sqrt(6.0) * _noise_sigma(line)
 
 
 def _float32_inside(spec, x, t, params, f0) -> bool:

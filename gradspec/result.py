@@ -18,6 +18,7 @@ import dataclasses
 from typing import Any, Callable
 
 from . import outcome as _outcome
+from . import tolerances as _tol
 from .check import Discrepancy
 
 __all__ = ["Result", "VerifyDiscrepancy", "set_html_writer", "RULE_SKIPS_BY_DESIGN"]
@@ -126,6 +127,8 @@ class Result:
     # cases at a point where the code is not differentiable (kink, jump): skipped, never reported
     nondifferentiable: int = 0
     nondifferentiable_reasons: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    # cases on which some pair of oracles was compared (a case verdict agree or disagree); None: not counted
+    judged: int | None = None
     accuracy: dict | None = None  # {"rtol", "atol"} the code under test claims
     cut: str = ""  # why a case was cut by the time budget, not judged: no "agree" then (verify.numerics.cut_by_budget)
 
@@ -139,7 +142,31 @@ class Result:
                  and v.startswith("skipped: ") and not v[len("skipped: "):].startswith(RULE_SKIPS_BY_DESIGN)]
         if status == "agree" and unrun:  # a backward() rule that never ran says nothing (the budget, a hang)
             return "inconclusive", f"{len(unrun)} backward() rule(s) (§5) were not checked: {'; '.join(unrun)}"
+        if status == "agree" and self.thinly_judged() and not any(v == "passed" for v in self.checks.values()):
+            return "inconclusive", self.thinly_judged()
         return status, reason
+
+    def thinly_judged(self) -> str:
+        """Why an "agree" would say little, or "": most cases were not judged (non-differentiable points,
+        oracles that stepped aside) and fewer than MIN_JUDGED_CASES compared a pair of oracles
+        (gradspec.tolerances: MIN_JUDGED_CASES)."""
+        judged = self._judged()
+        if judged is None or 2 * judged >= self.cases_run or judged >= _tol.MIN_JUDGED_CASES:
+            return ""
+        return (f"only {judged} of {self.cases_run} cases compared a pair of oracles ({self._unjudged_text()}), "
+                f"fewer than the {_tol.MIN_JUDGED_CASES} that can vouch for the gradient: raise max_examples (or "
+                "seconds), or draw inputs away from the non-differentiable points (domain=)")
+
+    def _judged(self) -> int | None:
+        # (shrinking re-checks cases: a run that found something may count more evaluations than cases)
+        return None if self.judged is None else min(self.judged, self.cases_run)
+
+    def _unjudged_text(self) -> str:
+        parts = [f"{self.nondifferentiable} at non-differentiable points"] if self.nondifferentiable else []
+        rest = self.cases_run - (self._judged() or 0) - self.nondifferentiable
+        if rest > 0:  # (the reasons: Result.inconclusive, the run's notes)
+            parts.append(f"{rest} inconclusive for other reasons")
+        return ", ".join(parts) or "the others were not judged"
 
     @property
     def status(self) -> str:
@@ -177,6 +204,9 @@ class Result:
         if self.nondifferentiable:
             lines.append(f"  {self.nondifferentiable} case(s) at non-differentiable points (kinks, jumps) skipped, "
                          "not judged")
+        if self.judged is not None and 2 * self._judged() < self.cases_run and status != "disagree":
+            lines.append(f"  only {self._judged()} of {self.cases_run} cases were judged ({self._unjudged_text()}): "
+                         "raise max_examples (or seconds), or draw inputs away from the non-differentiable points (domain=)")
         if self.accuracy:
             lines.append(f"  claimed accuracy: rtol={self.accuracy['rtol']:g}, atol={self.accuracy['atol']:g}")
         if self.time_to_first is not None:
@@ -227,6 +257,7 @@ class Result:
             "agreement": {f"{a} vs {b}": self.pair_agree[(a, b)] for (a, b) in sorted(self.pair_counts)},
             "skipped": dict(self.skipped.most_common()),
             "nondifferentiable": self.nondifferentiable,
+            "judged": self._judged(),
             "accuracy": self.accuracy,
             "replay": self.replay,
             "items": [

@@ -451,6 +451,8 @@ def _count(result: Result, case: Case) -> None:
 
 
 def _note_verdicts(result: Result, verdicts) -> None:
+    # a case counts as judged where a pair of oracles was compared (Result.thinly_judged)
+    result.judged = (result.judged or 0) + any(v.status != "inconclusive" and v.comparisons for v in verdicts)
     for v in verdicts:
         for comp in v.comparisons:
             result.pair_counts[tuple(comp.oracles)] += 1
