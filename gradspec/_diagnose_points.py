@@ -256,7 +256,10 @@ def flat_forward_words(leaves: list, u: dict, t: dict, g: np.ndarray) -> str | N
         return None
     mine = np.asarray(u[leaves[0].name])
     passes = len(leaves) == 1 and mine.shape == np.shape(g) and np.array_equal(mine, g)
+    # g unchanged is what a straight-through estimator returns, and also a mask or derivative factor that is 1
+    # where it should be 0 (a projection's backward that forgets a term): both said, neither guessed
     return ("J^T·g is 0 here (the forward does not change at these inputs: a constant output, or floor/round "
-            f"between its jumps) but it returns {'g unchanged (a straight-through estimator?)' if passes else 'nonzero values'}"
-            ": a surrogate gradient is not the derivative, which is what gradspec checks; if it is deliberate, "
-            "verify the code around it instead")
+            f"between its jumps) but it returns {'g unchanged' if passes else 'nonzero values'} (a mask or derivative "
+            "factor that is 1 where it should be 0, a term of the derivative forgotten, or a deliberate surrogate "
+            "gradient such as a straight-through estimator): a surrogate gradient is not the derivative, which is "
+            "what gradspec checks; if it is deliberate, verify the code around it instead")

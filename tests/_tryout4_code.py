@@ -76,3 +76,47 @@ class ExpTwice(torch.autograd.Function):
 def wrapped_exp_twice(x):
     """A plain function around the buggy Function (as tryout4's solve_fn wraps SolveTransposedAdjoint)."""
     return ExpTwice.apply(torch.tanh(x)) + x
+
+
+class SoftThresholdInvertedMask(torch.autograd.Function):
+    """Soft-thresholding (the prox of lam |.|_1). BUG: the mask is inverted: the gradient passes in the dead zone
+    |x| <= lam, where the output is 0, and not outside it."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return torch.sign(x) * torch.clamp(x.abs() - 0.5, min=0)
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return g * (x.abs() <= 0.5).to(g.dtype)
+
+
+class SymPartNoSym(torch.autograd.Function):
+    """The symmetric part of a square matrix, (M + M^T)/2. BUG: backward returns g where sym(g) belongs (a
+    symmetric-matrix backward, as eigh's, that forgets to symmetrise)."""
+
+    @staticmethod
+    def forward(ctx, M):
+        return (M + M.transpose(-1, -2)) / 2
+
+    @staticmethod
+    def backward(ctx, g):
+        return g
+
+
+class SimplexProjectionOneNoCentering(torch.autograd.Function):
+    """Projection of a 1-element vector onto the simplex (always [1]). BUG: backward forgets the centering
+    (g - mean of g over the support) and returns the support mask times g: g itself here."""
+
+    @staticmethod
+    def forward(ctx, x):
+        p = torch.ones_like(x)
+        ctx.save_for_backward(p)
+        return p
+
+    @staticmethod
+    def backward(ctx, g):
+        (p,) = ctx.saved_tensors
+        return (p > 0).to(g.dtype) * g

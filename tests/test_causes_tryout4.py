@@ -10,6 +10,24 @@ import pytest
 import gradspec as gs
 from tests import _tryout4_code as T
 
+def _spread():
+    import torch
+
+    return torch.linspace(-2.0, 2.0, 9, dtype=torch.float64)  # both sides of the dead zone |x| <= 0.5
+
+
+def _one():
+    import torch
+
+    return torch.tensor([0.3], dtype=torch.float64)
+
+
+def _square():
+    import torch
+
+    return torch.arange(9.0, dtype=torch.float64).reshape(3, 3) / 7
+
+
 CASES = {
     # id: (run, cause id, words the summary must hold, words it must not)
     "backward-mutates-saved-output": (
@@ -18,6 +36,16 @@ CASES = {
     "function-inside-a-wrapper-named": (  # tryout4 #10: "... computes through solve_fn.<locals>.f" named no backward
         lambda: gs.verify_torch_function(T.wrapped_exp_twice, arity=1, max_examples=30, seed=0).discrepancies,
         "wrong-vjp", "whose graph runs your ExpTwice.backward", "no simple pattern"),
+    "projection-not-called-a-straight-through-estimator": (
+        lambda: gs.verify_torch_function(T.SimplexProjectionOneNoCentering.apply, example_inputs=(_one(),),
+                                         max_examples=20, seed=0).discrepancies,
+        "wrong-vjp", "a term of the derivative forgotten", "straight-through estimator?"),
+    "inverted-mask": (
+        lambda: gs.verify_torch_function(T.SoftThresholdInvertedMask.apply, example_inputs=(_spread(),), max_examples=30,
+                                         seed=0).discrepancies, "wrong-vjp", "mask", "no simple pattern"),
+    "missing-symmetrisation": (
+        lambda: gs.verify_torch_function(T.SymPartNoSym.apply, example_inputs=(_square(),), max_examples=30,
+                                         seed=0).discrepancies, "wrong-vjp", "not symmetrised", "no simple pattern"),
 }
 
 

@@ -163,7 +163,48 @@ def _classify(mini, node, spec, leaves, u: dict, t: dict, J, g) -> tuple[str, fl
     rel = float(np.max(np.abs(err) / np.maximum(np.abs(tt), np.finfo(np.float64).tiny)))
     if rel <= _FLOAT32_ROUNDING:
         return "other", None, f"it differs from J^T·g by at most {_tiny_relative(rel)}"
+    known = _symmetrised(leaves, u, t) or _masked(uu, tt)
+    if known is not None:
+        return "other", None, known
     return "other", None, f"it differs from J^T·g on {int(bad.sum())} of {uu.size} elements, with no simple pattern"
+
+
+def _symmetrised(leaves, u: dict, t: dict) -> str | None:
+    """Words for a square-matrix input whose gradient X is right once symmetrised (J^T·g = (X + X^T)/2), or once
+    folded onto the lower triangle a forward reads (torch.linalg.eigh's default, UPLO='L'): a backward of a
+    symmetric-matrix function (eigh, Cholesky) that returns X where sym(X) belongs."""
+    for l in leaves:
+        x, want = np.asarray(u[l.name], dtype=np.float64), np.asarray(t[l.name], dtype=np.float64)
+        if x.ndim < 2 or x.shape[-1] != x.shape[-2] or x.shape[-1] < 2 or x.shape != want.shape:
+            continue
+        xt = np.swapaxes(x, -1, -2)
+        eye = np.eye(x.shape[-1], dtype=bool)
+        for h, what in (((x + xt) / 2, "(X + X^T)/2"), (np.tril(x + xt, -1) + np.where(eye, x, 0.0), "X + X^T folded "
+                                                                                                    "onto the lower triangle (the triangle the forward reads)")):
+            if _same(h.ravel(), want.ravel()):
+                return (f"input {l.name}'s gradient X is not symmetrised: J^T·g is {what}, which it returns X instead "
+                        "of; symmetrise the result of the backward (sym(X) = (X + X^T)/2) as the input is a symmetric "
+                        "matrix")
+    return None
+
+
+def _masked(uu: np.ndarray, tt: np.ndarray) -> str | None:
+    """Words for a gradient that is 0 exactly where J^T·g is not (and, inverted, nonzero where J^T·g is 0): a mask
+    or branch condition the wrong way round (> where <= belongs), or a branch's derivative dropped."""
+    scale = float(np.max(np.abs(tt), initial=0.0))
+    zero_u, zero_t = np.abs(uu) <= 1e-12 * max(scale, 1.0), np.abs(tt) <= 1e-12 * max(scale, 1.0)
+    dropped = ~zero_t & zero_u
+    if not dropped.any() or np.any(~zero_t & ~zero_u & ~np.isclose(uu, tt, rtol=1e-9, atol=0)):
+        return None
+    extra = zero_t & ~zero_u
+    if extra.any() and not np.any(~zero_t & ~zero_u):
+        return (f"it is 0 on the {int(dropped.sum())} element(s) where J^T·g is not and nonzero on the {int(extra.sum())} "
+                "where J^T·g is 0: a mask inverted (the condition the wrong way round, > where <= belongs)?")
+    if extra.any():
+        return None
+    return (f"it is 0 on {int(dropped.sum())} of {uu.size} elements where J^T·g is not"
+            f"{' (and right elsewhere)' if dropped.sum() < uu.size else ''}: a mask "
+            "or branch condition that drops the gradient there (inverted, or the wrong side of a kink)?")
 
 
 def _parallel(a: np.ndarray, b: np.ndarray) -> bool:
