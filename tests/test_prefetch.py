@@ -162,3 +162,14 @@ def test_a_call_past_the_timeout_ends_the_prefetch_and_check_cuts_it_under_the_g
         assert d.kind == "timeout" and d.oracles[0] == "reference" and "alarm signal" in d.message, v.summary()
     finally:
         del ref.vjp
+
+
+def test_a_prefetch_that_fails_leaves_the_campaign_checking_as_before(monkeypatch, tmp_path):
+    def broken(self, cases, mark=None):
+        self.store[id(cases[0])] = (cases[0], {})
+        raise RuntimeError("a bug in the prefetch")
+
+    monkeypatch.setattr(Prefetch, "run", broken)
+    stats = _campaign.run_campaign(Config(oracles=CPU, report_dir=str(tmp_path), replay_saved=False, max_examples=40,
+                                          seed=3))
+    assert stats.cases == 40 and not stats.errors and not stats.found, stats

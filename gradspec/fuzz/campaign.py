@@ -289,7 +289,11 @@ class _Campaign:
         if self._prefetch is not None:
             self._prefetch.clear()
             if mode == "generate" and self._warm:  # (not before the first check's warm-up)
-                if self._prefetch.run(cases, self._inflight.start):
+                try:
+                    if self._prefetch.run(cases, self._inflight.start):
+                        self._inflight.end()
+                except Exception:  # noqa: BLE001 - only ever a saving: the checks compute what is missing
+                    self._prefetch.clear()
                     self._inflight.end()
 
     def _explain(self, d) -> None:
