@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 
-__all__ = ["Cause", "ENGINE_IDS", "NODE_IDS", "NOTE_IDS", "OTHER_IDS", "PATTERNS", "ALL_IDS"]
+__all__ = ["Cause", "ENGINE_IDS", "NODE_IDS", "NOTE_IDS", "OTHER_IDS", "PATTERNS", "ALL_IDS", "process_died"]
 
 # Engine-level ids: a backward() rule of CONTRACT §5 that the engine breaks.  The text is the
 # meaning each id keeps (CONTRACT §8); reports and docs quote it.
@@ -63,6 +63,8 @@ OTHER_IDS = {
     "not-localised": "every node's rule agrees with its twin on its own: the error comes from how the graph "
                      "combines them, or from an oracle",
     "forward-raised": "the forward of the code under test raised",
+    "process-died": "the process checking the case died (a fatal signal, os._exit, out of memory or a kill) while "
+                    "the engine or an oracle ran",
 }
 
 # Notes, never failures.
@@ -119,3 +121,15 @@ class Cause:
     def __str__(self) -> str:
         where = f" [node {self.node} = {self.op}]" if self.node and not self.summary.startswith(f"node {self.node} ") else ""
         return f"{self.id}{where}: {self.summary}"
+
+
+def process_died(message: str, fault: str | None = None) -> Cause:
+    """The cause of a ``crash`` finding (CONTRACT §8: every finding names one): the process died on the case.
+
+    ``fault``: the faulthandler traceback of the dead process, whose last frames say where it died.
+    """
+    tail = "\n".join((fault or "").strip().splitlines()[-12:])
+    return Cause("process-died", message, evidence=tail or "no traceback: the process got no fatal signal "
+                 "gradspec can catch (os._exit, SIGKILL, the out-of-memory killer)",
+                 fix="replay the case (gradspec replay DIR/ID/case.json): it runs in a child process, and the "
+                     "traceback (if any) names the call that ended it")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import itertools
+import time
 import traceback
 
 import numpy as np
@@ -32,6 +33,7 @@ from ._check_rules import (
     _drop_estimates,
     _ix,
 )
+from ._private import activity as _activity
 from ._private import dtypes as _dtypes
 from ._private import percase as _percase
 from ._private.kinks import EXCLUDED as _EXCLUDED
@@ -79,7 +81,8 @@ class Discrepancy:
         the diagnosis named a cause, else ``(kind, oracle pair, ops)`` with ops the culprit op once
         localised, the case's op set before."""
         c = self.cause
-        if c is not None and c.id != "twin-mismatch":
+        # (a crash keeps its case's ops: two processes dying on two ops are two findings, with the ids they had)
+        if c is not None and c.id not in ("twin-mismatch", "process-died"):
             # An engine-level cause names no op: the failing side (one-sided kinds) and the culprit
             # op tell two such findings apart (an oracle raising is not the engine raising).
             who = self.oracles[0] if self.kind in ("raised", "timeout", "crash", "check-error") else ""
@@ -407,6 +410,7 @@ def _ask_oracles(case: Case, chosen: list) -> tuple:
         if not ok:
             skipped[o.name] = why
             continue
+        t0 = time.perf_counter()  # (verify_*'s slow-run hint says where a case's time goes: _private.activity)
         try:
             if o.kind == "fd" and case.n_inputs > getattr(o, "full_limit", np.inf):
                 directional = o  # compared below, against each exact oracle's gradient
@@ -428,6 +432,8 @@ def _ask_oracles(case: Case, chosen: list) -> tuple:
             skipped[o.name] = str(e)
         except Exception as e:
             errors[o.name] = (type(e).__name__, str(e), traceback.format_exc())
+        finally:
+            _activity.add(o.name, time.perf_counter() - t0)
     return results, skipped, errors, jac, fd_errs, directional, nondiff, used, f32
 
 

@@ -679,6 +679,8 @@ def _print_summary(cfg, s: dict, index: str | None, ops: list[str]) -> None:
                   file=out)
         if n > 10:
             print(f"    ... and {n - 10} more in the report", file=out)
+    elif s["interrupted"]:  # (the exit code of an interrupted run without findings: _fuzz_finish)
+        print(f"  INTERRUPTED (exit 130): {s.get('reason')}", file=out)
     elif s.get("status") == "inconclusive":
         print(f"  INCONCLUSIVE (exit 3): {s.get('reason')}", file=out)
     else:
@@ -688,8 +690,10 @@ def _print_summary(cfg, s: dict, index: str | None, ops: list[str]) -> None:
         print(f"  WARNING: {untested}", file=out)
     _print_skipped(s, out)
     if s.get("superseded"):
-        print(f"  ({len(s['superseded'])} more report(s) superseded by a smaller case with the same disagreement: "
-              f"{', '.join(r['id'] for r in s['superseded'][:5])})", file=out)
+        gone = [r["id"] for r in s["superseded"]]  # (the count and the ids listed agree: tryout4 #14)
+        print(f"  ({len(gone)} more report(s) superseded by a smaller case with the same disagreement: "
+              f"{', '.join(gone[:5])}{f' and {len(gone) - 5} more in summary.json' if len(gone) > 5 else ''})",
+              file=out)
     fixed = [p for p in s["previous"] if p["status"] == "no longer reproduces"]
     if fixed:
         print(f"  {len(fixed)} report(s) of earlier runs no longer reproduce: {', '.join(p['id'] for p in fixed[:5])}",

@@ -51,6 +51,7 @@ from . import oracles as _oracles
 from ._private import case_budget as _case_budget
 from ._private import isolate as _isolate
 from .case import Case
+from .causes import process_died
 from .check import Discrepancy, Verdict, check
 
 __all__ = ["CaseTimeout", "guarded_check", "warm_up", "ALARM", "WATCHDOG", "GRACE", "Alarm"]
@@ -472,8 +473,10 @@ def _settle_child(case, outcome, timeout, mine) -> Verdict:
             return v
         return _synthetic(case, "timeout", (name, "case-timeout"), text)
     # The child died (a signal or os._exit) or could not send its verdict back.
-    return _synthetic(case, "crash", ("process", name),
-                      f"the process checking this case (--isolate) {value} while {name} was running", None)
+    v = _synthetic(case, "crash", ("process", name),
+                   f"the process checking this case (--isolate) {value} while {name} was running", None)
+    v.discrepancies[0].cause = process_died(v.discrepancies[0].message)  # CONTRACT §8: a cause for every finding
+    return v
 
 
 def _retag_timeouts(verdict: Verdict, timeout, mine) -> None:

@@ -41,6 +41,7 @@ _FIX_ID = {
     "wrong-jvp": "fix the declared jvp (the vjp agrees with finite differences)",
     "not-localised": "look at how the graph combines the nodes: uses of one tensor, state between calls",
     "forward-raised": "make forward run on the inputs shown",
+    "process-died": "replay the case: the traceback of the fatal signal (if any) names the call that ended the process",
     "forward-mutates-input": "call ctx.mark_dirty(x) on every input forward modifies in place, or compute out of place",
     "implicit-seed-non-scalar": "refuse backward() without a gradient unless the output has exactly one element",
     "implicit-seed-refused": "accept backward() without a gradient for every one-element output, whatever its shape",

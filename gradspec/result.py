@@ -227,7 +227,8 @@ class Result:
             lines.append("notes:")
             lines += [f"  - {n}" for n in self.notes]
         if not self.ok and self.replay:
-            lines.append(f"replay the whole run: {self.replay}")
+            lines.append(f"replay the whole run: {self.replay}" if "\n" not in self.replay else
+                         "replay the whole run:\n  " + self.replay.replace("\n", "\n  "))
         return "\n".join(lines)
 
     def __str__(self) -> str:

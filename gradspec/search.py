@@ -30,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import math
+import sys
 import time
 import warnings
 from typing import Callable
@@ -373,7 +374,7 @@ class Driver:
                 raise
             except Exception as e:  # Flaky (a nondeterministic engine or a timeout), Unsatisfiable...
                 if self._last is None and self.mode != "replay":
-                    self.errors.append(f"Hypothesis stopped a round: {type(e).__name__}: {str(e)[:300]}")
+                    self.errors.append(_stopped_round(e, self._spent()))
                     return "error"
                 reason = None
         if self._last is not None:
@@ -446,7 +447,8 @@ class _Runner:
 
         drv = Driver(strategy, lambda case, mode: (evaluate(case), None), max_examples=self.max_examples,
                      seconds=self.seconds, seed=R.seed, known={tuple(s) for s in self.found}, on_found=on_found,
-                     explain=self.explain, stop_on_timeout=True)
+                     explain=self.explain, stop_on_timeout=True,
+                     progress=slow_hint(f"verify {R.what} {R.target}", self.max_examples, self.seconds))
         try:
             drv.run()
         except Exception as e:  # noqa: BLE001 - e.g. strategies could not build any case
@@ -507,3 +509,65 @@ def _check_budget(max_examples, seconds) -> None:
         raise ValueError(f"max_examples must be a positive int or None, got {max_examples!r}")
     if seconds is not None and (not isinstance(seconds, (int, float)) or not seconds > 0):
         raise ValueError(f"seconds must be a positive number or None, got {seconds!r}")
+
+
+def _stopped_round(e: Exception, spent: str | None) -> str:
+    """What Hypothesis stopping a round means, in words (its own text asks "is your data generation
+    depending on external state?", which is no question for a gradspec user: tryout4 #13)."""
+    name = type(e).__name__
+    if name == "FlakyStrategyDefinition":
+        why = ("the time budget ran out inside a case (a hang or very slow code), so the re-run stopped early"
+               if spent == "time" else "a check was cut part-way (a timeout: a hang or very slow code), or the code "
+               "under test behaves differently from one call to the next (state kept between calls, randomness)")
+        return (f"Hypothesis stopped a round: a case it ran again did not draw the same values ({name}): {why}. The "
+                "cases judged before stand; to judge the one that was cut, give more time (seconds= / --seconds) "
+                "or look at the code for a loop that may not end")
+    if name.startswith("Flaky"):
+        return (f"Hypothesis stopped a round: a case failed once and not when it ran again ({name}): the code "
+                "under test (or an oracle) gives other results from one call to the next, or a check was cut by "
+                f"a timeout once; {str(e)[:200]}")
+    return f"Hypothesis stopped a round: {name}: {str(e)[:300]}"
+
+
+HINT_AFTER = 20.0  # seconds of a verify_* run before the first progress line: quick runs stay silent
+HINT_EVERY = 30.0
+
+
+def slow_hint(what: str, max_examples: int | None, seconds: float | None, stream=None,
+              after: float | None = None, every: float | None = None) -> Callable:
+    """A ``Driver`` progress callback: once a run has gone on for ``after`` seconds, a line every ``every``
+    seconds on stderr with the cases done, the time a case takes, where it goes (per oracle) and when the
+    run ends.  A slow forward (12 ms, called ~660 times a case by finite differences and the jacobian
+    oracle) made a 40-case run silent for 6 minutes (tryout4 #12).  Costs a clock read per case."""
+    from ._private import activity
+
+    after = HINT_AFTER if after is None else after
+    every = HINT_EVERY if every is None else every
+    state = {"t0": time.monotonic(), "last": None, "spent": activity.snapshot()}
+
+    def show(drv) -> None:
+        now = time.monotonic()
+        el = now - state["t0"]
+        if el < after or (state["last"] is not None and now - state["last"] < every):
+            return
+        state["last"] = now
+        done = max(drv.cases + drv.shrink_runs + drv.localise_runs, 1)
+        per = el / done
+        split = ", ".join(f"{k} {v / done:.2g} s" for k, v in list(activity.since(state["spent"]).items())[:3])
+        if seconds is not None:
+            left = f"the run ends at seconds={seconds:g} (in {max(0.0, seconds - el):.0f} s)"
+        elif max_examples is not None:
+            left = f"about {per * max(0, max_examples - drv.cases):.0f} s more for max_examples={max_examples}"
+        else:
+            left = ""
+        line = (f"gradspec: {what}: {drv.cases} cases checked in {el:.0f} s, {per:.2g} s a case"
+                + (f" ({split})" if split else "") + (f"; {left}" if left else ""))
+        if per > 2.0:
+            line += (" -- slow code under test: finite differences and the jacobian oracle call the forward about "
+                     "twice per input element in every case; fewer max_examples= or a seconds= budget shorten the run")
+        try:
+            print(line, file=stream or sys.stderr, flush=True)
+        except (OSError, ValueError):
+            pass
+
+    return show

@@ -112,3 +112,26 @@ def test_fuzz_with_an_op_that_hangs_ends_with_a_timeout_finding(tmp_path):
                     "--max-examples", 20, "--seed", 1, "--report-dir", out, cwd=ROOT, env=env, timeout=150)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert [r["kind"] for r in summary(out)["reports"]] == ["timeout"], proc.stdout
+
+
+@pytest.mark.parametrize("spent, words", [("time", "the time budget ran out inside a case"),
+                                          (None, "a check was cut part-way")], ids=["budget-cut", "other"])
+def test_hypothesis_stopping_a_round_is_said_in_gradspecs_words(spent, words):
+    """tryout4 #13: a hanging backward cut by the time budget left Hypothesis' raw "FlakyStrategyDefinition:
+    Inconsistent data generation! ... Is your data generation depending on external state?" as a note."""
+    from hypothesis.errors import FlakyStrategyDefinition
+
+    from gradspec.search import Driver
+
+    d = Driver.__new__(Driver)
+    d.errors, d.mode, d._last = [], "generate", None
+    d.deadline = 0.0 if spent == "time" else None
+    d.max_examples, d.cases = None, 0
+
+    def prop():
+        raise FlakyStrategyDefinition("Inconsistent data generation! Data generation behaved differently between "
+                                      "test cases. Is your data generation depending on external state?")
+
+    assert d._round(prop) == "error"
+    (text,) = d.errors
+    assert words in text and "give more time" in text and "external state" not in text, text

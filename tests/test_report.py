@@ -106,6 +106,26 @@ def test_skip_reasons_are_one_row_per_kind_with_an_example(tmp_path):
                     .replace("'", "&#39;")], rows
 
 
+def test_skip_reasons_show_their_numbers_in_place(tmp_path, capsys):
+    """tryout4 #14: "within … of the case's inputs but its odd part changes by … at …" with the numbers apart."""
+    from types import SimpleNamespace
+
+    from gradspec import cli
+
+    fd = "finite-differences: the forward gave the very same value at all 23 points within {} of v3 = abs(x1)"
+    s = dict(UNCOVERED, ops={"abs": 9}, skipped={fd.format("1.2e-05"): 4, fd.format("0.0013"): 2})
+    text = open(report.write_run_report(str(tmp_path), s), encoding="utf-8").read()
+    assert "within 1.2e-05 of a node" in text and "within … of" not in text
+    gone = [{"id": f"d-{i:010d}", "kind": "value", "oracles": ["a", "b"], "ops": ["exp"]} for i in range(7)]
+    s = dict(s, seed=1, workers=1, interrupted=False, cases_per_second=58.8, replayed=0, shrink_runs=0, errors=[],
+             reports=[], previous=[], superseded=gone)
+    cli._print_summary(SimpleNamespace(report_dir=str(tmp_path)), s, None, ["abs"])
+    out = capsys.readouterr().out
+    assert "within 1.2e-05 of a node (6 cases, e.g. v3 = abs(x1))" in out, out
+    # the count of superseded reports and the ids listed agree
+    assert "7 more report(s) superseded" in out and "d-0000000004 and 2 more in summary.json" in out, out
+
+
 UNCOVERED = {"cases": 200, "seconds": 3.4, "engine": "reference", "discrepancies": 0, "status": "agree",
              "ops": {"exp": 40, "index": 0, "mul": 60, "matmul": 0}, "oracles": {"reference vs jacobian": 200},
              "agreement": {"reference vs jacobian": 200}}

@@ -344,3 +344,37 @@ def test_a_cut_in_one_check_is_not_charged_to_the_next_with_the_same_oracles():
     assert [d.kind for d in v.discrepancies] == ["timeout"], v.summary()
     v = guarded_check(_case(), chosen, timeout=0.2, under_test="slow-once")
     assert v.ok, v.summary()
+
+
+class _SlowDouble:
+    """x -> 2x, correct, whose forward sleeps 2 ms (tryout4 #12: a 12 ms forward, ~660 calls a case)."""
+
+    @staticmethod
+    def fn():
+        import torch
+
+        class SlowDouble(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                time.sleep(0.002)
+                return 2 * x
+
+            @staticmethod
+            def backward(ctx, g):
+                return 2 * g
+
+        return SlowDouble.apply
+
+
+def test_a_slow_verify_run_says_how_far_it_is_and_where_the_time_goes(monkeypatch, capsys):
+    """A run that goes on past HINT_AFTER prints progress lines (cases, time a case, per oracle, time left)."""
+    from gradspec import search
+
+    monkeypatch.setattr(search, "HINT_AFTER", 0.0)  # (the real run would print after 20 s: the same code path)
+    monkeypatch.setattr(search, "HINT_EVERY", 0.0)
+    r = gs.verify_torch_function(_SlowDouble.fn(), arity=1, max_examples=4, seed=0)
+    assert r.status == "agree", r.summary()
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if "cases checked in" in ln]
+    assert lines, err
+    assert "s a case (" in lines[-1] and "finite-differences" in lines[-1] and "max_examples=4" in lines[-1], lines

@@ -55,6 +55,11 @@ BAD_DECLS = [
     ("jvp-signature", dict(name="u_m", forward=_f1, vjp=_v1, jvp=lambda t: t), "jvp must accept"),
     ("output-dim-unknown", dict(name="u_n", forward=_f1, vjp=_v1, signature="(n)->(m)"),
      "does not appear in any input"),
+    # tryout4 #14: the multi-output error names the ways out, not only the rule
+    ("two-outputs", dict(name="u_o", forward=_f1, vjp=_v1, signature="(n,n)->(n),(n,n)"),
+     "register one op per output"),
+    ("two-outputs-torch", dict(name="u_p", forward=_f1, vjp=_v1, signature="(n)->(),(n)"),
+     "gs.verify_torch_function, which takes tuple outputs"),
 ]
 
 

@@ -83,6 +83,7 @@ def test_a_worker_that_dies_once_is_reported_with_its_case_and_its_budget_rerun(
     case = json.loads((tmp_path / "reports" / crash["id"] / "case.json").read_text())
     assert "exp" in [n["op"] for n in case["nodes"]]  # the case the worker was on
     assert "died while checking this case" in crash["message"]
+    assert crash["cause"]["id"] == "process-died"  # CONTRACT §8: a crash names its cause too (tryout4 #6: None)
     assert s["lost"] == [] and s["cases"] == 16, (s["lost"], s["cases"])  # the lost chunk ran again
     dead = {c["pid"] for c in s["crashed"]}
     assert len(dead) == 1, s["crashed"]
@@ -135,3 +136,39 @@ def test_every_finding_of_a_distributed_campaign_has_its_report_folder(tmp_path)
     for rec in s["reports"] + s["superseded"]:  # and each folder is the finding listed under its id
         saved = json.loads((out / rec["id"] / "discrepancy.json").read_text())
         assert (saved["id"], saved["kind"], sorted(saved["ops"])) == (rec["id"], rec["kind"], sorted(rec["ops"]))
+
+
+def test_sigint_to_the_controller_alone_is_an_interruption_not_a_crash(tmp_path):
+    """tryout4 #6: `kill -INT <controller>` (not the process group): the workers it stops in the middle of a
+    case are no crash of the engine; the run ends as interrupted (exit 130) and says so, not 'exit 3'."""
+    import signal
+    import time
+
+    from tests.test_cli import start
+
+    env = plant(tmp_path)
+    env["GRADSPEC_WORKER_DIR"] = str(tmp_path / "local")
+    # Every case takes >= 0.3 s in a worker (a slow correct engine): a worker is mid-case when the signal comes.
+    (tmp_path / "gsslowok.py").write_text(
+        "import os\nfrom gsplant import Planted\n\n\nclass InWorkers(Planted):\n"
+        "    def _armed(self):\n        return bool(os.environ.get('PYTEST_XDIST_WORKER'))\n\n\n"
+        "engine = InWorkers('slowok', bug_op='none', faults={'exp': 'slow', 'mul': 'slow'})\n")
+    out = tmp_path / "reports"
+    proc = start("fuzz", "--engine", "gsslowok:engine", "--ops", "exp,mul", "--oracles", FAST_ORACLES,
+                 "--workers", 2, "--seconds", 120, "--seed", 3, "--report-dir", out, cwd=tmp_path, env=env)
+    try:
+        deadline = time.time() + 90
+        while time.time() < deadline and proc.poll() is None and not list((tmp_path / "local").rglob("inflight-*")):
+            time.sleep(0.2)
+        assert proc.poll() is None and list((tmp_path / "local").rglob("inflight-*")), "no worker started a case"
+        time.sleep(2.0)
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, stdout + stderr
+    s = summary(out)
+    assert s["interrupted"] is True and s["reports"] == [] and s["crashed"] == [], s["reports"]
+    assert not folders(out)
+    assert "exit 130" in stdout and "exit 3" not in stdout, stdout

@@ -38,7 +38,12 @@ def parse(signature: str) -> tuple[list[tuple[str, ...]], list[tuple[str, ...]]]
 
     ins, outs = args(lhs), args(rhs)
     if len(outs) != 1:
-        raise SignatureError(f"signature {signature!r}: gradspec ops have exactly one output")
+        raise SignatureError(
+            f"signature {signature!r}: gradspec ops have exactly one output, this one declares {len(outs)}; "
+            f"register one op per output (each with its own forward, vjp and signature, e.g. "
+            f"{'(' + ','.join(ins[0]) + ')' if ins else '()'}->({','.join(outs[0])}) for the first), or return "
+            "one array (concatenate the outputs, flattened), or check the function with "
+            "gs.verify_torch_function, which takes tuple outputs")
     known = {d for a in ins for d in a}
     for d in outs[0]:
         if d not in known and not d.isdigit():

@@ -67,8 +67,9 @@ def key(name: str, why: str) -> str:
     return word_cut(f"{name}: {why}")
 
 
-def kind_of(reason: str) -> tuple[str, str]:
-    """(the reason with its node-, element- and number-specific parts replaced, those parts as an example)."""
+def kind_of(reason: str, numbers: bool = True) -> tuple[str, str]:
+    """(the reason with its node-, element- and number-specific parts replaced, those parts as an example);
+    ``numbers=False`` leaves the numbers in place (what a reader is shown: "within 1.2e-05 of", not "within …")."""
     found: list[str] = []
 
     def keep(placeholder):
@@ -78,17 +79,19 @@ def kind_of(reason: str) -> tuple[str, str]:
         return sub
 
     kind = reason
-    for pattern, placeholder in _PARTS:
+    for pattern, placeholder in _PARTS if numbers else _PARTS[:-1]:
         kind = pattern.sub(keep(placeholder), kind)
     return kind, "; ".join(dict.fromkeys(found))  # each part once, in order
 
 
 def group(skipped: dict) -> list[tuple[str, int, str]]:
-    """``[(kind, count, example), ...]`` from ``{reason: count}``, most frequent kind first; the example
-    comes from the kind's most frequent reason ("" when the reason names nothing specific)."""
+    """``[(kind, count, example), ...]`` from ``{reason: count}``, most frequent kind first.  Reasons that
+    differ only in their node, element and numbers are one kind; it is shown as its most frequent reason,
+    numbers in place (a reason with "…" for each number, and the numbers apart, read as a riddle: tryout4
+    #14), its node and element parts the example ("" when the reason names nothing specific)."""
     kinds: dict[str, list] = {}
     for reason, n in sorted((skipped or {}).items(), key=lambda kv: -kv[1]):
-        kind, example = kind_of(str(reason))
-        row = kinds.setdefault(kind, [0, example])
+        kind = kind_of(str(reason))[0]
+        row = kinds.setdefault(kind, [0, *kind_of(str(reason), numbers=False)])
         row[0] += int(n)
-    return sorted(((k, n, ex) for k, (n, ex) in kinds.items()), key=lambda r: -r[1])
+    return sorted(((shown, n, ex) for n, shown, ex in kinds.values()), key=lambda r: -r[1])

@@ -19,6 +19,7 @@ from typing import Callable
 from .. import caseio
 from .._private.records import discrepancy_id, read_records, update_record
 from ..case import Case, CaseError
+from ..causes import process_died
 from ..check import Discrepancy, Verdict
 from ..guard import guarded_check
 from .inflight import case_json as inflight_case
@@ -105,7 +106,7 @@ def report_crashes(cfg: Config, stats: Stats, state_root: str | None = None,
         if item["fault"].strip():
             msg += "; the Python traceback at the fatal signal is below"
         d = Discrepancy(kind="crash", oracles=("process", case.engine or cfg.engine), message=msg, case=case,
-                        traceback=item["fault"] or None)
+                        traceback=item["fault"] or None, cause=process_died(msg, item["fault"]))
         verdict = Verdict(case, {}, [], [d], {}, {})
         rid = discrepancy_id(d.signature)
         info = {"run_id": os.path.basename(item["dir"]) if earlier else cfg.run_id, "engine": case.engine,

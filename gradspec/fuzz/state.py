@@ -266,6 +266,9 @@ def summary_json(cfg: Config, stats: Stats, previous: list | None = None, ops: l
     if stats.lost and status == "agree":  # a dead worker's share never ran: no clean bill of health
         status, reason = "inconclusive", (f"part of the budget never ran ({sum(x.get('cases', 0) for x in stats.lost)} "
                                           "cases lost with a worker that died)")
+    if stats.interrupted and status != "disagree":  # stopped by the user: no clean bill of health either
+        status, reason = "inconclusive", (f"interrupted after {stats.cases} case{'' if stats.cases == 1 else 's'}"
+                                          + (f" ({reason})" if reason else ": what ran agreed"))
     return {
         "status": status,
         "reason": reason,

@@ -41,7 +41,7 @@ from typing import Callable
 from .._private.memory import freeze_heap
 from .._private.records import discrepancy_id
 from ..case import Case
-from ..causes import Cause
+from ..causes import Cause, process_died
 from ..check import Discrepancy, Verdict
 from ..guard import guarded_check
 from .campaign import _Campaign
@@ -336,7 +336,7 @@ def _crash_finding(rec: dict, cfg: Config):
     if (rec.get("fault") or "").strip():
         msg += "; the Python traceback at the fatal signal is below"
     d = Discrepancy(kind="crash", oracles=("process", case.engine or cfg.engine), message=msg, case=case,
-                    traceback=rec.get("fault") or None)
+                    traceback=rec.get("fault") or None, cause=process_died(msg, rec.get("fault")))
     return d, Verdict(case, {}, [], [d], {}, {})
 
 
@@ -402,6 +402,11 @@ def run_distributed(cfg: Config, progress: Callable | None = None, on_found: Cal
     # pending): their in-flight cases are in the worker-local folder here.
     crashes += _crash_records(cfg)
     shutil.rmtree(worker_local_root(cfg.run_id), ignore_errors=True)
+    if interrupted:
+        # The interrupted session stopped its workers wherever they were (xdist tears them down): a case
+        # left in flight is then the interruption's, not a crash of the engine; only a fatal signal's
+        # traceback (faulthandler: segfault, abort) still shows a process that died of its own.
+        crashes = [r for r in crashes if (r.get("fault") or "").strip()]
     for rec in {r["pid"]: r for r in crashes}.values():
         try:
             d, verdict = _crash_finding(rec, cfg)

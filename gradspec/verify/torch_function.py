@@ -377,22 +377,28 @@ def verify_torch_function(fn, *, arity: int | None = None, signature: str | None
     if signature is not None:
         extra.append(f"signature={signature!r}")
     if shape_fn is not None:
-        extra.append("shape_fn=<your shape_fn>")
+        extra.append("shape_fn=shape_fn")
     if domain is not None:
         extra.append(f"domain={_domain_src(domain)}")
     if params:
-        extra.append("params=<your params>")
+        extra.append("params=params")
     if example_inputs is not None:
-        extra.append("example_inputs=<your example>")
+        extra.append("example_inputs=example_inputs")
     if args:
-        extra.append("args=<your args>")
+        extra.append("args=args")
     if broadcast != "auto":
         extra.append(f"broadcast={broadcast!r}")
     if kink_distance is not None:
-        extra.append("kink_distance=<your kink_distance>")
+        extra.append("kink_distance=kink_distance")
     if not double_backward:
         extra.append("double_backward=False")
     run_replay = f"gs.verify_torch_function({label}, seed={s}, {budget}, {', '.join(extra)})"
+    # Objects a line cannot spell are passed by name: a pasteable call once those names are bound (tryout4 #14:
+    # "example_inputs=<your example>" was no Python)
+    objects = [k for k in ("shape_fn", "params", "example_inputs", "args", "kink_distance") if f"{k}={k}" in extra]
+    if objects:
+        run_replay = (f"# {', '.join(objects)}: bind {'it' if len(objects) == 1 else 'each'} to the object you passed "
+                      f"to this call, then:\n{run_replay}")
     result = Result(target=label, what="torch function", seed=s, max_examples=max_examples, budget_seconds=seconds)
     result.replay = run_replay
     result.accuracy = claim
