@@ -15,7 +15,6 @@ Example::
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 
 import numpy as np
@@ -31,19 +30,22 @@ _NOTHING = contextlib.nullcontext()
 
 
 
-def _inside_jittered(spec, memo: dict):
-    """``spec`` with a forward that gets its float arrays as ``numpy_jitter.Jittered`` views: inside
-    ``numpy_jitter.jittered``, every ufunc result of the op's own code is off by a few ulps (one copy per spec
-    and noise measurement; the table's spec itself is not touched)."""
-    got = memo.get(spec)
-    if got is None:
-        fwd, wrap = spec.forward, _nj.jittered.wrap
-
-        def forward(*arrays, **params):
-            return fwd(*[wrap(a) if isinstance(a, np.ndarray) and a.dtype.kind == "f" else a for a in arrays], **params)
-
-        got = memo[spec] = dataclasses.replace(spec, forward=forward)
-    return got
+def _apply_inside_jittered(apply, spec, inputs, params):
+    """``apply`` with each float input's array seen by the op's own numpy code as a ``numpy_jitter.Jittered``
+    view (the same memory): inside ``numpy_jitter.jittered``, every ufunc result in the op's forward is off by
+    a few ulps.  The tensors get their arrays back before the call returns (a node keeps the tensors, not
+    their arrays; nothing else reads them meanwhile)."""
+    swapped = []
+    for t in inputs:
+        d = getattr(t, "data", None)
+        if type(d) is np.ndarray and d.dtype.kind == "f":
+            swapped.append((t, d))
+            t.data = d.view(_nj.Jittered)
+    try:
+        return apply(spec, inputs, params)
+    finally:
+        for t, d in swapped:
+            t.data = d
 
 
 _SIGNS = np.array([-1.0, 1.0])
@@ -112,8 +114,6 @@ def rounding_noise(case, runs: int = 2, ulps: float = _tol.NOISE_ULPS) -> dict |
     def noisy_vjp(node, g, create_graph):
         return [jitter(x) for x in original(node, jitter(g), create_graph)]
 
-    inside: dict = {}
-
     def noisy_apply(spec, inputs, params):
         # Every op of the forward, and every op evaluated inside a VJP rule too (gelu's inner tanh, softmax's
         # sum...).  A table op's own numpy code runs jittered as well (``inside_jittered``): its output moved by a
@@ -125,23 +125,27 @@ def rounding_noise(case, runs: int = 2, ulps: float = _tol.NOISE_ULPS) -> dict |
         if spec.user:  # (a user op's numpy code is jittered by opaque_noise, below)
             out = original_apply(spec, inputs, params)
         else:
-            with _nj.jittered(rng, ulps):
-                out = original_apply(_inside_jittered(spec, inside), inputs, params)
+            out = _apply_inside_jittered(original_apply, spec, inputs, params)
         out.data = jitter(out).data
         return out
 
     def run(jittered):
-        E.apply = noisy_apply if jittered else original_apply  # (the forward's ops too)
-        try:
+        if jittered:  # (the forward's ops too; Jittered views exist only inside a table op's forward)
+            E.apply = noisy_apply
+            try:
+                with _nj.jittered(rng, ulps):
+                    env, roots = build_engine_graph(case)
+            finally:
+                E.apply = original_apply
+        else:
             env, roots = build_engine_graph(case)
-        finally:
-            E.apply = original_apply
         seeds = [None if s is None else E.Tensor(np.array(s, copy=True)) for s in case.seeds]
         E._call_vjp = noisy_vjp if jittered else original
         E.apply = noisy_apply if jittered else original_apply
         try:
             # code gradspec cannot see inside (a torch Function's float32 backward) jitters its own ops too
-            with np.errstate(all="ignore"), _opaque_noise.jittering(rng, ulps) if jittered else _NOTHING:
+            with np.errstate(all="ignore"), _opaque_noise.jittering(rng, ulps) if jittered else _NOTHING, \
+                    _nj.jittered(rng, ulps) if jittered else _NOTHING:
                 E.backward(roots, seeds)
         finally:
             E._call_vjp = original

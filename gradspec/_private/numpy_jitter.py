@@ -31,6 +31,7 @@ import numpy as np
 __all__ = ["Jittered", "jittered"]
 
 _STATE: list = []  # [(rng, ulps)] while a jittered call runs
+_SIGNS = np.array([-1.0, 1.0])
 
 
 def _jitter(a):
@@ -39,7 +40,9 @@ def _jitter(a):
     rng, ulps = _STATE[-1]
     eps = np.finfo(a.dtype).eps
     # at least one eps relative, as rounding_noise's own jitter (a value's spacing is at most eps |value|)
-    u = rng.uniform(min(1.0, 1 / ulps), 1, a.shape) * rng.choice((-1.0, 1.0), a.shape)
+    # (signs: rng.choice((-1.0, 1.0), shape)'s own draws, rng.integers(0, 2, shape) indexing the choices,
+    # without choice's ~7 us of argument checks)
+    u = rng.uniform(min(1.0, 1 / ulps), 1, a.shape) * _SIGNS[rng.integers(0, 2, a.shape)]
     return (a * (1 + ulps * eps * u)).astype(a.dtype, copy=False)
 
 
