@@ -179,8 +179,9 @@ def _symmetrised(leaves, u: dict, t: dict) -> str | None:
             continue
         xt = np.swapaxes(x, -1, -2)
         eye = np.eye(x.shape[-1], dtype=bool)
-        for h, what in (((x + xt) / 2, "(X + X^T)/2"), (np.tril(x + xt, -1) + np.where(eye, x, 0.0), "X + X^T folded "
-                                                                                                    "onto the lower triangle (the triangle the forward reads)")):
+        folded = np.tril(x + xt, -1) + np.where(eye, x, 0.0)
+        for h, what in (((x + xt) / 2, "(X + X^T)/2"),
+                        (folded, "X + X^T folded onto the lower triangle (the triangle the forward reads)")):
             if _same(h.ravel(), want.ravel()):
                 return (f"input {l.name}'s gradient X is not symmetrised: J^T·g is {what}, which it returns X instead "
                         "of; symmetrise the result of the backward (sym(X) = (X + X^T)/2) as the input is a symmetric "

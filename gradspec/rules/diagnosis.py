@@ -584,15 +584,7 @@ def _own_node_raise(sc, got, k, ctx) -> Cause | None:
     e = got.obs[k].raised
     rng = np.random.default_rng(0)
     for name, op, ins, params in sc.nodes:
-        leaves, names = {}, []
-        for j, i in enumerate(ins):
-            nm = f"in{j}" if i not in names else names[list(ins).index(i)]
-            if i not in ins[:j]:
-                leaves[nm] = np.array(vals[i], copy=True)
-            names.append(nm)
-        one = Scenario(leaves, [(name, op, tuple(names), params)],
-                       [Step("backward", name, rng.uniform(0.5, 1.5, np.shape(vals[name])), False)], "node",
-                       {n: sc.rg(i) if i in sc.leaves else True for n, i in zip(names, ins)})
+        one = _one_node(sc, vals, (name, op, ins, params), rng.uniform(0.5, 1.5, np.shape(vals[name])))
         try:
             g1, r1 = ctx.trace(one)
         except Exception:  # noqa: BLE001 - a hang on the probe: not this node's answer
@@ -774,15 +766,7 @@ def _wrong_node(sc, ctx) -> Cause | None:
     vals = forward_values(sc)
     rng = np.random.default_rng(0)
     for name, op, ins, params in sc.nodes:
-        leaves, names = {}, []
-        for j, i in enumerate(ins):
-            nm = f"in{j}" if i not in names else names[list(ins).index(i)]
-            if i not in ins[:j]:
-                leaves[nm] = np.array(vals[i], copy=True)
-            names.append(nm)
-        seed = rng.uniform(0.5, 1.5, np.shape(vals[name]))
-        one = Scenario(leaves, [(name, op, tuple(names), params)], [Step("backward", name, seed, False)], "node",
-                       {n: sc.rg(i) if i in sc.leaves else True for n, i in zip(names, ins)})
+        one = _one_node(sc, vals, (name, op, ins, params), rng.uniform(0.5, 1.5, np.shape(vals[name])))
         got, want = ctx.trace(one)
         d = first_difference(one, got, want, none_is_zeros=True)
         if d is not None and d[1] == "grad":
@@ -805,3 +789,16 @@ def _wrong_node(sc, ctx) -> Cause | None:
                          pattern=pattern, factor=factor,
                          evidence=f"engine: {fmt(a)}; J^T . seed: {fmt(b)}{rel}\n{one.code()}")
     return None
+
+
+def _one_node(sc, vals: dict, node: tuple, seed) -> Scenario:
+    """Node ``node`` of ``sc`` alone: a one-node scenario whose leaves hold its inputs' values, one backward."""
+    name, op, ins, params = node
+    leaves, names = {}, []
+    for j, i in enumerate(ins):
+        nm = f"in{j}" if i not in names else names[list(ins).index(i)]
+        if i not in ins[:j]:
+            leaves[nm] = np.array(vals[i], copy=True)
+        names.append(nm)
+    return Scenario(leaves, [(name, op, tuple(names), params)], [Step("backward", name, seed, False)], "node",
+                    {n: sc.rg(i) if i in sc.leaves else True for n, i in zip(names, ins)})
