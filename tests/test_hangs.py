@@ -93,7 +93,9 @@ def test_a_hang_is_a_timeout_finding_and_gradspec_returns(name):
         pytest.importorskip("torch")
     got = _run(SCENARIOS[name], bound=150)
     if name == "verify_torch_function-seconds":
-        assert got["status"] == "inconclusive" and "cut" in got["reason"], got
+        # the hanging case is cut by the budget; on a loaded machine the budget can run out before a case was
+        # checked at all: inconclusive either way, and the reason names the time budget (never "agree")
+        assert got["status"] == "inconclusive" and "time budget" in got["reason"], got
         return
     assert got["status"] == "disagree", got
     assert "timeout" in got["kinds"], got

@@ -283,3 +283,13 @@ def test_a_torch_function_keeps_its_op_name_from_one_verify_call_to_the_next():
     assert _torch_fn_name(SquareOk.apply) != first
     two = [lambda x: x, lambda x: x]  # different functions with one label still get different names
     assert _torch_fn_name(two[0]) != _torch_fn_name(two[1])
+
+
+def test_a_budget_spent_before_any_case_names_the_budget_not_the_shape_rules():
+    # On a loaded machine a short budget can go on drawing and warming up: the reason said "the shape rules
+    # admitted no case in the draws: pass example_inputs", which is not what happened.
+    import torch
+
+    r = gs.verify_torch_function(torch.sin, arity=1, seconds=1e-4, seed=0)
+    assert r.status == "inconclusive", str(r)
+    assert "time budget" in r.reason and "shape rules" not in r.reason, r.reason

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import time
 import traceback
 
 import numpy as np
@@ -451,10 +452,14 @@ def verify_torch_function(fn, *, arity: int | None = None, signature: str | None
     else:
         strategy = _op_cases(spec, companions, {})
     strategy = _in_dtypes(strategy, dtypes)
+    t0 = time.perf_counter()
     with _f32line.learning():  # (what this run's cases show of float32 inside: _private.float32_line)
         _num.run_within_budget(runner, strategy, _num.with_deadline(evaluate, result, seconds, target, run_replay), seconds)
     if not result.cases_run and spec.forward_errors:
         _no_case(result, f"{spec.forward_errors[0]} (on every input tried)")
+    elif not result.cases_run and seconds is not None and time.perf_counter() - t0 >= seconds:
+        # (not "the shape rules admitted no case": on a loaded machine a 3 s budget can go on drawing and warming up)
+        _no_case(result, f"the time budget of {seconds:g} s ran out before a case was checked: give more seconds=")
     elif not result.cases_run:
         _no_case(result, "the shape rules admitted no case in the draws"
                  + ("" if example_inputs is not None else ": pass example_inputs=(...) (one real call's arguments)"))
