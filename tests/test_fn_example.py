@@ -89,8 +89,9 @@ def test_a_finding_is_shrunk_below_the_example_shape():
     assert r.status == "disagree", r.summary()
     # tryout4 #14: the whole-run replay is Python (it was "example_inputs=<your example>"), naming what to bind
     compile(r.replay, "<replay>", "exec")
-    assert "example_inputs=example_inputs" in r.replay and "bind it to the object you passed" in r.replay
-    assert "replay the whole run:\n  # example_inputs" in r.summary()
+    assert r.replay.startswith("gs.verify_torch_function(PopVarScaled.apply")
+    assert "example_inputs=example_inputs" in r.replay and "# example_inputs: bind it to the object you" in r.replay
+    assert "replay the whole run:\n  gs.verify_torch_function(" in r.summary()
     sizes = [d.case.leaves[0].value.size for d in r.discrepancies if d.case is not None]
     assert sizes and min(sizes) < X.numel(), sizes  # was 15: (3, 5) kept
 

@@ -398,8 +398,8 @@ def verify_torch_function(fn, *, arity: int | None = None, signature: str | None
     # "example_inputs=<your example>" was no Python)
     objects = [k for k in ("shape_fn", "params", "example_inputs", "args", "kink_distance") if f"{k}={k}" in extra]
     if objects:
-        run_replay = (f"# {', '.join(objects)}: bind {'it' if len(objects) == 1 else 'each'} to the object you passed "
-                      f"to this call, then:\n{run_replay}")
+        run_replay += (f"\n# {', '.join(objects)}: bind {'it' if len(objects) == 1 else 'each'} to the object you "
+                       "passed to this call before running the line above")
     result = Result(target=label, what="torch function", seed=s, max_examples=max_examples, budget_seconds=seconds)
     result.replay = run_replay
     result.accuracy = claim
