@@ -52,8 +52,14 @@ import re
 
 import numpy as np
 
-from ._diagnose_engine import (_engine_cleared, _engine_implicit_refused, _engine_overwrite, _engine_seed_ignored,
-                               _engine_shared_broadcast, empty_broadcast)
+from ._diagnose_engine import (
+    _engine_cleared,
+    _engine_implicit_refused,
+    _engine_overwrite,
+    _engine_seed_ignored,
+    _engine_shared_broadcast,
+    empty_broadcast,
+)
 from ._diagnose_findings import _raised_cause, explain_finding
 from ._diagnose_points import factor_at_points, flat_forward_words, float32_only, not_linear_in_g, overflow_words
 from ._diagnose_raw import _forward_mutation_cause, _mutation_cause, _none_returned, _returned_shapes, _split_case

@@ -10,6 +10,7 @@ import pytest
 import gradspec as gs
 from tests import _tryout4_code as T
 
+
 def _spread():
     import torch
 

@@ -10,7 +10,6 @@ import importlib
 import numpy as np
 import pytest
 
-import gradspec as gs
 from gradspec import domains as D
 from gradspec import strategies as gst
 from gradspec._private.sampling import sample

@@ -21,7 +21,8 @@ def _case(x, w=None, seed=None, params=None, meta=None, op="mul"):
     leaves = {"x": np.asarray(x)} if w is None else {"x": np.asarray(x), "w": np.asarray(w)}
     inputs = ["x", "x"] if w is None else ["x", "w"]
     nodes = [("h", op, inputs, params or {}), ("y", "sum", ["h"], {})]
-    c = gs.Case.build(leaves, nodes, ["h", "y"], [np.ones(np.broadcast_shapes(*(np.shape(v) for v in leaves.values()))) if seed is None else seed, None])
+    ones = np.ones(np.broadcast_shapes(*(np.shape(v) for v in leaves.values())))
+    c = gs.Case.build(leaves, nodes, ["h", "y"], [ones if seed is None else seed, None])
     c.meta.update(meta or {})
     return c
 

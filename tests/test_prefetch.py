@@ -12,7 +12,6 @@ import pytest
 import gradspec as gs
 from gradspec import oracles
 from gradspec.fuzz import campaign as _campaign
-from gradspec.fuzz import prefetch as _prefetch
 from gradspec.fuzz.prefetch import Prefetch
 from gradspec.fuzz.state import Config
 from gradspec.guard import guarded_check

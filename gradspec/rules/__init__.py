@@ -42,7 +42,8 @@ DEFAULT_EXAMPLES = 40  # per rule: every planted broken rule is found within ~10
 # The discrepancy kind (gs.Result.kinds, report titles) of each cause a rule search can give.
 KIND = {"implicit-seed-non-scalar": "implicit-seed", "implicit-seed-refused": "implicit-seed",
         "seed-shape-accepted": "seed-shape", "seed-ignored": "value", "seed-misapplied": "value",
-        "accumulation-overwrite": "accumulation", "uses-overwrite": "accumulation", "backward-order": "accumulation", "stale-intermediate-grads": "accumulation",
+        "accumulation-overwrite": "accumulation", "uses-overwrite": "accumulation", "backward-order": "accumulation",
+        "stale-intermediate-grads": "accumulation",
         "root-grad-assigned": "accumulation", "grad-not-updated": "accumulation", "reset-ignored": "reset",
         "no-freeing": "freeing", "repeated-input-dropped": "repeated-argument", "none-vs-zeros": "none-vs-zeros",
         "error-type": "error-type", "wrong-vjp": "value", "unexplained": "value"}
