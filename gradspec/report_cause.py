@@ -19,6 +19,8 @@ Example::
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ._private.skips import word_cut
@@ -242,7 +244,8 @@ def heatmap_grid(values, cap: int = 1024) -> np.ndarray:
     """A leaf's values as the 2-D grid a heatmap draws (last axis across, the rest stacked), cut to at
     most ``cap`` cells so a huge leaf still gives a readable page."""
     a = np.asarray(values, dtype=np.float64)
-    flat = a.reshape(1, -1) if a.ndim <= 1 else a.reshape(-1, a.shape[-1])
+    # the row count spelt out: reshape(-1, 0) of an empty leaf (shape (2, 0)) is ambiguous and raises
+    flat = a.reshape(1, -1) if a.ndim <= 1 else a.reshape(math.prod(a.shape[:-1]), a.shape[-1])
     rows, cols = flat.shape
     if rows * cols > cap:
         rows = max(1, cap // max(cols, 1))

@@ -265,3 +265,15 @@ def test_a_rule_finding_page_shows_its_calls_once_and_no_single_backward_tables(
     assert 'id="rule-note"' in page
     assert "Gradients per oracle" not in page and "The worst elements" not in page
     assert page.count("after call") == 1, page.count("after call")  # the evidence, once
+
+
+@pytest.mark.parametrize("shape", [(2, 0), (0, 3), (0,), (3, 0, 2)], ids=lambda s: "x".join(map(str, s)) or "scalar")
+def test_heatmaps_of_an_empty_leaf(shape):
+    # A shrunk case can hold an empty leaf beside the one that differs; its heatmap was a crash of the
+    # whole campaign (reshape(-1, 0) of an empty array is ambiguous), found by gradspec fuzz seed 3
+    # on tests._planted:pl_mul_slice.
+    from gradspec import report_cause, report_views
+
+    assert report_cause.heatmap_grid(np.zeros(shape)).size == 0
+    assert report_cause.ratio_heatmap_svg(np.zeros(shape), shape).count("<rect") == 0
+    assert report_views._heatmap_svg(np.zeros(shape), shape).count("<rect") == 0
