@@ -13,7 +13,7 @@ import torch
 import gradspec as gs
 from gradspec import cli
 from gradspec.spec import registry
-from gradspec.verify.torch_function import FLOAT32_ONLY
+from gradspec.verify.torch_float32 import FLOAT32_ONLY
 from tests import _correct_code as C
 from tests import _float32_code as F
 from tests import _planted as P

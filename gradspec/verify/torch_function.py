@@ -28,7 +28,7 @@ from .._private import opaque_noise as _opaque_noise
 from .._private import result_sink
 from .._private import torchfn_record as _rec
 from .._private.imports import importable_path
-from ..case import Case, Leaf, NodeDef
+from ..case import Case
 from ..ops.user import Op, UserOpError
 from ..result import Result, VerifyDiscrepancy
 from ..search import _check_budget, _resolve_seed, _Runner
@@ -105,7 +105,7 @@ def _torch_wrap(fn, name: str, layout: CallLayout, signature, shape_fn, domain, 
 
     def run(arrays, kw, grad: bool, noisy=None):
         # each input keeps its dtype (float32 cases run fn's float32 code); anything else as float64
-        xs = [torch.from_numpy(np.array(a, dtype=_run_dtype(a, keep32))) for a in arrays]
+        xs = [torch.from_numpy(np.array(a, dtype=torch_float32.run_dtype(a, keep32))) for a in arrays]
         if grad:
             xs = [x.requires_grad_(True) for x in xs]
         with torch.enable_grad() if grad else torch.no_grad(), noisy() if noisy else contextlib.nullcontext():
@@ -120,7 +120,7 @@ def _torch_wrap(fn, name: str, layout: CallLayout, signature, shape_fn, domain, 
                 forward.errors.append(f"fn's forward raised {type(e).__name__}: {e}")
             raise
         y = flat(outs, multi).detach().cpu()
-        return y.to(torch.float64).numpy().astype(_out_dtype(arrays, keep32), copy=False)
+        return y.to(torch.float64).numpy().astype(torch_float32.out_dtype(arrays, keep32), copy=False)
 
     forward.errors = []
 
@@ -133,7 +133,7 @@ def _torch_wrap(fn, name: str, layout: CallLayout, signature, shape_fn, domain, 
         xs, outs, multi = run(arrays, kw, True, noisy)
         if not inside:
             inside.extend(functions_in_graph(outs))
-        gt = torch.from_numpy(np.array(g, dtype=_run_dtype(g, keep32)))
+        gt = torch.from_numpy(np.array(g, dtype=torch_float32.run_dtype(g, keep32)))
         g0 = gt.clone()
         if multi:
             # each output its own block of the seed; an all-zero block: that output is not used
@@ -406,7 +406,7 @@ def verify_torch_function(fn, *, arity: int | None = None, signature: str | None
     result.note("fn's backward is checked call by call (torch.autograd.grad of one call, inside gradspec's engine) "
                 "and inside whole torch graphs (the torch-cpu oracle); the jacobian oracle uses a finite-difference "
                 "JVP of fn's forward (compared with a finite-difference tolerance)")
-    result.note(_float32_note(example_inputs, dtypes))
+    result.note(torch_float32.float32_note(example_inputs, dtypes))
     if layout.held_note():  # non-tensor arguments that never vary (a bug only at other values passes)
         result.note(layout.held_note())
     if not double_backward:
@@ -446,12 +446,12 @@ def verify_torch_function(fn, *, arity: int | None = None, signature: str | None
     double = torch_double.DoubleBackwardCheck(spec, target, case_replay, result)  # second order (torch_double)
     summed = torch_grad_shapes.SummedDownCheck(spec, result)
 
-    runner = _Runner(result, max_examples, seconds, explain=_explain_kept)
+    runner = _Runner(result, max_examples, seconds, explain=torch_float32.explain_kept)
     if plan.model is not None:
         strategy = fn_shapes.model_cases(spec, plan.model, layout, plan.multi, _wrap)
     else:
         strategy = _op_cases(spec, companions, {})
-    strategy = _in_dtypes(strategy, dtypes)
+    strategy = torch_float32.in_dtypes(strategy, dtypes)
     t0 = time.perf_counter()
     with _f32line.learning():  # (what this run's cases show of float32 inside: _private.float32_line)
         _num.run_within_budget(runner, strategy, _num.with_deadline(evaluate, result, seconds, target, run_replay), seconds)
@@ -482,81 +482,6 @@ def verify_module(module, *, example_inputs=None, max_examples: int | None = Non
     torch_module.finish(r, labels)
     result_sink.emit(r)
     return r
-
-
-def _float32_note(example_inputs, dtypes: tuple = ("float64",)) -> str:
-    """What ran in which precision (and what did not): a backward wrong only in float32 passes a
-    float64-only run, and a float32 case's finite differences run fn's float64 code."""
-    import torch
-
-    if isinstance(example_inputs, torch.Tensor):
-        example_inputs = (example_inputs,)
-    low = sorted({str(a.dtype).replace("torch.", "") for a in (example_inputs or ())
-                  if isinstance(a, torch.Tensor) and a.is_floating_point() and a.dtype != torch.float64
-                  and not (a.dtype == torch.float32 and "float32" in dtypes)})
-    if "float32" not in dtypes:
-        text = ("float32 was not checked (dtypes=('float64',)): fn runs on float64 inputs (every input, drawn or from "
-                "example_inputs, is cast to float64, where gradspec can bound the rounding of fn's forward and "
-                "backward); a backward that is wrong only in float32 (a float32-only branch, a cast, a float32 "
-                "accumulation) passes this run")
-    else:
-        both = "float64" in dtypes
-        text = (("cases are split between float64 and float32" if both else "every case is float32")
-                + ": in a float32 case fn's forward and backward run on float32 tensors (its float32 code, called by "
-                "gradspec's engine and inside torch graphs) and are compared at float32 precision (where a "
-                "comparison fails, the rounding noise is measured with fn's own float32 ops jittered); the finite "
-                "differences and the jacobian oracle's finite-difference JVPs evaluate fn in float64 (its float64 "
-                "code at the same float32 input values), so they witness the true derivative of fn's float64 "
-                "forward -- where fn's float32 forward computes another function than its float64 one (beyond "
-                "float32 rounding), they do not count on that case (inconclusive, never a finding)")
-        if not both:
-            text += "; float64 was not checked (dtypes=('float32',))"
-    if low:
-        text += f"; your example_inputs are {', '.join(low)}: they ran as float64" + (
-            " and float32" if "float32" in dtypes else "")
-    return text
-
-
-def _run_dtype(a, keep32: bool = True):
-    """The dtype fn runs an input in: float32 stays float32 (a float32 case), anything else float64."""
-    return np.float32 if keep32 and np.asarray(a).dtype == np.float32 else np.float64
-
-
-def _out_dtype(arrays, keep32: bool = True):
-    """fn's output as the engine holds it: float32 where every input is float32, else float64."""
-    return np.float32 if keep32 and arrays and all(np.asarray(a).dtype == np.float32 for a in arrays) else np.float64
-
-
-def _as_dtype(case: Case, dtype: str) -> Case:
-    """``case`` with every float leaf and seed in ``dtype`` (float32 and mixed draws too: fn runs in one
-    precision per case, so a float32 case runs fn's float32 code throughout)."""
-    want = np.dtype(dtype)
-    other = np.dtype(np.float32 if want == np.float64 else np.float64)
-    if not any(l.value.dtype == other for l in case.leaves) and not any(
-            sd is not None and np.asarray(sd).dtype == other for sd in case.seeds):
-        case.meta["dtype"] = dtype
-        return case
-    leaves = [Leaf(l.name, l.value.astype(want) if l.value.dtype == other else l.value, l.requires_grad)
-              for l in case.leaves]
-    seeds = [None if sd is None else np.asarray(sd, dtype=want) if np.asarray(sd).dtype == other else sd
-             for sd in case.seeds]
-    out = Case(leaves, [NodeDef(n.name, n.op, list(n.inputs), dict(n.params)) for n in case.nodes], list(case.roots),
-               seeds, engine=case.engine, user_ops=dict(case.user_ops), meta={**case.meta, "dtype": dtype})
-    out.canonicalize()
-    out.validate()
-    return out
-
-
-def _in_dtypes(strategy, dtypes: tuple):
-    """Each case in one of ``dtypes`` (a draw of its own, shrinking towards the first), the budget split
-    between them, not multiplied.  Cast after the draw, so the draws (exact zeros, ties...) stay those
-    of the generic mix; one precision per case (a float32 case runs fn's float32 code throughout,
-    and the torch twin graph is the same float32 graph, so both round alike)."""
-    if len(dtypes) == 1:
-        return strategy.map(lambda c: _as_dtype(c, dtypes[0]))
-    from hypothesis import strategies as st
-
-    return st.tuples(strategy, st.sampled_from(dtypes)).map(lambda t: _as_dtype(t[0], t[1]))
 
 
 def _is_module(fn) -> bool:
@@ -750,60 +675,3 @@ def _resolve(name: str, obj, node, meta):
 
 
 _registry.register_resolver(_resolve)
-
-
-# A float32-only wrong backward: the same case cast to float64 agrees.
-FLOAT32_ONLY = ("in float32 only: the same case cast to float64 agrees (fn's float32 code computes another gradient "
-                "than its float64 code)")
-
-
-def _float32_only(case, oracles: dict) -> bool:
-    """A float32 case of a torch Function whose same values cast to float64 agree (the same oracles)."""
-    if not any(l.value.dtype == np.float32 for l in case.leaves):
-        return False
-    if not any(getattr(case.spec(n.op), "twin_is_self", False) for n in case.nodes):
-        return False
-    from ..check import check
-
-    try:
-        return check(_as_dtype(case, "float64"), oracles=list(oracles.values())).status == "agree"
-    except Exception:  # noqa: BLE001 - a float64 twin case that cannot run says nothing either way
-        return False
-
-
-def _say_float32_only(found) -> None:
-    import dataclasses
-
-    for d in found:
-        if FLOAT32_ONLY not in d.message:
-            d.message += f" [{FLOAT32_ONLY}]"
-        if d.cause is not None and "float32" not in d.cause.summary:  # (the diagnosis may say it already)
-            d.cause = dataclasses.replace(d.cause, summary=f"{d.cause.summary}; {FLOAT32_ONLY}")
-
-
-def _explain_float32_only(verdict, oracles) -> None:
-    """``check()``'s explainer (after the diagnosis): a float32 case of a torch Function that disagrees
-    on values is checked again cast to float64; where that agrees, each value finding and its cause say
-    the backward is wrong in float32 only (``gradspec replay`` of a saved case says it too).  Skipped
-    where the diagnosis left causes unset (a search shrinking: ``_explain_kept`` does it once, on the
-    finding kept)."""
-    found = [d for d in verdict.discrepancies if d.kind in ("value", "nan-inf-pattern")]
-    if found and all(d.cause is not None for d in found) and _float32_only(verdict.case, oracles):
-        _say_float32_only(found)
-
-
-def _explain_kept(d) -> None:
-    """The search's hook on a kept finding (its cause is set by then)."""
-    v = getattr(d, "verdict", None)
-    if d.kind in ("value", "nan-inf-pattern") and d.case is not None and v is not None and FLOAT32_ONLY not in d.message:
-        if _float32_only(d.case, getattr(v, "oracles", None) or {}):
-            _say_float32_only([d])
-
-
-def _register_explainer() -> None:
-    from ..check import register_explainer
-
-    register_explainer(_explain_float32_only)
-
-
-_register_explainer()

@@ -230,6 +230,13 @@ class LayoutCheck:
     def _where(self, node) -> str:
         return f"node {node.name} = {node.op}({', '.join(node.inputs)})"
 
+    def _finding(self, kind, case, node, summary, evidence, fix, check_name, **fields) -> VerifyDiscrepancy:
+        """One layout finding: the discrepancy (torch against itself, two layouts) and its cause."""
+        d = VerifyDiscrepancy(kind, ("torch-cpu", "torch-cpu"), f"{self.target}: {summary}", case, replay=self.replay,
+                              check_name=check_name, **fields)
+        d.cause = Cause("layout-dependent", summary, node=node.name, op=node.op, evidence=evidence, fix=fix)
+        return d
+
     def _raised(self, case, node, nc, e) -> VerifyDiscrepancy:
         fn = self.spec.name.removeprefix("torch_")
         said = f"{type(e).__name__}: {str(e).splitlines()[0].rstrip('.') if str(e) else ''}"
@@ -237,13 +244,10 @@ class LayoutCheck:
                    f"(grad_output) is non-contiguous — the same values, strides {tuple(nc.stride())}, as after a "
                    ".transpose()/.permute() or slicing downstream; with a contiguous one it works: use .reshape "
                    "instead of .view on grad_output, or call grad_output.contiguous() first")
-        d = VerifyDiscrepancy("raised", ("torch-cpu", "torch-cpu"), f"{self.target}: {summary}", case,
-                              replay=self.replay, check_name=CHECK_NAME)
-        d.cause = Cause("layout-dependent", summary, node=node.name, op=node.op,
-                        evidence=f"grad_output shape {tuple(nc.shape)}: contiguous -> gradients; strides "
-                                 f"{tuple(nc.stride())} -> {said}",
-                        fix="use .reshape (not .view) on grad_output, or grad_output.contiguous()")
-        return d
+        return self._finding("raised", case, node, summary,
+                             f"grad_output shape {tuple(nc.shape)}: contiguous -> gradients; strides "
+                             f"{tuple(nc.stride())} -> {said}",
+                             "use .reshape (not .view) on grad_output, or grad_output.contiguous()", CHECK_NAME)
 
     def _value(self, case, node, nc, bad, want, got) -> VerifyDiscrepancy:
         fn = self.spec.name.removeprefix("torch_")
@@ -255,13 +259,10 @@ class LayoutCheck:
                    f"{_short(got[k])} vs {_short(want[k])} with a contiguous one; it reads grad_output's memory as if "
                    "it were contiguous (as_strided, .data_ptr() in an extension?): call grad_output.contiguous() first")
         leaf = name if name in {l.name for l in case.leaves} else None
-        d = VerifyDiscrepancy("value", ("torch-cpu", "torch-cpu"), f"{self.target}: {summary}", case, leaf=leaf,
-                              index=idx, values=(float(got[k][idx]), float(want[k][idx])), replay=self.replay,
-                              check_name=CHECK_NAME)
-        d.cause = Cause("layout-dependent", summary, node=node.name, op=node.op,
-                        evidence=f"input {name}: non-contiguous grad_output {_short(got[k])}, contiguous "
-                                 f"{_short(want[k])}", fix="call grad_output.contiguous() before reading its memory")
-        return d
+        return self._finding("value", case, node, summary,
+                             f"input {name}: non-contiguous grad_output {_short(got[k])}, contiguous {_short(want[k])}",
+                             "call grad_output.contiguous() before reading its memory", CHECK_NAME, leaf=leaf,
+                             index=idx, values=(float(got[k][idx]), float(want[k][idx])))
 
     def _input_raised(self, case, node, k, label, nc, e) -> VerifyDiscrepancy:
         fn = self.spec.name.removeprefix("torch_")
@@ -271,13 +272,10 @@ class LayoutCheck:
                    f"non-contiguous ({label}: {_describe(nc)}), as inputs arrive after a .transpose()/.permute(), slicing "
                    "or .expand() upstream; with a contiguous copy of the same values it works: use .reshape instead of "
                    ".view on inputs and saved tensors, or call .contiguous() first")
-        d = VerifyDiscrepancy("raised", ("torch-cpu", "torch-cpu"), f"{self.target}: {summary}", case,
-                              replay=self.replay, check_name=INPUT_CHECK_NAME)
-        d.cause = Cause("layout-dependent", summary, node=node.name, op=node.op,
-                        evidence=f"input {name} {label} ({_describe(nc)}): {e.where} raised {said}; contiguous: ran",
-                        fix="use .reshape (not .view) on inputs and saved tensors, or .contiguous() first")
-        return d
-
+        return self._finding("raised", case, node, summary,
+                             f"input {name} {label} ({_describe(nc)}): {e.where} raised {said}; contiguous: ran",
+                             "use .reshape (not .view) on inputs and saved tensors, or .contiguous() first",
+                             INPUT_CHECK_NAME)
 
     def _input_value(self, case, node, k, label, nc, bad, want, got) -> VerifyDiscrepancy:
         fn = self.spec.name.removeprefix("torch_")
@@ -290,14 +288,11 @@ class LayoutCheck:
                    f"or .expand() upstream: its {what} {_short(got[j])} vs {_short(want[j])} for a contiguous copy of the "
                    "same values; it reads the input's memory as if it were contiguous (as_strided, .data_ptr() in an "
                    "extension, a stride taken for granted?): call .contiguous() on it first")
-        d = VerifyDiscrepancy("value", ("torch-cpu", "torch-cpu"), f"{self.target}: {summary}", case,
-                              leaf=name if j > 0 and name in {l.name for l in case.leaves} else None, index=idx,
-                              values=(float(np.asarray(got[j])[idx]), float(np.asarray(want[j])[idx])), replay=self.replay,
-                              check_name=INPUT_CHECK_NAME)
-        d.cause = Cause("layout-dependent", summary, node=node.name, op=node.op,
-                        evidence=f"input {name} {label} ({_describe(nc)}): {what} {_short(got[j])}, contiguous {_short(want[j])}",
-                        fix=f"call .contiguous() on input {name} before reading its memory")
-        return d
+        return self._finding("value", case, node, summary,
+                             f"input {name} {label} ({_describe(nc)}): {what} {_short(got[j])}, contiguous {_short(want[j])}",
+                             f"call .contiguous() on input {name} before reading its memory", INPUT_CHECK_NAME,
+                             leaf=name if j > 0 and name in {l.name for l in case.leaves} else None, index=idx,
+                             values=(float(np.asarray(got[j])[idx]), float(np.asarray(want[j])[idx])))
 
 
 def _input_name(node, k: int) -> str:
