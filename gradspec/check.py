@@ -36,6 +36,7 @@ from ._check_rules import (
 from ._private import activity as _activity
 from ._private import dtypes as _dtypes
 from ._private import percase as _percase
+from ._private import structure as _structure
 from ._private.kinks import EXCLUDED as _EXCLUDED
 from ._private.pairs import _allowed, _fast_pairs, _pair_claim, _path_scale, _per_leaf
 from ._private.threads import oracle_threads
@@ -228,12 +229,19 @@ def _leaf_precisions(case: Case) -> dict:
     out = {l.name: "float32" if l.value.dtype == _F32 else "float64" for l in diff}
     if not any(l.value.dtype == _F32 for l in case.leaves):
         return out
-    # Each node's dtype as the engine computes it (torch's rules, _private/dtypes.promote), not numpy's: the
-    # case's numpy forward would give pow(x2 f32 [3, 4], x3 f64 []) float64.  Stand-ins carry dtype and rank only.
     try:
         values = case.evaluate()  # (the per-case memo's forward, shared with the oracles)
     except Exception:  # the code under test raised: the oracles report it; the loosest precision meanwhile
         return dict.fromkeys(out, "float32")
+    # (dtypes and ranks: the value sets of a group share the answer, keyed by the ranks the forward gave)
+    ranks = tuple([np.ndim(v) for v in values.values()])
+    return dict(_structure.once(case, ("leaf_precisions", ranks), lambda: _precision_flow(case, values, diff, out)))
+
+
+def _precision_flow(case: Case, values: dict, diff: list, out: dict) -> dict:
+    """``_leaf_precisions``' answer for a case with a float32 leaf, from the forward's ``values`` (their ranks)."""
+    # Each node's dtype as the engine computes it (torch's rules, _private/dtypes.promote), not numpy's: the
+    # case's numpy forward would give pow(x2 f32 [3, 4], x3 f64 []) float64.  Stand-ins carry dtype and rank only.
     dt = {l.name: l.value.dtype for l in case.leaves}
     upstream = {l.name: frozenset((l.name,)) for l in diff}  # node -> the differentiated leaves it depends on
     rounded = set()  # nodes computed in float32 from a differentiated leaf, or depending on one
@@ -618,6 +626,10 @@ def _fd_allowance(fd_errs, a, b, leaf, tol):
 
 
 def _has_fd_jvp(case) -> bool:
+    return _structure.once(case, "fd_jvp", lambda: _fd_jvp(case))
+
+
+def _fd_jvp(case) -> bool:
     specs = case._node_specs() or [case.spec(n.op) for n in case.nodes]
     return any(getattr(spec, "jvp_source", "declared") != "declared" for spec in specs)
 

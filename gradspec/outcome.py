@@ -30,6 +30,7 @@ import numpy as np
 from ._private.fdstep import EPS32 as _EPS32
 from ._private.fdstep import float32_valued as _float32_valued
 from ._private.fdstep import noise_sigma as _noise_sigma
+from ._private import structure as _structure
 from ._private.float32_line import forward_steps as _forward_steps
 from .ops.user import NOISE_ULPS as _NOISE_ULPS
 from .oracles._fd_probes import STEP32 as _STEP32
@@ -92,7 +93,7 @@ def _is_user_op(spec) -> bool:
 
 def has_user_ops(case) -> bool:
     """Whether a node of ``case`` runs a user op (code gradspec cannot see inside)."""
-    return any(_is_user_op(case.spec(n.op)) for n in case.nodes)
+    return _structure.once(case, "has_user_ops", lambda: any(_is_user_op(case.spec(n.op)) for n in case.nodes))
 
 
 def _open_reach(case) -> dict | None:

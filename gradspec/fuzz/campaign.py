@@ -265,6 +265,8 @@ class _Campaign:
         verdict = guarded_check(case, self.oracles, self.cfg.case_timeout, under_test=self.cfg.engine,
                                 isolate=self.cfg.isolate)
         self._inflight.end()  # only a case being checked is "in flight" (see report_crashes)
+        if self._prefetch is not None:
+            self._prefetch.release(case)
         s = self.stats
         if mode == "generate":
             s.cases += 1

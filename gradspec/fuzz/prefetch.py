@@ -21,7 +21,13 @@ What keeps the verdicts the same (``tests/test_prefetch.py`` compares whole camp
 * each call runs as in ``check`` (torch's thread setting, numpy's ignored floating-point errors, the
   case's per-check memo) and under its own ``--case-timeout`` (the alarm signal): a call cut by it
   ends the prefetch, and ``check`` runs that call under the guard as before;
-* the in-flight file names the set being computed, so a crash is reported with its case.
+* the in-flight file names the set being computed, so a crash is reported with its case;
+* each set's per-case memo (``_private.percase``: its forward, op specs, exact kinks) stays open from
+  the prefetch until its own check is done (``release``; ``clear`` closes what is left): the check
+  takes the values the oracles computed on that very case object instead of computing them again;
+* sets of one graph structure share one structure memo (``_private.structure``: what depends on the
+  structure alone, e.g. a leaf's gradient precision, finite differences' watch plan), sets of
+  another structure in the group get their own.
 
 Not used with ``--isolate`` (each check runs in a child process), off the main thread (no alarm), or
 before the campaign's first check (its warm-up).
@@ -48,6 +54,7 @@ import numpy as np
 from .. import engine as _engine
 from .. import outcome as _outcome
 from .._private import percase as _percase
+from .._private import structure as _structure
 from .._private.threads import oracle_threads
 from ..check import _has_fd_jvp, _own_oracles
 from ..guard import Alarm, CaseTimeout, _main_thread
@@ -67,6 +74,7 @@ class Prefetch:
         self.originals = list(oracles)
         self.active = all(type(o) in own for o in self.originals)
         self.store: dict = {}
+        self._scopes: dict = {}  # id(case) -> (case, its open per-case memo scope): closed by release() / clear()
         self.oracles = [self._taking(o) for o in self.originals] if self.active else list(self.originals)
 
     def _taking(self, o):
@@ -80,11 +88,20 @@ class Prefetch:
 
     def clear(self) -> None:
         self.store.clear()
+        scopes, self._scopes = self._scopes, {}
+        for _, s in reversed(list(scopes.values())):
+            s.__exit__(None, None, None)
+
+    def release(self, case) -> None:
+        """``case``'s check is done: its per-case memo (kept open since the prefetch) closes."""
+        got = self._scopes.pop(id(case), None)
+        if got is not None and got[0] is case:
+            got[1].__exit__(None, None, None)
 
     def run(self, cases, mark=None) -> int:
         """Compute every oracle's answers on ``cases`` (``mark(case)``: before each call, the in-flight
         file); returns how many cases got answers (0 where prefetching does not apply)."""
-        self.store.clear()
+        self.clear()
         if not self.active or len(cases) < 2 or not _main_thread():
             return 0
         cases = [c for c in cases if not _outcome.has_user_ops(c)]
@@ -92,9 +109,9 @@ class Prefetch:
             return 0
         for c in cases:
             self.store[id(c)] = (c, {})
-        scopes = [_percase.scope(c) for c in cases]
-        for s in scopes:
-            s.__enter__()
+            s = self._scopes[id(c)] = (c, _percase.scope(c))
+            s[1].__enter__()
+        _structure.share(cases)  # (the sets of one graph structure: what depends on it alone, computed once)
         try:
             with oracle_threads(), _engine._quiet_fp(), _bounded(self.timeout) as arm:
                 for o in self.originals:
@@ -107,9 +124,6 @@ class Prefetch:
                             return len(cases)
         except CaseTimeout:
             pass  # cut between two calls: what is stored stays, check() computes the rest
-        finally:
-            for s in reversed(scopes):
-                s.__exit__(None, None, None)
         return len(cases)
 
     def _one(self, o, case, arm) -> bool:

@@ -33,6 +33,7 @@ import numpy as np
 
 from .. import tolerances as _tol
 from .._private import float32_line as _line
+from .._private import structure as _structure
 from .._private.fdstep import EPS32, float32_valued, noise_pattern
 from ..spec import registry as _registry
 from ._base import OracleError
@@ -164,6 +165,8 @@ def float32_node(case, env) -> str:
     leaf with requires_grad False) through a user op gives float32 numbers at every point of the stencil
     although nothing there rounds at float32 precision, and naming it lowered the whole case to float32
     precision (a 1e-5 bug elsewhere read "agree")."""
+    if not _runs_user_code(case):
+        return ""
     table = _registry.all_specs()
     moved = None
     for node in case.nodes:
@@ -179,6 +182,16 @@ def float32_node(case, env) -> str:
             if node.name in moved:
                 return node.op
     return ""
+
+
+def _runs_user_code(case) -> bool:
+    """Whether a node's spec is user code (``spec.user``), asked once per graph structure (a group's sets)."""
+    return _structure.once(case, "runs_user_code", lambda: any(_spec(case, node.op).user for node in case.nodes))
+
+
+def _spec(case, op):
+    spec = _registry.all_specs().get(op)
+    return case.spec(op) if spec is None else spec  # (a user op named only by the case: loaded from a case file)
 
 
 def perturbed(case) -> set:
@@ -224,6 +237,8 @@ HIDDEN32_NAME_ULPS = 64.0
 def user_nodes(case) -> list:
     """(node, spec) for the nodes of ``case`` that run user code (user ops, torch Functions), in graph
     order: the only places where a computation at lower precision can hide.  One dict look-up per node."""
+    if not _runs_user_code(case):
+        return []
     table = _registry.all_specs()
     out = []
     for node in case.nodes:

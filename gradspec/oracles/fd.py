@@ -56,6 +56,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .. import tolerances as _tol
+from .._private import structure as _structure
 from .._private.fdstep import line_sigma
 from .._private.kinks import center_kink_distances, exclusion
 from .._private.prologue import oracle_call
@@ -228,6 +229,10 @@ def _largest(case, specs) -> int:
 
 
 _OUT_SHAPES: dict = {}  # (spec, input shapes, params) -> output shape (_largest)
+
+
+def _largest_of(case, specs) -> int:
+    return _structure.once(case, "fd_largest", lambda: _largest(case, specs))  # (a group's sets share it)
 
 
 def _element_name(leaves, j: int) -> str:
@@ -419,7 +424,8 @@ def fd_gradient(case, *, check_reach: bool = True) -> FDResult:
     n = flat.size
     h, hl = _steps(flat, n)
     specs = _specs(case)
-    plan = _watch_plan(case, specs) if check_reach else []
+    # (the value sets of a group share the plan: nodes of one structure, each case's alike)
+    plan = _structure.once(case, "fd_watch", lambda: _watch_plan(case, specs)) if check_reach else []
     p = _run_pass(case, x64, leaves, flat, h, n, plan, hl, specs)
     if p.f32:  # a user op computes in float32 inside: estimate it as a float32 computation
         return _float32_gradient(case, x64, leaves, flat, plan, check_reach, p)
@@ -504,7 +510,7 @@ def _run_pass(case, x64, leaves, flat, h, n, plan, hl=None, specs=None) -> _Pass
         specs = _specs(case)
     rows = len(FACTORS) * n + 1 + (_tol.FD_NOISE_POINTS if n else 0)
     inline = rows * max([l.value.size for l in case.leaves]) <= MAX_BATCH_ELEMENTS and (
-        rows <= INLINE_ROWS or rows <= INLINE_ROWS_CHECKED and rows * _largest(case, specs) <= MAX_BATCH_ELEMENTS)
+        rows <= INLINE_ROWS or rows <= INLINE_ROWS_CHECKED and rows * _largest_of(case, specs) <= MAX_BATCH_ELEMENTS)
     if inline:
         return _inline_pass(case, x64, leaves, flat, h, n, _watched(plan), hl if hl and math.isfinite(sum(hl)) else None,
                             specs)

@@ -17,6 +17,7 @@ import functools
 import numpy as np
 
 from .._private import limits as _limits
+from .._private import structure as _structure
 from .._private.kinks import exclusion
 from .._private.prologue import oracle_call
 from ._base import Oracle, OracleError
@@ -182,14 +183,18 @@ def _propagate(case, values, tangents: dict, k: int) -> dict:
 _F64 = np.dtype(np.float64)  # (an array's float64 dtype is this very object: `is` skips numpy's comparison)
 
 
+def _no_jvp(case) -> list:
+    specs = case._node_specs() or [case.spec(n.op) for n in case.nodes]
+    return sorted({n.op for n, spec in zip(case.nodes, specs) if spec.jvp is None})
+
+
 class JacobianOracle(Oracle):
     name = "jacobian"
     kind = "exact"
     max_inputs = 4096
 
     def applies(self, case):
-        specs = case._node_specs() or [case.spec(n.op) for n in case.nodes]
-        missing = sorted({n.op for n, spec in zip(case.nodes, specs) if spec.jvp is None})
+        missing = _structure.once(case, "no_jvp", lambda: _no_jvp(case))  # (the value sets of a group share it)
         if missing:
             return False, f"jacobian: no JVP rule for op(s) {', '.join(missing)}"
         n = case.n_inputs

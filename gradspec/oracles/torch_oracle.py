@@ -6,6 +6,7 @@ import functools
 
 import numpy as np
 
+from .._private import structure as _structure
 from ._base import Oracle, OracleError
 
 __all__ = ["TorchOracle", "build_torch_graph"]
@@ -59,8 +60,7 @@ class TorchOracle(Oracle):
         return True, ""
 
     def applies(self, case):
-        specs = case._node_specs() or [case.spec(n.op) for n in case.nodes]
-        missing = sorted({n.op for n, spec in zip(case.nodes, specs) if spec.torch is None})
+        missing = _structure.once(case, "no_torch", lambda: _missing(case))  # (the value sets of a group share it)
         if missing:
             return False, f"{self.name}: no torch mapping for op(s) {', '.join(missing)}"
         return True, ""
@@ -83,6 +83,11 @@ class TorchOracle(Oracle):
             out[leaf.name] = None if g is None else g.numpy() if g.is_cpu and not g.requires_grad \
                 else g.detach().cpu().numpy()
         return out
+
+
+def _missing(case) -> list:
+    specs = case._node_specs() or [case.spec(n.op) for n in case.nodes]
+    return sorted({n.op for n, spec in zip(case.nodes, specs) if spec.torch is None})
 
 
 def _backward(torch, roots, seeds) -> None:
