@@ -30,6 +30,7 @@ import json
 import os
 
 from ._private import limits
+from ._private.casefile import module_not_replayed
 from ._private.imports import ImportSpecError, allowing, load_from_case
 from ._private.skips import word_cut
 from .case import Case, CaseError
@@ -93,6 +94,8 @@ def _check_ops(path: str, d) -> None:
     meta = d.get("meta")
     inline = meta.get("inline_ops") if isinstance(meta, dict) else None
     inline = set(x for x in inline if isinstance(x, str)) if isinstance(inline, list) else set()
+    modules = meta.get("module_ops") if isinstance(meta, dict) else None
+    modules = set(x for x in modules if isinstance(x, str)) if isinstance(modules, list) else set()
     user_ops = d.get("user_ops") if isinstance(d.get("user_ops"), dict) else {}
     nodes = d.get("nodes") if isinstance(d.get("nodes"), list) else []
     for n in nodes:
@@ -102,6 +105,8 @@ def _check_ops(path: str, d) -> None:
         try:
             _registry.lookup(op)
         except KeyError:
+            if op in modules:
+                raise CaseError(f"{path}: op {op!r}: {module_not_replayed(op.removeprefix('torch_'))}") from None
             if op in inline:
                 raise CaseError(
                     f"{path}: op {op!r} was defined inline (in __main__ or inside a function) when this case was "

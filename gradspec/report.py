@@ -429,7 +429,7 @@ def _case_for_file(case, engine: str | None):
                         dict(case.user_ops), dict(case.meta))
     if engine:
         c.engine = engine
-    inline = []
+    inline, modules = [], []
     for op in sorted({n.op for n in c.nodes}):
         try:
             spec = _registry.lookup(op)
@@ -442,13 +442,19 @@ def _case_for_file(case, engine: str | None):
             from .ops.user import import_path_of
 
             path = import_path_of(spec)
-        if path:
+        module = getattr(spec, "module_of", None)
+        if module is not None:  # (gs.verify_module: no import path rebuilds an instance; the file says so)
+            modules.append(op)
+            inline.append(op)
+        elif path:
             c.user_ops[op] = path
         else:
             inline.append(op)
     if inline:
         c.meta = dict(c.meta)
         c.meta["inline_ops"] = inline
+    if modules:
+        c.meta["module_ops"] = modules
     return c
 
 

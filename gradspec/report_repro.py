@@ -18,6 +18,7 @@ import json
 
 import numpy as np
 
+from ._private.casefile import module_not_replayed
 from ._private.inert import docstring, literal
 
 __all__ = ["repro_script"]
@@ -83,6 +84,8 @@ def repro_script(case, oracles=("reference", "torch-cpu"), verdict=None, d=None,
             seeds.append(f"_arr({[float(x).hex() for x in a.astype(np.float64).ravel()]!r}, {tuple(a.shape)!r}, {a.dtype.name!r})")
     grad_leaves = [l.name for l in case.grad_leaves()]
     inline = case.meta.get("inline_ops") if isinstance(case.meta, dict) else None
+    modules = case.meta.get("module_ops") if isinstance(case.meta, dict) else None
+    why_not = {op: module_not_replayed(op.removeprefix("torch_")) for op in modules or ()}
     title = f"{d.kind} ({' vs '.join(d.oracles)})" if d is not None else " vs ".join(names)
     message = (d.message.splitlines()[0] if d is not None and d.message else "")
     # Both go into the script's docstring: escaped so that nothing in them can end it.
@@ -131,6 +134,7 @@ USER_OPS = {literal(dict(case.user_ops))}
 ENGINE = {literal(case.engine)}
 CASE_JSON = {literal(case.to_json(indent=None))}
 INLINE_OPS = {literal(inline)}
+MODULE_OPS = {literal(why_not)}  # op -> why a gs.verify_module finding does not run here
 
 
 def _arr(hexes, shape, dtype):
@@ -273,6 +277,9 @@ def recheck_rule():
 
 
 def main():
+    if MODULE_OPS:
+        print("cannot run (exit 2): " + "; ".join(f"op {{op!r}}: {{why}}" for op, why in MODULE_OPS.items()))
+        return 2
     if INLINE_OPS:
         print(f"cannot run (exit 2): op(s) {{INLINE_OPS}} were defined inline when the report was written (no "
               "import path); define them at module level in an importable module and find the case again")

@@ -17,12 +17,22 @@ import numpy as np
 from . import limits, torchfn_record
 from .inert import short_repr
 
-__all__ = ["CaseFileError", "parse", "DTYPES", "MAX_NAME"]
+__all__ = ["CaseFileError", "parse", "DTYPES", "MAX_NAME", "module_not_replayed"]
 
 # What encode_array writes and every engine takes: float, integer and bool arrays (no object,
 # string, complex or datetime arrays, which numpy would accept from the name alone).
 DTYPES = ("float64", "float32", "float16", "int64", "int32", "int16", "int8", "uint8", "bool")
 MAX_NAME = 256  # longer names are not a graph anyone wrote; they would only bloat every page
+
+
+def module_not_replayed(module: str) -> str:
+    """Why a finding of ``gs.verify_module`` on ``module`` (a class name) does not replay from its case
+    file, and what does (said by verify_module's notes, ``gradspec replay`` and ``repro.py``)."""
+    return (f"{module} is a torch.nn.Module checked by gs.verify_module: its findings cannot be replayed by "
+            "`gradspec replay` or repro.py in another process, because a case file records the parameter and input "
+            f"values but not the module instance (its class's constructor arguments, buffers and state) -- "
+            f"re-run the check in Python instead: gs.verify_module({module}(...), example_inputs=..., seed=...) "
+            "with the seed of the run (its replay line)")
 
 
 class CaseFileError(ValueError):
@@ -171,6 +181,9 @@ def parse(d) -> dict:
     inline = meta.get("inline_ops")
     if inline is not None and not (isinstance(inline, list) and all(isinstance(s, str) for s in inline)):
         _fail("meta.inline_ops", "must be a list of op names")
+    modules = meta.get("module_ops")
+    if modules is not None and not (isinstance(modules, list) and all(isinstance(s, str) for s in modules)):
+        _fail("meta.module_ops", "must be a list of op names")
     try:
         torchfn_record.check(meta)  # how a torch Function was called (verify_torch_function findings)
     except torchfn_record.RecordError as e:

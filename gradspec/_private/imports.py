@@ -142,8 +142,12 @@ def load_from_case(path, what: str, expect: type | tuple | None = None):
 def importable_path(obj) -> str | None:
     """``"module:QualName"`` under which ``obj`` (a class or function) can be imported again, or None
     when it was defined inline (in ``__main__``, inside a function) or is not reachable by that name."""
-    mod_name = getattr(obj, "__module__", None)
-    qual = getattr(obj, "__qualname__", None)
+    # an object that wraps the user's function (torch.library.custom_op's CustomOpDef, a functools.wraps
+    # decorator) is found under that function's module and name: ``myops:fused_bias_gelu``
+    inner = getattr(obj, "_init_fn", None) or getattr(obj, "__wrapped__", None)
+    named = obj if isinstance(getattr(obj, "__qualname__", None), str) or inner is None else inner
+    mod_name = getattr(named, "__module__", None)
+    qual = getattr(named, "__qualname__", None)
     if not mod_name or mod_name == "__main__" or not isinstance(qual, str) or "<" in qual:
         return None
     mod = sys.modules.get(mod_name)

@@ -27,6 +27,7 @@ from .._private import float32_line as _f32line
 from .._private import opaque_noise as _opaque_noise
 from .._private import result_sink
 from .._private import torchfn_record as _rec
+from .._private.casefile import module_not_replayed
 from .._private.imports import importable_path
 from ..case import Case
 from ..ops.user import Op, UserOpError
@@ -421,7 +422,13 @@ def verify_torch_function(fn, *, arity: int | None = None, signature: str | None
         return result
     names = ["reference", "finite-differences", "jacobian", "torch-cpu"]
     target = f"torch function {label}"
-    if spec.import_path:
+    module = getattr(fn, "_gs_module", None)
+    spec.module_of = module  # type: ignore[attr-defined]  (report: the case file says why it does not replay)
+    if module is not None:
+        case_replay = (f"gs.check(d.case) while the module's op is registered (it is, in this process); "
+                       f"or the whole run: {run_replay.replace('gs.verify_torch_function(', 'gs.verify_module(', 1)}")
+        result.note(module_not_replayed(module))
+    elif spec.import_path:
         case_replay = (f"result.write_html(DIR), then `gradspec replay DIR/<id>/case.json --allow-import "
                        f"{spec.import_path.partition(':')[0]}`; or the whole run: {run_replay}")
     else:
@@ -640,8 +647,8 @@ def _resolve(name: str, obj, node, meta):
         return None
     if isinstance(obj, type) and issubclass(obj, torch.autograd.Function):
         fn = obj.apply
-    elif isinstance(obj, types.FunctionType):
-        fn = obj
+    elif isinstance(obj, (types.FunctionType, torch.library.CustomOpDef)):
+        fn = obj  # (a torch.library.custom_op: called as the user calls it, its registered autograd runs)
     else:
         return None
     rec = _rec.parse(meta, name)

@@ -61,6 +61,7 @@ def module_function(module, example_inputs):
         return torch.func.functional_call(m, dict(zip(names, args[:k])), tuple(args[k:]))
 
     fn.__qualname__ = type(module).__name__
+    fn._gs_module = type(module).__name__  # (verify_torch_function: a module's findings replay in this process only)
     inputs = [x.detach().to(torch.float64) if isinstance(x, torch.Tensor) and x.is_floating_point() else x
               for x in example_inputs]
     labels = names + [f"input {i}" for i, x in enumerate(inputs)

@@ -1,0 +1,81 @@
+"""Replay of what a fifth new user (tryout5, a custom-ops library) found: a ``torch.library.custom_op``
+finding replays by its import path (it was recorded as "defined inline", exit 2); a ``verify_module``
+finding says truthfully why it cannot replay in another process (it blamed "__main__ or inside a
+function" for a module-level class)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import gradspec as gs
+from gradspec import cli
+from gradspec.spec import registry
+from tests import _planted_user as pu
+from tests.test_replay_findings import first_case, run
+
+MODULE_NOTE = "cannot be replayed by `gradspec replay`"
+
+
+def _forget(case_path):
+    """Drop the ops the run registered in this process, so replay rebuilds them from the file alone."""
+    d = json.loads(case_path.read_text())
+    for op in list(d["user_ops"]) + [n["op"] for n in d["nodes"]]:
+        if op.startswith("torch_"):
+            registry.all_specs().pop(op, None)
+
+
+def test_a_custom_op_finding_records_its_import_path_and_replays_1_then_0_once_fixed(tmp_path, capsys):
+    r = gs.verify_torch_function(pu.scaled_cube_noscale, example_inputs=pu.CUBE_EXAMPLE, max_examples=10, seed=0)
+    assert r.status == "disagree", r.summary()
+    assert not any("inside a function" in str(n) for n in r.notes), r.notes
+    case = first_case(r, tmp_path)
+    d = json.loads(case.read_text())
+    (op, path), = d["user_ops"].items()  # was {} and meta.inline_ops = [op]
+    assert path == "tests._planted_user:scaled_cube_noscale" and "inline_ops" not in d["meta"], d
+    _forget(case)
+    assert cli.main(["replay", str(case), "--allow-import", "tests._planted_user"]) == 1, capsys.readouterr()
+    # the same case with the op's backward fixed (the correct twin under the recorded name): it no longer reproduces
+    d["user_ops"][op] = "tests._planted_user:scaled_cube"
+    case.write_text(json.dumps(d))
+    _forget(case)
+    assert cli.main(["replay", str(case), "--allow-import", "tests._planted_user"]) == 0, capsys.readouterr()
+
+
+def test_a_custom_op_case_without_permission_names_the_module_and_the_flag(tmp_path, capsys):
+    r = gs.verify_torch_function(pu.scaled_cube_noscale, example_inputs=pu.CUBE_EXAMPLE, max_examples=10, seed=0)
+    case = first_case(r, tmp_path)
+    _forget(case)
+    capsys.readouterr()
+    # the module is imported in this process already: without --allow-import a custom op (not a class or
+    # gs.Op) is still refused, naming the flag
+    assert cli.main(["replay", str(case)]) == 2
+    err = capsys.readouterr().err
+    assert "--allow-import tests._planted_user" in err and "Traceback" not in err, err
+
+
+@pytest.fixture(scope="module")
+def module_finding(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("modrep")
+    r = gs.verify_module(pu.TinyNet(pu.LinearFnFirstOnly), example_inputs=pu.NET_EXAMPLE, max_examples=12, seed=0)
+    assert r.status == "disagree", r.summary()
+    return r, first_case(r, tmp)
+
+
+def test_a_module_finding_says_why_it_does_not_replay_not_that_it_was_defined_inline(module_finding, capsys):
+    r, case = module_finding
+    notes = " ".join(map(str, r.notes))
+    assert "__main__ or inside a function" not in notes, notes  # TinyNet is a module-level class
+    assert MODULE_NOTE in notes and "gs.verify_module(" in notes, notes
+    _forget(case)
+    assert cli.main(["replay", str(case), "--allow-import", "tests._planted_user"]) == 2
+    err = capsys.readouterr().err
+    assert "defined inline" not in err and "verify_module" in err and "TinyNet" in err, err
+
+
+def test_a_module_findings_repro_py_exits_2_saying_why(module_finding, tmp_path):
+    _, case = module_finding
+    p = run([case.parent / "repro.py"], tmp_path)
+    out = p.stdout + p.stderr
+    assert p.returncode == 2 and "verify_module" in out and "defined inline" not in out, out
