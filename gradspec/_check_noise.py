@@ -80,7 +80,7 @@ def _saturated(grads, leaves) -> bool:
 
 
 
-def rounding_noise(case, runs: int = 2, ulps: float = _tol.NOISE_ULPS) -> dict | None:
+def rounding_noise(case, runs: int = 2, ulps: float = _tol.NOISE_ULPS, base: dict | None = None) -> dict | None:
     """How much the gradient moves when every value the backward pass touches is off by a few ulps.
 
     Two correct libraries compute exp, tanh, sums... to within an ulp or two of each other, and
@@ -89,7 +89,8 @@ def rounding_noise(case, runs: int = 2, ulps: float = _tol.NOISE_ULPS) -> dict |
     terms are 2).  Re-running the reference backward with each node's saved output, each
     incoming gradient and each VJP result perturbed by up to ``ulps`` ulps measures that
     amplification for this very case: the spread is the noise floor below which exact oracles
-    cannot be told apart.
+    cannot be told apart.  ``base``: the unjittered run's gradients (leaf name -> array or None), where the
+    caller has them already (``gs.check``: the reference oracle's answer on this very case).
     """
     from . import engine as E
     from .oracles.reference import build_engine_graph
@@ -153,7 +154,11 @@ def rounding_noise(case, runs: int = 2, ulps: float = _tol.NOISE_ULPS) -> dict |
         return {l.name: env[l.name]._grad for l in leaves}
 
     try:
-        grads = [run(k > 0) for k in range(runs + 1)]
+        if base is not None and all(l.name in base for l in leaves):  # (the unjittered run draws nothing from rng)
+            grads = [{l.name: None if base[l.name] is None else E.Tensor(base[l.name]) for l in leaves}]
+            grads += [run(True) for _ in range(runs)]
+        else:
+            grads = [run(k > 0) for k in range(runs + 1)]
         if _saturated(grads, leaves):
             grads += [run(True) for _ in range(_tol.NOISE_MORE_RUNS)]
     except Exception:

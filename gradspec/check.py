@@ -42,6 +42,7 @@ from ._private.pairs import _allowed, _fast_pairs, _pair_claim, _path_scale, _pe
 from ._private.threads import oracle_threads
 from .case import Case, CaseError
 from .causes import Cause
+from .oracles.reference import ReferenceOracle as _ReferenceOracle
 
 __all__ = ["check", "Verdict", "Discrepancy", "Comparison", "register_explainer"]
 
@@ -503,10 +504,20 @@ def _compare_group(case, leaves, names, pairs, results, kinds, dtype, m, M, fd_e
             founds.extend(found)
         if not any(d.kind == "value" for d in founds) or attempt:
             break
-        noise = rounding_noise(case)
+        noise = rounding_noise(case, base=_reference_answer(results, kinds))
         if noise is None:
             break
     return comps, founds
+
+
+def _reference_answer(results, kinds) -> dict | None:
+    """The reference oracle's gradients on this case where they are what ``rounding_noise``'s unjittered run
+    would compute: gradspec's own reference engine, run under ignored floating-point errors as that run is
+    (``_quiet_fp``: every oracle is gradspec's own; else the caller's numpy error settings may raise there)."""
+    got = results.get("reference")
+    if got is None or type(kinds.get("reference")) is not _ReferenceOracle or not _engine._FP_QUIET:
+        return None
+    return got
 
 
 def _unjudged(case, leaves, kinds, nondiff, comparisons, discrepancies, skipped, excused, notes) -> str:

@@ -27,10 +27,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._private import structure as _structure
 from ._private.fdstep import EPS32 as _EPS32
 from ._private.fdstep import float32_valued as _float32_valued
 from ._private.fdstep import noise_sigma as _noise_sigma
-from ._private import structure as _structure
 from ._private.float32_line import forward_steps as _forward_steps
 from .ops.user import NOISE_ULPS as _NOISE_ULPS
 from .oracles._fd_probes import STEP32 as _STEP32

@@ -172,3 +172,25 @@ def test_a_prefetch_that_fails_leaves_the_campaign_checking_as_before(monkeypatc
     stats = _campaign.run_campaign(Config(oracles=CPU, report_dir=str(tmp_path), replay_saved=False, max_examples=40,
                                           seed=3))
     assert stats.cases == 40 and not stats.errors and not stats.found, stats
+
+
+def test_a_stored_answer_is_taken_without_a_timer_and_a_missing_one_is_timed(monkeypatch):
+    """guard arms no per-call timer for an answer the prefetch holds (``ready``), and times every other call."""
+    import signal
+
+    from gradspec import guard
+
+    p = Prefetch([oracles.get(n) for n in CPU], timeout=None)
+    cases = _cases(2)
+    p.run(cases)
+    ref = p.oracles[0]
+    assert ref.vjp.ready(cases[0]) and not ref.vjp.ready(_cases(1)[0])
+    armed = []
+    real = signal.setitimer
+    monkeypatch.setattr(guard.signal, "setitimer", lambda which, seconds, *a: armed.append(seconds) or real(which, seconds, *a))
+    v = guarded_check(cases[0], p.oracles, 7.0, under_test="reference")
+    assert v.ok and 7.0 not in armed  # every answer was stored: no oracle call armed its own 7 s
+    assert not ref.vjp.ready(cases[0])  # taken
+    armed.clear()
+    guarded_check(cases[0], p.oracles, 7.0, under_test="reference")  # nothing stored any more: timed again
+    assert armed.count(7.0) == len(CPU)

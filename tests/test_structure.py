@@ -91,7 +91,7 @@ def _mixed_group():
     add after the sum: no watch plan), a float32 leaf (its precision flow), another op, another dim."""
     rng = np.random.default_rng(5)
     out = []
-    for k in range(3):
+    for _ in range(3):
         x, w = tuple(rng.uniform(-3, 3, 4)), tuple(rng.uniform(-3, 3, 2))
         out += [_case(x=x, w=w), _case(x=x, w=w, op="add", dim=1), _case(x=x, w=w, x_dtype=np.float32),
                 _case(x=x, w=w, lo=-5.0, clamp="clamp")]

@@ -378,3 +378,26 @@ def test_a_slow_verify_run_says_how_far_it_is_and_where_the_time_goes(monkeypatc
     lines = [ln for ln in err.splitlines() if "cases checked in" in ln]
     assert lines, err
     assert "s a case (" in lines[-1] and "finite-differences" in lines[-1] and "max_examples=4" in lines[-1], lines
+
+
+def test_kept_copies_are_rebuilt_when_an_attribute_is_rebound_even_to_swapped_values():
+    """The kept set's snapshot holds each attribute's name, position and object: a rebinding is seen even when
+    the names come back in another order holding each other's objects."""
+    from gradspec.guard import _same_attrs, _snapshot
+
+    class Plain:
+        pass
+
+    o, a, b = Plain(), object(), object()
+    o.p, o.q = a, b
+    snap = _snapshot(vars(o))
+    assert _same_attrs(o, snap)
+    o.p = a  # rebound to the very same object: unchanged
+    assert _same_attrs(o, snap)
+    o.p = object()
+    assert not _same_attrs(o, snap)
+    del o.p, o.q
+    o.q, o.p = a, b  # the same objects in the same positions, under swapped names
+    assert not _same_attrs(o, snap)
+    del o.q
+    assert not _same_attrs(o, snap)

@@ -486,3 +486,24 @@ def test_rounding_noise_signs_are_the_draws_rng_choice_makes(shape):
             a = old.uniform(0.25, 1, shape) * old.choice((-1.0, 1.0), shape)
             b = new.uniform(0.25, 1, shape) * _signs(new, shape)
             assert type(a) is type(b) and a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b)
+
+
+def test_rounding_noise_from_the_reference_answer_is_the_noise_it_measures_itself():
+    """``gs.check`` hands the reference oracle's gradients to ``rounding_noise`` as its unjittered run: the noise
+    floor must be bit for bit the one it measures by running that itself (the jittered runs draw the same
+    generator stream: the unjittered run draws nothing).  Cases with a leaf the roots do not reach (None), the
+    gelu cancellation and the strategies' mix, float32 included."""
+    from gradspec._check_noise import rounding_noise
+    from gradspec._private.sampling import sample
+
+    unreached = gs.Case.build({"x": np.array([0.5, 2.0]), "u": np.array([1.0])}, [("y", "tanh", ["x"], {})], ["y"],
+                              [np.ones(2)])
+    cases = [unreached, gs.Case.from_json(GELU_CANCELLATION_CASE)] + sample(gs.strategies.cases(), 40, 17)
+    ref = gs.oracles.get("reference")
+    for case in cases:
+        base = ref.vjp(case)
+        own, given = rounding_noise(case), rounding_noise(case, base=base)
+        assert (own is None) == (given is None)
+        assert own is None or {k: (v.dtype, v.tobytes()) for k, v in own.items()} == \
+            {k: (v.dtype, v.tobytes()) for k, v in given.items()}, case.to_text()
+    assert base is not None and rounding_noise(unreached, base=ref.vjp(unreached))["x"].shape == (2,)
