@@ -86,8 +86,28 @@ def _fmt(a, n: int = 6) -> str:
 def _evidence(mini, leaves, u, t, g, suspect, twin="J^T·g from the twin (JVP rule or finite differences)") -> str:
     parts = ["inputs: " + "; ".join(f"{l.name} = {_fmt(l.value)}" for l in mini.leaves), f"upstream g = {_fmt(g)}"]
     for l in leaves:
-        parts.append(f"{l.name}: {suspect} {_fmt(u[l.name])} vs {twin} {_fmt(t[l.name])}")
+        parts.append(f"{l.name}: {suspect} {_fmt(u[l.name])} vs {twin} {_fmt(t[l.name])}{_unshown(u[l.name], t[l.name])}")
     return "; ".join(parts)
+
+
+def _unshown(u, t, n: int = 6, most: int = 3) -> str:
+    """Where ``u`` and ``t`` differ most, by index, when that is past the first ``n`` elements ``_fmt`` shows: a
+    4 x 4 gradient wrong on its last row listed six right elements and none of the wrong ones (tryout5 #6)."""
+    try:
+        a, b = np.asarray(u, dtype=np.float64), np.asarray(t, dtype=np.float64)
+    except (TypeError, ValueError):
+        return ""
+    if a.shape != b.shape or a.size <= n:
+        return ""
+    with np.errstate(invalid="ignore"):
+        err = np.where(np.isnan(a) != np.isnan(b), np.inf, np.nan_to_num(np.abs(a - b), nan=0.0))
+    top = np.argsort(-err.ravel(), kind="stable")[:most]
+    top = [int(k) for k in top if err.ravel()[k] > 0]
+    if not top or min(top) < n:
+        return ""
+    at = "; ".join(f"[{', '.join(map(str, np.unravel_index(k, a.shape)))}] {a.ravel()[k]:.10g} vs {b.ravel()[k]:.10g}"
+                   for k in top)
+    return f" (differing most at {at})"
 
 
 def _cut_from_graph(mini, node, spec, u: dict, t: dict) -> str | None:

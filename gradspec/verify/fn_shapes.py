@@ -34,6 +34,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import itertools
+import math
 import warnings
 
 import numpy as np
@@ -45,7 +46,7 @@ from ..case import Case
 from ..spec.opspec import OpSpec
 from .torch_call import CallLayout, outputs
 
-__all__ = ["Plan", "plan", "model_cases", "out_rules", "op_example_cases"]
+__all__ = ["Plan", "plan", "model_cases", "out_rules", "op_example_cases", "spread_note"]
 
 MAX_FN_SIDE = 5  # sizes drawn for a learnt model: up to this or 2x the example's (ShapeModel.side_limit); the example's own in a quarter of draws
 
@@ -61,6 +62,7 @@ class Plan:
     failure: str = ""
     example: list | None = None
     domain: object = None  # a domain inferred from the example's values (None: the one given)
+    warning: str = ""  # a note the run must carry (fn's forward not finite on the example's own values)
 
 
 def _first(strategy):
@@ -88,6 +90,7 @@ class _FnProbe:
         self.example = example
         self.multi = False
         self.error = ""
+        self.bad_values = None  # (min, max) of the inputs of the first call whose output was not finite
 
     def arrays(self, shapes):
         from .. import domains as _domains
@@ -118,6 +121,8 @@ class _FnProbe:
             bad = ~torch.isfinite(o)
             if bool(torch.any(bad)):
                 idx = [int(i) for i in torch.nonzero(bad)[0]] if o.dim() else []
+                if self.bad_values is None:
+                    self.bad_values = _value_range([x.numpy() for x in xs])
                 self.error = self.error or (f"fn returned {float(o[tuple(idx)])!r} at output"
                                             f"{'' if len(outs) == 1 else f' {k}'}{idx} on inputs of shapes "
                                             f"{[tuple(x.shape) for x in xs]}")
@@ -160,15 +165,7 @@ def plan(fn, layout: CallLayout, *, example_inputs=None, signature=None, shape_f
         shapes = [tuple(ex[p].shape) for p in layout.tensor_pos]
         probe.example = [ex[p].detach().cpu().double().numpy() for p in layout.tensor_pos]
         if not probe(shapes):
-            first, probe.example, probe.error = probe.error, None, ""
-            if probe(shapes):  # NaN on the example's own values (all zeros into x / |x|...), fine on others
-                return _learnt(probe, shapes, broadcast, domain)
-            probe.error = first
-            hint = ("; where fn is defined on part of the real line only (log, sqrt, acos...), give example values "
-                    "inside it and domain=gs.domains.positive() or gs.domains.interval(lo, hi)"
-                    if probe.error.startswith("fn returned") else "")
-            raise ValueError(f"fn rejects its own example_inputs (shapes {shapes}): "
-                             f"{probe.error or 'no reason given (it returned nothing gradspec can check)'}{hint}")
+            return _example_refused(probe, shapes, broadcast, domain)
         return _learnt(probe, shapes, broadcast, domain)
     if shape_fn is not None:
         rule = _shape_fn_probe(shape_fn, layout, probe.kw)
@@ -214,11 +211,87 @@ def plan(fn, layout: CallLayout, *, example_inputs=None, signature=None, shape_f
     return Plan(model, probe.multi, f"elementwise, shapes learnt by probing: {model.describe()}", example=first)
 
 
+def _value_range(arrays) -> tuple[float, float]:
+    vals = [np.asarray(a, dtype=np.float64) for a in arrays if np.size(a)]
+    return (min(float(np.min(v)) for v in vals), max(float(np.max(v)) for v in vals)) if vals else (0.0, 0.0)
+
+
+def _example_refused(probe: _FnProbe, shapes, broadcast: str, domain) -> Plan:
+    """The plan when fn's first probe at the example's shapes fails, or the error saying why there is none.
+
+    With ``domain=`` the probe's values came from the domain, not from the example: where fn is fine on the
+    example's own values, the domain holds values where fn's forward fails (exp overflowing past 709.8 inside
+    interval(600, 800)) and that is what is said -- before, "fn rejects its own example_inputs" blamed the
+    example.  Without it, a forward that is not finite on the example's own values (exp(800)) but is on others
+    is checked on the others, and a note says the example's point itself was not checked (before: silently)."""
+    first, seen = probe.error, probe.bad_values
+    if any(d is not None for d in probe.doms):
+        doms, probe.doms, probe.error = probe.doms, [None] * len(shapes), ""
+        fine = probe.example is not None and probe(shapes)
+        own = probe.error  # why fn refuses the example's own values (these are what "its own example" means)
+        probe.doms, probe.error = doms, own or first
+        if fine:
+            where = ", ".join(sorted({d.describe() for d in doms if d is not None}))
+            lo, hi = seen if seen is not None else (math.nan, math.nan)
+            ex_lo, ex_hi = _value_range(probe.example)
+            raise ValueError(
+                f"on values drawn from domain= ({where}), inputs in [{lo:.4g}, {hi:.4g}], {first}; on your "
+                f"example_inputs' own values (in [{ex_lo:.4g}, {ex_hi:.4g}]) its forward is fine: the forward is not "
+                "finite (or raises) at some values inside the requested domain, a limit of the forward (an overflow, "
+                "a value outside where it is defined), not a gradient bug; narrow domain= to where the forward is "
+                "finite (gs.domains.interval(lo, hi))")
+    else:
+        saved, probe.example, probe.error = probe.example, None, ""
+        if probe(shapes):  # not finite on the example's own values (exp(800), all zeros into x / |x|), fine on others
+            out = _learnt(probe, shapes, broadcast, domain)
+            lo, hi = _value_range(saved)
+            out.warning = (
+                f"on your example_inputs' own values (in [{lo:.4g}, {hi:.4g}]) {first}: a gradient is only checked "
+                "where the forward is finite, so the cases are drawn elsewhere (moderate values, magnitudes 0.25 to "
+                "2, where it is finite) and your example's point itself was not checked; a limit of the forward (an "
+                "overflow, a value outside where it is defined), not a gradient bug -- give example values where the "
+                "forward is finite, or domain= for the range your callers use")
+            return out
+        probe.example, probe.error = saved, first
+    hint = ""
+    if probe.error.startswith("fn returned") and "inf at output" in probe.error:
+        hint = ("; its forward overflows there (a limit of the forward, not a gradient bug): give example values where "
+                "it is finite, and domain=gs.domains.interval(lo, hi) for the range where it is")
+    elif probe.error.startswith("fn returned"):
+        hint = ("; where fn is defined on part of the real line only (log, sqrt, acos...), give example values "
+                "inside it and domain=gs.domains.positive() or gs.domains.interval(lo, hi)")
+    raise ValueError(f"fn rejects its own example_inputs (shapes {shapes}): "
+                     f"{probe.error or 'no reason given (it returned nothing gradspec can check)'}{hint}")
+
+
 def _learnt(probe: _FnProbe, shapes, broadcast: str, domain) -> Plan:
     model = _sl.learn(shapes, probe, broadcast=broadcast, explore=broadcast != "auto")
-    why = f"shapes learnt from example_inputs: {model.describe()}"
+    held = _hold_tied(model, probe.layout)
+    why = f"shapes learnt from example_inputs: {model.describe()}" + held
     inferred, note = (None, "") if domain is not None or probe.example is None else _infer_domain(probe, shapes)
     return Plan(model, probe.multi, why + note, example=shapes, domain=inferred)
+
+
+def _hold_tied(model: _sl.ShapeModel, layout: CallLayout) -> str:
+    """Hold the float inputs' axes whose example size is a size of an int/bool tensor argument (a target, an
+    index, a mask: passed again as given in every case) at that size, and say which ("" when none is).
+
+    Such a tensor is tied to the inputs in a way probing cannot see when fn accepts other sizes anyway: logits
+    (4, n) with 3 targets is a call no caller makes (a row without a target), yet SoftmaxXent's forward takes it
+    and its backward is then wrong on that row -- a finding about calls that never happen.  The sizes are
+    matched by value: an axis of the same size by chance is held too (less variety, never a false finding)."""
+    sizes = {int(n) for v in layout.fixed.values() if isinstance(v, dict) and "__tensor__" in v
+             for n in np.shape(v["__tensor__"]) if int(n) > 1}
+    held = [c for c in range(len(model.sizes)) if model.varies[c] and model.sizes[c] in sizes]
+    if not held:
+        return ""
+    for c in held:
+        model.varies[c] = False
+    model.ones = {(i, a) for i, a in model.ones if model.axes[i][a] not in held}
+    where = ", ".join(f"x{i} axis {a} = {model.sizes[c]}" for i, ax in enumerate(model.axes)
+                      for a, c in enumerate(ax) if c in held)
+    return ("; axes of the size of an int/bool tensor argument are held at the example's size, so that every call "
+            f"matches that tensor: {where}")
 
 
 def _infer_domain(probe: _FnProbe, shapes):
@@ -361,7 +434,9 @@ def _build(spec: OpSpec, model, layout, multi, kind: str):
         params = draw(spec.param_strategy(tuple(shapes))) if spec.param_strategy is not None else {}
         rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
         doms = spec.domains_for(len(shapes))
-        leaves = {f"x{i}": _values.tame_array(rng, s, [d]) for i, (s, d) in enumerate(zip(shapes, doms, strict=True))}
+        spread = any(map(_wide, doms)) and draw(st.integers(0, 2)) == 2  # (shrinks to the tame values)
+        leaves = {f"x{i}": _spread_array(rng, s, d) if spread and _wide(d) else _values.tame_array(rng, s, [d])
+                  for i, (s, d) in enumerate(zip(shapes, doms, strict=True))}
         rg = {k: draw(st.integers(0, 3)) != 0 for k in leaves}
         if not any(rg.values()):
             rg[draw(st.sampled_from(sorted(leaves)))] = True
@@ -404,6 +479,30 @@ def _build(spec: OpSpec, model, layout, multi, kind: str):
         return case
 
     return build()
+
+
+def _wide(d) -> bool:
+    """An interval domain reaching past the tame magnitudes (0.25 to 2) the cases are otherwise drawn with: the
+    user said which values fn is called with (interval(-1000, 1000)), and before only [-2, 2] of it was checked."""
+    return d is not None and math.isfinite(d.lo) and math.isfinite(d.hi) and (d.hi > 2 or d.lo < -2)
+
+
+def _spread_array(rng, shape, d) -> np.ndarray:
+    """Values uniform over the whole of interval domain ``d`` (minus its margins)."""
+    top = max(1e3, abs(d.lo), abs(d.hi))
+    n = int(np.prod(shape, dtype=np.int64))
+    return _values.Allowed.of([d], 1e-3, top).sample(rng, n).reshape(shape)
+
+
+def spread_note(domain) -> str:
+    """The note saying how values are drawn from a user's interval domain(s) (see :func:`_wide`), or ""."""
+    doms = domain if isinstance(domain, (list, tuple)) else [domain]
+    wide = sorted({d.describe() for d in doms if _wide(d)})
+    if not wide:
+        return ""
+    return (f"values: domain= {', '.join(wide)}: a third of the cases draw their values over the whole interval, "
+            "the others from its moderate part (magnitudes 0.25 to 2, where rounding and finite differences are "
+            "best behaved)")
 
 
 def _seed(draw, rng, out, spec, shapes, params, multi):

@@ -29,6 +29,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import numpy as np
+
 __all__ = ["CallLayout", "outputs", "flat", "blocks", "ARG_PREFIX", "label_of", "schema_of", "jitter_float32"]
 
 ARG_PREFIX = "arg"
@@ -147,13 +149,25 @@ class CallLayout:
         """The note for non-tensor arguments held at one value in every case ("" when none is): fn's
         gradients are then checked at that value only, and a bug that shows at other values passes."""
         held = [(k, v) for k, v in sorted(self.fixed.items()) if v is None or isinstance(v, (bool, int, float, str))]
-        if not held:
+        tensors = [(k, v) for k, v in sorted(self.fixed.items()) if isinstance(v, dict) and "__tensor__" in v]
+        if not held and not tensors:
             return ""
         what = ", ".join(f"position {k} = {v!r}" for k, v in held)
         hint = ", ".join(f"{k}: {_strategy_hint(v)}" for k, v in held)
-        return (f"non-tensor argument(s) held at one value in every case: {what}; fn's gradients were checked there "
-                f"only (a bug that shows only at other values passes): to vary them pass args={{{hint}}} (from "
-                "hypothesis import strategies as st) beside example_inputs")
+        # an int/bool tensor (a target, an index, a mask) is held too (README: "a note names each"); before only
+        # the numbers were named, and a user could not tell that every case used the example's targets
+        tens = ", ".join(f"position {k} = the example's {v.get('dtype', 'int64')} tensor of shape "
+                         f"{tuple(np.shape(v['__tensor__']))}" for k, v in tensors)
+        text = ("non-tensor argument(s) held at one value in every case: "
+                f"{'; '.join(x for x in (what, tens) if x)}; fn's gradients were checked there only (a bug that shows "
+                "only at other values passes)")
+        if held:
+            text += (f": to vary the numbers pass args={{{hint}}} (from hypothesis import strategies as st) beside "
+                     "example_inputs")
+        if tensors:
+            text += ("; a tensor argument is only ever the example's: pass other example_inputs (another target, "
+                     "index or mask) in another call to check it at other values")
+        return text
 
     def names(self) -> set:
         return {f"{ARG_PREFIX}{k}" for k in list(self.fixed) + list(self.drawn)}

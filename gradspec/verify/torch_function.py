@@ -412,7 +412,8 @@ def verify_torch_function(fn, *, arity: int | None = None, signature: str | None
         result.note(layout.held_note())
     if not double_backward:
         result.note("second-order gradients (double backward) not checked (double_backward=False)")
-    for text in (plan.why, "fn returns several outputs: they are checked as one flat output (each output its own "
+    for text in (plan.why, plan.warning, plan.model is not None and fn_shapes.spread_note(domain),
+                 "fn returns several outputs: they are checked as one flat output (each output its own "
                  "block of the seed; a zero block: that output unused)" if plan.multi else ""):
         if text:
             result.note(text)
