@@ -79,3 +79,45 @@ def test_a_module_findings_repro_py_exits_2_saying_why(module_finding, tmp_path)
     p = run([case.parent / "repro.py"], tmp_path)
     out = p.stdout + p.stderr
     assert p.returncode == 2 and "verify_module" in out and "defined inline" not in out, out
+
+
+# ---------------------------------------------------------------------------------------------
+# tryout5 #8: names from a case file are data; a control character in one forged output lines
+# ("OK: 6 oracle pair(s) compared") and ran terminal escape sequences in replay / explain
+# ---------------------------------------------------------------------------------------------
+
+def _named(name: str) -> dict:
+    """tryout5's hostile/ansi_newline/case.json with leaf x0 renamed to ``name``."""
+    return {"format": "gradspec-case/1", "engine": "reference", "user_ops": {},
+            "leaves": [{"name": name, "requires_grad": True, "value": {"dtype": "float64", "shape": [2], "data": [0.5, -1.0]}},
+                       {"name": "x1", "requires_grad": True, "value": {"dtype": "float64", "shape": [2], "data": [1.5, 2.0]}}],
+            "nodes": [{"name": "y", "op": "exp", "inputs": [name], "params": {}},
+                      {"name": "z", "op": "mul", "inputs": ["y", "x1"], "params": {}}],
+            "roots": ["z"], "seeds": [{"dtype": "float64", "shape": [2], "data": [1.0, 2.0]}], "meta": {}}
+
+
+HOSTILE_NAMES = {
+    "newline-forges-an-ok-line": "x0\nOK: 6 oracle pair(s) compared",
+    "ansi-clear-screen-and-title": "x0\x1b[2J\x1b]0;pwned\x07",
+    "carriage-return": "x0\rOK",
+    "bidi-override": "x0\u202egnp.exe",
+    "nul": "x0\x00",
+    "line-separator": "x0\u2028OK",
+}
+
+
+@pytest.mark.parametrize("command", ["replay", "explain"])
+@pytest.mark.parametrize("name", HOSTILE_NAMES.values(), ids=HOSTILE_NAMES.keys())
+def test_a_control_character_in_a_name_is_refused_before_anything_is_printed(tmp_path, capsys, command, name):
+    path = tmp_path / "case.json"
+    path.write_text(json.dumps(_named(name)))
+    assert cli.main([command, str(path)]) == 2
+    out, err = capsys.readouterr()
+    assert "leaves[0].name" in err and "control character" in err, err
+    assert "\x1b" not in out + err and "\x07" not in out + err and "OK:" not in out, out + err
+
+
+def test_a_name_in_another_script_still_loads(tmp_path, capsys):
+    path = tmp_path / "case.json"
+    path.write_text(json.dumps(_named("x_α")))
+    assert cli.main(["replay", str(path)]) == 0, capsys.readouterr()

@@ -11,6 +11,7 @@ to see (``"dtype": "object"`` used to reach the engines and come back as "still 
 from __future__ import annotations
 
 import math
+import unicodedata
 
 import numpy as np
 
@@ -35,6 +36,22 @@ def module_not_replayed(module: str) -> str:
             "with the seed of the run (its replay line)")
 
 
+# control, format (bidi overrides), surrogate, private-use, unassigned; line and paragraph separators
+_UNPRINTED = frozenset(("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"))
+
+
+def _printable(v: str, field: str) -> None:
+    """Names are printed as they are (``x0: leaf (2,) ...``): a control or format character in one (a newline,
+    ESC, BEL, a bidi override) forged output lines and ran terminal escape sequences (tryout5 #8), so none is
+    allowed; letters of any script are."""
+    if v.isprintable():  # (the common case, in C: Python's printable excludes exactly Unicode's C* and Z* but space)
+        return
+    bad = next((c for c in v if unicodedata.category(c) in _UNPRINTED), None)
+    if bad is not None:
+        _fail(field, f"must not contain a control character (found {bad!r} in {short_repr(v)}): names are printed as "
+              "they are, so a newline or escape sequence in one would forge output or drive the terminal")
+
+
 class CaseFileError(ValueError):
     """A malformed field of a case file; the message names the field."""
 
@@ -48,6 +65,7 @@ def _fail(field: str, msg: str):
 def _str(v, field: str, max_len: int = MAX_NAME) -> str:
     if not isinstance(v, str) or not v or len(v) > max_len:
         _fail(field, f"must be a non-empty string of at most {max_len} characters, got {short_repr(v)}")
+    _printable(v, field)
     return v
 
 
@@ -177,6 +195,7 @@ def parse(d) -> dict:
         _str(k, "user_ops key")
         if not isinstance(v, str) or v.count(":") != 1 or len(v) > 512:
             _fail(f"user_ops.{k}", f"must be an import path 'package.module:attr', got {short_repr(v)}")
+        _printable(v, f"user_ops.{k}")
     meta = _dict(d.get("meta", {}) or {}, "meta")
     inline = meta.get("inline_ops")
     if inline is not None and not (isinstance(inline, list) and all(isinstance(s, str) for s in inline)):
