@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from ._diagnose_text import _fmt
-from ._private.vjp_patterns import disagrees, explains, fit, flat, split_wrong
+from ._private.vjp_patterns import disagrees, explains, fit, flat, split_wrong, swapped
 from .case import Case, Leaf
 
 __all__: list = []
@@ -76,6 +76,32 @@ def nearby(mini: Case, node, spec, n: int = _POINTS) -> list:
                 out.append(Case(leaves, mini.nodes, mini.roots, list(mini.seeds), engine=mini.engine,
                                 user_ops=dict(mini.user_ops)))
     return out
+
+
+def swapped_inputs(mini: Case, node, suspect: str, twin: str, run) -> str | None:
+    """Words for gradients returned in each other's places (``return g * a, g * b`` for ``a * b``) on a case
+    where only some of the node's inputs require grad: the swap shows only once both gradients are computed, so
+    the node is checked again with every float input requiring grad.  None when that does not show a swap
+    (before, a shrunk case with x1 not requiring grad was named "the ratio varies ... check term by term")."""
+    ins = [l for l in mini.leaves if l.name in node.inputs and np.asarray(l.value).dtype.kind == "f"]
+    off = [l.name for l in ins if not l.requires_grad]
+    shapes = [l.shape for l in ins]
+    if not off or not any(shapes.count(s) > 1 for s in shapes):
+        return None
+    leaves = [Leaf(l.name, l.value, True) if l in ins else l for l in mini.leaves]
+    every = Case(leaves, mini.nodes, mini.roots, list(mini.seeds), engine=mini.engine, user_ops=dict(mini.user_ops))
+    try:
+        v = run(every)
+    except Exception:  # noqa: BLE001 - no answer there: it says nothing
+        return None
+    u, t = v.results.get(suspect), v.results.get(twin)
+    if u is None or t is None or any(u.get(l.name) is None or t.get(l.name) is None for l in ins):
+        return None
+    text = swapped(ins, u, t)
+    if text is None:
+        return None
+    return (f"{text} (seen with every input requiring grad; in this case {', '.join(off)} did not, so the gradient "
+            "compared here was the other input's)")
 
 
 def _apart(a: float, b: float) -> str:

@@ -61,7 +61,8 @@ from ._diagnose_engine import (
     empty_broadcast,
 )
 from ._diagnose_findings import _raised_cause, explain_finding
-from ._diagnose_points import factor_at_points, flat_forward_words, float32_only, not_linear_in_g, overflow_words
+from ._diagnose_points import (factor_at_points, flat_forward_words, float32_only, not_linear_in_g, overflow_words,
+                               swapped_inputs)
 from ._diagnose_raw import _forward_mutation_cause, _mutation_cause, _none_returned, _returned_shapes, _split_case
 from ._diagnose_text import ENGINES as _ENGINES
 from ._diagnose_text import _clip, _cut_from_graph, _evidence, _fmt, _is_engine, _is_torch_function, _twin_label, _where, _whose
@@ -447,6 +448,9 @@ def _wrong_vjp(mini: Case, node: NodeDef, spec, suspect: str, u: dict, t: dict, 
             ")" if why.startswith("at |") else "")
     elif pattern == "other" and flat_forward_words(leaves, u, t, g):
         detail = flat_forward_words(leaves, u, t, g)
+    elif pattern != "permuted" and run is not None and twin is not None and (
+            swap := swapped_inputs(mini, node, suspect, twin, run)):
+        pattern, factor, detail = "permuted", None, swap
     elif pattern != "other" and run is not None and twin is not None:
         pattern, factor, detail = _confirmed(mini, node, spec, suspect, twin, run, J, (pattern, factor, detail))
         if pattern == "scale" and abs(factor - 1) >= 1e-3:  # (a factor near 1 has its own words)

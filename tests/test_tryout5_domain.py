@@ -129,3 +129,25 @@ def test_the_evidence_shows_the_elements_that_differ():
     u["x0"][3, 1] = 5.0  # the one element that differs, far past the first six shown
     text = _evidence(Mini, Mini.leaves, u, t, np.ones(4), "reference", "J^T·g")
     assert "[3, 1]" in text and "5" in text.split("[3, 1]")[1][:40], text
+# ---- finding 9: wrong axis, swapped gradients ----------------------------------------------------------------------
+
+CAUSES = {
+    # id: (run, words the summary must hold, words it must not)
+    "swapped-gradients": (
+        lambda: gs.verify_torch_function(T.MulSwapped.apply, example_inputs=(_t(3, 4), _t(3, 4, seed=1) + 1),
+                                         max_examples=30, seed=1),
+        "swapped", "ratio varies"),
+    "bias-reduced-over-the-wrong-axis": (
+        lambda: gs.verify_torch_function(T.AddBiasWrongAxis.apply, example_inputs=(_t(3, 4), _t(4)), max_examples=30,
+                                         seed=1),
+        "axis 1", "no simple pattern"),
+}
+
+
+@pytest.mark.parametrize("run, words, not_words", CAUSES.values(), ids=list(CAUSES))
+def test_common_backward_mistakes_are_named(run, words, not_words):
+    r = run()
+    assert r.discrepancies, "the wrong backward must be found"
+    c = r.discrepancies[0].cause
+    assert c is not None and c.id == "wrong-vjp", (c.id if c else None)
+    assert words in c.summary and not_words not in c.summary, c.summary

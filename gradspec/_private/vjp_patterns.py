@@ -27,7 +27,7 @@ from fractions import Fraction
 import numpy as np
 
 __all__ = ["classify", "split_wrong", "name_factor", "snap", "dims", "shape_pattern", "columns", "flat", "fit", "explains",
-           "EXPLAINED", "by_output", "disagrees"]
+           "EXPLAINED", "by_output", "disagrees", "swapped"]
 
 # A hypothesis "explains" a wrong gradient when what is left of the error under it is at most this
 # fraction of the error itself: the hypotheses are exact transformations of J^T g (a sign, a factor,
@@ -316,7 +316,39 @@ def _broadcast(mini, node, spec, leaves, u, t, J, g, cols) -> tuple[str, float |
             named = _averaged(l, out_shape, axes, kept, lambda n: explains(uu, only(tl / n), tt))
             if named is not None:
                 return named
+            other = _other_axes(J.matrix[:, columns(J, [l])], g, out_shape, axes, size,
+                                lambda h: explains(uu, only(h), tt))
+            if other is not None:
+                return (f"input {l.name} {l.shape} is broadcast over {where} of the output {out_shape}, but its "
+                        f"gradient is reduced over {_axes_words(other)} instead (g.sum({_dim(other)}) where "
+                        f"g.sum({_dim(axes)}) belongs); torch's shape check lets that through only where the axes "
+                        "have the same size, as here: reduce over the axes the input was broadcast over"), None
         off += size
+    return None
+
+
+def _axes_words(axes) -> str:
+    return f"axis {axes[0]}" if len(axes) == 1 else f"axes {tuple(axes)}"
+
+
+def _dim(axes):
+    return axes[0] if len(axes) == 1 else tuple(axes)
+
+
+def _other_axes(Jl: np.ndarray, g, out_shape: tuple, axes: list, size: int, fits) -> list | None:
+    """The output axes (as many as ``axes``, not those) whose sum of the per-element products J[k, src(k)] g[k]
+    ``fits``: a broadcast input's gradient reduced over the wrong axis (``g.sum(1)`` for a bias broadcast over
+    axis 0 -- only square shapes pass torch's shape check, and then nothing else named it).  Only for an
+    elementwise broadcast (each output element reads at most one element of the input)."""
+    if Jl.ndim != 2 or Jl.shape[0] != int(np.prod(out_shape)) or np.any(np.count_nonzero(Jl, axis=1) > 1):
+        return None
+    per = (Jl.sum(axis=1) * np.ravel(g)).reshape(out_shape)
+    for sub in itertools.combinations(range(len(out_shape)), len(axes)):
+        if list(sub) == list(axes):
+            continue
+        h = per.sum(axis=sub)
+        if h.size == size and fits(h.ravel()):
+            return list(sub)
     return None
 
 
@@ -409,6 +441,11 @@ def _permuted(mini, node, leaves, u, t, J, g, cols) -> str | None:
         if ul.size > 1 and float(np.max(np.abs(np.sort(ul.ravel()) - np.sort(tl.ravel())))) <= EXPLAINED * err:
             return f"input {l.name}'s gradient holds the right numbers in the wrong places; check the index mapping"
     return None
+
+
+def swapped(leaves, u: dict, t: dict) -> str | None:
+    """Words for two inputs of one shape whose gradients came back in each other's places, or None."""
+    return _swapped(leaves, u, t)
 
 
 def _swapped(leaves, u: dict, t: dict) -> str | None:
