@@ -4,7 +4,8 @@
   example database (nothing carried between CI runs), prints the ``@reproduce_failure`` blob of
   any failure, modest example counts so the suite fits CI's budget.
 * ``dev``: random, quick (30 examples), no deadline, the default local example database, so a
-  failure found once is replayed first next time.
+  failure found once is replayed first next time (``verify_*`` / ``assert_*`` searches too:
+  :mod:`gradspec._private.saved_failures`).
 * ``fuzz``: many examples (5000), for long local runs.
 
 Gradient checks are slow by Hypothesis' standards (a case runs several oracles), so no profile

@@ -445,12 +445,15 @@ class _Runner:
                 d.note = f.note
             R.discrepancies.append(d)
 
+        from ._private.saved_failures import database_for
+
+        db, key = database_for(R.what, R.target)  # dev / fuzz profiles: a failure found once replays first
         drv = Driver(strategy, lambda case, mode: (evaluate(case), None), max_examples=self.max_examples,
                      seconds=self.seconds, seed=R.seed, known={tuple(s) for s in self.found}, on_found=on_found,
-                     explain=self.explain, stop_on_timeout=True,
+                     explain=self.explain, stop_on_timeout=True, database=db, database_key=key,
                      progress=slow_hint(f"verify {R.what} {R.target}", self.max_examples, self.seconds))
         try:
-            drv.run()
+            drv.run(replay=db is not None)
         except Exception as e:  # noqa: BLE001 - e.g. strategies could not build any case
             from hypothesis.errors import Unsatisfiable
 

@@ -121,3 +121,49 @@ def test_a_name_in_another_script_still_loads(tmp_path, capsys):
     path = tmp_path / "case.json"
     path.write_text(json.dumps(_named("x_α")))
     assert cli.main(["replay", str(path)]) == 0, capsys.readouterr()
+
+
+# ---------------------------------------------------------------------------------------------
+# tryout5 #7: under the dev profile a failure found once is replayed first next time (as
+# gradspec/profiles.py says); verify_* ran without any example database, so a rare bug failed
+# one run in three and passed the others
+# ---------------------------------------------------------------------------------------------
+
+FINDS, MISSES = 2, 0  # seeds of a 4-case search: 2 meets RareBug's inputs, 0 does not (checked below)
+
+
+@pytest.fixture
+def profile(tmp_path):
+    """load(name): gradspec's profile ``name``, its example database (if any) in tmp_path; restored after."""
+    from hypothesis import settings
+    from hypothesis.database import DirectoryBasedExampleDatabase
+
+    before = settings.get_current_profile_name()
+    saved = {n: settings.get_profile(n) for n in ("dev", "ci")}
+
+    def load(name):
+        db = DirectoryBasedExampleDatabase(str(tmp_path / ".hypothesis")) if saved[name].database is not None else None
+        settings.register_profile(name, parent=saved[name], database=db)
+        settings.load_profile(name)
+
+    yield load
+    for n, s in saved.items():
+        settings.register_profile(n, parent=s)
+    settings.load_profile(before)
+
+
+@pytest.mark.parametrize("name, third_run", [("dev", "disagree"), ("ci", "agree")])
+def test_a_failure_found_once_is_replayed_first_under_dev_only(profile, name, third_run):
+    from tests._tryout5_code import RARE_EXAMPLE, RareBug
+
+    def run_with(seed):
+        return gs.verify_torch_function(RareBug.apply, example_inputs=RARE_EXAMPLE, max_examples=4,
+                                        dtypes=("float64",), seed=seed)
+
+    profile(name)
+    assert run_with(MISSES).status == "agree"  # this seed alone never meets the bug
+    assert run_with(FINDS).status == "disagree"
+    again = run_with(MISSES)  # dev: the saved failure replays first; ci: nothing is carried between runs
+    assert again.status == third_run, again.summary()
+    if third_run == "disagree":
+        assert any("replayed from the example database" in (getattr(d, "note", "") or "") for d in again.discrepancies)
