@@ -116,3 +116,45 @@ def test_an_array_a_case_file_cannot_hold_raises_as_to_json_does(tmp_path):
         c.to_json()
     with pytest.raises(CaseError):
         Inflight(str(tmp_path / "inflight-1.json")).group([c])
+
+
+def _die_in_flight(path, k):
+    import os
+    import signal
+
+    cases = _specials()
+    f = Inflight(path)
+    f.group(cases)
+    assert f.map is not None  # (the mark below goes through the memory map, not a write call)
+    f.start(cases[k])
+    os.kill(os.getpid(), signal.SIGKILL)  # no cleanup, no flush: what a segfault leaves
+
+
+def test_the_mark_of_a_process_killed_in_flight_is_in_the_file(tmp_path):
+    import multiprocessing
+
+    path = str(tmp_path / "inflight-1.json")
+    child = multiprocessing.get_context("fork").Process(target=_die_in_flight, args=(path, 3))
+    child.start()
+    child.join(60)
+    assert child.exitcode == -9
+    assert case_json(open(path).read()) == _specials()[3].to_json(indent=None)
+
+
+def test_without_a_memory_map_the_marks_are_written(tmp_path, monkeypatch):
+    import mmap
+
+    def refuse(*a, **k):
+        raise OSError("no mmap here")
+
+    monkeypatch.setattr(mmap, "mmap", refuse)
+    cases = _specials()
+    path = tmp_path / "inflight-1.json"
+    f = Inflight(str(path))
+    f.group(cases)
+    assert f.map is None
+    f.start(cases[2])
+    assert case_json(path.read_text()) == cases[2].to_json(indent=None)
+    f.end()
+    assert case_json(path.read_text()) is None
+    f.close()
