@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import tolerances as _tol
 from ._diagnose_text import _fmt, _is_engine, _is_torch_function, _where, _whose
 from ._private.vjp_patterns import shape_pattern
 from .case import Case, Leaf, NodeDef
@@ -91,11 +92,12 @@ def _raw_grads(spec, ins: list, out, g: np.ndarray, params: dict) -> list | None
     return None if got is None else got[0]
 
 
-def _raw(spec, ins: list, out, g: np.ndarray, params: dict) -> tuple[list, set] | None:
+def _raw(spec, ins: list, out, g: np.ndarray, params: dict, requires: list | None = None) -> tuple[list, set] | None:
     """(what the code returns per input position, unchecked; the positions of inputs that need a gradient for
-    which it returned None), or None where that is not known."""
+    which it returned None), or None where that is not known.  ``requires``: which inputs require grad (all by
+    default; a case's constants do not, and a backward reading ``ctx.needs_input_grad`` answers to that)."""
     if _is_torch_function(spec) and spec.torch is not None:
-        return _torch_raw(spec, ins, g, params)
+        return _torch_raw(spec, ins, g, params, requires)
     fn = getattr(spec, "user_vjp", None)
     if fn is None:
         return None
@@ -107,29 +109,88 @@ def _raw(spec, ins: list, out, g: np.ndarray, params: dict) -> tuple[list, set] 
     return [None if r is None else np.asarray(r) for r in res], {j for j, r in enumerate(res) if r is None}
 
 
-def _torch_raw(spec, ins: list, g: np.ndarray, params: dict) -> tuple[list, set] | None:
+def _torch_raw(spec, ins: list, g: np.ndarray, params: dict, requires: list | None = None,
+               keep: bool = False) -> tuple[list, set] | None:
+    """``keep``: float32 inputs stay float32 (else every input is float64)."""
     import torch
 
-    xs = [torch.tensor(np.array(x, dtype=np.float64), requires_grad=True) for x in ins]
+    # leaves, or non-leaf copies for code that modifies its input in place (torch refuses a leaf there): the
+    # Function's graph edges lead to them either way (_edge_leaf)
+    requires = [True] * len(ins) if requires is None else requires
+    xs = [torch.tensor(np.array(x, dtype=np.float32 if keep and np.asarray(x).dtype == np.float32 else np.float64),
+                       requires_grad=bool(r)) for x, r in zip(ins, requires, strict=True)]
+    inplace = getattr(spec, "inplace", None)
+    given = xs if inplace is None or not inplace.seen else [x.clone() if x.requires_grad else x for x in xs]
     with torch.enable_grad():
-        y = spec.torch(*xs, **params)
+        y = _direct(spec)(*given, **params)
     fn = getattr(y, "grad_fn", None)
     if not isinstance(y, torch.Tensor) or fn is None or not hasattr(fn, "_forward_cls"):
         return None  # not a custom Function's own output: no unchecked gradients to read
-    res = fn.apply(torch.from_numpy(np.array(g, dtype=np.float64).reshape(tuple(y.shape))))
+    res = fn.apply(torch.from_numpy(np.array(g, dtype=np.float64).reshape(tuple(y.shape))).to(y.dtype))
     res = res if isinstance(res, tuple) else (res,)
     # The Function's inputs that need a gradient, in order, are the graph edges that lead somewhere.
     needs = [k for k, b in enumerate(fn.needs_input_grad) if b]
     edges = [e for e, _ in fn.next_functions if e is not None]
     out, nones = [None] * len(xs), set()
     for k, e in zip(needs, edges):
-        var = getattr(e, "variable", None)
+        var = _edge_leaf(e)
         j = next((j for j, x in enumerate(xs) if x is var), None)
         if j is not None and k < len(res) and isinstance(res[k], torch.Tensor):
             out[j] = res[k].detach().numpy().copy()
         elif j is not None and (k >= len(res) or res[k] is None):
             nones.add(j)
     return out, nones
+
+
+def _returned_dtype(mini: Case, node: NodeDef, spec, suspect: str) -> Cause | None:
+    """A torch Function's backward that returns a gradient in a lower precision than its input (float32 or
+    float16 for a float64 input): torch casts it back silently, so it only shows as that dtype's rounding.
+    Named when that rounding is all the error is (tolerances.CAST_ULPS); else the formula's error is the cause."""
+    if not _users_code(spec, suspect) or not _is_torch_function(spec) or spec.torch is None:
+        return None
+    try:
+        ins, g = _node_inputs(mini, node)
+        got = _torch_raw(spec, ins, g, node.params, keep=True)
+        if got is None:
+            return None
+        right = _jac.jacobian(_split_case(mini, node, every=True)).vjp
+    except Exception:  # noqa: BLE001 - no raw gradients to read: the caller's cause stands
+        return None
+    for k, (r, x) in enumerate(zip(got[0], ins, strict=True)):
+        want = right.get(f"{node.inputs[k]}__use{k}")
+        if r is None or want is None or r.dtype.kind != "f" or np.shape(r) != np.shape(want):
+            continue
+        mine = np.dtype(np.float32 if np.asarray(x).dtype == np.float32 else np.float64)
+        if r.dtype.itemsize >= mine.itemsize:
+            continue
+        err = float(np.max(np.abs(r.astype(np.float64) - want), initial=0.0))
+        scale = float(np.max(np.abs(want), initial=0.0))
+        if not err <= _tol.CAST_ULPS * float(np.finfo(r.dtype).eps) * scale:
+            return None  # more than the cast's rounding: the formula is wrong too, and named as such
+        name = node.inputs[k]
+        summary = (f"{_where(node, spec)}: {_whose(spec, suspect)} returns {r.dtype} for input {k} ({name}), a "
+                   f"{mine} input: torch casts it back to {mine} without a word, so the gradient carries {r.dtype}'s "
+                   f"rounding (off by up to {err / max(scale, 1e-300):.2g} relative here); return it in the input's "
+                   "dtype (drop the .float() / .half(), or .to(x.dtype))")
+        return Cause("wrong-vjp", summary, node=node.name, op=node.op, pattern="other",
+                     evidence=f"{name} {np.shape(x)} {mine}: returned {r.dtype} {_fmt(r)} vs J^T·g {_fmt(want)}",
+                     fix="return each gradient in its input's dtype")
+    return None
+
+
+def _direct(spec):
+    """fn called on the tensors as given (a torch Function wrapped by verify_torch_function copies the leaves it
+    gets when it modifies them in place: the probes here pass copies themselves, and read identities)."""
+    return getattr(spec, "torch_direct", None) or spec.torch
+
+
+def _edge_leaf(edge):
+    """The leaf tensor a graph edge leads to, also through one ``clone()`` (a copy made for in-place code)."""
+    var = getattr(edge, "variable", None)
+    if var is None and edge is not None and edge.name().startswith("CloneBackward"):
+        nxt = [f for f, _ in edge.next_functions if f is not None]
+        var = getattr(nxt[0], "variable", None) if len(nxt) == 1 else None
+    return var
 
 
 def _short(a) -> str:
@@ -143,27 +204,35 @@ def _none_returned(mini: Case, node: NodeDef, spec, suspect: str, u: dict, t: di
     there): torch, and gradspec's engine, take a None as a gradient of zeros."""
     if not _users_code(spec, suspect):
         return None
+    needs = {l.name for l in mini.leaves if l.differentiable}
     try:
         ins, g = _node_inputs(mini, node)
-        got = _raw(spec, ins, mini.evaluate()[node.name], g, node.params)
-        if got is None or not got[1]:
-            return None
         right = _jac.jacobian(_split_case(mini, node, every=True)).vjp
-    except Exception:  # noqa: BLE001 - no raw gradients to read: the caller's cause stands
+    except Exception:  # noqa: BLE001 - no J^T·g to hold a None against: the caller's cause stands
         return None
-    needs = {l.name for l in mini.leaves if l.differentiable}
+    try:  # called as the case calls it: a backward reading ctx.needs_input_grad sees the case's constants
+        got = _raw(spec, ins, mini.evaluate()[node.name], g, node.params, [i in needs for i in node.inputs])
+    except Exception:  # noqa: BLE001 - no raw gradients to read
+        got = None
+    nones = set(got[1]) if got is not None else set()
+    if got is None and len(set(node.inputs)) == len(node.inputs):
+        # not read directly (several outputs, one flat tensor to gradspec): the code under test gave no gradient
+        # at all for an input that requires grad (torch: nothing reached it; a backward returned None there)
+        nones = {k for k, i in enumerate(node.inputs) if i in needs and i in u and u[i] is None}
     want = [right.get(f"{i}__use{k}") for k, i in enumerate(node.inputs)]
-    blamed = [k for k in sorted(got[1]) if node.inputs[k] in needs and want[k] is not None and np.any(want[k] != 0)]
+    blamed = [k for k in sorted(nones) if node.inputs[k] in needs and want[k] is not None and np.any(want[k] != 0)]
     if not blamed:
         return None
     k, name = blamed[0], node.inputs[blamed[0]]
     also = ", ".join(f"{j} ({node.inputs[j]})" for j in blamed[1:])
-    others = [j for j, i in enumerate(node.inputs) if j not in got[1] and i in needs and u.get(i) is not None
+    others = [j for j, i in enumerate(node.inputs) if j not in nones and i in needs and u.get(i) is not None
               and t.get(i) is not None and not np.allclose(np.asarray(u[i], dtype=np.float64),
                                                            np.asarray(t[i], dtype=np.float64), rtol=1e-6, atol=0)]
     tail = "".join(f"; the gradient it returns for input {j} ({node.inputs[j]}) differs from J^T·g as well "
                    f"({_short(u[node.inputs[j]])} vs {_short(t[node.inputs[j]])})" for j in others)
-    need = f"ctx.needs_input_grad[{k}]" if _is_torch_function(spec) else "the input is a constant"
+    tail += (_needs_input_grad_hint(node, needs, k) + _unused_output_hint(spec, ins, g, node.params)) \
+        if _is_torch_function(spec) else ""
+    need = f"ctx.needs_input_grad[{_arg_position(node, k)}]" if _is_torch_function(spec) else "the input is a constant"
     summary = (f"{_where(node, spec)}: {_whose(spec, suspect)} returns None for input {k} ({name})"
                f"{' (and for input ' + also + ')' if also else ''}, which requires grad and reaches the output: its "
                f"gradient is treated as zero (torch adds nothing for a None: .grad stays None where nothing else "
@@ -174,6 +243,43 @@ def _none_returned(mini: Case, node: NodeDef, spec, suspect: str, u: dict, t: di
                                                  for j in blamed]
     return Cause("wrong-vjp", summary, node=node.name, op=node.op, evidence="; ".join(ev), pattern="other",
                  fix=f"return a gradient for every input that requires grad (None only where {need} is False)")
+
+
+def _arg_position(node: NodeDef, k: int) -> int:
+    """The position among fn's arguments of the node's input ``k`` (non-tensor arguments travel as params
+    ``arg<position>``): what ``ctx.needs_input_grad`` is indexed by."""
+    held = {int(p[3:]) for p in node.params if p.startswith("arg") and p[3:].isdigit()}
+    tensors = [i for i in range(len(node.inputs) + len(held)) if i not in held]
+    return tensors[k] if k < len(tensors) else k
+
+
+def _needs_input_grad_hint(node: NodeDef, needs: set, k: int) -> str:
+    """Where the case's other inputs are constants (requires_grad False): a backward that skips input ``k`` while
+    some input does not need a gradient reads ``ctx.needs_input_grad`` at the wrong index, typically."""
+    off = [j for j, i in enumerate(node.inputs) if i not in needs]
+    if not off:
+        return ""
+    said = ", ".join(f"[{_arg_position(node, j)}]" for j in off)
+    return (f"; here ctx.needs_input_grad{said} {'is' if len(off) == 1 else 'are'} False (input"
+            f"{'' if len(off) == 1 else 's'} {', '.join(node.inputs[j] for j in off)} held constant) and "
+            f"ctx.needs_input_grad[{_arg_position(node, k)}] True: does the backward test the wrong index?")
+
+
+def _unused_output_hint(spec, ins: list, g: np.ndarray, params: dict) -> str:
+    """Several outputs, some unused here (their block of the upstream gradient zero): torch passes None for
+    their gradient to a backward under ``ctx.set_materialize_grads(False)``, a branch a backward often gets wrong."""
+    try:
+        blocks = spec.output_blocks(*ins, **params)
+    except Exception:  # noqa: BLE001 - not known: nothing said
+        return ""
+    flat = np.ravel(g)
+    unused = [k for k, (a, b, _) in enumerate(blocks or ()) if b > a and not np.any(flat[a:b] != 0)]
+    if not blocks or not unused:
+        return ""
+    out = ", ".join(map(str, unused))
+    return (f"; here output{'s' if len(unused) > 1 else ''} {out} of {len(blocks)} {'are' if len(unused) > 1 else 'is'} "
+            f"unused (a zero upstream gradient: under ctx.set_materialize_grads(False) torch passes None for it): does "
+            "the backward give up when one output's gradient is None?")
 
 
 # =============================================================================================
@@ -299,7 +405,7 @@ def _marks_dirty(spec, values: list, params: dict) -> bool:
     try:
         with torch.enable_grad():
             xs = [torch.tensor(np.array(v, dtype=np.float64), requires_grad=True).clone() for v in values]
-            out = spec.torch(*xs, **params)
+            out = _direct(spec)(*xs, **params)
         node = getattr(out, "grad_fn", None)
         return node is not None and any(x.grad_fn is node for x in xs)
     except Exception:  # noqa: BLE001 - cannot tell: the in-place change alone decides

@@ -63,7 +63,8 @@ from ._diagnose_engine import (
 from ._diagnose_findings import _raised_cause, explain_finding
 from ._diagnose_points import (factor_at_points, flat_forward_words, float32_only, not_linear_in_g, overflow_words,
                                swapped_inputs)
-from ._diagnose_raw import _forward_mutation_cause, _mutation_cause, _none_returned, _returned_shapes, _split_case
+from ._diagnose_raw import (_forward_mutation_cause, _mutation_cause, _none_returned, _returned_dtype,
+                            _returned_shapes, _split_case)
 from ._diagnose_text import ENGINES as _ENGINES
 from ._diagnose_text import _clip, _cut_from_graph, _evidence, _fmt, _is_engine, _is_torch_function, _twin_label, _where, _whose
 from ._private import case_budget as _case_budget
@@ -411,7 +412,8 @@ def _node_cause(mini, node, spec, suspect, v, twin, first, run=None) -> Cause:
         if c is not None:
             return c
     c = _returned_shapes(mini, node, spec, suspect, hidden=True) or _none_returned(
-        mini, node, spec, suspect, v.results.get(suspect) or {}, v.results.get(twin) or {})
+        mini, node, spec, suspect, v.results.get(suspect) or {}, v.results.get(twin) or {}) or _returned_dtype(
+        mini, node, spec, suspect)
     if c is not None:
         return c
     if first.kind == "shape":

@@ -35,7 +35,7 @@ __all__ = ["Tolerance", "TOLERANCES", "lookup", "EXACT_RTOL", "NOISE_ULPS", "NOI
            "FD_NOISE_SPACING", "FD_NOISE_SIGMAS", "TINY32", "underflow_floor", "FD_FINER_STEPS", "KINK_PERSISTS", "KINK_ROUNDING", "FD_SHAKY",
            "MIN_JUDGED_CASES", "FD_WITNESS_GAP",
            "claimed_allowance", "accuracy_claim", "describe_claim", "OPAQUE_RTOL", "opaque_claim",
-           "DOUBLE_BACKWARD_RTOL", "FORWARD32_RTOL"]
+           "DOUBLE_BACKWARD_RTOL", "FORWARD32_RTOL", "CAST_ULPS"]
 
 EPS64 = float(np.finfo(np.float64).eps)
 EPS32 = float(np.finfo(np.float32).eps)
@@ -232,6 +232,13 @@ OPAQUE_RTOL = float(np.sqrt(EPS64))
 # finite differences carry ~1e-8 relative noise, and float32 inside ~1e-4 after the division by the step: only
 # a relative error above this decides.
 DOUBLE_BACKWARD_RTOL = 1e-3
+
+# A backward that returns its gradient in a lower precision than its input's (``(g * y).float()`` for a float64
+# input; torch casts it back without a word): its error is that dtype's rounding when the formula is right.  A
+# cast rounds each element to half an ulp of the returned dtype and arithmetic done in that dtype before it adds
+# a few ulps more; 8 ulps of the gradient's largest element bound both for a short formula.  A larger error is a
+# wrong formula (named as such), the dtype then said beside it is not the cause (gradspec._diagnose_raw).
+CAST_ULPS = 8.0
 
 
 # A float32 case runs the user's code in float32 while finite differences (and the jacobian's finite-difference

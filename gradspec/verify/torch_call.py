@@ -31,7 +31,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["CallLayout", "outputs", "flat", "blocks", "ARG_PREFIX", "label_of", "schema_of", "jitter_float32"]
+__all__ = ["CallLayout", "outputs", "flat", "blocks", "ARG_PREFIX", "label_of", "schema_of", "jitter_float32",
+           "InPlace"]
 
 ARG_PREFIX = "arg"
 
@@ -200,6 +201,65 @@ class CallLayout:
         """A user's ``shape_fn`` sees fn's layout: shapes at the tensor positions, the other values
         at theirs; keyword params as keywords."""
         return self.arguments(list(shapes), params)
+
+
+class InPlace:
+    """Whether fn modifies its float inputs in place with ``ctx.mark_dirty(x)``, found once by calling it on
+    non-leaf copies; from then on it is given copies of the inputs that require grad.
+
+    torch refuses an in-place change of a leaf that requires grad (in forward already, when the Function's outputs
+    are wrapped), so a caller always passes such a Function an activation, never a parameter: fed gradspec's leaves
+    it raised on every call and the (right) backward was blamed (tryout5 #1).  A copy also keeps every other use
+    of the tensor in gradspec's graphs (``f(a) * a``) reading the value it had, as the reference engine does.
+    Other code keeps its inputs as given (their memory layout is what torch_layouts varies).
+
+    >>> import torch
+    >>> class Double_(torch.autograd.Function):
+    ...     @staticmethod
+    ...     def forward(ctx, x):
+    ...         ctx.mark_dirty(x)
+    ...         return x.mul_(2)
+    ...     @staticmethod
+    ...     def backward(ctx, g):
+    ...         return 2 * g
+    >>> ip = InPlace()
+    >>> x = torch.ones(2, requires_grad=True)
+    >>> ip.inputs(lambda t: Double_.apply(t[0]), [x])[0] is x, ip.seen
+    (False, True)
+    """
+
+    _TRIES = 3  # probes that raised (fn rejects these inputs) before it is taken as not in place
+
+    def __init__(self) -> None:
+        self.seen: bool | None = None
+        self._tries = 0
+
+    def inputs(self, call, xs: list) -> list:
+        """``xs`` as fn may receive them; ``call(list)`` runs fn on a list of its tensors (the probe)."""
+        if not any(_is_tensor(x) and x.requires_grad for x in xs):
+            return xs
+        if self.seen is None:
+            self._probe(call, xs)
+        if not self.seen:
+            return xs
+        return [x.clone() if _is_tensor(x) and x.requires_grad else x for x in xs]
+
+    def _probe(self, call, xs: list) -> None:
+        import torch
+
+        copies = [x.detach().clone().requires_grad_(True).clone() if _is_tensor(x) and x.requires_grad else x
+                  for x in xs]
+        before = [x.grad_fn if _is_tensor(x) else None for x in copies]
+        try:
+            with torch.enable_grad():
+                call(copies)
+        except Exception:  # noqa: BLE001 - fn rejects them: the real call says so; probe again next time
+            self._tries += 1
+            self.seen = False if self._tries >= self._TRIES else None
+            return
+        # ctx.mark_dirty rebases the modified input's history onto fn's node; an in-place change without it leaves
+        # the copy's grad_fn alone, and the leaves stay (that mistake is a finding: forward-mutates-input)
+        self.seen = any(_is_tensor(x) and x.grad_fn is not f for x, f in zip(copies, before, strict=True))
 
 
 def outputs(y) -> tuple[list, bool]:

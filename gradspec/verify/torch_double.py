@@ -127,10 +127,12 @@ def directional_second_order(call, xs, params) -> tuple[float | None, float, flo
     ys, total, size = s(0.0, True)
     auto = None
     if isinstance(total, torch.Tensor) and total.requires_grad:
-        leaves = _leaves_after_refusal(total)
-        if any(leaf is not g_graph for leaf in leaves):  # else only g is in its graph: none through the backward
-            d2 = torch.autograd.grad(total, ys, allow_unused=True)
-            auto = float(sum((d * u).sum() for d, u in zip(d2, us, strict=True) if d is not None))
+        _leaves_after_refusal(total)
+        # A graph that reaches only g (the backward's dependence on x detached: 3 * g * (x * x).detach()) gives 0
+        # here, as torch does in real use wherever g requires grad (a gradient penalty): silently, no error
+        # (tryout5 #2: this was "not checked ... torch raises", and the wrong double backward passed)
+        d2 = torch.autograd.grad(total, ys, allow_unused=True)
+        auto = float(sum((d * u).sum() for d, u in zip(d2, us, strict=True) if d is not None))
     s0 = float(total.detach()) if isinstance(total, torch.Tensor) else float(total)
     t = 1e-4 * max(1.0, max(float(x.abs().max()) if x.numel() else 0.0 for x in xs))
     sides = {}
@@ -261,8 +263,12 @@ class DoubleBackwardCheck:
             if not self._held(xs, node, "no second-order term by autograd"):
                 self.left = 0
                 self.result.note("second-order gradients (double backward) not checked: fn's backward is not "
-                                 "differentiable (its gradients carry no grad_fn under create_graph=True: computed "
-                                 "outside autograd, under no_grad or detached), so torch raises on a double backward")
+                                 "differentiable (its gradients carry no grad_fn under create_graph=True, even with an "
+                                 "upstream gradient that requires grad: computed outside autograd, under no_grad or "
+                                 "detached); a double backward through it gets no second-order term from fn: torch "
+                                 "raises only where nothing else in the graph requires grad, else those terms are "
+                                 "silently missing; mark the backward @once_differentiable to make torch refuse, or "
+                                 "write it in torch ops")
             return []
         self.checked += 1
         self.result.note("second-order gradients (double backward, create_graph=True) are checked on a few cases per "
@@ -301,11 +307,17 @@ class DoubleBackwardCheck:
     def _wrong(self, case, node, auto, fd, err) -> VerifyDiscrepancy:
         fn = self.spec.name.removeprefix("torch_")
         where = f"node {node.name} = {node.op}({', '.join(node.inputs)})"
+        why = ("its backward must be differentiable correctly — a product-rule term for an input it depends on "
+               "forgotten, a None returned by the backward's own backward, or a detached intermediate?")
+        if auto == 0.0:  # no path from the gradient back to fn's inputs: only through the upstream gradient g
+            why = (f"autograd finds no path from {fn}.backward's result back to fn's inputs, only to the upstream "
+                   "gradient g: what it computes from the inputs is cut from the graph (.detach(), numpy, .item(), "
+                   "no_grad), so wherever g requires grad (a gradient penalty, a Hessian-vector product) torch gives "
+                   "a wrong second order without an error; compute it in torch ops from the saved inputs, or mark "
+                   "the backward @once_differentiable so torch refuses a double backward")
         summary = (f"{where}: the double backward of {fn} (autograd through {fn}.backward, create_graph=True) is "
                    f"wrong: along a fixed direction, d/dt <J^T g, v> is {auto:.6g} by autograd but {fd:.6g} by central "
-                   f"differences of {fn}'s first-order backward (which agrees with J^T g); its backward must be "
-                   "differentiable correctly — a product-rule term for an input it depends on forgotten, a None "
-                   "returned by the backward's own backward, or a detached intermediate?")
+                   f"differences of {fn}'s first-order backward (which agrees with J^T g); {why}")
         rel = abs(auto - fd) / max(abs(auto), abs(fd), 1e-300)
         d = VerifyDiscrepancy("value", ("torch-cpu", "finite-differences"), f"{self.target}: {summary}", case,
                               values=(auto, fd), abs_err=abs(auto - fd), rel_err=rel,

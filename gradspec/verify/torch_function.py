@@ -38,7 +38,8 @@ from ..spec.opspec import OpSpec
 from . import fn_shapes, torch_double, torch_float32, torch_grad_shapes, torch_layouts
 from . import numerics as _num
 from .op import COMPANIONS, _budget_text, _check_op_case, _count, _op_cases, _wrap
-from .torch_call import ARG_PREFIX, CallLayout, _decode, blocks, flat, jitter_float32, label_of, outputs, schema_of
+from .torch_call import (ARG_PREFIX, CallLayout, InPlace, _decode, blocks, flat, jitter_float32, label_of, outputs,
+                         schema_of)
 
 __all__ = ["verify_torch_function", "verify_module"]
 
@@ -105,17 +106,20 @@ def _torch_wrap(fn, name: str, layout: CallLayout, signature, shape_fn, domain, 
     import torch
 
     def run(arrays, kw, grad: bool, noisy=None):
+        """(the leaves, what fn was given: the leaves or copies of them (in-place code), its outputs, multi)"""
         # each input keeps its dtype (float32 cases run fn's float32 code); anything else as float64
         xs = [torch.from_numpy(np.array(a, dtype=torch_float32.run_dtype(a, keep32))) for a in arrays]
+        given = xs
         if grad:
             xs = [x.requires_grad_(True) for x in xs]
+            given = inplace.inputs(lambda ts: layout.call(fn, ts, kw), xs)  # (copied outside the jitter)
         with torch.enable_grad() if grad else torch.no_grad(), noisy() if noisy else contextlib.nullcontext():
-            outs, multi = outputs(layout.call(fn, xs, kw))
-        return xs, outs, multi
+            outs, multi = outputs(layout.call(fn, given, kw))
+        return xs, given, outs, multi
 
     def forward(*arrays, **kw):
         try:  # (the first float64 calls watched for casts to float32: torch_float32)
-            _, outs, multi = torch_float32.watch(spec, arrays, lambda: run(arrays, kw, False))
+            _, _, outs, multi = torch_float32.watch(spec, arrays, lambda: run(arrays, kw, False))
         except Exception as e:  # the first one is shown if fn never runs (an inconclusive run's reason)
             if not forward.errors:
                 forward.errors.append(f"fn's forward raised {type(e).__name__}: {e}")
@@ -131,7 +135,7 @@ def _torch_wrap(fn, name: str, layout: CallLayout, signature, shape_fn, domain, 
         noisy = None  # check.rounding_noise: fn's own float32 ops (forward and backward) jittered too
         if noise is not None and keep32 and any(np.asarray(a).dtype == np.float32 for a in arrays):
             noisy = lambda: jitter_float32(*noise)  # noqa: E731
-        xs, outs, multi = run(arrays, kw, True, noisy)
+        xs, given, outs, multi = run(arrays, kw, True, noisy)
         if not inside:
             inside.extend(functions_in_graph(outs))
         gt = torch.from_numpy(np.array(g, dtype=torch_float32.run_dtype(g, keep32)))
@@ -146,19 +150,24 @@ def _torch_wrap(fn, name: str, layout: CallLayout, signature, shape_fn, domain, 
             if not any(o.requires_grad for o in outs):
                 raise RuntimeError("fn's output does not require grad: is the op differentiable?")
             return tuple(np.zeros(np.shape(a)) for a in arrays)
-        saved = [x.detach().clone() for x in xs]
+        saved = [x.detach().clone() for x in given]  # (what fn was given, as its forward left it)
         with noisy() if noisy else contextlib.nullcontext():
             grads = torch.autograd.grad([o for o, _ in pairs], xs, [gi for _, gi in pairs], allow_unused=True)
         if not _unchanged(gt, g0):
             raise ValueError("read-only: fn's backward modified its grad_output in place")
-        for i, (x, s0) in enumerate(zip(xs, saved, strict=True)):
+        for i, (x, s0) in enumerate(zip(given, saved, strict=True)):
             if not _unchanged(x.detach(), s0):
                 raise ValueError(f"read-only: fn's backward modified input {i} in place")
         return tuple(None if gi is None else gi.detach().numpy().copy() for gi in grads)
 
     inside: list = []  # the torch.autograd.Functions fn's graph runs (a wrapper's: diagnose names their backward)
+    inplace = InPlace()  # fn modifies its inputs in place (ctx.mark_dirty): it gets copies of leaves (tryout5 #1)
 
     def torch_fn(*xs, **kw):
+        outs, multi = outputs(layout.call(fn, inplace.inputs(lambda ts: layout.call(fn, ts, kw), list(xs)), kw))
+        return flat(outs, multi)
+
+    def torch_direct(*xs, **kw):  # the tensors as given, copied never (diagnose reads identities through them)
         outs, multi = outputs(layout.call(fn, list(xs), kw))
         return flat(outs, multi)
 
@@ -172,9 +181,11 @@ def _torch_wrap(fn, name: str, layout: CallLayout, signature, shape_fn, domain, 
     spec.fn_has_backward = isinstance(owner, type) and issubclass(owner, torch.autograd.Function)  # (diagnose's words)
     spec.forward_errors = forward.errors  # type: ignore[attr-defined]
     spec.functions_inside = inside  # type: ignore[attr-defined]
+    spec.inplace = inplace  # type: ignore[attr-defined]
+    spec.torch_direct = torch_direct  # type: ignore[attr-defined]
 
     def output_blocks(*arrays, **kw):  # where each output sits in the flat one (diagnose names the wrong one)
-        _, outs, multi = run(arrays, kw, False)
+        _, _, outs, multi = run(arrays, kw, False)
         return blocks(outs) if multi else None
 
     spec.output_blocks = output_blocks  # type: ignore[attr-defined]
@@ -463,6 +474,9 @@ def verify_torch_function(fn, *, arity: int | None = None, signature: str | None
     t0 = time.perf_counter()
     with _f32line.learning():  # (what this run's cases show of float32 inside: _private.float32_line)
         _num.run_within_budget(runner, strategy, _num.with_deadline(evaluate, result, seconds, target, run_replay), seconds)
+    if spec.inplace.seen:
+        result.note(f"{label} modifies its input in place (ctx.mark_dirty): it was given non-leaf copies of its inputs, "
+                    "as a caller must (torch refuses an in-place change of a leaf that requires grad)")
     if not result.cases_run and spec.forward_errors:
         _no_case(result, f"{spec.forward_errors[0]} (on every input tried)")
     elif not result.cases_run and seconds is not None and time.perf_counter() - t0 >= seconds:
