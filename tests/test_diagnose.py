@@ -207,12 +207,21 @@ FN_EXPECTED = {
 }
 
 
+# Planted bugs whose double backward is wrong as well, a second true finding: ScaleStateful's backward reads a
+# detached copy of x kept from forward (2 * last * g), so autograd through it reaches g only (tryout5 #2)
+DOUBLE_TOO = {"fn-stateful"}
+
+
 @pytest.mark.parametrize("bug", list(FN_EXPECTED), ids=list(FN_EXPECTED))
 def test_torch_function_bug_is_localised(bug):
     p = P.BUGS[bug]
     r = gs.verify_torch_function(p.target, **p.kwargs, max_examples=30, seed=0)
     want = FN_EXPECTED[bug]
     seen = r.discrepancies
+    if bug in DOUBLE_TOO:
+        double = [d for d in seen if d.cause is not None and d.cause.id == "wrong-double-backward"]
+        assert double, f"{bug}: its double backward is wrong too\n{r}"
+        seen = [d for d in seen if all(d is not x for x in double)]
     assert seen, f"{bug}: none of {sorted(want)} found\n{r}"
     assert {d.kind for d in seen} <= set(want), f"{bug}: a finding kind without an expected cause\n{r}"
     cls = p.target.__self__.__name__
