@@ -54,10 +54,14 @@ def _twin_label(spec, twin) -> str:
 def _whose(spec, suspect: str) -> str:
     if _is_engine(str(suspect)):
         return f"the engine's backward for {spec.name!r}"
+    if _is_torch_function(spec) and getattr(spec, "registered_backward", None):
+        # a torch.library.custom_op: its register_autograd backward (torch runs it through a generated class,
+        # GeneratedBackwardFor_..., that was named before: not the user's code)
+        return f"your backward ({spec.registered_backward})"
     if _is_torch_function(spec) and getattr(spec, "fn_has_backward", True) is False:
         # a plain function (or module) on torch tensors: torch's autograd computes its gradient
         inside = list(getattr(spec, "functions_inside", None) or ())
-        runs = (f" (whose graph runs your {' and '.join(f'{c}.backward' for c in inside[:3])}: torch's own ops "
+        runs = (f" (whose graph runs your {' and '.join(inside[:3])}: torch's own ops "
                 "rarely err, so look there first)") if inside else ""
         return f"the gradient torch's autograd computes through {spec.name[6:]}{runs}"
     if spec.user and getattr(spec, "torch_name", None) and spec.name.startswith("torch_"):

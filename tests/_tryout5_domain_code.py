@@ -87,3 +87,29 @@ class MulSwapped(torch.autograd.Function):
     def backward(ctx, g):
         a, b = ctx.saved_tensors
         return g * a, g * b  # BUG: the two gradients swapped
+
+
+class _RMSFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, w, eps):
+        r = torch.rsqrt((x * x).mean(-1, keepdim=True) + eps)
+        ctx.save_for_backward(x, w, r)
+        return x * r * w
+
+    @staticmethod
+    def backward(ctx, g):
+        x, w, r = ctx.saved_tensors
+        n = x.shape[-1]
+        gxr = g * w
+        gx = r * gxr - x * r ** 3 * (gxr * x).sum(-1, keepdim=True) / n
+        gw = (g * x * r)[0] if g.dim() > 1 else g * x * r  # BUG: the batch reduction for w forgotten
+        return gx, gw, None
+
+
+class RMSNormBuggy(torch.nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.linspace(0.5, 1.5, n))
+
+    def forward(self, x):
+        return _RMSFn.apply(x, self.weight, 1e-6)

@@ -151,3 +151,32 @@ def test_common_backward_mistakes_are_named(run, words, not_words):
     c = r.discrepancies[0].cause
     assert c is not None and c.id == "wrong-vjp", (c.id if c else None)
     assert words in c.summary and not_words not in c.summary, c.summary
+
+
+# ---- finding 10's cause naming: the user's own names for the code and the leaves -----------------------------------
+
+def _cube_wrapped(x):
+    from tests import _planted_user as pu
+
+    return pu.scaled_cube_noscale(x, 1.5)
+
+
+def test_a_custom_op_finding_names_its_registered_backward():
+    from tests import _planted_user as pu
+
+    for fn, ex in ((pu.scaled_cube_noscale, pu.CUBE_EXAMPLE), (_cube_wrapped, pu.CUBE_EXAMPLE[:1])):
+        r = gs.verify_torch_function(fn, example_inputs=ex, max_examples=20, seed=0)
+        assert r.discrepancies, fn
+        text = r.discrepancies[0].cause.summary
+        assert "_cube_bwd_noscale" in text and "GeneratedBackwardFor" not in text, text
+
+
+def test_a_module_finding_names_the_parameter():
+    import torch
+
+    r = gs.verify_module(T.RMSNormBuggy(4), example_inputs=(torch.randn(5, 4, dtype=torch.float64),), max_examples=30,
+                         seed=1)
+    assert r.discrepancies
+    text = r.discrepancies[0].cause.summary
+    # the weight's gradient is wrong (the batch reduction forgotten); leaf x0 is the weight, x1 the input
+    assert "x0 (weight)" in text and "x1 (input 0)" in text, text

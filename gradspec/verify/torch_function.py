@@ -179,6 +179,7 @@ def _torch_wrap(fn, name: str, layout: CallLayout, signature, shape_fn, domain, 
     owner = getattr(fn, "__self__", None)
     spec.import_path = importable_path(owner if isinstance(owner, type) else fn)
     spec.fn_has_backward = isinstance(owner, type) and issubclass(owner, torch.autograd.Function)  # (diagnose's words)
+    spec.registered_backward = backward_of(fn)  # type: ignore[attr-defined]  (a custom op's: diagnose names it)
     spec.forward_errors = forward.errors  # type: ignore[attr-defined]
     spec.functions_inside = inside  # type: ignore[attr-defined]
     spec.inplace = inplace  # type: ignore[attr-defined]
@@ -193,8 +194,9 @@ def _torch_wrap(fn, name: str, layout: CallLayout, signature, shape_fn, domain, 
 
 
 def functions_in_graph(outs, limit: int = 2000) -> list:
-    """The names of the custom ``torch.autograd.Function`` s in the autograd graph of ``outs`` (first met first),
-    walking at most ``limit`` graph nodes."""
+    """The backwards of the custom ``torch.autograd.Function`` s (``"Cls.backward"``) and of the
+    ``torch.library.custom_op`` s (the function given to ``register_autograd``) in the autograd graph of
+    ``outs`` (first met first), walking at most ``limit`` graph nodes."""
     seen, todo, names = set(), [getattr(o, "grad_fn", None) for o in outs], []
     while todo and len(seen) < limit:
         node = todo.pop()
@@ -202,10 +204,35 @@ def functions_in_graph(outs, limit: int = 2000) -> list:
             continue
         seen.add(id(node))
         cls = getattr(node, "_forward_cls", None)
-        if cls is not None and cls.__name__ not in names:
-            names.append(cls.__name__)
+        name = None if cls is None else _registered_backward(cls) or f"{cls.__name__}.backward"
+        if name is not None and name not in names:
+            names.append(name)
         todo += [f for f, _ in getattr(node, "next_functions", ())]
     return names
+
+
+def backward_of(fn) -> str | None:
+    """The name of the backward a ``torch.library.custom_op`` was given with ``register_autograd``, or None:
+    what a finding names (torch's generated class, GeneratedBackwardFor_ns_op_default, is not the user's code)."""
+    bwd = getattr(fn, "_backward_fn", None)
+    name = getattr(bwd, "__qualname__", None) if callable(bwd) else None
+    if not isinstance(name, str):
+        return None
+    op = getattr(fn, "_qualname", None)
+    return f"{name}, registered with register_autograd for {op}" if isinstance(op, str) else name
+
+
+def _registered_backward(cls) -> str | None:
+    """For torch's generated Function of a custom op: its register_autograd backward (held in the closure of
+    the generated backward, with the op), else None."""
+    for cell in getattr(getattr(cls, "backward", None), "__closure__", None) or ():
+        try:
+            name = backward_of(cell.cell_contents)
+        except ValueError:  # an empty cell
+            continue
+        if name:
+            return name
+    return None
 
 
 def _unchanged(now, before) -> bool:

@@ -28,7 +28,7 @@ import copy
 
 from ..ops.user import UserOpError
 
-__all__ = ["module_function", "finish"]
+__all__ = ["module_function", "finish", "named"]
 
 
 def module_function(module, example_inputs):
@@ -73,4 +73,25 @@ def finish(result, labels: list) -> None:
     """A module's result: named as such, its leaves listed, its replay through verify_module."""
     result.what = "module"
     result.note("leaves: " + ", ".join(f"x{i} = {n}" for i, n in enumerate(labels)))
+    for d in result.discrepancies:  # the user's names in the words of each finding (tryout5 #10: "x0" was the weight)
+        if getattr(d, "cause", None) is not None:
+            d.cause.summary = named(d.cause.summary, labels)
+        d.message = named(d.message, labels)
     result.replay = result.replay.replace("gs.verify_torch_function(", "gs.verify_module(", 1)
+
+
+def named(text: str, labels: list) -> str:
+    """``text`` with each leaf name ``x<i>`` of a module's case followed, once, by what it is (``x0 (weight)``)."""
+    import re
+
+    done: set = set()
+
+    def one(m):
+        i = int(m.group(1))
+        if i >= len(labels) or i in done:
+            return m.group(0)
+        done.add(i)
+        return f"{m.group(0)} ({labels[i]})"
+
+    # x<i> standing alone (not inside a longer name, nor a leaf name quoted as 'x0' in a repr)
+    return re.sub(r"(?<![\w.'\"])x(\d+)(?![\w'\"(])", one, str(text))
