@@ -71,7 +71,14 @@ def _explain_case_file(path: str, allow: list):
     from . import caseio
     from .explain import code_gradients, explain
 
-    case = _load_case(path)
+    try:
+        case = _load_case(path)
+    except _UsageError as e:
+        if "--allow-import" not in str(e):
+            raise
+        # (J itself comes from the ops' forward: for a user op or torch Function that is the module's code)
+        raise _UsageError(f"{e}. explain computes J by running each op's forward, and this op's forward is code in "
+                          "that module, so without it nothing of the case can be shown") from None
     ex = explain(case)
     try:
         caseio.engine_for(case, None, allow_import=allow, source=path)

@@ -97,6 +97,11 @@ def _check_ops(path: str, d) -> None:
     modules = meta.get("module_ops") if isinstance(meta, dict) else None
     modules = set(x for x in modules if isinstance(x, str)) if isinstance(modules, list) else set()
     user_ops = d.get("user_ops") if isinstance(d.get("user_ops"), dict) else {}
+    for op, where in user_ops.items():
+        spec = _registry.all_specs().get(op) if isinstance(op, str) else None
+        if spec is not None and not spec.user:  # (gradspec never writes one: the entry was ignored, silently)
+            raise CaseError(f"{path}: user_ops maps {op[:100]!r}, an op of gradspec's table, to {str(where)[:100]!r}: "
+                            "a case file cannot replace a table op (nothing was imported); remove the entry") from None
     nodes = d.get("nodes") if isinstance(d.get("nodes"), list) else []
     for n in nodes:
         op = n.get("op") if isinstance(n, dict) else None

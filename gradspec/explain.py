@@ -24,10 +24,12 @@ from __future__ import annotations
 import ast
 import dataclasses
 import difflib
+import math
 
 import numpy as np
 
 from ._private import limits as _limits
+from ._private.inert import short_repr
 from .case import Case, CaseError
 from .oracles.jacobian import jacobian
 from .spec import registry as _registry
@@ -193,12 +195,12 @@ def build_case(expr: str, inputs: dict, seed, requires_grad: dict) -> Case:
             raise ExplainError(f"input {name!r} is not numeric: {value!r}") from None
     unused = sorted(set(inputs) - {i for n in nodes for i in n[2]})
     if unused:
-        raise ExplainError(f"input(s) {', '.join(unused)} do not appear in {expr!r}")
+        raise ExplainError(f"input(s) {', '.join(unused)} do not appear in {_q(expr)}")
     leaves.update(consts)
     rg = {name: bool(requires_grad.get(name, True)) for name in inputs}
     rg.update({c: False for c in consts})
     if not nodes:
-        raise ExplainError(f"{expr!r} computes nothing: call an op, e.g. \"sum(x)\" or \"x * w\"")
+        raise ExplainError(f"{_q(expr)} computes nothing: call an op, e.g. \"sum(x)\" or \"x * w\"")
     _check_shapes(expr, leaves, nodes)
     root = nodes[-1][0]
     seeds = None if seed is None else [np.asarray(seed, dtype=np.float64)]
@@ -206,7 +208,7 @@ def build_case(expr: str, inputs: dict, seed, requires_grad: dict) -> Case:
         return Case.build(leaves, nodes, [root], seeds, requires_grad=rg)
     except CaseError as e:
         hint = " (pass it with --seed / seed=...)" if "implicit seed" in str(e) or "seed for root" in str(e) else ""
-        raise ExplainError(f"{expr!r}: {e}{hint}") from None
+        raise ExplainError(f"{_q(expr)}: {e}{hint}") from None
 
 
 def _check_shapes(expr: str, leaves: dict, nodes: list) -> None:
@@ -221,7 +223,7 @@ def _check_shapes(expr: str, leaves: dict, nodes: list) -> None:
             out = None
         if out is None:
             call = f"{op}({', '.join(ins)}{', ' if params else ''}{', '.join(f'{k}={v!r}' for k, v in params.items())})"
-            raise ExplainError(f"{expr!r}: {call} does not accept input shapes "
+            raise ExplainError(f"{_q(expr)}: {call} does not accept input shapes "
                                f"{', '.join(str(tuple(g)) for g in got)} (signature: {spec.public_signature}"
                                f"{'; ' + spec.signature if spec.signature else ''})")
         shapes[name] = tuple(out)
@@ -236,7 +238,9 @@ def parse_expression(expr: str, names: set) -> tuple[list, dict]:
     try:
         tree = ast.parse(expr.strip(), mode="eval")
     except SyntaxError as e:
-        raise ExplainError(f"cannot parse {expr!r}: {e.msg} (column {e.offset})") from None
+        raise ExplainError(f"cannot parse {_q(expr)}: {e.msg} (column {e.offset})") from None
+    except (RecursionError, MemoryError):  # (Python's parser gives up on ~1000 nested terms: no traceback)
+        raise ExplainError(f"cannot parse {_q(expr)}: it nests too deeply for Python's parser; split it up") from None
     nodes: list = []
     consts: dict = {}
     counter = {"v": 0, "c": 0}
@@ -256,7 +260,7 @@ def parse_expression(expr: str, names: set) -> tuple[list, dict]:
     def walk(node) -> str:
         if isinstance(node, ast.Name):
             if node.id not in names:
-                raise ExplainError(f"unknown name {node.id!r} in {expr!r}: give it as an input (--{node.id} SPEC)"
+                raise ExplainError(f"unknown name {_q(node.id)} in {_q(expr)}: give it as an input (--{node.id} SPEC)"
                                    + _suggest(node.id, names))
             return node.id
         if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
@@ -270,12 +274,12 @@ def parse_expression(expr: str, names: set) -> tuple[list, dict]:
             return emit(_BINOPS[type(node.op)], [walk(node.left), walk(node.right)], {})
         if isinstance(node, ast.Call):
             if not isinstance(node.func, ast.Name):
-                raise ExplainError(f"only calls of table ops by name are allowed, not {ast.unparse(node.func)!r}")
+                raise ExplainError(f"only calls of table ops by name are allowed, not {_q(ast.unparse(node.func))}")
             op = node.func.id
             try:
                 _registry.lookup(op)
             except KeyError:
-                raise ExplainError(f"unknown op {op!r}" + _suggest(op, set(_registry.public_names()))
+                raise ExplainError(f"unknown op {_q(op)}" + _suggest(op, set(_registry.public_names()))
                                    + " (`gradspec ops` lists them)") from None
             params = {}
             for kw in node.keywords:
@@ -283,7 +287,7 @@ def parse_expression(expr: str, names: set) -> tuple[list, dict]:
                     raise ExplainError("**kwargs are not allowed in an expression")
                 params[kw.arg] = _literal(kw.value, expr)
             return emit(op, [walk(a) for a in node.args], params)
-        raise ExplainError(f"{ast.unparse(node)!r} is not allowed in an expression: use op calls, input names, "
+        raise ExplainError(f"{_q(ast.unparse(node))} is not allowed in an expression: use op calls, input names, "
                            "numbers and + - * / @ **")
 
     def emit(op: str, ins: list, params: dict) -> str:
@@ -291,7 +295,10 @@ def parse_expression(expr: str, names: set) -> tuple[list, dict]:
         nodes.append((name, op, ins, params))
         return name
 
-    root = walk(tree.body)
+    try:
+        root = walk(tree.body)
+    except RecursionError:
+        raise ExplainError(f"{_q(expr)} nests too deeply to explain (one Jacobian per term); split it up") from None
     if nodes and root == nodes[-1][0] and "y" not in names and "y" not in consts:
         nodes = [(("y" if n == root else n), op, [("y" if i == root else i) for i in ins], p) for n, op, ins, p in nodes]
     return nodes, consts
@@ -301,7 +308,7 @@ def _literal(node, expr: str):
     try:
         value = ast.literal_eval(node)
     except ValueError:
-        raise ExplainError(f"the keyword value {ast.unparse(node)!r} in {expr!r} must be a literal (a number, a "
+        raise ExplainError(f"the keyword value {_q(ast.unparse(node))} in {_q(expr)} must be a literal (a number, a "
                            "tuple, True/False/None)") from None
     return value
 
@@ -309,6 +316,44 @@ def _literal(node, expr: str):
 def _suggest(word: str, choices: set) -> str:
     close = difflib.get_close_matches(word, sorted(choices), n=3, cutoff=0.5)
     return f"; did you mean {', '.join(close)}?" if close else ""
+
+
+def _q(text: str) -> str:
+    """A user's expression or array as an error quotes it: cut (a 100 KB --x was echoed whole: tryout5 #10)."""
+    return short_repr(text, 80)
+
+
+_NON_FINITE = {"nan": math.nan, "inf": math.inf}
+
+
+def _non_finite(tree):
+    """``tree`` with the names ``nan`` and ``inf`` made numbers (``[1e400, nan]``: literal_eval knows neither);
+    any other name stays, so literal_eval refuses it."""
+    for node in ast.walk(tree):
+        for field, child in ast.iter_fields(node):
+            if isinstance(child, list):
+                child[:] = [ast.Constant(_NON_FINITE[c.id]) if isinstance(c, ast.Name) and c.id in _NON_FINITE else c
+                            for c in child]
+            elif isinstance(child, ast.Name) and child.id in _NON_FINITE:
+                setattr(node, field, ast.Constant(_NON_FINITE[child.id]))
+    return tree
+
+
+def _why_not_literal(e: Exception, text: str) -> str:
+    if isinstance(e, SyntaxError):
+        return f"{e.msg}, column {e.offset}"
+    if isinstance(e, ValueError):  # literal_eval's "malformed node" names no node: say which
+        try:
+            bad = next((n for n in ast.walk(ast.parse(text, mode="eval"))
+                        if not isinstance(n, (ast.Expression, ast.List, ast.Tuple, ast.Constant, ast.UnaryOp,
+                                              ast.USub, ast.UAdd, ast.Load))), None)
+        except (SyntaxError, RecursionError):
+            bad = None
+        if isinstance(bad, ast.Name):
+            return f"the name {_q(bad.id)} is not a number"
+        if bad is not None:
+            return f"{_q(ast.unparse(bad))} is not a number"
+    return type(e).__name__
 
 
 def parse_array(spec: str, where: str | None = None) -> np.ndarray:
@@ -331,7 +376,7 @@ def parse_array(spec: str, where: str | None = None) -> np.ndarray:
             if any(s < 0 for s in shape):
                 raise ValueError
         except ValueError:
-            raise ExplainError(f"bad shape in {spec!r}: give sizes as integers, e.g. {kind}:2,3") from None
+            raise ExplainError(f"bad shape in {_q(spec)}: give sizes as integers, e.g. {kind}:2,3") from None
         _limits.check_dims(shape, where or repr(spec))
         if kind in makers:
             return makers[kind](shape)
@@ -342,16 +387,18 @@ def parse_array(spec: str, where: str | None = None) -> np.ndarray:
         try:
             return np.full(shape, float(fill))
         except ValueError:
-            raise ExplainError(f"bad fill value in {spec!r}: full:VALUE:SHAPE, e.g. full:0.5:2,3") from None
+            raise ExplainError(f"bad fill value in {_q(spec)}: full:VALUE:SHAPE, e.g. full:0.5:2,3") from None
     try:
-        value = ast.literal_eval(text)
-    except (ValueError, SyntaxError):
-        raise ExplainError(f"cannot read the array {spec!r}: use ones:2,3 / zeros:2,3 / arange:2,3 / randn:2,3 / "
-                           "full:0.5:2,3 / a number / a nested list like [[1,2],[3,4]]") from None
+        value = ast.literal_eval(_non_finite(ast.parse(text, mode="eval")))
+    except (ValueError, SyntaxError, TypeError, RecursionError, MemoryError) as e:
+        why = _why_not_literal(e, text)
+        raise ExplainError(f"cannot read the array {_q(spec)} ({why}): use ones:2,3 / zeros:2,3 / arange:2,3 / "
+                           "randn:2,3 / full:0.5:2,3 / a number / a nested list like [[1,2],[3,4]] (nan, inf and "
+                           "-inf as such)") from None
     try:
         arr = np.asarray(value, dtype=np.float64)
     except (TypeError, ValueError):
-        raise ExplainError(f"{spec!r} is not a rectangular array of numbers") from None
+        raise ExplainError(f"{_q(spec)} is not a rectangular array of numbers") from None
     return arr
 
 

@@ -138,6 +138,8 @@ class Result:
                                              self.inconclusive.most_common(), self.unran)
         if status == "agree" and self.cut:  # a case the budget cut was not judged: never a clean bill of health
             return "inconclusive", self.cut
+        if status == "inconclusive" and self.cut:  # the cut first: it is why (tryout5 #10: "no pair ... compared")
+            return status, f"{self.cut}; {reason}"
         unrun = [f"{k} ({v[len('skipped: '):]})" for k, v in self.checks.items() if isinstance(v, str)
                  and v.startswith("skipped: ") and not v[len("skipped: "):].startswith(RULE_SKIPS_BY_DESIGN)]
         if status == "agree" and unrun:  # a backward() rule that never ran says nothing (the budget, a hang)

@@ -167,3 +167,72 @@ def test_a_failure_found_once_is_replayed_first_under_dev_only(profile, name, th
     assert again.status == third_run, again.summary()
     if third_run == "disagree":
         assert any("replayed from the example database" in (getattr(d, "note", "") or "") for d in again.discrepancies)
+
+
+# ---------------------------------------------------------------------------------------------
+# tryout5 #10: smaller things a user reads
+# ---------------------------------------------------------------------------------------------
+
+def test_a_run_whose_only_case_the_budget_cut_says_so_in_its_reason():
+    # verify_torch_function(Hang.apply, seconds=10): the one case hung and was cut by the budget; the reason said
+    # "no pair of oracles was compared in 1 case", the cut only in a note
+    from gradspec.result import Result
+    from gradspec.verify.numerics import cut_by_budget
+
+    r = Result(target="Hang.apply", what="torch function", seed=1)
+    r.cases_run = 1
+    cut_by_budget(r, 10, 8.97)
+    assert r.status == "inconclusive" and "time budget of 10 s ran out inside a case" in r.reason, r.reason
+
+
+EXPLAIN_ERRORS = {  # argv -> words the error must hold (and it must stay short)
+    # read now (was "cannot read the array"); then explain says why it cannot build J at an infinite point
+    "nan-and-inf-are-numbers": (["exp(x)", "--x", "[1e400, nan, -inf]", "--seed", "[1, 1, 1]"], "x is infinite"),
+    "a-finite-array-is-explained": (["exp(x)", "--x", "[0.5, -1]", "--seed", "[1, 1]"], None),
+    "a-name-is-named": (["exp(x)", "--x", "[1, foo]"], "the name 'foo' is not a number"),
+    "a-syntax-error-is-said": (["exp(x)", "--x", "[1, (2"], "was never closed"),
+    "a-long-array-is-cut": (["exp(x)", "--x", "[" + ", ".join(["1.0"] * 20000) + ", foo]"], "not a number"),
+    "a-long-expression-is-cut": (["exp(" + "+".join(["x"] * 20000), "--x", "[1]"], "cannot parse"),
+    "a-deep-expression-is-no-traceback": (["exp(" + "+".join(["x"] * 20000) + ")", "--x", "[1]"], "nests too deeply"),
+}
+
+
+@pytest.mark.parametrize("argv, words", EXPLAIN_ERRORS.values(), ids=EXPLAIN_ERRORS.keys())
+def test_explain_says_why_an_input_cannot_be_read_in_a_few_lines(capsys, argv, words):
+    rc = cli.main(["explain", *argv])
+    out, err = capsys.readouterr()
+    if words is None:
+        assert rc == 0 and "x.grad" in out, out + err
+        return
+    assert rc == 2 and words in err and len(err) < 600 and "Traceback" not in err, err[:2000]
+
+
+def test_a_huge_dimension_of_an_empty_leaf_is_named_not_called_0_elements(tmp_path, capsys):
+    d = _named("x0")
+    d["leaves"][0]["value"] = {"dtype": "float64", "shape": [2**40, 2**40, 0], "data": []}
+    path = tmp_path / "case.json"
+    path.write_text(json.dumps(d))
+    assert cli.main(["replay", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "dimension 1,099,511,627,776 is above --max-elements" in err and "(0 elements)" not in err, err
+
+
+def test_a_case_file_cannot_map_a_table_op_to_an_import_path(tmp_path, capsys):
+    d = _named("x0")
+    d["user_ops"] = {"exp": "subprocess:getoutput"}  # was ignored silently (the table's exp ran)
+    path = tmp_path / "case.json"
+    path.write_text(json.dumps(d))
+    for command in ("replay", "explain"):
+        assert cli.main([command, str(path)]) == 2
+        err = capsys.readouterr().err
+        assert "user_ops maps 'exp', an op of gradspec's table" in err, err
+
+
+def test_explain_of_a_torch_function_case_without_permission_says_why_it_shows_nothing(tmp_path, capsys):
+    r = gs.verify_torch_function(pu.scaled_cube_noscale, example_inputs=pu.CUBE_EXAMPLE, max_examples=10, seed=0)
+    case = first_case(r, tmp_path)
+    _forget(case)
+    capsys.readouterr()
+    assert cli.main(["explain", str(case)]) == 2
+    err = capsys.readouterr().err
+    assert "--allow-import tests._planted_user" in err and "explain computes J by running each op's forward" in err, err

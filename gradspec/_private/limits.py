@@ -75,8 +75,10 @@ def check_dims(shape, where: str, limit: int | None = None) -> int:
     n = math.prod(shape)
     if limit is not None:
         big = [d for d in shape if d > limit]
-        if big or n > limit:
+        if n > limit:
             raise SizeError(f"{where} has shape {tuple(shape)} ({n:,} elements), {_advice(limit)}")
+        if big:  # (an empty tensor too: broadcast against it, or a gradient of its other dims, allocates that much)
+            raise SizeError(f"{where} has shape {tuple(shape)}: dimension {big[0]:,} is {_advice(limit)}")
     return n
 
 
