@@ -69,6 +69,7 @@ def _explain_case_file(path: str, allow: list):
     import json
 
     from . import caseio
+    from ._private.inert import printable
     from .explain import code_gradients, explain
 
     try:
@@ -89,8 +90,9 @@ def _explain_case_file(path: str, allow: list):
         with open(os.path.join(os.path.dirname(os.path.abspath(path)), "discrepancy.json")) as f:
             rec = json.load(f).get("discrepancy") or {}
         cause = rec.get("cause") or {}
-        ex.finding = f"{rec.get('kind')} ({' vs '.join(rec.get('oracles') or [])}): {cause.get('summary') or rec.get('message')}"
-    except (OSError, ValueError, AttributeError):
+        finding = f"{rec.get('kind')} ({' vs '.join(map(str, rec.get('oracles') or []))}): {cause.get('summary') or rec.get('message')}"
+        ex.finding = printable(finding)  # (a report folder is data from anywhere, as its case.json)
+    except (OSError, ValueError, AttributeError, TypeError):
         pass  # a case file on its own
     return ex
 

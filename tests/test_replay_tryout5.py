@@ -236,3 +236,19 @@ def test_explain_of_a_torch_function_case_without_permission_says_why_it_shows_n
     assert cli.main(["explain", str(case)]) == 2
     err = capsys.readouterr().err
     assert "--allow-import tests._planted_user" in err and "explain computes J by running each op's forward" in err, err
+
+
+def test_text_from_a_report_folder_is_printed_escaped(tmp_path, capsys):
+    # a case.json that loads, beside a discrepancy.json and a summary.json with escape sequences in them
+    from gradspec.fuzz.liveness import last_run
+
+    (tmp_path / "case.json").write_text(json.dumps(_named("x0")))
+    forged = "wrong\nOK: 6 oracle pair(s) compared\x1b[2J\x1b]0;pwned\x07"
+    (tmp_path / "discrepancy.json").write_text(json.dumps({"discrepancy": {"kind": "value", "oracles": ["a", "b"],
+                                                                           "message": forged}}))
+    assert cli.main(["explain", str(tmp_path / "case.json")]) == 0
+    out = capsys.readouterr().out
+    assert "wrong\\nOK: 6 oracle pair(s) compared\\x1b[2J" in out and "\x1b" not in out and "\x07" not in out, out
+    (tmp_path / "summary.json").write_text(json.dumps({"state": "running", "host": "elsewhere\x1b[2J", "run_id": forged}))
+    msg = last_run(str(tmp_path))["message"]
+    assert "\x1b" not in msg and "\n" not in msg and "elsewhere\\x1b[2J" in msg, msg

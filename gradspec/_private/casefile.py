@@ -16,7 +16,7 @@ import unicodedata
 import numpy as np
 
 from . import limits, torchfn_record
-from .inert import short_repr
+from .inert import UNPRINTED, short_repr
 
 __all__ = ["CaseFileError", "parse", "DTYPES", "MAX_NAME", "module_not_replayed"]
 
@@ -36,8 +36,7 @@ def module_not_replayed(module: str) -> str:
             "with the seed of the run (its replay line)")
 
 
-# control, format (bidi overrides), surrogate, private-use, unassigned; line and paragraph separators
-_UNPRINTED = frozenset(("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"))
+_UNPRINTED = UNPRINTED  # (control, format, line-separator characters: inert.UNPRINTED)
 
 
 def _printable(v: str, field: str) -> None:

@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 
-__all__ = ["literal", "docstring", "short_repr"]
+__all__ = ["literal", "docstring", "short_repr", "printable", "UNPRINTED"]
 
 
 def literal(v) -> str:
@@ -55,3 +55,19 @@ def short_repr(v, n: int = 60) -> str:
     text, never evaluated), whatever its size."""
     s = repr(v)
     return s if len(s) <= n else s[: n - 3] + "..."
+
+
+# control, format (bidi overrides), surrogate, private-use, unassigned; line and paragraph separators
+UNPRINTED = frozenset(("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"))
+
+
+def printable(text: str) -> str:
+    """``text`` from a file gradspec did not write (a report folder's discrepancy.json, summary.json) made safe
+    to print on a terminal: each control or format character shown as its escape (``\\x1b``), so no newline
+    forges a line and no escape sequence drives the terminal (tryout5 #8)."""
+    import unicodedata
+
+    text = str(text)
+    if text.isprintable():
+        return text
+    return "".join(c if c == " " or unicodedata.category(c) not in UNPRINTED else repr(c)[1:-1] for c in text)

@@ -24,6 +24,8 @@ import os
 import socket
 import time
 
+from .._private.inert import printable
+
 __all__ = ["mark_running", "mark_final", "last_run"]
 
 RUNNING_REASON = ("the run has not finished: these are partial results (if no gradspec process is running on this "
@@ -79,10 +81,10 @@ def last_run(report_dir: str) -> dict | None:
     alive = here and s.get("pid") != os.getpid() and _alive(s.get("pid"))
     when = s.get("updated")
     stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(when)) if isinstance(when, (int, float)) else "?"
-    run_id = str(s.get("run_id", "?"))[:80]
+    run_id = printable(str(s.get("run_id", "?"))[:80])  # (a report dir is data: nothing in it may drive the terminal)
     if not here:  # shared storage: its process is on another machine, where we cannot look
         return {"run_id": run_id, "state": "unknown", "cases": s.get("cases"), "updated": when,
-                "message": f"the last run in this report dir ({run_id}, on {str(s.get('host'))[:80]}, last update "
+                "message": f"the last run in this report dir ({run_id}, on {printable(str(s.get('host'))[:80])}, last update "
                            f"{stamp}) never wrote a final summary: it is still running there or it died"}
     if alive:
         state = "still running"
