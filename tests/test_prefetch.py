@@ -175,7 +175,7 @@ def test_a_prefetch_that_fails_leaves_the_campaign_checking_as_before(monkeypatc
 
 
 def test_a_stored_answer_is_taken_without_a_timer_and_a_missing_one_is_timed(monkeypatch):
-    """guard arms no per-call timer for an answer the prefetch holds (``ready``), and times every other call."""
+    """guard arms no per-call timer for an answer the prefetch holds (``gradspec_answered``), and times every other call."""
     import signal
 
     from gradspec import guard
@@ -184,13 +184,13 @@ def test_a_stored_answer_is_taken_without_a_timer_and_a_missing_one_is_timed(mon
     cases = _cases(2)
     p.run(cases)
     ref = p.oracles[0]
-    assert ref.vjp.ready(cases[0]) and not ref.vjp.ready(_cases(1)[0])
+    assert ref.vjp.gradspec_answered(cases[0]) and not ref.vjp.gradspec_answered(_cases(1)[0])
     armed = []
     real = signal.setitimer
     monkeypatch.setattr(guard.signal, "setitimer", lambda which, seconds, *a: armed.append(seconds) or real(which, seconds, *a))
     v = guarded_check(cases[0], p.oracles, 7.0, under_test="reference")
     assert v.ok and 7.0 not in armed  # every answer was stored: no oracle call armed its own 7 s
-    assert not ref.vjp.ready(cases[0])  # taken
+    assert not ref.vjp.gradspec_answered(cases[0])  # taken
     armed.clear()
     guarded_check(cases[0], p.oracles, 7.0, under_test="reference")  # nothing stored any more: timed again
     assert armed.count(7.0) == len(CPU)
