@@ -46,7 +46,7 @@ from ..case import Case
 from ..spec.opspec import OpSpec
 from .torch_call import CallLayout, outputs
 
-__all__ = ["Plan", "plan", "model_cases", "out_rules", "op_example_cases", "spread_note"]
+__all__ = ["Plan", "plan", "model_cases", "out_rules", "op_example_cases", "spread_note", "nonfinite_note"]
 
 MAX_FN_SIDE = 5  # sizes drawn for a learnt model: up to this or 2x the example's (ShapeModel.side_limit); the example's own in a quarter of draws
 
@@ -392,7 +392,9 @@ def op_example_cases(spec: OpSpec, example_inputs, broadcast: str, wrap):
     if not probe(shapes):
         raise ValueError(f"op {spec.name!r} rejects its own example_inputs (shapes {shapes})")
     model = _sl.learn(shapes, probe, broadcast=broadcast, explore=broadcast != "auto")
-    return model_cases(spec, model, None, False, wrap), f"shapes learnt from example_inputs: {model.describe()}"
+    spread = spread_note(doms)
+    return model_cases(spec, model, None, False, wrap), (f"shapes learnt from example_inputs: {model.describe()}"
+                                                         + (f"; {spread}" if spread else ""))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -472,6 +474,8 @@ def _build(spec: OpSpec, model, layout, multi, kind: str):
         except Exception:  # noqa: BLE001 - fn refuses these values/params: not a case
             assume(False)
         outs = [np.asarray(env[r]) for r in roots]
+        if spread and not all(np.all(np.isfinite(o)) for o in outs):
+            _skipped(spec, leaves)  # values of the user's domain not checked: the run says so (nonfinite_note)
         assume(all(np.all(np.isfinite(o)) for o in outs))
         case.seeds = [_seed(draw, rng, o, spec, shapes, params, multi) for o in outs]
         case.validate()
@@ -492,6 +496,28 @@ def _spread_array(rng, shape, d) -> np.ndarray:
     top = max(1e3, abs(d.lo), abs(d.hi))
     n = int(np.prod(shape, dtype=np.int64))
     return _values.Allowed.of([d], 1e-3, top).sample(rng, n).reshape(shape)
+
+
+def _skipped(spec, leaves: dict) -> None:
+    seen = getattr(spec, "_gs_spread_nonfinite", None)
+    if seen is None:
+        seen = [0, None]
+        spec._gs_spread_nonfinite = seen
+    seen[0] += 1
+    if seen[1] is None:
+        seen[1] = _value_range(list(leaves.values()))
+
+
+def nonfinite_note(spec) -> str:
+    """The note for cases drawn over a user's interval domain where fn's forward was not finite (skipped: no
+    gradient is defined there), or "" when there were none."""
+    n, (lo, hi) = getattr(spec, "_gs_spread_nonfinite", None) or (0, (0.0, 0.0))
+    if not n:
+        return ""
+    return (f"domain=: on {n} case(s) drawn over the whole interval the forward was not finite (inf or NaN; the "
+            f"first with inputs in [{lo:.4g}, {hi:.4g}]), so those values were not checked: a limit of the forward "
+            "(an overflow, a value outside where it is defined), not a gradient bug; narrow domain= to where the "
+            "forward is finite for every value of it to be checked")
 
 
 def spread_note(domain) -> str:

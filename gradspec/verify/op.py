@@ -389,6 +389,11 @@ def verify_op(op, *, max_examples: int | None = None, seconds: float | None = No
     with _forward_errors(spec) as errors, _f32line.learning():
         _num.run_within_budget(runner, strategy,
                                _num.with_deadline(evaluate, result, seconds, f"op {spec.name!r}", run_replay), seconds)
+    if example_inputs is not None:
+        from .fn_shapes import nonfinite_note  # (values of domain= skipped where the forward is not finite)
+
+        if nonfinite_note(spec):
+            result.note(nonfinite_note(spec))
     if not result.cases_run and errors:
         # The strategies drop every input the forward raises on, so no case ran: name the user's exception
         # (Hypothesis' "make your filters less strict" is about those filters, not the user's code).

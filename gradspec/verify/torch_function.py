@@ -504,6 +504,8 @@ def verify_torch_function(fn, *, arity: int | None = None, signature: str | None
     if spec.inplace.seen:
         result.note(f"{label} modifies its input in place (ctx.mark_dirty): it was given non-leaf copies of its inputs, "
                     "as a caller must (torch refuses an in-place change of a leaf that requires grad)")
+    if fn_shapes.nonfinite_note(spec):
+        result.note(fn_shapes.nonfinite_note(spec))
     if not result.cases_run and spec.forward_errors:
         _no_case(result, f"{spec.forward_errors[0]} (on every input tried)")
     elif not result.cases_run and seconds is not None and time.perf_counter() - t0 >= seconds:
