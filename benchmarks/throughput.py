@@ -1,6 +1,6 @@
 """Fuzz throughput against a bare Hypothesis loop, case distribution and time to a shrunk report.
 
-    python benchmarks/throughput.py [--before DIR] [--cases N] [--rounds R] [--json FILE]
+    python benchmarks/throughput.py [--before DIR] [--cases N] [--rounds R] [--shrink-seeds 3,4,5,6] [--json FILE]
 
 ``--before DIR``: a checkout of older gradspec code (``git worktree add DIR <commit>``) measured in the
 same run, each version in its own subprocesses (``PYTHONPATH`` points at the version's root), rounds
@@ -25,8 +25,12 @@ alternating between versions so both see the same machine.
   case, leaves, ranks, float elements, broadcasting, fan-out, x*x, non-ones seeds, float32 / mixed,
   multi-root, exact tie/kink cases.  Graph-level measures vary with the few hundred graphs a sample
   holds (a mean over 1,000 cases from ~100 graphs moves by ~10%): use a large ``--sample``.
-* **shrink**: planted bugs of ``tests/_planted.py`` under ``gradspec fuzz``: wall seconds from the first
-  failing check to the first report folder written (shrinking and writing), median over the bugs.
+* **shrink**: planted bugs of ``tests/_planted.py`` under ``gradspec fuzz`` (each on every seed of
+  ``--shrink-seeds``): wall seconds from the first failing check to the first report folder written
+  (shrinking and writing), median over the runs; how many runs found their bug, the checks and CPU seconds
+  to the first failure, and how small the shrunk reports are (nodes, leaves, float elements, values other
+  than the simple ones the draw shrinks towards and other than 1.0, seeds not all ones): a change to the
+  draws must not make shrinking slower or its results bigger.
 """
 
 from __future__ import annotations
@@ -324,10 +328,13 @@ def _structure(case) -> str:
 def worker_shrink(bug: str, seed: int) -> dict:
 
     first = []
+    checks = [0]
     orig_check = importlib.import_module("gradspec.check").check
 
     def watch(*a, **k):
         v = orig_check(*a, **k)
+        if not first:
+            checks[0] += 1
         if v.discrepancies and not first:
             first.append((time.time(), time.process_time()))
         return v
@@ -361,7 +368,7 @@ def worker_shrink(bug: str, seed: int) -> dict:
             i = args.index("--allow-import")
             del args[i:i + 2]
 
-        t0 = time.time()
+        t0, c0 = time.time(), time.process_time()
         with open(os.devnull, "w") as null:
             out, err = sys.stdout, sys.stderr
             sys.stdout = sys.stderr = null
@@ -373,12 +380,32 @@ def worker_shrink(bug: str, seed: int) -> dict:
         t1 = time.time()
         with open(os.path.join(rd, "summary.json")) as f:
             summ = json.load(f)
+        shrunk = [_shrunk_size(os.path.join(rd, d, "case.json")) for d in sorted(os.listdir(rd))
+                  if os.path.isfile(os.path.join(rd, d, "case.json"))]
     found = bool(first) and bool(reported)
     return {"rc": rc, "found": found, "cases": summ["cases"], "run_seconds": t1 - t0,
             "to_first_failure": (first[0][0] - t0) if first else None,
+            "to_first_failure_cpu": (first[0][1] - c0) if first else None, "shrunk": shrunk,
+            "first_cases": checks[0] if first else None,
             "first_failure_to_report": (reported[0][0] - first[0][0]) if found else None,
             "first_failure_to_report_cpu": (reported[0][1] - first[0][1]) if found else None,
             "shrink_runs": summ.get("shrink_runs"), "reports": summ["discrepancies"]}
+
+
+def _shrunk_size(path: str) -> dict:
+    """How small a reported (shrunk) case is: nodes, leaves, float elements, elements other than the
+    simple values the draw shrinks towards (``values.NICE``) and other than 1.0, seeds not all ones.
+    Read from the case file's JSON as data (its user ops are not imported)."""
+    nice = (1.0, 0.0, -1.0, 2.0, 0.5, -0.5, -2.0, 3.0, -3.0, 0.25, 10.0, -10.0, 1e-3, -1e-3, 1e3, -1e3)
+    with open(path) as f:
+        p = json.load(f)
+    vals = [float.fromhex(x) if isinstance(x, str) else float(x) for l in p["leaves"]
+            if l["value"]["dtype"].startswith("float") for x in l["value"]["data"]]
+    seeds = [s for s in p.get("seeds", []) if s is not None]
+    return {"nodes": len(p["nodes"]), "leaves": len(p["leaves"]), "elements": len(vals),
+            "non_simple": sum(v not in nice for v in vals), "non_one": sum(v != 1.0 for v in vals),
+            "non_ones_seeds": sum(any((float.fromhex(x) if isinstance(x, str) else float(x)) != 1.0
+                                      for x in s["data"]) for s in seeds)}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -407,6 +434,8 @@ def main(argv=None) -> int:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--sample", type=int, default=1000, help="cases sampled for the distribution")
     p.add_argument("--no-shrink", action="store_true")
+    p.add_argument("--shrink-seeds", default="3", type=lambda t: [int(x) for x in t.split(",")],
+                   help="campaign seeds of each planted bug, comma-separated (e.g. 3,4,5,6)")
     p.add_argument("--json", default=None)
     p.add_argument("--worker", nargs="+", default=None, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
@@ -436,20 +465,20 @@ def main(argv=None) -> int:
         res[v]["fuzzdist"] = _run(root, "fuzzdist", a.sample, 7, a.cases)
         if not a.no_shrink:
             for bug in SHRINK_BUGS:
-                try:
-                    res[v]["shrink"][bug] = _run(root, "shrink", bug, 3)
-                except RuntimeError as e:
-                    res[v]["shrink"][bug] = {"error": str(e)[-300:]}
+                res[v]["shrink"][bug] = []
+                for seed in a.shrink_seeds:
+                    try:
+                        res[v]["shrink"][bug].append(_run(root, "shrink", bug, seed))
+                    except RuntimeError as e:
+                        res[v]["shrink"][bug].append({"error": str(e)[-300:]})
     for v in versions:
         rates = res[v]["rate"]
         res[v]["summary"] = {"ratio_median": _med(rates, "ratio"), "fuzz_per_cpu_s": _med(rates, "fuzz_per_s"),
                              "bare_per_cpu_s": _med(rates, "bare_per_s"),
                              "ratio_clean_median": _med(rates, "ratio_clean"),
                              "bare_clean_per_cpu_s": _med(rates, "bare_clean_per_s"),
-                             "first_failure_to_report_median_s": _med(list(res[v]["shrink"].values()),
-                                                                      "first_failure_to_report"),
-                             "first_failure_to_report_median_cpu_s": _med(list(res[v]["shrink"].values()),
-                                                                          "first_failure_to_report_cpu")}
+                             "first_failure_to_report_median_s": _med(_runs(res[v]), "first_failure_to_report"),
+                             "first_failure_to_report_median_cpu_s": _med(_runs(res[v]), "first_failure_to_report_cpu")}
     _print(res)
     if a.json:
         with open(a.json, "w") as f:
@@ -495,11 +524,34 @@ def _print(res):
         row(f"dist ({label}): max leaf rank 0/1/2/3", lambda r, src=src: "/".join(
             str(r[src]["rank_histogram"].get(str(i), r[src]["rank_histogram"].get(i, 0))) for i in range(4)))
     for bug in SHRINK_BUGS:
-        row(f"first failure -> report s: {bug}", lambda r, b=bug: _fmt(r["shrink"].get(b, {})))
+        row(f"first failure -> report s: {bug}", lambda r, b=bug: "; ".join(_fmt(x) for x in r["shrink"].get(b, [])))
+    row("planted bugs found (bug x seed runs)", lambda r: f"{sum(bool(x.get('found')) for x in _runs(r))} of "
+        f"{len(_runs(r))}")
+    row("mean checks / CPU s from the start to the first failure", _mean_of)
+    for k in ("nodes", "leaves", "elements", "non_simple", "non_one", "non_ones_seeds"):
+        row(f"shrunk reports: mean {k} (sum over the runs' reports)", lambda r, k=k: _shrunk_mean(r, k))
     row("**median first failure -> report s** (goal <= 5)",
         lambda r: "n/a" if r["summary"]["first_failure_to_report_median_s"] is None
         else f"**{r['summary']['first_failure_to_report_median_s']:.1f}** wall, "
         f"{r['summary']['first_failure_to_report_median_cpu_s']:.1f} CPU")
+
+
+def _runs(r) -> list:
+    """Every shrink run of a version (one per planted bug and seed; older results: one per bug)."""
+    return [x for v in r["shrink"].values() for x in (v if isinstance(v, list) else [v])]
+
+
+def _mean_of(r) -> str:
+    runs = [x for x in _runs(r) if x.get("to_first_failure_cpu") is not None and x.get("first_cases") is not None]
+    if not runs:
+        return "-"
+    return (f"{statistics.mean(x['first_cases'] for x in runs):.1f} cases / "
+            f"{statistics.mean(x['to_first_failure_cpu'] for x in runs):.3f} CPU s")
+
+
+def _shrunk_mean(r, k) -> str:
+    sizes = [sz for x in _runs(r) for sz in x.get("shrunk", [])]
+    return f"{statistics.mean(sz[k] for sz in sizes):.2f} ({sum(sz[k] for sz in sizes)})" if sizes else "-"
 
 
 def _fmt(s):
