@@ -113,6 +113,7 @@ def test_a_mask_argument_that_fixes_the_shape_is_said():
     r = gs.verify_torch_function(T.MaskedScale.apply, example_inputs=(_t(3, 4), mask), max_examples=5, seed=1)
     held = [str(n) for n in r.notes if "position 1" in str(n)]
     assert held and "shape (3, 4)" in held[0], r.notes
+    assert any("x0 axis 0 = 3, x0 axis 1 = 4" in str(n) for n in r.notes), r.notes  # x0's shape fixed: said
 
 
 def test_the_evidence_shows_the_elements_that_differ():

@@ -283,15 +283,22 @@ def _hold_tied(model: _sl.ShapeModel, layout: CallLayout) -> str:
     sizes = {int(n) for v in layout.fixed.values() if isinstance(v, dict) and "__tensor__" in v
              for n in np.shape(v["__tensor__"]) if int(n) > 1}
     held = [c for c in range(len(model.sizes)) if model.varies[c] and model.sizes[c] in sizes]
-    if not held:
+    # (and those fn itself accepts at no other size beside that tensor: MaskedScale's x fixed at its mask's (3, 4))
+    fixed = [c for c in range(len(model.sizes)) if not model.varies[c] and model.sizes[c] in sizes]
+    if not held and not fixed:
         return ""
     for c in held:
         model.varies[c] = False
     model.ones = {(i, a) for i, a in model.ones if model.axes[i][a] not in held}
-    where = ", ".join(f"x{i} axis {a} = {model.sizes[c]}" for i, ax in enumerate(model.axes)
-                      for a, c in enumerate(ax) if c in held)
-    return ("; axes of the size of an int/bool tensor argument are held at the example's size, so that every call "
-            f"matches that tensor: {where}")
+
+    def where(cs):
+        return ", ".join(f"x{i} axis {a} = {model.sizes[c]}" for i, ax in enumerate(model.axes)
+                         for a, c in enumerate(ax) if c in cs)
+
+    parts = [f"held, so that every call matches that tensor: {where(held)}" if held else "",
+             f"fixed, as fn accepts no other size beside that tensor: {where(fixed)}" if fixed else ""]
+    return ("; axes of the size of an int/bool tensor argument are held at the example's size ("
+            f"{'; '.join(p for p in parts if p)}): other sizes are not checked")
 
 
 def _infer_domain(probe: _FnProbe, shapes):
