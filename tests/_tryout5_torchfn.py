@@ -133,3 +133,12 @@ class DoubleHalfGrad(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g):
         return (2 * g).half()  # the bug: float16 (torch casts it back silently)
+
+
+def cube_of_sin(x):
+    """A plain function whose graph runs a custom Function (Cube): right to second order."""
+    return Cube.apply(torch.sin(x))
+
+
+def cube_of_sin_bad_double(x):
+    return CubeBadDouble.apply(torch.sin(x))  # the bug: inside, CubeBadDouble's double backward (x*x detached)

@@ -93,3 +93,18 @@ def test_a_gradient_of_another_dtype_is_named(fn, words):
     c = r.discrepancies[0].cause
     assert c is not None and c.id == "wrong-vjp", c
     assert all(w in c.summary for w in words), c.summary
+
+
+# ... also where the Function runs inside a plain function (tryout5's twice_buggy): torch differentiates the plain
+# function's own ops to any order, but not what the Function's backward cut from the graph.
+def test_a_wrong_double_backward_inside_a_plain_function_is_found():
+    r = _verify(T.cube_of_sin_bad_double, n=1)
+    found = [d for d in r.discrepancies if d.cause is not None and d.cause.id == "wrong-double-backward"]
+    assert found, r.notes
+    assert "CubeBadDouble.backward" in found[0].cause.summary, found[0].cause.summary
+
+
+def test_a_right_double_backward_inside_a_plain_function_agrees():
+    r = _verify(T.cube_of_sin, n=1)
+    assert r.status == "agree", [d.cause.summary if d.cause else d.message for d in r.discrepancies]
+    assert any("double backward, create_graph=True) are checked" in str(n) for n in r.notes), r.notes

@@ -221,8 +221,9 @@ class DoubleBackwardCheck:
         node = next((n for n in case.nodes if n.op == self.spec.name), None)
         if node is None or (not self.found and self.left <= 0):
             return []
-        if getattr(self.spec, "fn_has_backward", True) is False:
-            return []  # a plain function: torch differentiates its own graph, to any order
+        if getattr(self.spec, "fn_has_backward", True) is False and not getattr(self.spec, "functions_inside", None):
+            return []  # a plain function of torch ops: torch differentiates its own graph, to any order (not so
+            # what a Function inside it cut from the graph in its backward: tryout5's twice_buggy)
         if case.meta.get("double_backward") is False:
             return []  # the run opted out (verify_torch_function(..., double_backward=False)); its replays too
         import torch
@@ -307,15 +308,19 @@ class DoubleBackwardCheck:
     def _wrong(self, case, node, auto, fd, err) -> VerifyDiscrepancy:
         fn = self.spec.name.removeprefix("torch_")
         where = f"node {node.name} = {node.op}({', '.join(node.inputs)})"
+        through = f"{fn}.backward"
+        if getattr(self.spec, "fn_has_backward", True) is False:  # a plain function: the Functions it runs
+            inside = list(getattr(self.spec, "functions_inside", None) or ())[:3]
+            through = f"the {' and '.join(f'{c}.backward' for c in inside)} it runs" if inside else through
         why = ("its backward must be differentiable correctly — a product-rule term for an input it depends on "
                "forgotten, a None returned by the backward's own backward, or a detached intermediate?")
         if auto == 0.0:  # no path from the gradient back to fn's inputs: only through the upstream gradient g
-            why = (f"autograd finds no path from {fn}.backward's result back to fn's inputs, only to the upstream "
+            why = (f"autograd finds no path from the result of {through} back to fn's inputs, only to the upstream "
                    "gradient g: what it computes from the inputs is cut from the graph (.detach(), numpy, .item(), "
                    "no_grad), so wherever g requires grad (a gradient penalty, a Hessian-vector product) torch gives "
                    "a wrong second order without an error; compute it in torch ops from the saved inputs, or mark "
                    "the backward @once_differentiable so torch refuses a double backward")
-        summary = (f"{where}: the double backward of {fn} (autograd through {fn}.backward, create_graph=True) is "
+        summary = (f"{where}: the double backward of {fn} (autograd through {through}, create_graph=True) is "
                    f"wrong: along a fixed direction, d/dt <J^T g, v> is {auto:.6g} by autograd but {fd:.6g} by central "
                    f"differences of {fn}'s first-order backward (which agrees with J^T g); {why}")
         rel = abs(auto - fd) / max(abs(auto), abs(fd), 1e-300)
@@ -333,5 +338,5 @@ class DoubleBackwardCheck:
                                  f"perturbing {', '.join(node.inputs)} (every input of fn, also those the case "
                                  "holds constant for its first-order checks); skip this check with "
                                  "verify_torch_function(..., double_backward=False)",
-                        fix=f"differentiate {fn}.backward correctly (every input it uses needs its term)")
+                        fix=f"differentiate {through} correctly (every input it uses needs its term)")
         return d
