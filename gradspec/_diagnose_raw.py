@@ -215,9 +215,10 @@ def _none_returned(mini: Case, node: NodeDef, spec, suspect: str, u: dict, t: di
     except Exception:  # noqa: BLE001 - no raw gradients to read
         got = None
     nones = set(got[1]) if got is not None else set()
-    if got is None and len(set(node.inputs)) == len(node.inputs):
+    if got is None and len(set(node.inputs)) == len(node.inputs) and getattr(spec, "fn_has_backward", True):
         # not read directly (several outputs, one flat tensor to gradspec): the code under test gave no gradient
-        # at all for an input that requires grad (torch: nothing reached it; a backward returned None there)
+        # at all for an input that requires grad (torch: nothing reached it; a backward returned None there); a
+        # plain function's graph cut by .detach() is said by the caller (_cut_from_graph)
         nones = {k for k, i in enumerate(node.inputs) if i in needs and i in u and u[i] is None}
     want = [right.get(f"{i}__use{k}") for k, i in enumerate(node.inputs)]
     blamed = [k for k in sorted(nones) if node.inputs[k] in needs and want[k] is not None and np.any(want[k] != 0)]
