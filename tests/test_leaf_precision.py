@@ -115,3 +115,24 @@ def test_rounding_noise_inside_a_table_op_covers_its_cancellation():
     # and it stays far below a real error of 1e-6 relative (7e-12 absolute)
     noise = rounding_noise(case)["x3"][1]
     assert 1e-17 < noise < 1e-13
+
+
+# A float32 node computed from constants only (norm of a float32 constant) is a factor of a float64 leaf's gradient:
+# d(v0 / x1)/dx1 = -v0 / x1^2 holds v0's float32 rounding.  FD's batched float32 sum gave v0 one ulp away from the
+# reference's (2.2e-7 of the gradient, above a float64 tolerance: a false alarm in drawrate's soak), and the rounding
+# noise left it exact because norm is a kinked op (whose VJP compares outputs with inputs) -- but no gradient flows
+# through a constant node, so it is jittered like any other now.
+_X0 = np.array([62.79, -1.353, -179.7, 3.069, -9.567, -3.0, 1000.0, 2.0], dtype=np.float32).reshape(4, 2)
+gs.Op("lp_div_b1e4", forward=lambda a, b: a / b, vjp=lambda g, a, b, out: (g / b, -g * a / (b * b) * (1 + 1e-4)),
+      torch=lambda a, b: a / b)
+
+
+@pytest.mark.parametrize("op, status", [pytest.param("div", "agree", id="correct-div"),
+                                        pytest.param("lp_div_b1e4", "disagree", id="div-vjp-off-1e-4")])
+def test_a_float32_constant_node_as_a_factor_of_a_float64_gradient(op, status):
+    x1 = np.array(-3.1927919126316313)
+    case = gs.Case.build({"x0": _X0, "x1": x1}, [("v0", "norm", ["x0"], {"p": 3.0, "dim": [-2, -1], "keepdim": False}),
+                                               ("v2", op, ["v0", "x1"], {})], ["v2"], [None],
+                         requires_grad={"x0": False})
+    v = gs.check(case)
+    assert v.status == status, v.summary()
