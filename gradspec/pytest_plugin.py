@@ -55,6 +55,7 @@ def pytest_configure(config):
             or ("ci" if os.environ.get("CI") else "dev"))
     if name not in PROFILES:
         raise pytest.UsageError(f"GRADSPEC_PROFILE={name!r}: choose one of {', '.join(PROFILES)}")
+    config._gradspec_profile_before = settings.get_current_profile_name()
     settings.load_profile(name)
     config._gradspec_profile = name
     report_dir = config.getoption("--gradspec-report-dir")
@@ -72,12 +73,19 @@ def pytest_configure(config):
 
 
 def pytest_unconfigure(config):
-    # Leave the environment as it was (a pytest session run inside another, e.g. with pytester).
+    # Leave the environment and the Hypothesis profile as they were (a pytest session run inside another, e.g. with
+    # pytester: its default profile, dev, stayed loaded in the outer session, whose later tests then ran randomized
+    # and kept saved failures in .hypothesis/ -- under --gradspec-profile ci).
     for k, v in (getattr(config, "_gradspec_env", None) or {}).items():
         if v is None:
             os.environ.pop(k, None)
         else:
             os.environ[k] = v
+    before = getattr(config, "_gradspec_profile_before", None)
+    if before is not None:
+        from hypothesis import settings
+
+        settings.load_profile(before)
 
 
 def pytest_report_header(config):

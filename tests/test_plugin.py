@@ -387,3 +387,16 @@ def test_ci_profile_outside_a_test_uses_the_fixed_seed(monkeypatch, restore_hypo
     monkeypatch.setenv("PYTEST_CURRENT_TEST", "tests/test_a.py::test_b (call)")
     assert resolve_seed(None) == resolve_seed(None) != FIXED_SEED
     assert resolve_seed(5) == 5
+
+
+def test_an_inner_session_leaves_the_outer_sessions_profile_loaded(pytester):
+    # pytester's in-process session loads its own gradspec profile (dev by default); the outer session (ci in CI)
+    # ran every later test under dev before: randomized, and verify_* kept saved failures in .hypothesis/.
+    from hypothesis import settings
+
+    before = settings.get_current_profile_name()
+    pytester.makepyfile("def test_inner():\n    from hypothesis import settings\n"
+                        "    assert settings.get_current_profile_name() == 'dev'\n")
+    res = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--gradspec-profile", "dev")
+    res.assert_outcomes(passed=1)
+    assert settings.get_current_profile_name() == before
