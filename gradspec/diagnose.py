@@ -61,10 +61,8 @@ from ._diagnose_engine import (
     empty_broadcast,
 )
 from ._diagnose_findings import _raised_cause, explain_finding
-from ._diagnose_points import (factor_at_points, flat_forward_words, float32_only, not_linear_in_g, overflow_words,
-                               swapped_inputs)
-from ._diagnose_raw import (_forward_mutation_cause, _mutation_cause, _none_returned, _returned_dtype,
-                            _returned_shapes, _split_case)
+from ._diagnose_points import factor_at_points, flat_forward_words, float32_only, not_linear_in_g, overflow_words, swapped_inputs
+from ._diagnose_raw import _forward_mutation_cause, _mutation_cause, _none_returned, _returned_dtype, _returned_shapes, _split_case
 from ._diagnose_text import ENGINES as _ENGINES
 from ._diagnose_text import _clip, _cut_from_graph, _evidence, _fmt, _is_engine, _is_torch_function, _twin_label, _where, _whose
 from ._private import case_budget as _case_budget

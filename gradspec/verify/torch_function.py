@@ -38,8 +38,7 @@ from ..spec.opspec import OpSpec
 from . import fn_shapes, torch_double, torch_float32, torch_grad_shapes, torch_layouts
 from . import numerics as _num
 from .op import COMPANIONS, _budget_text, _check_op_case, _count, _op_cases, _wrap
-from .torch_call import (ARG_PREFIX, CallLayout, InPlace, _decode, blocks, flat, jitter_float32, label_of, outputs,
-                         schema_of)
+from .torch_call import ARG_PREFIX, CallLayout, InPlace, _decode, blocks, flat, jitter_float32, label_of, outputs, schema_of
 
 __all__ = ["verify_torch_function", "verify_module"]
 
