@@ -4,6 +4,8 @@ Module level, so that their cases replay; used by tests/test_tryout5_domain.py."
 
 import torch
 
+from tests._planted import MulOk
+
 
 class LSENaive(torch.autograd.Function):
     """logsumexp over the last axis without the max shift: right formula, but exp overflows for x > ~709.8."""
@@ -77,11 +79,8 @@ class AddBiasWrongAxis(AddBias):
         return g, g.sum(1)  # BUG: reduces the wrong axis; torch refuses it unless the shapes happen to be square
 
 
-class MulSwapped(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, a, b):
-        ctx.save_for_backward(a, b)
-        return a * b
+class MulSwapped(MulOk):
+    """a * b (MulOk's forward) whose backward returns the two gradients swapped."""
 
     @staticmethod
     def backward(ctx, g):

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import torch
 
+from tests._planted import ExpOk, MulOk
+
 
 class MulInplace(torch.autograd.Function):
     """y = 2x, computed in place (ctx.mark_dirty): torch refuses it on a leaf that requires grad, so callers
@@ -50,13 +52,8 @@ class CubeBadDouble(Cube):
         return 3 * g * (x * x).detach()  # the bug: x*x detached, so the double backward loses 6 g x
 
 
-class Bilinear(torch.autograd.Function):
-    """a * b, skipping the gradient of an input that does not need one (ctx.needs_input_grad)."""
-
-    @staticmethod
-    def forward(ctx, a, b):
-        ctx.save_for_backward(a, b)
-        return a * b
+class Bilinear(MulOk):
+    """a * b (MulOk's forward), skipping the gradient of an input that does not need one (ctx.needs_input_grad)."""
 
     @staticmethod
     def backward(ctx, g):
@@ -108,14 +105,8 @@ class SinCosBuggy(SinCos):
         return out
 
 
-class ExpFloat32Grad(torch.autograd.Function):
-    """exp whose backward returns float32 for a float64 input."""
-
-    @staticmethod
-    def forward(ctx, x):
-        y = x.exp()
-        ctx.save_for_backward(y)
-        return y
+class ExpFloat32Grad(ExpOk):
+    """exp (ExpOk's forward) whose backward returns float32 for a float64 input."""
 
     @staticmethod
     def backward(ctx, g):
