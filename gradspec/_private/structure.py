@@ -36,7 +36,7 @@ import numpy as np
 
 from . import percase
 
-__all__ = ["same", "share", "once"]
+__all__ = ["same", "same_value", "share", "once"]
 
 _KEY = object()  # the structure memo's key in a per-case memo
 
@@ -92,7 +92,7 @@ def _same_params(p: dict, q: dict) -> bool:
         return False
     for k, v in p.items():
         w = q.get(k, _MISSING)
-        if w is not v and not _same_value(v, w):
+        if w is not v and not same_value(v, w):
             return False
     return True
 
@@ -101,14 +101,15 @@ _MISSING = object()
 _PLAIN = (int, str, bool, type(None))
 
 
-def _same_value(v, w) -> bool:
+def same_value(v, w) -> bool:
     """Plain values of one type, equal (floats with the same sign: 0.0 and -0.0 differ; NaN never equal), or
-    tuples of such.  Anything else (arrays, lists, slices) counts as different: no sharing."""
+    tuples of such -- values that are also JSON-written alike.  Anything else (arrays, lists, slices) counts
+    as different: no sharing (and the in-flight file writes the set's own copy of the graph)."""
     t = type(v)
     if t is not type(w):
         return False
     if t is tuple:
-        return len(v) == len(w) and all(x is y or _same_value(x, y) for x, y in zip(v, w))
+        return len(v) == len(w) and all(x is y or same_value(x, y) for x, y in zip(v, w))
     if t is float:
         return v == w and math.copysign(1.0, v) == math.copysign(1.0, w)
     return t in _PLAIN and v == w

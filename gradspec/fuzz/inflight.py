@@ -36,12 +36,12 @@ Example::
 from __future__ import annotations
 
 import json
-import math
 import mmap
 import os
 
 import numpy as np
 
+from .._private.structure import same_value
 from ..case import FORMAT, _jsonable, encode_array
 
 __all__ = ["Inflight", "case_json"]
@@ -170,26 +170,9 @@ def _same_graph(a, b) -> bool:
         p = m.params
         for k, v in n.params.items():
             w = p.get(k, _MISSING)
-            if w is not v and not _same_value(v, w):
+            if w is not v and not same_value(v, w):
                 return False
     return True
-
-
-def _same_value(v, w) -> bool:
-    """``v`` and ``w`` are JSON-written alike: plain values of one type, equal (floats: with the same sign, so
-    0.0 and -0.0 differ; NaN is never equal), or tuples of such.  Anything else (arrays, lists) counts as
-    different: the set gets its own copy of the graph."""
-    t = type(v)
-    if t is not type(w):
-        return False
-    if t is tuple:
-        return len(v) == len(w) and all(a is b or _same_value(a, b) for a, b in zip(v, w))
-    if t is float:
-        return v == w and math.copysign(1.0, v) == math.copysign(1.0, w)
-    return t in _PLAIN and v == w
-
-
-_PLAIN = (int, str, bool, type(None))
 
 
 _RAW_KINDS = frozenset("fbiu")  # what Case.to_json stores (anything else raises there, as it did here)
