@@ -35,6 +35,7 @@ from ._check_rules import (
 )
 from ._private import activity as _activity
 from ._private import dtypes as _dtypes
+from ._private import float32_line as _f32line
 from ._private import percase as _percase
 from ._private import structure as _structure
 from ._private.kinks import EXCLUDED as _EXCLUDED
@@ -549,7 +550,7 @@ def _unjudged(case, leaves, kinds, nondiff, comparisons, discrepancies, skipped,
 def _f32_note(f32: dict) -> str:
     nodes = sorted({r.float32_inside for r in f32.values()})
     why = "; ".join(sorted({getattr(r, "float32_why", "") or _F32_VALUED for r in f32.values()}))
-    return (f"{', '.join(nodes)} computes in float32 inside ({why}): {' and '.join(sorted(f32))} used a float32-sized "
+    return (f"{_f32line.describe(', '.join(nodes), why)}: {' and '.join(sorted(f32))} used a float32-sized "
             "step and a float32 error bound, and gradients are compared at float32 precision")
 
 

@@ -40,8 +40,9 @@ import numpy as np
 from .. import tolerances as _tol
 from .fdstep import float32_valued, noise_sigma
 
-__all__ = ["LINE_POINTS", "LINE_SPAN", "INCELL", "EPS32", "SHRINKS_BY", "STEP_SHARE", "line_t", "line_offsets", "incell_offsets",
-           "incell_flipped", "residual", "one_break", "along", "steps", "forward_steps", "learning", "learnt", "HIDDEN_WHY"]
+__all__ = ["LINE_POINTS", "LINE_SPAN", "INCELL", "EPS32", "SHRINKS_BY", "STEP_SHARE", "IN_CELL", "ALIGNED_SHARE", "line_t",
+           "line_offsets", "incell_offsets", "incell_flipped", "residual", "one_break", "along", "steps", "cell_aligned",
+           "forward_steps", "learning", "learnt", "claims_float32", "describe", "HIDDEN_WHY", "COARSE_WHY"]
 
 EPS32 = float(np.finfo(np.float32).eps)
 LINE_POINTS = 16
@@ -124,6 +125,17 @@ _EPS = float(np.finfo(np.float64).eps)
 # (one sentence for every case: a run's notes gather the distinct ones)
 HIDDEN_WHY = (f"float32 rounding hidden behind float64 arithmetic: its outputs step like float32's on {LINE_POINTS} points "
               f"within {LINE_SPAN:g} float32 ulps of its inputs, far above float64 rounding")
+# The same steps where the probes inside one float32 cell of every input (``cell_aligned``) see them too: not
+# float32 rounding of the inputs but float64 code that resolves them coarsely here -- exp(x) near x = -735
+# underflows to subnormals of ~13 bits, a solve of condition 1e8 fed by 1e-8 tanh(M) moves only when an element
+# of its matrix crosses a float64 ulp (once per ~1.2 float32 cells of M) -- or a float32 cast of an intermediate
+# value.  The estimate is the same (such a staircase defeats a float64 step as float32's does), but the op is not
+# said to compute in float32, and a verify_* run does not remember it for later cases (``learnt``).
+COARSE_WHY = (f"its outputs step far above float64 rounding on {LINE_POINTS} points within {LINE_SPAN:g} float32 ulps of its "
+              "inputs, but not where its inputs cross float32 cells: float64 code that resolves its inputs coarsely there "
+              "(values that underflow to subnormals, an ill-conditioned solve) or a float32 cast of an intermediate value")
+_COARSE_MARK = "but not where its inputs cross float32 cells"
+_F32_LEAST_STEP = 2.0**-149 / 8
 _LAST: list = [None, ""]  # (key, answer) of the last forward_steps call: the jacobian's error estimate
 # composes the same FD-JVPs four times over (two step scales, injected noise) at the very same inputs
 # A smooth function's residual from the cubic shrinks by 2^4 = 16 (its quartic term) when the line is halved;
@@ -162,6 +174,64 @@ def one_break(values, r) -> np.ndarray:
     return best <= np.asarray(r, dtype=np.float64).reshape(-1) / 16
 
 
+# cell_aligned: the two probes of a point sit at +-IN_CELL of the smaller neighbour gap of its float32 rounding q
+# (q's cell, under round-to-nearest, reaches half a gap either side: both probes round to q); their difference's
+# residual from the cubic must stay under ALIGNED_SHARE of the full line's (float64 rounding of the smooth part:
+# a few ulps, against the line's >= HIDDEN32_NAME_ULPS / NOISE_ULPS ulps; a step caught between the probes: its size)
+IN_CELL = 0.45
+ALIGNED_SHARE = 1 / 4
+
+
+def cell_aligned(run, ins, r) -> np.ndarray:
+    """Per output column: True where the steps (residual ``r`` on the probe line) are float32 rounding of the
+    inputs.  ``ins``: the inputs at the probe line's points (LINE_POINTS, ...) each; ``run(inputs)`` the forward
+    batched along the first axis.  Each point is snapped to float32 (q = fl32(p)) and the forward runs at q + w
+    and q - w, w inside q's float32 cell (IN_CELL of the smaller neighbour gap, the same w along the line).
+    Code that casts its inputs to float32 computes g(x) + h(fl32(x)): h is the same at both probes and cancels,
+    leaving g(q + w) - g(q - w), smooth along the line.  Float64 code whose steps come from elsewhere (values
+    that underflow, a matrix entry crossing a float64 ulp) steps between the probes of some points: the
+    difference keeps steps of the line's size.  (A float32 cast of an intermediate value, sigmoid((x - y).float()),
+    is not aligned with its inputs' cells either: it keeps the float32-sized estimate, without the claim.)"""
+    snapped, ws = [], []
+    u_all = _signs(sum(int(np.size(x[0])) for x in ins if np.issubdtype(x.dtype, np.floating)) or 1)
+    at = 0
+    with np.errstate(all="ignore"):
+        for x in ins:
+            if not np.issubdtype(x.dtype, np.floating) or not x[0].size:
+                snapped.append(x)
+                ws.append(None)
+                continue
+            x = np.asarray(x, dtype=np.float64)
+            q32 = x.astype(np.float32)
+            q = q32.astype(np.float64)
+            gap = np.minimum(np.nextafter(q32, np.float32(np.inf)).astype(np.float64) - q,
+                             q - np.nextafter(q32, np.float32(-np.inf)).astype(np.float64))
+            ok = np.isfinite(q) & np.isfinite(gap)
+            gap = np.where(ok, gap, 0.0).min(axis=0)  # (the same w at every point of the line)
+            snapped.append(np.where(ok, q, x))
+            k = int(x[0].size)
+            ws.append(IN_CELL * gap * u_all[at : at + k].reshape(x.shape[1:]))
+            at += k
+        plus = np.asarray(run([q if w is None else q + w for q, w in zip(snapped, ws)]), dtype=np.float64)
+        minus = np.asarray(run([q if w is None else q - w for q, w in zip(snapped, ws)]), dtype=np.float64)
+        d = (plus - minus).reshape(LINE_POINTS, -1)
+        rd = np.asarray(residual(d), dtype=np.float64).reshape(-1)
+    return rd <= np.asarray(r, dtype=np.float64).reshape(-1) * ALIGNED_SHARE
+
+
+def claims_float32(why: str) -> bool:
+    """Whether the evidence ``why`` (one reason, or several joined by "; ") says the code computes in float32:
+    some reason is not ``COARSE_WHY`` (its wording for one op or for the values)."""
+    return any(part and _COARSE_MARK not in part for part in why.split("; "))
+
+
+def describe(op: str, why: str) -> str:
+    """``op`` with what the probes said of it, for notes and reasons: it computes in float32 inside, or (COARSE_WHY)
+    it resolves its inputs coarsely."""
+    verb = "computes in float32 inside" if claims_float32(why) else "resolves its inputs more coarsely than float64"
+    return f"{op} {verb} ({why})"
+
+
 def _half_offsets(x) -> np.ndarray:
     return line_offsets(x) / 2
 
@@ -184,7 +254,9 @@ def steps(evaluate, floor, flipped: bool = True):
     with np.errstate(all="ignore"):
         v = np.asarray(evaluate(line_offsets), dtype=np.float64).reshape(LINE_POINTS, -1)
         r = np.asarray(residual(v), dtype=np.float64).reshape(-1)
-        mask = r > floor
+        # (float32's values are 2^-149 apart at the least: steps below that are float64's own, subnormals'
+        # absolute quanta, where the floor, ulps of values that underflowed, is 0)
+        mask = r > np.maximum(floor, _F32_LEAST_STEP)
         if not mask.any():
             return mask, r
         # no larger than float32's steps: output quanta of a few eps32 |f|, input cells (16-32 along the line)
@@ -251,7 +323,8 @@ def forward_steps(name, run, xs, noise_ulps: float) -> str:
         mask, r = steps(lambda o: first[0] if o is line_offsets else evaluate(o), level,
                         sum(int(np.size(x)) for x in xs if np.issubdtype(x.dtype, np.floating)) > 1)
         if mask.any():
-            why = HIDDEN_WHY
+            aligned = cell_aligned(run, along(xs, line_offsets), r)
+            why = HIDDEN_WHY if (mask & aligned).any() else COARSE_WHY
     if key is not None:
         _LAST[:] = [key, why]
     return why
@@ -276,6 +349,8 @@ def learning():
 
 
 def learnt(spec, why: str) -> None:
-    """Remember ``why`` on ``spec`` (``float32_seen``) inside ``learning()``."""
-    if _LEARN[0] and why and not getattr(spec, "float32_seen", ""):
+    """Remember ``why`` on ``spec`` (``float32_seen``) inside ``learning()``: only float32 rounding of its inputs
+    (``claims_float32``); steps not aligned with float32 cells (COARSE_WHY) were seen at one point, and
+    remembering them would estimate every later case at float32 precision (an underflow near x = -735 did so)."""
+    if _LEARN[0] and claims_float32(why) and not getattr(spec, "float32_seen", ""):
         spec.float32_seen = why

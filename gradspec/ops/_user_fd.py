@@ -172,7 +172,7 @@ def fd_jvp(spec):
                 d1, f1, d2, f2 = _two_steps(spec, units, xs, params, idx, h, coeffs, out, eps)
             r = (16.0 * d2 - d1) / 15.0
             if why and not _visible32(out):  # hidden float32: the float32 step (0.04 max(1, |x|)) can exceed its scale
-                _quarter_step(spec, (units, xs, params, idx, h, coeffs, out), r, np.maximum(f1, f2))
+                _quarter_step(spec, (units, xs, params, idx, h, coeffs, out), r, np.maximum(f1, f2), why)
             rng = _NOISE[0]
             if rng is not None:
                 hs = h[idx].reshape((k,) + (1,) * (r.ndim - 1))
@@ -195,7 +195,7 @@ def _visible32(out) -> bool:
         return bool(np.size(out)) and np.array_equal(np.asarray(out).astype(np.float32), out)
 
 
-def _quarter_step(spec, args, r, fmax) -> None:
+def _quarter_step(spec, args, r, fmax, why: str = "") -> None:
     """The float32 JVPs ``r`` at steps h against the same at h / 4: a function that varies on a scale finer than
     the float32 step (sigmoid(x - y) at x = y = 1000: h = 41) gives two different wrong answers whose error
     estimates (the same composition at 1.7 h and 0.55 h) are as wrong; a smooth one gives the same answer to
@@ -219,7 +219,9 @@ def _quarter_step(spec, args, r, fmax) -> None:
     if np.any(off):
         j = np.unravel_index(int(np.argmax(off)), off.shape)
         raise FDStepError(
-            f"finite-difference JVP of {spec.name!r}: it computes in float32 inside, and its JVPs at the float32 step "
+            f"finite-difference JVP of {spec.name!r}: it "
+            f"{'computes in float32 inside' if _f32line.claims_float32(why) else 'resolves its inputs more coarsely than float64'}"
+            ", and its JVPs at the float32 step "
             f"{float(hs.flat[0]):.3g} and at a quarter of it differ by {float(abs(r[j] - rq[j])):.3g}, more than float32 "
             "rounding allows: the function varies too fast for a float32-sized step there")
 

@@ -287,8 +287,12 @@ def hidden_float32(case, parts, flat, probe) -> tuple[str, str]:
     s_env, args = probe
     parts_of: list = []  # (node, spec, first column, columns) of the user ops' outputs in the matrix
 
+    envs: list = []  # the line's environment: each user op's own inputs along it (float32_line.cell_aligned)
+
     def evaluate(offsets):
         s, env = s_env(*args, flat + offsets(flat))
+        if offsets is _line.line_offsets:
+            envs.append(env)
         cols = [np.asarray(s, dtype=np.float64).reshape(_line.LINE_POINTS, 1)]
         at = 1
         for node, spec in users:
@@ -315,7 +319,20 @@ def hidden_float32(case, parts, flat, probe) -> tuple[str, str]:
         return "", ""
     for node, spec, a, k in parts_of:
         if mask[a : a + k].any():
-            _line.learnt(spec, _line.HIDDEN_WHY)  # (inside a verify_* run: later cases too)
-            return node.op, _line.HIDDEN_WHY
-    # s steps, no op's outputs alone do (float32 parts of several ops, summed)
-    return users[0][0].op, _line.HIDDEN_WHY.replace("its outputs step", "the values step")
+            why = _aligned_why(node, spec, envs[0], mask[a : a + k], r[a : a + k])
+            _line.learnt(spec, why)  # (inside a verify_* run: later cases too, if float32 rounding of its inputs)
+            return node.op, why
+    # s steps, no op's outputs alone do (float32 parts of several ops, summed; or float64 code losing digits)
+    return users[0][0].op, _line.COARSE_WHY.replace("its outputs step", "the values step")
+
+
+def _aligned_why(node, spec, env, mask, r) -> str:
+    """HIDDEN_WHY where the op's steps follow its inputs' float32 cells (``float32_line.cell_aligned``, run on
+    the op alone at its own inputs along the line: a table op feeding it moves them by float64 amounts), else
+    COARSE_WHY (float64 code that resolves its inputs coarsely there: an underflow, an ill-conditioned solve)."""
+    ins = [np.asarray(env[i]) for i in node.inputs]
+    try:
+        aligned = _line.cell_aligned(lambda b: spec.forward_batched(b, node.params, 1), ins, r)
+    except Exception:  # noqa: BLE001 - a forward refusing the probes proves nothing either way
+        return _line.COARSE_WHY
+    return _line.HIDDEN_WHY if (mask & aligned).any() else _line.COARSE_WHY

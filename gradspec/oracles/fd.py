@@ -56,6 +56,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .. import tolerances as _tol
+from .._private import float32_line as _f32line
 from .._private import structure as _structure
 from .._private.fdstep import line_sigma
 from .._private.kinks import center_kink_distances, exclusion
@@ -438,7 +439,7 @@ def fd_gradient(case, *, check_reach: bool = True) -> FDResult:
     # float32 hidden behind float64 arithmetic (no value is a float32 number): probed where a user op runs
     f32, why = _probes.hidden_float32(case, (p.s0, p.S0, p.vfloor, p.sigma), flat, (_s_env, (case, x64, leaves, p.seeds64)))
     if f32:
-        res = _float32_gradient(case, x64, leaves, flat, plan, check_reach, p._replace(f32=f32))
+        res = _float32_gradient(case, x64, leaves, flat, plan, check_reach, p._replace(f32=f32), why)
         res.float32_why = why
         return res
     if isinstance(out, OracleError):
@@ -528,7 +529,7 @@ def _s_env(case, x64, leaves, seeds64, X):
     return _s_values(env, case.roots, seeds64, len(X))[0], env
 
 
-def _float32_gradient(case, x64, leaves, flat, plan, check_reach, first: _Pass) -> FDResult:
+def _float32_gradient(case, x64, leaves, flat, plan, check_reach, first: _Pass, why: str = "") -> FDResult:
     """The gradient of a forward that computes in float32 inside (``first.f32`` names the op whose values
     over the float64 stencil were all float32 numbers): the same stencil, estimate and reach check at the
     float32 step ``STEP32 max(1, |x|)``, each value's rounding bounded at float32 precision
@@ -561,7 +562,7 @@ def _float32_gradient(case, x64, leaves, flat, plan, check_reach, first: _Pass) 
     if _ANY(off, axis=None):
         j = int(np.argmax(off))
         raise OracleError(
-            f"finite differences: {_element_name(leaves, j)} computes in float32 inside ({first.f32}) and its "
+            f"finite differences: {_element_name(leaves, j)} {_what32(why)} ({first.f32}) and its "
             f"estimates at the float32 step {h[j]:.3g} and at a quarter of it differ by {abs(r[j] - r4[j]):.3g}, more "
             f"than their error bounds ({err[j]:.3g}, {err4[j]:.3g}): the function varies too fast for a float32-sized "
             "step there, so no estimate can be vouched for")
@@ -676,9 +677,15 @@ def fd_directional(case, directions: dict[str, np.ndarray]) -> tuple[np.ndarray,
     flat = np.concatenate([x64[l.name].ravel() for l in leaves]) if leaves else np.zeros(0)
     f32, why = _probes.hidden_float32(case, (s0, S0, floor, 0.0), flat, (_s_env, (case, x64, leaves, seeds64)))
     if f32:  # float32 hidden behind float64 arithmetic: the same answer as above
-        raise OracleError(f"{f32} computes in float32 inside ({why}) and directional finite differences have no "
+        raise OracleError(f"{_f32line.describe(f32, why)} and directional finite differences have no "
                           "float32 error bound: not compared")
     return _combine(s, s0, S.max(axis=0), S0, h, floor)[:2]
+
+
+def _what32(why: str) -> str:
+    """What the probes said of the op (``float32_line.describe``'s verb): "" (its values are float32 numbers)
+    and hidden float32 rounding say float32; steps off the inputs' float32 cells do not."""
+    return "computes in float32 inside" if not why or _f32line.claims_float32(why) else "resolves its inputs more coarsely than float64"
 
 
 def _all_finite(v) -> bool:
