@@ -27,7 +27,7 @@ from fractions import Fraction
 import numpy as np
 
 __all__ = ["classify", "split_wrong", "name_factor", "snap", "dims", "shape_pattern", "columns", "flat", "fit", "explains",
-           "EXPLAINED", "by_output", "disagrees", "swapped"]
+           "EXPLAINED", "by_output", "disagrees", "swapped", "transposed"]
 
 # A hypothesis "explains" a wrong gradient when what is left of the error under it is at most this
 # fraction of the error itself: the hypotheses are exact transformations of J^T g (a sign, a factor,
@@ -132,6 +132,9 @@ def _classify(mini, node, spec, leaves, u: dict, t: dict, J, g) -> tuple[str, fl
         b = _broadcast(mini, node, spec, leaves, u, t, J, g, cols)
         if b is not None:
             return "broadcast-reduction", b[1], b[0]
+        tr = transposed(leaves, u, t, J, g)  # (before the fan-in test: -A^-1 G A^-1 also sums some of J's terms)
+        if tr is not None:
+            return "other", None, tr
         fan = _not_accumulated(uu, tt, J.matrix[:, cols], np.ravel(g))
         if fan is not None:
             return "other", None, fan
@@ -440,6 +443,46 @@ def _permuted(mini, node, leaves, u, t, J, g, cols) -> str | None:
         err = float(np.max(np.abs(ul - tl)))
         if ul.size > 1 and float(np.max(np.abs(np.sort(ul.ravel()) - np.sort(tl.ravel())))) <= EXPLAINED * err:
             return f"input {l.name}'s gradient holds the right numbers in the wrong places; check the index mapping"
+    return None
+
+
+def transposed(leaves, u: dict, t: dict, J, g) -> str | None:
+    """Words for a backward that applies a square Jacobian block where its transpose belongs, or None.
+
+    x = solve(A, b) has J_b = A^-1, so b's gradient is A^-T g = solve(A^T, g); a backward that solves with A
+    itself returns J_b g.  The other inputs' gradients come from that same adjoint vector (A's is -lam x^T), so
+    they are J^T g~ for the g~ with J_b^T g~ = J_b g.  Hypothesis, for each input l whose block J_l is square:
+    l's gradient is J_l g and every other input's J_m^T J_l^-T J_l g -- exact, given J (inv(A)'s backward
+    -A^-1 G A^-1 is J g too; so is A g for y = A x).  A symmetric block gives J g = J^T g: nothing to name."""
+    if J is None or not leaves:
+        return None
+    gf = np.ravel(np.asarray(g, dtype=np.float64))
+    M = np.asarray(J.matrix, dtype=np.float64)
+    if M.shape[0] != gf.size or not np.isfinite(M).all():
+        return None
+    uu, tt = flat(u, leaves), flat(t, leaves)
+    for l in leaves:
+        Jl = M[:, columns(J, [l])]
+        if Jl.shape[0] != Jl.shape[1] or Jl.shape[0] < 2 or np.allclose(Jl, Jl.T, rtol=1e-9, atol=0):
+            continue
+        if np.all(np.count_nonzero(np.abs(Jl) > 1e-6 * np.max(np.abs(Jl)), axis=1) <= 1):
+            continue  # a permutation (or selection): J g is J^T g rearranged, which _permuted names as such
+        lam = Jl @ gf  # what a solve with A where A^T belongs gives as l's gradient
+        h = {l.name: lam.reshape(np.shape(t[l.name]))}
+        others = [m for m in leaves if m.name != l.name]
+        if others:
+            try:
+                gt = np.linalg.solve(Jl.T, lam)  # the seed under which the right rule gives that adjoint vector
+            except np.linalg.LinAlgError:
+                continue
+            for m in others:
+                h[m.name] = (M[:, columns(J, [m])].T @ gt).reshape(np.shape(t[m.name]))
+        if explains(uu, flat(h, leaves), tt):
+            also = f" (and {', '.join(m.name for m in others)}'s gradient{'s follow' if len(others) > 1 else ' follows'} " \
+                   "from that same wrong adjoint)" if others else ""
+            return (f"input {l.name}'s gradient is J·g where J^T·g belongs{also}: the backward uses A where A^T is "
+                    "needed -- solve(A, g) where the adjoint is solve(A^T, g) (A.mT), or inv(A) / A @ g where their "
+                    "transposes belong; transpose A there")
     return None
 
 
