@@ -134,8 +134,12 @@ def _local_config(campaign: dict, chunk: dict) -> Config:
 
 def _crash_records(cfg: Config) -> list[dict]:
     """In-flight cases of dead processes of this run on this machine (each sent back once)."""
+    return _records_in(worker_local_root(cfg.run_id))
+
+
+def _records_in(root: str) -> list[dict]:
     out = []
-    for item in stale_inflight(worker_local_root(cfg.run_id)):
+    for item in stale_inflight(root):
         out.append({"pid": item["pid"], "case_json": item["case_json"], "fault": item["fault"],
                     "host": socket.gethostname()})
         _forget(item)
@@ -150,7 +154,6 @@ def run_chunk(item, campaign: dict, chunk: dict) -> None:
                            f"directory {os.getcwd()}) instead of the installed package: run gradspec fuzz --workers "
                            "from another directory, or rename that folder")
     cfg = _local_config(campaign, chunk)
-    crashes = _crash_records(cfg)
     findings = []
 
     def on_found(d, verdict, info):
@@ -171,6 +174,10 @@ def run_chunk(item, campaign: dict, chunk: dict) -> None:
         known.setdefault("sent", set()).update(stats.found)
     for rec in stats.found.values():
         rec.pop("case", None)
+    # Taken (and forgotten) only now, as the report that carries them leaves: a chunk stopped mid-way by an
+    # interruption never reports, and a dead sibling's in-flight case it had taken at its start was lost with it
+    # (the controller reads what is left on this machine).
+    crashes = _crash_records(cfg)
     item.user_properties.append((PROPERTY, json.dumps({
         "chunk": chunk["chunk"], "pid": os.getpid(), "host": socket.gethostname(),
         "worker": os.environ.get("PYTEST_XDIST_WORKER", ""), "stats": stats.to_json(),
@@ -194,8 +201,12 @@ def worker_sessionfinish(session) -> None:
 class _Controller:
     """Controller-side pytest plugin: hands out the campaign, gathers chunks, crashes and losses."""
 
-    def __init__(self, payload: str, chunks: list[dict], on_chunk: Callable) -> None:
+    def __init__(self, payload: str, chunks: list[dict], on_chunk: Callable, root: str = "") -> None:
         self.payload = payload
+        self.root = root  # this machine's worker-local folder of the run (in-flight files)
+        # pids of processes already dead when an interruption came (their in-flight cases left behind): crashes of
+        # their own, not workers the interruption stopped (pytest_keyboard_interrupt runs before xdist's teardown)
+        self.dead_at_interrupt: set = set()
         self.chunks = {f"gradspec-campaign::chunk-{c['chunk']}": c for c in chunks}
         self.on_chunk = on_chunk
         self.done: set = set()
@@ -214,7 +225,8 @@ class _Controller:
             if name == PROPERTY and report.when == "call":
                 d = json.loads(value)
                 self.done.add(report.nodeid)
-                self.crashes += d.get("crashes") or []
+                # (reported by a chunk that finished: while the session ran, before any interruption)
+                self.crashes += [{**c, "before_interrupt": True} for c in d.get("crashes") or []]
                 self.on_chunk(d)
         if report.when == "call" and self.first_report is None:
             self.first_report = time.time()
@@ -227,6 +239,12 @@ class _Controller:
                 self.lost.append({**chunk, "why": text.strip().splitlines()[-1][:300]})
             else:
                 self.failures.append(text[-2000:])
+
+    def pytest_keyboard_interrupt(self, excinfo):
+        if self.root:  # taken now: a worker's teardown would take them (and die with them) next
+            dead = _records_in(self.root)
+            self.dead_at_interrupt = {r["pid"] for r in dead}
+            self.crashes += [{**r, "before_interrupt": True} for r in dead]
 
     def pytest_testnodedown(self, node, error):
         if error:
@@ -260,7 +278,7 @@ def _session(cfg: Config, chunks: list[dict], on_chunk: Callable) -> tuple[_Cont
 
     payload = json.dumps({"config": cfg.to_json(), "chunks": chunks,
                           "deadline": cfg.deadline if cfg.deadline is not None else float("inf")})
-    ctl = _Controller(payload, chunks, on_chunk)
+    ctl = _Controller(payload, chunks, on_chunk, worker_local_root(cfg.run_id))
     saved = {k: os.environ.get(k) for k in ("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "PYTEST_ADDOPTS", "PYTHONPATH")}
     # Only the plugins a campaign needs: the user's own pytest plugins and conftests stay out of it.
     os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
@@ -391,11 +409,13 @@ def run_distributed(cfg: Config, progress: Callable | None = None, on_found: Cal
     chunks = chunk_plan(cfg.workers, cfg.budget, cfg.seconds)
     ctl, interrupted = _session(cfg, chunks, on_chunk)
     crashes, lost, failures = list(ctl.crashes), list(ctl.lost), list(ctl.failures)
+    dead = set(ctl.dead_at_interrupt)
     if lost and not interrupted and (cfg.deadline is None or time.time() < cfg.deadline):
         # One more try for what a dead worker did not run, on fresh workers, with other seeds.
         retry = [{**c, "chunk": c["chunk"] + len(chunks) * 1000} for c in lost]
         ctl2, interrupted = _session(cfg, retry, on_chunk)
         crashes += ctl2.crashes
+        dead |= ctl2.dead_at_interrupt
         failures += ctl2.failures
         lost = [{**c, "why": c["why"] + "; lost again on the retry"} for c in ctl2.lost]
     # Workers on this machine whose crash no replacement picked up (xdist starts none when nothing is
@@ -405,8 +425,10 @@ def run_distributed(cfg: Config, progress: Callable | None = None, on_found: Cal
     if interrupted:
         # The interrupted session stopped its workers wherever they were (xdist tears them down): a case
         # left in flight is then the interruption's, not a crash of the engine; only a fatal signal's
-        # traceback (faulthandler: segfault, abort) still shows a process that died of its own.
-        crashes = [r for r in crashes if (r.get("fault") or "").strip()]
+        # traceback (faulthandler: segfault, abort) still shows a process that died of its own, and so does one
+        # that was dead before the interruption came (a kill, os._exit: no traceback), or whose crash a finished
+        # chunk reported.
+        crashes = [r for r in crashes if (r.get("fault") or "").strip() or r.get("before_interrupt") or r["pid"] in dead]
     for rec in {r["pid"]: r for r in crashes}.values():
         try:
             d, verdict = _crash_finding(rec, cfg)
