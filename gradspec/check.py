@@ -7,6 +7,8 @@ Example::
     >>> v = gs.check(case, oracles=["reference", "jacobian", "finite-differences"])
     >>> v.ok, len(v.comparisons)
     (True, 3)
+    >>> gs.check(case, oracles=["reference", "jacobian"], timeout=10.0).ok  # each oracle's call cut after 10 s
+    True
 """
 
 from __future__ import annotations
@@ -45,12 +47,22 @@ from .case import Case, CaseError
 from .causes import Cause
 from .oracles.reference import ReferenceOracle as _ReferenceOracle
 
-__all__ = ["check", "Verdict", "Discrepancy", "Comparison", "register_explainer"]
+__all__ = ["check", "Verdict", "Discrepancy", "Comparison", "register_explainer", "register_guard"]
 
 # Called with (verdict, {oracle name: oracle}) on every disagreement, to set Discrepancy.cause:
 # gradspec.diagnose (same layer; it runs check() itself on one-node cases, so check() cannot import it)
 # registers itself when the package is imported.
 _EXPLAINERS: list = []
+
+
+# ``check(case, timeout=S)``: gradspec.guard.guarded_check (same layer; it calls check(), so check() cannot import
+# it) registers itself when the package is imported.
+_GUARDED: list = []
+
+
+def register_guard(fn) -> None:
+    """Have ``check(case, oracles, timeout=S)`` run as ``fn(case, oracles, S)`` (``gradspec.guard.guarded_check``)."""
+    _GUARDED[:] = [fn]
 
 
 def register_explainer(fn) -> None:
@@ -265,8 +277,17 @@ def _precision_flow(case: Case, values: dict, diff: list, out: dict) -> dict:
 _F32 = np.dtype(np.float32)  # (comparing with a dtype object skips numpy's conversion of the type)
 
 
-def check(case: Case, oracles=None) -> Verdict:
-    """Run the oracles (default: every available and applicable one) on ``case``; compare all pairs."""
+def check(case: Case, oracles=None, *, timeout: float | None = None) -> Verdict:
+    """Run the oracles (default: every available and applicable one) on ``case``; compare all pairs.
+
+    ``timeout``: seconds for each oracle's own call, as ``assert_gradients(timeout=)`` and ``gradspec fuzz
+    --case-timeout`` (``gradspec.guard.guarded_check``): an oracle still running then is cut (an alarm signal
+    in the main thread, a watchdog thread elsewhere) and is a ``timeout`` discrepancy, and the check returns
+    instead of hanging on code under test that never does.  None (default): no limit."""
+    if timeout is not None:
+        if not _GUARDED:  # (the package import registers it: gradspec/__init__ imports gradspec.guard)
+            raise RuntimeError("check(timeout=...) needs gradspec.guard: import gradspec, not gradspec.check alone")
+        return _GUARDED[0](case, oracles, timeout)
     # torch's intra-op threads cost more than the oracles' tiny calls do; the case's forward, op specs
     # and kinks are computed once for all the oracles and rules (gradspec._private.percase)
     if oracles is None:

@@ -54,7 +54,7 @@ from ._private import case_budget as _case_budget
 from ._private import isolate as _isolate
 from .case import Case
 from .causes import process_died
-from .check import Discrepancy, Verdict, check
+from .check import Discrepancy, Verdict, check, register_guard
 
 __all__ = ["CaseTimeout", "guarded_check", "warm_up", "ALARM", "WATCHDOG", "GRACE", "Alarm"]
 
@@ -97,6 +97,9 @@ def guarded_check(case: Case, oracles, timeout: float | None = None, *, under_te
     with _case_budget.case_timeout(timeout):  # the diagnosis inside check() bounds itself by it
         verdict = _guarded(case, _resolve(oracles), timeout, under_test, isolate)
     return verdict
+
+
+register_guard(guarded_check)  # gs.check(case, oracles, timeout=S)
 
 
 def _guarded(case, chosen, timeout, under_test, isolate) -> Verdict:
