@@ -299,8 +299,9 @@ def _mutation(spec, ins: list, g: np.ndarray, params: dict) -> tuple[list, str, 
     with torch.enable_grad():
         y = spec.torch(*xs, **params)
     fn = getattr(y, "grad_fn", None)
-    if not isinstance(y, torch.Tensor) or fn is None or not hasattr(fn, "_forward_cls"):
-        return None
+    if not isinstance(y, torch.Tensor) or fn is None or not hasattr(fn, "_forward_cls") \
+            or str(getattr(fn._forward_cls, "__module__", "")).startswith("torch."):
+        return None  # (torch's own Functions -- a reentrant checkpoint, which refuses autograd.grad -- are not watched)
     watched = [(f"ctx.saved_tensors[{i}]", s) for i, s in enumerate(fn.saved_tensors)]
     watched += [(f"ctx.{k}", v) for k, v in vars(fn).items() if isinstance(v, torch.Tensor)]
     watched = [(label + (" (also the Function's output 0)" if _same_storage(s, y) else ""), s, s._version,

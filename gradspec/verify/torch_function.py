@@ -26,6 +26,7 @@ from .. import tolerances as _tol
 from .._private import float32_line as _f32line
 from .._private import opaque_noise as _opaque_noise
 from .._private import result_sink
+from .._private import torch_grad as _torch_grad
 from .._private import torchfn_record as _rec
 from .._private.casefile import module_not_replayed
 from .._private.imports import importable_path
@@ -139,19 +140,23 @@ def _torch_wrap(fn, name: str, layout: CallLayout, signature, shape_fn, domain, 
             inside.extend(functions_in_graph(outs))
         gt = torch.from_numpy(np.array(g, dtype=torch_float32.run_dtype(g, keep32)))
         g0 = gt.clone()
-        if multi:
-            # each output its own block of the seed; an all-zero block: that output is not used
-            pairs = [(o, gt[a:b].reshape(shape).to(o.dtype)) for o, (a, b, shape) in zip(outs, blocks(outs), strict=True)]
-            pairs = [(o, gi) for o, gi in pairs if o.requires_grad and bool(torch.any(gi != 0))]
-        else:
-            pairs = [(outs[0], gt.to(outs[0].dtype))] if outs[0].requires_grad else []
+        pairs = _seeded(outs, multi, gt)
         if not pairs:
             if not any(o.requires_grad for o in outs):
                 raise RuntimeError("fn's output does not require grad: is the op differentiable?")
             return tuple(np.zeros(np.shape(a)) for a in arrays)
         saved = [x.detach().clone() for x in given]  # (what fn was given, as its forward left it)
+
+        def rebuild():  # (a refusal of .grad() deep in the graph: torch freed what ran before it)
+            nonlocal xs, given, saved
+            xs, given, outs2, _ = run(arrays, kw, True, noisy)
+            saved = [x.detach().clone() for x in given]
+            again = _seeded(outs2, multi, gt)
+            return [o for o, _ in again], xs, [gi for _, gi in again]
+
         with noisy() if noisy else contextlib.nullcontext():
-            grads = torch.autograd.grad([o for o, _ in pairs], xs, [gi for _, gi in pairs], allow_unused=True)
+            grads = _torch_grad.grad([o for o, _ in pairs], xs, [gi for _, gi in pairs], rebuild=rebuild,
+                                     used=by_backward)
         if not _unchanged(gt, g0):
             raise ValueError("read-only: fn's backward modified its grad_output in place")
         for i, (x, s0) in enumerate(zip(given, saved, strict=True)):
@@ -160,6 +165,7 @@ def _torch_wrap(fn, name: str, layout: CallLayout, signature, shape_fn, domain, 
         return tuple(None if gi is None else gi.detach().numpy().copy() for gi in grads)
 
     inside: list = []  # the torch.autograd.Functions fn's graph runs (a wrapper's: diagnose names their backward)
+    by_backward: list = []  # why fn's backward ran through .backward(), not autograd.grad (a reentrant checkpoint)
     inplace = InPlace()  # fn modifies its inputs in place (ctx.mark_dirty): it gets copies of leaves (tryout5 #1)
 
     def torch_fn(*xs, **kw):
@@ -181,6 +187,7 @@ def _torch_wrap(fn, name: str, layout: CallLayout, signature, shape_fn, domain, 
     spec.registered_backward = backward_of(fn)  # type: ignore[attr-defined]  (a custom op's: diagnose names it)
     spec.forward_errors = forward.errors  # type: ignore[attr-defined]
     spec.functions_inside = inside  # type: ignore[attr-defined]
+    spec.grad_by_backward = by_backward  # type: ignore[attr-defined]
     spec.inplace = inplace  # type: ignore[attr-defined]
     spec.torch_direct = torch_direct  # type: ignore[attr-defined]
 
@@ -190,6 +197,17 @@ def _torch_wrap(fn, name: str, layout: CallLayout, signature, shape_fn, domain, 
 
     spec.output_blocks = output_blocks  # type: ignore[attr-defined]
     return spec
+
+
+def _seeded(outs, multi: bool, gt) -> list:
+    """[(output, its upstream gradient)] for the outputs that take part: with several outputs each has its
+    own block of the flat seed ``gt``, and one whose block is all zero is not used."""
+    import torch
+
+    if not multi:
+        return [(outs[0], gt.to(outs[0].dtype))] if outs[0].requires_grad else []
+    pairs = [(o, gt[a:b].reshape(shape).to(o.dtype)) for o, (a, b, shape) in zip(outs, blocks(outs), strict=True)]
+    return [(o, gi) for o, gi in pairs if o.requires_grad and bool(torch.any(gi != 0))]
 
 
 def functions_in_graph(outs, limit: int = 2000) -> list:
@@ -203,7 +221,9 @@ def functions_in_graph(outs, limit: int = 2000) -> list:
             continue
         seen.add(id(node))
         cls = getattr(node, "_forward_cls", None)
-        name = None if cls is None else _registered_backward(cls) or f"{cls.__name__}.backward"
+        name = None if cls is None else _registered_backward(cls) or (
+            # torch's own Functions (a reentrant checkpoint's CheckpointFunction) are not "your" code
+            None if str(getattr(cls, "__module__", "")).startswith("torch.") else f"{cls.__name__}.backward")
         if name is not None and name not in names:
             names.append(name)
         todo += [f for f, _ in getattr(node, "next_functions", ())]
@@ -505,6 +525,8 @@ def verify_torch_function(fn, *, arity: int | None = None, signature: str | None
                     "as a caller must (torch refuses an in-place change of a leaf that requires grad)")
     if fn_shapes.nonfinite_note(spec):
         result.note(fn_shapes.nonfinite_note(spec))
+    if spec.grad_by_backward:
+        result.note(_torch_grad.backward_note(spec.grad_by_backward[0]))
     if not result.cases_run and spec.forward_errors:
         _no_case(result, f"{spec.forward_errors[0]} (on every input tried)")
     elif not result.cases_run and seconds is not None and time.perf_counter() - t0 >= seconds:

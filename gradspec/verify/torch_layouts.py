@@ -35,6 +35,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import tolerances as _tol
+from .._private import torch_grad as _torch_grad
 from .._private.fdstep import float32_valued as _float32_valued
 from ..case import Case
 from ..causes import Cause
@@ -196,7 +197,8 @@ class LayoutCheck:
             except Exception as e:  # noqa: BLE001
                 raise _Raised("forward", e) from e
             try:
-                res = iter(torch.autograd.grad(out, need, g.to(out.dtype), allow_unused=True))
+                res = iter(_torch_grad.grad([out], need, [g.to(out.dtype)],
+                                            rebuild=lambda: ([self.spec.torch(*xs, **params)], need, [g.to(out.dtype)])))
             except Exception as e:  # noqa: BLE001
                 raise _Raised("backward", e) from e
         grads = [next(res) if x.is_floating_point() else None for x in xs]
@@ -219,7 +221,7 @@ class LayoutCheck:
             x.requires_grad_(True)
         with torch.enable_grad():
             out = self.spec.torch(*xs, **params)
-            res = iter(torch.autograd.grad(out, need, g, allow_unused=True))
+            res = iter(_torch_grad.grad([out], need, [g], rebuild=lambda: ([self.spec.torch(*xs, **params)], need, [g])))
         # one per input of the node (None for the ones that are not floating point), so k names node.inputs[k]
         grads = [next(res) if x.is_floating_point() else None for x in xs]
         return [None if r is None else r.detach().numpy().copy() for r in grads]

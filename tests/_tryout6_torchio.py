@@ -1,0 +1,85 @@
+"""torch code a new user (tryout6, training infra) checked, as test fixtures (findings 2 and 9).
+
+Each wrong one says in a comment how it is wrong: the tests expect words from that, never from running gradspec.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+import torch.utils.checkpoint as cp
+
+
+def block(x):
+    return torch.tanh(x) * torch.sigmoid(x)
+
+
+def ckpt_reentrant(x):  # right: torch's reentrant checkpoint refuses torch.autograd.grad, not a bug
+    return cp.checkpoint(block, x, use_reentrant=True)
+
+
+def ckpt_nonreentrant(x):
+    return cp.checkpoint(block, x, use_reentrant=False)
+
+
+def ckpt_reentrant_inside(x):  # right: the checkpoint sits deep in the graph, nodes run before it in backward
+    return torch.sin(cp.checkpoint(block, x * 1.5, use_reentrant=True)) * x
+
+
+class Scale13(torch.autograd.Function):
+    """y = x * x; its backward forgets nothing but multiplies by 1.3 more: wrong by a factor 1.3."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * x
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return 1.3 * 2.0 * x * g
+
+
+def ckpt_reentrant_wrong(x):  # wrong: the checkpointed block runs Scale13, whose backward is 1.3x too big
+    return cp.checkpoint(Scale13.apply, x, use_reentrant=True)
+
+
+class RefusesGrad(torch.autograd.Function):
+    """y = exp(x), right; like DeepSpeed's checkpointing, its backward refuses to run under torch.autograd.grad
+    (torch.autograd._is_checkpoint_valid() is False there) and asks for .backward()."""
+
+    @staticmethod
+    def forward(ctx, x):
+        y = torch.exp(x)
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        if not torch.autograd._is_checkpoint_valid():
+            raise RuntimeError("Checkpointing is not compatible with .grad(), please use .backward() if possible")
+        (y,) = ctx.saved_tensors
+        return g * y
+
+
+def refuses_grad_inside(x):  # right: the refusing node is reached only after others ran (and freed their buffers)
+    return torch.tanh(RefusesGrad.apply(x * 0.5)) * x
+
+
+def tuple_in(xs):  # one argument: a tuple of two tensors
+    return xs[0] * xs[1]
+
+
+def dict_out(x):
+    return {"a": torch.sin(x), "b": x * 2}
+
+
+@dataclasses.dataclass
+class Out:
+    y: torch.Tensor
+    z: torch.Tensor
+
+
+def dataclass_out(x):
+    return Out(torch.sin(x), x * x)
