@@ -131,8 +131,11 @@ class Result:
     judged: int | None = None
     accuracy: dict | None = None  # {"rtol", "atol"} the code under test claims
     cut: str = ""  # why a case was cut by the time budget, not judged: no "agree" then (verify.numerics.cut_by_budget)
+    not_a_function: str = ""  # why the code under test is not a function of its inputs (_private.determinism)
 
     def _status_reason(self) -> tuple[str, str]:
+        if self.not_a_function:  # no comparison means anything (its findings set aside: determinism.set_aside)
+            return "inconclusive", self.not_a_function
         compared = sum(self.pair_counts.values()) + sum(v == "passed" for v in self.checks.values())
         status, reason = _outcome.run_status(self.cases_run, len(self.discrepancies), compared,
                                              self.inconclusive.most_common(), self.unran)

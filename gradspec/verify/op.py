@@ -26,6 +26,7 @@ import numpy as np
 
 from .. import oracles as _oracles
 from .. import outcome as _outcome
+from .._private import determinism as _determinism
 from .._private import float32_line as _f32line
 from .._private import result_sink
 from .._private.skips import key as skip_key
@@ -182,6 +183,10 @@ def _check_op_case(case: Case, spec: OpSpec, oracle_names: list, target: str, re
     fdjac = "jacobian" in oracle_names and _has_fd_jvp(case)
     found: list[VerifyDiscrepancy] = []
     v = check(case, oracles=names)
+    if v.not_a_function:  # no oracle ran: the run is inconclusive with this reason (Result.not_a_function)
+        result.not_a_function = result.not_a_function or v.not_a_function
+        _note_verdicts(result, [v])
+        return []
     verdicts = [v]
     errors = dict(v.errors)
     ref_failed = "reference" in errors
@@ -404,6 +409,7 @@ def verify_op(op, *, max_examples: int | None = None, seconds: float | None = No
         result.note(f"op {spec.name!r}'s forward returned {changed[1]} for {changed[0]} inputs (numpy promotes through a "
                     f"float64 constant or an integer array); gradspec's engine cast it back to {changed[0]}, as torch "
                     "ops keep their input's dtype: cast your forward's result to its input's dtype to make it so")
+    _determinism.set_aside(result)
     result_sink.emit(result)
     return result
 

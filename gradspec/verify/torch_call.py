@@ -31,6 +31,8 @@ from typing import Any
 
 import numpy as np
 
+from .._private.determinism import TorchSeeded
+
 __all__ = ["CallLayout", "outputs", "flat", "blocks", "ARG_PREFIX", "label_of", "schema_of", "jitter_float32",
            "InPlace"]
 
@@ -85,6 +87,8 @@ class CallLayout:
     tensor_pos: list
     fixed: dict = dataclasses.field(default_factory=dict)
     drawn: dict = dataclasses.field(default_factory=dict)
+    # [True] once a call of fn drew from torch's generator (seeded per call: TorchSeeded); not part of the layout
+    drew: list = dataclasses.field(default_factory=list, compare=False, repr=False)
 
     @classmethod
     def plain(cls, arity: int) -> "CallLayout":
@@ -195,7 +199,10 @@ class CallLayout:
 
     def call(self, fn, tensors, params: dict):
         args, kw = self.arguments(tensors, params)
-        return fn(*args, **kw)
+        # torch's generator at one fixed state for every call: random code (dropout) is a function of its
+        # inputs (_private.determinism); whether fn drew from it goes into self.drew (the run's note)
+        with TorchSeeded(self.drew):
+            return fn(*args, **kw)
 
     def shape_args(self, shapes, params: dict) -> tuple[list, dict]:
         """A user's ``shape_fn`` sees fn's layout: shapes at the tensor positions, the other values

@@ -23,6 +23,7 @@ import numpy as np
 
 from .. import domains as _domains
 from .. import tolerances as _tol
+from .._private import determinism as _det
 from .._private import float32_line as _f32line
 from .._private import opaque_noise as _opaque_noise
 from .._private import result_sink
@@ -190,6 +191,10 @@ def _torch_wrap(fn, name: str, layout: CallLayout, signature, shape_fn, domain, 
     spec.grad_by_backward = by_backward  # type: ignore[attr-defined]
     spec.inplace = inplace  # type: ignore[attr-defined]
     spec.torch_direct = torch_direct  # type: ignore[attr-defined]
+    spec.state_changes = getattr(fn, "_gs_state", None)  # type: ignore[attr-defined]  (a module's buffers)
+    # [True] once fn drew from torch's generator: torch_layouts then leaves input layouts alone (rand_like keeps
+    # a transposed input's strides: its draws land on other elements, a correct dropout differs)
+    spec.draws_random = layout.drew  # type: ignore[attr-defined]
 
     def output_blocks(*arrays, **kw):  # where each output sits in the flat one (diagnose names the wrong one)
         _, _, outs, multi = run(arrays, kw, False)
@@ -535,6 +540,9 @@ def verify_torch_function(fn, *, arity: int | None = None, signature: str | None
     elif not result.cases_run:
         _no_case(result, "the shape rules admitted no case in the draws"
                  + ("" if example_inputs is not None else ": pass example_inputs=(...) (one real call's arguments)"))
+    if layout.drew and not result.not_a_function:
+        result.note(_det.DREW_NOTE)
+    _det.set_aside(result)
     result_sink.emit(result)
     return result
 

@@ -60,7 +60,18 @@ def module_function(module, example_inputs):
         m = mods.get(args[0].dtype, mod) if args else mod
         return torch.func.functional_call(m, dict(zip(names, args[:k])), tuple(args[k:]))
 
+    start = {d: {n: b.detach().clone() for n, b in m.named_buffers()} for d, m in mods.items()}
+
+    def state_changes() -> str:
+        """The copies' buffers that changed since the run began (an EMA or running statistics updated in
+        forward): what the reason of a module that is not a function of its inputs names."""
+        changed = sorted({n for d, m in mods.items() for n, b in m.named_buffers()
+                          if n in start[d] and not torch.equal(b.detach(), start[d][n])})
+        return (f"{type(module).__name__} updates its buffer(s) {', '.join(map(repr, changed))} in forward"
+                if changed else "")
+
     fn.__qualname__ = type(module).__name__
+    fn._gs_state = state_changes  # (determinism.why_not_a_function)
     fn._gs_module = type(module).__name__  # (verify_torch_function: a module's findings replay in this process only)
     inputs = [x.detach().to(torch.float64) if isinstance(x, torch.Tensor) and x.is_floating_point() else x
               for x in example_inputs]
