@@ -42,6 +42,7 @@ import numpy as np
 from .._private import shapes_learn as _sl
 from .._private import values as _values
 from .._private.signature import parse
+from .._private.torch_structs import NOT_A_TENSOR
 from ..case import Case
 from ..spec.opspec import OpSpec
 from .torch_call import CallLayout, outputs
@@ -260,6 +261,8 @@ def _example_refused(probe: _FnProbe, shapes, broadcast: str, domain) -> Plan:
     elif probe.error.startswith("fn returned"):
         hint = ("; where fn is defined on part of the real line only (log, sqrt, acos...), give example values "
                 "inside it and domain=gs.domains.positive() or gs.domains.interval(lo, hi)")
+    if NOT_A_TENSOR in probe.error:  # fn ran: gradspec cannot read what it returned (tryout6 #9)
+        raise ValueError(f"on its example_inputs (shapes {shapes}) {probe.error.removeprefix('TypeError: ')}")
     raise ValueError(f"fn rejects its own example_inputs (shapes {shapes}): "
                      f"{probe.error or 'no reason given (it returned nothing gradspec can check)'}{hint}")
 

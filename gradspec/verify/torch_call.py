@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from .._private.determinism import TorchSeeded
+from .._private.torch_structs import output_refusal
 
 __all__ = ["CallLayout", "outputs", "flat", "blocks", "ARG_PREFIX", "label_of", "schema_of", "jitter_float32",
            "InPlace"]
@@ -278,7 +279,7 @@ def outputs(y) -> tuple[list, bool]:
         if not outs:
             raise TypeError(f"fn returned a {type(y).__name__} without a floating-point tensor")
         return outs, True
-    raise TypeError(f"fn returned {type(y).__name__}, expected a torch tensor or a tuple of tensors")
+    raise TypeError(output_refusal(y))
 
 
 def flat(outs: list, multi: bool):

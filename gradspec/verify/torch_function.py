@@ -28,6 +28,7 @@ from .._private import float32_line as _f32line
 from .._private import opaque_noise as _opaque_noise
 from .._private import result_sink
 from .._private import torch_grad as _torch_grad
+from .._private import torch_structs as _structs
 from .._private import torchfn_record as _rec
 from .._private.casefile import module_not_replayed
 from .._private.imports import importable_path
@@ -580,6 +581,10 @@ def _no_case(result: Result, why: str) -> None:
 
 def _layout(fn, arity, signature, params, example_inputs, args) -> CallLayout:
     if example_inputs is not None:
+        nested = _structs.nested_inputs(label_of(fn), example_inputs if isinstance(example_inputs, (tuple, list))
+                                        else (example_inputs,))
+        if nested:
+            raise UserOpError(f"verify_torch_function: {nested}")
         layout = CallLayout.from_example(example_inputs)
         if not layout.tensor_pos:
             raise UserOpError("verify_torch_function: example_inputs holds no floating-point tensor to differentiate")
