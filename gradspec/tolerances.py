@@ -32,7 +32,7 @@ import functools
 import numpy as np
 
 __all__ = ["Tolerance", "TOLERANCES", "lookup", "EXACT_RTOL", "NOISE_ULPS", "NOISE_FACTOR", "NOISE_SATURATED", "NOISE_MORE_RUNS", "FD_NOISE_POINTS",
-           "FD_NOISE_SPACING", "FD_NOISE_SIGMAS", "TINY32", "underflow_floor", "FD_FINER_STEPS", "KINK_PERSISTS", "KINK_ROUNDING", "FD_SHAKY",
+           "FD_NOISE_SPACING", "FD_NOISE_SIGMAS", "FD_FEATURE_SHRINK", "FD_FEATURE_RATIO", "TINY32", "underflow_floor", "FD_FINER_STEPS", "KINK_PERSISTS", "KINK_ROUNDING", "FD_SHAKY",
            "MIN_JUDGED_CASES", "FD_WITNESS_GAP",
            "claimed_allowance", "accuracy_claim", "describe_claim", "OPAQUE_RTOL", "opaque_claim",
            "DOUBLE_BACKWARD_RTOL", "FORWARD32_RTOL", "CAST_ULPS"]
@@ -130,6 +130,16 @@ def lookup(dtype: str, kind_a: str, kind_b: str) -> Tolerance:
 FD_NOISE_POINTS = 16
 FD_NOISE_SPACING = 4096.0
 FD_NOISE_SIGMAS = 10.0
+# Noise or a feature?  Where the noise line's sigma raises FD's floor, the same line is laid again at
+# 1/FD_FEATURE_SHRINK of its spacing (16 more points, only on that path).  Noise (rounding of an
+# ill-conditioned solve, a random forward) is as rough at any spacing: the two median-based sigmas agree
+# within a factor ~2 (each is >= 0.2 sigma_true in 99.9% of lines, above; the narrow one below
+# sigma / FD_FEATURE_RATIO needs 6 of its 12 |4th differences| under ~1/8 of their typical size: P < 1e-5).
+# A smooth feature narrower than the first line (a ramp of width 1e-9 at x = 0: tryout6's rmsnorm three
+# times in a row, slope 1e9) is not noise: its 4th differences shrink as spacing^4, 64^4 ~ 2e7-fold, and
+# what looked like noise of sigma was a change FD's step (4096x the spacing) cannot resolve: FD steps aside.
+FD_FEATURE_SHRINK = 64.0
+FD_FEATURE_RATIO = 16.0
 # Steps tried, in units of the refused step, when the ordinary refinement (steps of h/16 that
 # must each lower the error estimate) leaves an element too coarse: a kink or a pole at distance
 # d from x spoils every step above ~d, so FD goes on down to h/16^3 (~1.5e-9 |x|, where rounding

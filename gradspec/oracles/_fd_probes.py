@@ -34,12 +34,12 @@ import numpy as np
 from .. import tolerances as _tol
 from .._private import float32_line as _line
 from .._private import structure as _structure
-from .._private.fdstep import EPS32, float32_valued, noise_pattern
+from .._private.fdstep import EPS32, float32_valued, line_sigma, noise_pattern
 from ..spec import registry as _registry
 from ._base import OracleError
 from ._fd_stencil import EPS, ROUNDING_DEPTH
 
-__all__ = ["staircase", "flat_or_stairs", "RESOLUTION_FLOORS", "float32_node", "float32_rounding", "STEP32",
+__all__ = ["staircase", "flat_or_stairs", "noise_or_feature", "RESOLUTION_FLOORS", "float32_node", "float32_rounding", "STEP32",
            "F32_ROUNDING_DEPTH", "F32_PROBE_POINTS", "F32_PROBE_SPREAD", "F32_PROBE_FACTOR", "float32_probe_offsets",
            "perturbed", "hidden_float32", "user_nodes", "HIDDEN32_NAME_ULPS"]
 
@@ -119,6 +119,39 @@ def flat_or_stairs(p, h0, along, points: int) -> None:
             f"within {2 * float(np.max(h0)):.2g} of the case's inputs but its odd part changes by {change:.2g} at "
             f"{float(np.max(big)):.2g}: a staircase (a computation at lower precision inside, e.g. through "
             "float32) or the edge of a flat region, so its estimate 0 cannot be vouched for here")
+
+
+def noise_or_feature(p, h0, leaves, along) -> None:
+    """Where the noise line's sigma raised FD's floor (FD_NOISE_SIGMAS sigma above the rounding model), is it
+    noise?  The same line at 1/FD_FEATURE_SHRINK of its spacing answers (gradspec.tolerances: FD_FEATURE_SHRINK):
+    noise is as rough there, a smooth feature narrower than the first line is not (its 4th differences shrink
+    as spacing^4).  Such a feature -- a ramp of width 1e-9 with slope 1e9 at x = 0, tryout6's rmsnorm three
+    times in a row -- is a change FD's step cannot resolve: the estimate (~1/h, 5000x too small there) and its
+    noise-sized error bound would both be wrong, and the bound alone made it a witness.  FD steps aside, saying
+    why.  A narrow line that mostly repeats one value (a staircase of quanta between the two spacings) says
+    nothing smooth: the noise stays noise.  Only noise above the rounding model is asked about (the narrow line's own rounding is at
+most that model's 1/256: a ratio of 16 is then the line's, not rounding's).  ``along`` = (s_at, args, flat),
+as in ``staircase``."""
+    line = p.line
+    # Only noise far above rounding: near a zero of the output (every value ~0, so the VALUE_DEPTH floor is too)
+    # FD's floor rises on rounding alone, and the narrow line's values, 64x closer to that zero, round 64x finer.
+    if len(line) < 2 or not p.sigma > max(ROUNDING_DEPTH * EPS * max(p.S0 + abs(p.s0), max(map(abs, line))), p.vfloor):
+        return
+    s_at, args, flat = along
+    narrow = s_at(*args, flat + noise_pattern(flat.size) * (h0 / _tol.FD_FEATURE_SHRINK)).tolist()
+    if 2 * sum(map(operator.eq, narrow, narrow[1:])) >= len(narrow) - 1:
+        return
+    fine = line_sigma(narrow)
+    if not fine * _tol.FD_FEATURE_RATIO < p.sigma:  # (a NaN says nothing)
+        return
+    spacing = float(np.min(h0)) / _tol.FD_NOISE_SPACING  # (the inputs nearest 0: their step is STEP)
+    raise OracleError(
+        f"finite differences: along the noise line around {leaves[0].name if len(leaves) == 1 else 'the inputs'} "
+        f"(every input moved together, by up to {(len(line) - 1) * spacing:.2g} at |x| <= 1) the forward changes by "
+        f"{max(line) - min(line):.3g}: rough like noise of {p.sigma:.2g} per value, but smooth at "
+        f"1/{_tol.FD_FEATURE_SHRINK:g} of that spacing (noise {fine:.2g} there), so it is no noise: a ramp or pole far "
+        f"narrower than the step ({float(np.min(h0)):.2g} at |x| <= 1), which central differences cannot "
+        "resolve; no estimate can be vouched for here")
 
 
 # ---------------------------------------------------------------------------------------------

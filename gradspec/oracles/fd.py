@@ -462,15 +462,34 @@ def _float64_gradient(case, leaves, x64, flat, h, plan, hl, p: _Pass, check_reac
     if check_reach and p.reach:  # a kink within reach explains a coarse estimate better than "varies too fast"
         _check_reach(plan, p.center, p.reach, p.tops, center_kink_distances(case))
     if small is not None and not small[3]:
+        if floor > p.vfloor:
+            _noise_blocked(case, x64, leaves, flat, h, p, *(np.array(a) for a in small[:3]))
         _probes.staircase(p, small[0], h, leaves, (_s_at, (case, x64, leaves, p.seeds64), flat))
         return _result(leaves, np.array(small[0]), np.array(small[1]), h, p.evaluations)
     if small is not None:
         r, err, trunc = (np.array(a) for a in small[:3])
     else:
         r, err, trunc = _combine_all(p.s, p.s0, p.S, p.S0, h, floor)
+    if floor > p.vfloor:
+        _noise_blocked(case, x64, leaves, flat, h, p, r, err, trunc)
     h_final, more = _refine(case, x64, leaves, p, h, floor, (r, err, trunc))
     _probes.staircase(p, r, h, leaves, (_s_at, (case, x64, leaves, p.seeds64), flat))  # (h: the noise line's steps)
     return _result(leaves, r, err, h_final, p.evaluations + more)
+
+
+def _noise_blocked(case, x64, leaves, flat, h, p: _Pass, r, err, trunc) -> None:
+    """The noise line's sigma raised the floor (``p``); where that alone kept an element from refinement -- too
+    coarse by COARSE, with truncation above the rounding model's share of the error but not above the noise's --
+    the noise decides the estimate, so ask whether it is noise (``_fd_probes.noise_or_feature``: a ramp narrower
+    than the line is not, and FD steps aside).  Elsewhere the "noise" changes nothing FD reports: a smooth
+    function's 4th differences near a zero of the output, where the VALUE_DEPTH floor is ~0, raise the floor
+    to ~1e-12 beside derivatives of 1e6."""
+    scale = max(float(_MAX(np.abs(r), axis=None, initial=0.0)), 1e-300)
+    with np.errstate(all="ignore"):
+        err0 = _combine(p.s, p.s0, _MAX(p.S, axis=0), p.S0, h, p.vfloor)[1]
+        blocked = (trunc > COARSE * np.maximum(np.abs(r), scale)) & (trunc <= 0.5 * err) & (trunc > 0.5 * err0)
+    if _ANY(blocked, axis=None):
+        _probes.noise_or_feature(p, h, leaves, (_s_at, (case, x64, leaves, p.seeds64), flat))
 
 
 def _specs(case) -> list:
