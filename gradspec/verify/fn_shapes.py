@@ -92,6 +92,7 @@ class _FnProbe:
         self.multi = False
         self.error = ""
         self.bad_values = None  # (min, max) of the inputs of the first call whose output was not finite
+        self.bad_where = None  # (output, positions) where the first call with a non-finite output was not finite
 
     def arrays(self, shapes):
         from .. import domains as _domains
@@ -124,6 +125,7 @@ class _FnProbe:
                 idx = [int(i) for i in torch.nonzero(bad)[0]] if o.dim() else []
                 if self.bad_values is None:
                     self.bad_values = _value_range([x.numpy() for x in xs])
+                    self.bad_where = (k, tuple(bad.shape), bad.numpy().tobytes())
                 self.error = self.error or (f"fn returned {float(o[tuple(idx)])!r} at output"
                                             f"{'' if len(outs) == 1 else f' {k}'}{idx} on inputs of shapes "
                                             f"{[tuple(x.shape) for x in xs]}")
@@ -258,6 +260,11 @@ def _example_refused(probe: _FnProbe, shapes, broadcast: str, domain) -> Plan:
     if probe.error.startswith("fn returned") and "inf at output" in probe.error:
         hint = ("; its forward overflows there (a limit of the forward, not a gradient bug): give example values where "
                 "it is finite, and domain=gs.domains.interval(lo, hi) for the range where it is")
+    elif probe.error.startswith("fn returned") and _values_do_not_matter(probe, shapes):
+        hint = ("; it does so at the same output elements whatever the input values (the example's, and others of "
+                "both signs): no input domain explains that -- the code makes it, e.g. a softmax over a fully "
+                "masked row (every score -inf), a 0 / 0 from a mask or a constant; guard it in fn (torch.nan_to_num, "
+                "torch.where, a mask that keeps one element per row), as the callers would need anyway")
     elif probe.error.startswith("fn returned"):
         hint = ("; where fn is defined on part of the real line only (log, sqrt, acos...), give example values "
                 "inside it and domain=gs.domains.positive() or gs.domains.interval(lo, hi)")
@@ -265,6 +272,26 @@ def _example_refused(probe: _FnProbe, shapes, broadcast: str, domain) -> Plan:
         raise ValueError(f"on its example_inputs (shapes {shapes}) {probe.error.removeprefix('TypeError: ')}")
     raise ValueError(f"fn rejects its own example_inputs (shapes {shapes}): "
                      f"{probe.error or 'no reason given (it returned nothing gradspec can check)'}{hint}")
+
+
+def _values_do_not_matter(probe: _FnProbe, shapes) -> bool:
+    """Whether fn's output is not finite at the same elements on two more sets of values -- moderate ones of
+    both signs, and positive ones (where log, sqrt and acosh-like code is defined) -- as on the example's own:
+    then no domain= can help (tryout6 #10: a fully masked attention row got the log/sqrt advice)."""
+    seen = probe.bad_where
+    if seen is None or any(d is not None for d in probe.doms):
+        return False
+    from .. import domains as _domains
+
+    for domain, seed in ((None, 1), (_domains.positive(), 2)):
+        again = _FnProbe(probe.fn, probe.layout, {}, [domain] * len(shapes))
+        again.kw = probe.kw
+        rng = np.random.default_rng(seed)
+        arrays = [_values.tame_array(rng, tuple(s), [domain or _domains.real()]) for s in shapes]
+        again.arrays = lambda _shapes, arrays=arrays: arrays
+        if again(shapes) or again.bad_where != seen:
+            return False
+    return True
 
 
 def _learnt(probe: _FnProbe, shapes, broadcast: str, domain) -> Plan:
