@@ -14,6 +14,8 @@ Example::
     >>> group({"jacobian: exact tie/kink at v3 = relu(x3): no derivative exists there": 6,
     ...        "jacobian: exact tie/kink at v1 = abs(x0): no derivative exists there": 2})
     [('jacobian: exact tie/kink at a node: no derivative exists there', 8, 'v3 = relu(x3)')]
+    >>> fold_numbers({"jacobian: flat within 0.0148, changes by 0.5": 3, "jacobian: flat within 0.011, changes by 0.375": 1})
+    {'jacobian: flat within 0.0148, changes by 0.5': 4}
     >>> word_cut("no derivative exists there (only the exact oracles compare)", 40)
     'no derivative exists there (only the…'
 """
@@ -22,7 +24,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["word_cut", "kind_of", "group", "key", "KEY_WIDTH"]
+__all__ = ["word_cut", "kind_of", "group", "fold_numbers", "key", "KEY_WIDTH", "FOLD_AT"]
 
 # Longest count key kept (summary.json["skipped"], inconclusive reasons): the reason of a case that
 # compared nothing joins every oracle's (a few sentences each), so keys stay whole up to this; only an
@@ -82,6 +84,26 @@ def kind_of(reason: str, numbers: bool = True) -> tuple[str, str]:
     for pattern, placeholder in _PARTS if numbers else _PARTS[:-1]:
         kind = pattern.sub(keep(placeholder), kind)
     return kind, "; ".join(dict.fromkeys(found))  # each part once, in order
+
+
+# A campaign's reason counter is folded (``fold_numbers``) whenever it holds more than this many reasons:
+# reasons that differ only in a measured number (a step, a size of change) made one entry per case, 6881
+# entries and 2.1 MB of summary.json after 120 s of one op (tryout6 #12).
+FOLD_AT = 256
+# any number standing alone, integers too ("at all 29 points", "at 25"), not a part of a name ("x0", "float32")
+_ANY_NUMBER = re.compile(r"(?<![\w.])[-+]?\d+(?:\.\d*)?(?:e[-+]?\d+)?(?![\w.])")
+
+
+def fold_numbers(counts) -> dict:
+    """``{reason: count}`` with reasons that differ only in their numbers merged: each such kind is kept under
+    its most frequent reason (numbers in place, as a reader is shown it), with the kind's total count; reasons
+    naming different nodes or elements stay apart (summary.json lists where; ``group`` folds those for the
+    terminal).  Most frequent first."""
+    kinds: dict[str, list] = {}
+    for reason, n in sorted(dict(counts).items(), key=lambda kv: -kv[1]):
+        row = kinds.setdefault(_ANY_NUMBER.sub("…", str(reason)), [str(reason), 0])
+        row[1] += int(n)
+    return dict(sorted((tuple(r) for r in kinds.values()), key=lambda r: -r[1]))
 
 
 def group(skipped: dict) -> list[tuple[str, int, str]]:

@@ -15,11 +15,13 @@ import os
 import signal
 import sys
 import time
+from collections import Counter
 from typing import Any, Callable
 
 from .._private.case_budget import case_timeout
 from .._private.kinks import tally
 from .._private.records import discrepancy_id, read_records, update_record
+from .._private.skips import FOLD_AT, fold_numbers
 from .._private.skips import key as skip_key
 from .._private.skips import word_cut
 from ..case import Case
@@ -207,10 +209,14 @@ class _Campaign:
             pa[key] += int(comp.agreed)
         for name, why in verdict.skipped.items():
             s.skipped[skip_key(name, why)] += 1
+        if len(s.skipped) > FOLD_AT:  # (reasons that differ only in a number: one kind, not one entry per case)
+            s.skipped = Counter(fold_numbers(s.skipped))
         s.hard.update(tally(case, verdict.skipped))
         s.timeouts += sum(d.kind == "timeout" for d in verdict.discrepancies)
         if verdict.status == "inconclusive":
             s.inconclusive[word_cut(verdict.reason)] += 1
+            if len(s.inconclusive) > FOLD_AT:
+                s.inconclusive = Counter(fold_numbers(s.inconclusive))
 
     def record(self, d: Discrepancy, verdict: Verdict, note: str = "", covers: list | None = None) -> None:
         covers = [_sig_key(c) for c in (covers or [d.signature])]

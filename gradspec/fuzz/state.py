@@ -22,6 +22,7 @@ import numpy as np
 from .. import outcome as _outcome
 from .._private import database as _db
 from .._private.records import atomic_write
+from .._private.skips import fold_numbers
 from ..causes import ENGINE_IDS
 from ..findings import covered  # noqa: F401  (re-exported: gradspec.fuzz.covered)
 
@@ -273,7 +274,7 @@ def summary_json(cfg: Config, stats: Stats, previous: list | None = None, ops: l
         "status": status,
         "reason": reason,
         "inconclusive": sum(stats.inconclusive.values()),
-        "inconclusive_reasons": dict(stats.inconclusive.most_common(10)),
+        "inconclusive_reasons": dict(list(fold_numbers(stats.inconclusive).items())[:10]),
         "cases": stats.cases,
         "discrepancies": len(active),
         "seconds": round(stats.seconds, 3),
@@ -290,7 +291,7 @@ def summary_json(cfg: Config, stats: Stats, previous: list | None = None, ops: l
         "shrink_runs": stats.shrink_runs,
         "localise_runs": stats.localise_runs,
         "timeouts": stats.timeouts,
-        "skipped": dict(stats.skipped.most_common()),
+        "skipped": fold_numbers(stats.skipped),  # (reasons differing only in a number: one entry, tryout6 #12)
         "hard_regions": hard_regions(stats.hard, stats.cases),
         "interrupted": stats.interrupted,
         "stop_reason": stats.stop_reason,
