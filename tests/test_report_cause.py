@@ -127,7 +127,7 @@ def _pages(directory, kind) -> list:
     return out
 
 
-def test_reproduce_card_names_the_engine_under_test_and_its_replay_runs(tmp_path):
+def test_reproduce_card_names_the_engine_under_test_and_its_replay_runs(tmp_path, monkeypatch):
     from gradspec import cli
 
     r = gs.verify_engine(P.SumScaled(), max_examples=20, seed=0)
@@ -138,6 +138,7 @@ def test_reproduce_card_names_the_engine_under_test_and_its_replay_runs(tmp_path
     assert "engine reference" not in card
     cmd = re.search(r"gradspec replay (\S+) --allow-import tests._planted", card)
     assert cmd, card
+    monkeypatch.chdir(os.path.dirname(page))  # (the card's paths are relative to the page's folder: it says so)
     assert cli.main(["replay", cmd.group(1), "--allow-import", "tests._planted"]) == 1  # still disagrees
 
 
