@@ -278,13 +278,19 @@ def flat_forward_words(leaves: list, u: dict, t: dict, g: np.ndarray) -> str | N
     if not leaves:
         return None
     uu, tt = flat(u, leaves), flat(t, leaves)
-    if not tt.size or np.any(tt != 0) or not np.all(np.isfinite(uu)) or not np.any(uu != 0):
+    if not tt.size or not np.all(np.isfinite(uu)) or not np.any(uu != 0) or not np.all(np.isfinite(tt)):
+        return None
+    # finite differences of a flat forward leave rounding (3e-12 next to a gradient of 1: tryout6 #7), never a
+    # value within 1e-8 of the rule's own scale where the forward really moves
+    tiny = float(np.max(np.abs(tt)))
+    if tiny > 1e-8 * float(np.max(np.abs(uu))):
         return None
     mine = np.asarray(u[leaves[0].name])
     passes = len(leaves) == 1 and mine.shape == np.shape(g) and np.array_equal(mine, g)
     # g unchanged is what a straight-through estimator returns, and also a mask or derivative factor that is 1
     # where it should be 0 (a projection's backward that forgets a term): both said, neither guessed
-    return ("J^T·g is 0 here (the forward does not change at these inputs: a constant output, or floor/round "
+    return (f"J^T·g is 0 here{'' if tiny == 0 else f' (up to finite differences rounding, {tiny:.2g})'} (the "
+            "forward does not change at these inputs: a constant output, or floor/round "
             f"between its jumps) but it returns {'g unchanged' if passes else 'nonzero values'} (a mask or derivative "
             "factor that is 1 where it should be 0, a term of the derivative forgotten, or a deliberate surrogate "
             "gradient such as a straight-through estimator): a surrogate gradient is not the derivative, which is "

@@ -44,6 +44,8 @@ def _twin_label(spec, twin) -> str:
     """What the twin that decided a node's VJP is, for the evidence (a torch Function has no JVP rule)."""
     if twin == "finite-differences":
         return "finite differences"
+    if twin == "jacobian" and getattr(spec, "surrogate", None):
+        return f"J^T·g of the surrogate {spec.surrogate} (finite differences of its forward, JVP)"
     if twin == "jacobian" and getattr(spec, "jvp_source", None) not in (None, "declared"):
         return "J^T·g from finite differences of the forward (JVP)"
     if twin == "jacobian":
@@ -63,6 +65,10 @@ def _whose(spec, suspect: str) -> str:
         inside = list(getattr(spec, "functions_inside", None) or ())
         runs = (f" (whose graph runs your {' and '.join(inside[:3])}: torch's own ops "
                 "rarely err, so look there first)") if inside else ""
+        cuts = list(getattr(spec, "grad_cuts", None) or ())
+        if cuts and not inside:  # its own detach / hook / no_grad, not torch, shapes that gradient (tryout6 #7)
+            return (f"{spec.name[6:]}'s gradient, shaped by its {' and '.join(cuts[:3])} (torch's autograd applies "
+                    "that as written, so look there),")
         return f"the gradient torch's autograd computes through {spec.name[6:]}{runs}"
     if spec.user and getattr(spec, "torch_name", None) and spec.name.startswith("torch_"):
         return f"your backward ({spec.name[6:]}.backward)"

@@ -353,7 +353,10 @@ def _check_node(case: Case, mini: Case, node: NodeDef, suspects: list, oracles: 
         if not v.discrepancies and not v.errors:
             return None, _carried(v, code)
         fd_only = True
-    if "finite-differences" not in names and (
+    # A declared surrogate (verify_torch_function(surrogate=)) is the jacobian twin on purpose: finite differences
+    # of fn's forward measure the derivative the backward does not mean to compute, so they never decide here
+    no_fd = bool(getattr(spec, "surrogate", None))
+    if "finite-differences" not in names and not no_fd and (
             "jacobian" not in v.results or (spec.user and spec.jvp_source == "declared") or "jacobian" in suspects
             or any(s.startswith("torch") for s in suspects)):
         # The twin is the user's own jvp, or the suspect is a torch twin, or the twin could not run here (a
@@ -363,7 +366,7 @@ def _check_node(case: Case, mini: Case, node: NodeDef, suspects: list, oracles: 
 
     def run(m):
         w = _run_check(m, oracles=names)
-        if "jacobian" not in w.results and "finite-differences" not in names:  # (at another point: see above)
+        if "jacobian" not in w.results and "finite-differences" not in names and not no_fd:  # (another point: above)
             w = _run_check(m, oracles=names + ["finite-differences"])
         return w
 
@@ -440,14 +443,19 @@ def _wrong_vjp(mini: Case, node: NodeDef, spec, suspect: str, u: dict, t: dict, 
     pattern, factor, detail = classify(mini, node, spec, leaves, u, t, J, g)
     where = _where(node, spec)
     code = _whose(spec, suspect)
+    flat = first.kind != "nan-inf-pattern" and flat_forward_words(leaves, u, t, g)
+    if flat and _is_torch_function(spec):  # (a torch function can declare it: tryout6 #7)
+        flat = flat.replace("verify the code around it instead", "declare the intended gradient with "
+                            "verify_torch_function(..., surrogate=...) (e.g. lambda x: x.clamp(-1, 1) for a clipped "
+                            "straight-through estimator)")
     if first.kind == "nan-inf-pattern":
         pattern, factor = "other", None
         why = overflow_words(mini) or ("a 0/0 or inf/inf: a division by an input that is 0 there?); compute it "
                                        "without the singular step")
         detail = f"it returns non-finite values ({_fmt(first.values)}) where J^T·g is finite ({why}" + (
             ")" if why.startswith("at |") else "")
-    elif pattern == "other" and flat_forward_words(leaves, u, t, g):
-        detail = flat_forward_words(leaves, u, t, g)
+    elif flat and pattern in ("other", "scale"):  # (a factor fitted to J^T·g = 0 + rounding is noise: tryout6 #7's 3e11)
+        pattern, factor, detail = "other", None, flat
     elif pattern != "permuted" and run is not None and twin is not None and (
             swap := swapped_inputs(mini, node, suspect, twin, run)):
         pattern, factor, detail = "permuted", None, swap
@@ -464,6 +472,10 @@ def _wrong_vjp(mini: Case, node: NodeDef, spec, suspect: str, u: dict, t: dict, 
         pattern, factor, detail = part[1] or (pattern, factor, detail)
         detail = f"{part[0]}: {detail}"
     summary = (not leaves and _cut_from_graph(mini, node, spec, u, t)) or f"{where}: {code} is wrong — {detail}"
+    if getattr(spec, "surrogate", None) and twin == "jacobian":
+        summary += f" (J^T·g here: the gradient of the surrogate {spec.surrogate}, not of fn's forward)"
+    elif getattr(spec, "grad_cuts", None) and getattr(spec, "fn_has_backward", True) is False and not flat:
+        summary += "; if that gradient is intended, declare it with verify_torch_function(..., surrogate=...)"
     return Cause("wrong-vjp", summary, node=node.name, op=node.op,
                  evidence=_evidence(mini, leaves, u, t, g, suspect, _twin_label(spec, twin)), pattern=pattern, factor=factor)
 

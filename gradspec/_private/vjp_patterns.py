@@ -198,9 +198,14 @@ def _masked(uu: np.ndarray, tt: np.ndarray) -> str | None:
     scale = float(np.max(np.abs(tt), initial=0.0))
     zero_u, zero_t = np.abs(uu) <= 1e-12 * max(scale, 1.0), np.abs(tt) <= 1e-12 * max(scale, 1.0)
     dropped = ~zero_t & zero_u
-    if not dropped.any() or np.any(~zero_t & ~zero_u & ~np.isclose(uu, tt, rtol=1e-9, atol=0)):
+    if dropped.any() and np.any(~zero_t & ~zero_u & ~np.isclose(uu, tt, rtol=1e-9, atol=0)):
         return None
     extra = zero_t & ~zero_u
+    if not dropped.any() and extra.any() and not np.any(~zero_t & ~zero_u & ~np.isclose(uu, tt, rtol=1e-9, atol=0)):
+        return (f"it is nonzero on {int(extra.sum())} of {uu.size} elements where J^T·g is 0 (and right elsewhere): a "
+                "mask, clip range or branch condition missing there (or the wrong side of a kink)?")
+    if not dropped.any():
+        return None
     if extra.any() and not np.any(~zero_t & ~zero_u):
         return (f"it is 0 on the {int(dropped.sum())} element(s) where J^T·g is not and nonzero on the {int(extra.sum())} "
                 "where J^T·g is 0: a mask inverted (the condition the wrong way round, > where <= belongs)?")
@@ -223,8 +228,8 @@ def _not_accumulated(uu, tt, Jc, g) -> str | None:
     elements (J[k, j] g[k]): contributions assigned or dropped instead of summed (repeated indices, windows)."""
     err = np.abs(uu - tt)
     bad = np.flatnonzero(err > EXPLAINED * float(np.max(err, initial=0.0)))
-    if not bad.size:
-        return None
+    if not bad.size or not np.any(uu[bad] != 0):
+        return None  # none of the contributions kept anywhere: a dropped gradient (a mask), not "only some summed"
     for j in bad:
         contrib = Jc[:, j] * g
         contrib = contrib[contrib != 0]

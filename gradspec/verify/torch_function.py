@@ -27,6 +27,7 @@ from .._private import determinism as _det
 from .._private import float32_line as _f32line
 from .._private import opaque_noise as _opaque_noise
 from .._private import result_sink
+from .._private import torch_cuts as _cuts
 from .._private import torch_grad as _torch_grad
 from .._private import torch_structs as _structs
 from .._private import torchfn_record as _rec
@@ -38,7 +39,7 @@ from ..result import Result, VerifyDiscrepancy
 from ..search import _check_budget, _resolve_seed, _Runner
 from ..spec import registry as _registry
 from ..spec.opspec import OpSpec
-from . import fn_shapes, torch_double, torch_float32, torch_grad_shapes, torch_layouts
+from . import fn_shapes, torch_double, torch_float32, torch_grad_shapes, torch_layouts, torch_surrogate
 from . import numerics as _num
 from .op import COMPANIONS, _budget_text, _check_op_case, _count, _op_cases, _wrap
 from .torch_call import ARG_PREFIX, CallLayout, InPlace, _decode, blocks, flat, jitter_float32, label_of, outputs, schema_of
@@ -137,7 +138,11 @@ def _torch_wrap(fn, name: str, layout: CallLayout, signature, shape_fn, domain, 
         noisy = None  # check.rounding_noise: fn's own float32 ops (forward and backward) jittered too
         if noise is not None and keep32 and any(np.asarray(a).dtype == np.float32 for a in arrays):
             noisy = lambda: jitter_float32(*noise)  # noqa: E731
-        xs, given, outs, multi = run(arrays, kw, True, noisy)
+        with _cuts.recording() if not probed else contextlib.nullcontext([]) as found:  # (pass-through: words)
+            xs, given, outs, multi = run(arrays, kw, True, noisy)
+        if not probed:  # (the first call only: a TorchFunctionMode costs on every op)
+            probed.append(True)
+            cuts.extend(found)
         if not inside:
             inside.extend(functions_in_graph(outs))
         gt = torch.from_numpy(np.array(g, dtype=torch_float32.run_dtype(g, keep32)))
@@ -168,6 +173,8 @@ def _torch_wrap(fn, name: str, layout: CallLayout, signature, shape_fn, domain, 
 
     inside: list = []  # the torch.autograd.Functions fn's graph runs (a wrapper's: diagnose names their backward)
     by_backward: list = []  # why fn's backward ran through .backward(), not autograd.grad (a reentrant checkpoint)
+    cuts: list = []  # where fn's code leaves the derivative (detach, register_hook, no_grad: _private.torch_cuts)
+    probed: list = []
     inplace = InPlace()  # fn modifies its inputs in place (ctx.mark_dirty): it gets copies of leaves (tryout5 #1)
 
     def torch_fn(*xs, **kw):
@@ -190,6 +197,7 @@ def _torch_wrap(fn, name: str, layout: CallLayout, signature, shape_fn, domain, 
     spec.forward_errors = forward.errors  # type: ignore[attr-defined]
     spec.functions_inside = inside  # type: ignore[attr-defined]
     spec.grad_by_backward = by_backward  # type: ignore[attr-defined]
+    spec.grad_cuts = cuts  # type: ignore[attr-defined]
     spec.inplace = inplace  # type: ignore[attr-defined]
     spec.torch_direct = torch_direct  # type: ignore[attr-defined]
     spec.state_changes = getattr(fn, "_gs_state", None)  # type: ignore[attr-defined]  (a module's buffers)
@@ -370,7 +378,7 @@ def verify_torch_function(fn, *, arity: int | None = None, signature: str | None
                           params: dict | None = None, max_examples: int | None = None, seconds: float | None = None,
                           seed: int | None = None, companions=COMPANIONS, example_inputs=None, args: dict | None = None,
                           broadcast: str = "auto", rtol: float | None = None, atol: float | None = None,
-                          kink_distance=None, dtypes=None, double_backward: bool = True) -> Result:
+                          kink_distance=None, dtypes=None, double_backward: bool = True, surrogate=None) -> Result:
     """Verify the backward of torch code ``fn`` (typically ``MyFunction.apply``) in float64 and float32.
 
     Its gradients are compared with finite differences of its own forward, the jacobian oracle
@@ -396,6 +404,11 @@ def verify_torch_function(fn, *, arity: int | None = None, signature: str | None
     ``double_backward=False``: skip the second-order check (autograd through fn's backward vs finite
     differences of it) for code only ever differentiated once; the cases record it, so replays skip it too.
 
+    ``surrogate``: a differentiable function of fn's arguments whose derivative IS the gradient fn's backward
+    is meant to compute, where that is not the derivative of fn's forward on purpose (a straight-through
+    estimator: ``lambda x: x.clamp(-1, 1)``; gradient reversal: ``lambda x: -lam * x``; a stop-gradient:
+    ``lambda x: 0 * x``): fn's backward is checked against it instead (:mod:`gradspec.verify.torch_surrogate`).
+
     ``rtol`` / ``atol``: the accuracy fn claims (see ``verify_op``).  Points where fn is not
     differentiable are detected numerically and skipped (``Result.nondifferentiable``);
     ``kink_distance(*inputs, **params) -> float`` (torch tensors in) says where the kinks are when
@@ -413,7 +426,11 @@ def verify_torch_function(fn, *, arity: int | None = None, signature: str | None
     domain = _domains.coerce(domain, "verify_torch_function")  # a name ('positive') or a clear error
     if _is_module(fn):  # parameters and inputs as leaves (gs.verify_module)
         return verify_module(fn, example_inputs=example_inputs, max_examples=max_examples, seconds=seconds,
-                             seed=seed, domain=domain, broadcast=broadcast, dtypes=dtypes, double_backward=double_backward)
+                             seed=seed, domain=domain, broadcast=broadcast, dtypes=dtypes, double_backward=double_backward,
+                             surrogate=surrogate)
+    if surrogate is not None and not callable(surrogate):
+        raise TypeError("verify_torch_function: surrogate must be a callable on torch tensors taking fn's arguments "
+                        f"(its derivative is the intended gradient), got {type(surrogate).__name__}")
     params = dict(params or {})
     layout = _layout(fn, arity, signature, params, example_inputs, args)
     _check_signature_arity(fn, signature, layout)
@@ -433,6 +450,10 @@ def verify_torch_function(fn, *, arity: int | None = None, signature: str | None
     spec = _torch_wrap(fn, name, layout, sig, rule, domain, {**params, **layout.strategies()},
                        _num.torch_kinks(kink_distance), keep32="float32" in dtypes)
     how = _call_record(layout, plan.model is not None, sig, rule, domain)
+    if surrogate is not None:  # fn's backward checked against the declared gradient (torch_surrogate)
+        torch_surrogate.check_example(fn, surrogate, layout, example_inputs)
+        torch_surrogate.install(spec, surrogate, layout)
+        spec.import_path = None  # a case file cannot carry the surrogate: its replay would compare with the derivative
     if plan.model is not None:
         spec._gs_out_blocks = out_blocks  # type: ignore[attr-defined]
     s = _resolve_seed(seed)
@@ -457,10 +478,13 @@ def verify_torch_function(fn, *, arity: int | None = None, signature: str | None
         extra.append("kink_distance=kink_distance")
     if not double_backward:
         extra.append("double_backward=False")
+    if surrogate is not None:
+        extra.append("surrogate=surrogate")
     run_replay = f"gs.verify_torch_function({label}, seed={s}, {budget}, {', '.join(extra)})"
     # Objects a line cannot spell are passed by name: a pasteable call once those names are bound (tryout4 #14:
     # "example_inputs=<your example>" was no Python)
-    objects = [k for k in ("shape_fn", "params", "example_inputs", "args", "kink_distance") if f"{k}={k}" in extra]
+    objects = [k for k in ("shape_fn", "params", "example_inputs", "args", "kink_distance", "surrogate")
+               if f"{k}={k}" in extra]
     if objects:
         run_replay += (f"\n# {', '.join(objects)}: bind {'it' if len(objects) == 1 else 'each'} to the object you "
                        "passed to this call before running the line above")
@@ -485,10 +509,17 @@ def verify_torch_function(fn, *, arity: int | None = None, signature: str | None
         result_sink.emit(result)
         return result
     names = ["reference", "finite-differences", "jacobian", "torch-cpu"]
+    if surrogate is not None:  # the derivative of fn's forward is not what its backward means to compute
+        names.remove("finite-differences")
+        result.note(torch_surrogate.note(surrogate))
     target = f"torch function {label}"
     module = getattr(fn, "_gs_module", None)
     spec.module_of = module  # type: ignore[attr-defined]  (report: the case file says why it does not replay)
-    if module is not None:
+    if surrogate is not None and module is None:
+        case_replay = f"re-run the whole check (a case file cannot carry the surrogate): {run_replay}"
+        result.note("findings of a surrogate= run replay in this process only (re-run the check): a saved case.json "
+                    "cannot carry the surrogate, and `gradspec replay` would compare fn's backward with the derivative")
+    elif module is not None:
         case_replay = (f"gs.check(d.case) while the module's op is registered (it is, in this process); "
                        f"or the whole run: {run_replay.replace('gs.verify_torch_function(', 'gs.verify_module(', 1)}")
         result.note(module_not_replayed(module))
@@ -549,17 +580,25 @@ def verify_torch_function(fn, *, arity: int | None = None, signature: str | None
 
 
 def verify_module(module, *, example_inputs=None, max_examples: int | None = None, seconds: float | None = None,
-                  seed: int | None = None, domain=None, broadcast: str = "auto", dtypes=None, **kw) -> Result:
+                  seed: int | None = None, domain=None, broadcast: str = "auto", dtypes=None, surrogate=None,
+                  **kw) -> Result:
     """Verify a ``torch.nn.Module``'s gradients w.r.t. its trainable parameters and its float inputs
     (:mod:`gradspec.verify.torch_module`).  ``example_inputs``: the arguments of one real forward call
     (non-tensor ones passed again as given); ``dtypes`` as in ``verify_torch_function`` (float32 cases
-    run a float32 copy of the module); other keywords go to ``verify_torch_function``."""
+    run a float32 copy of the module); ``surrogate``: a module with the same parameters whose derivative is
+    the intended gradient (:mod:`gradspec.verify.torch_surrogate`; an ``nn.Embedding``'s padding row is
+    recognised without it); other keywords go to ``verify_torch_function``."""
     from . import torch_module
 
     fn, example, labels = torch_module.module_function(module, example_inputs)
+    surr, pads = torch_module.surrogate_of(module, fn, surrogate)
     with result_sink.suppressed():  # emitted below, once it is labelled as a module
         r = verify_torch_function(fn, example_inputs=example, max_examples=max_examples, seconds=seconds, seed=seed,
-                                  domain=domain, broadcast=broadcast, dtypes=dtypes, **kw)
+                                  domain=domain, broadcast=broadcast, dtypes=dtypes, surrogate=surr, **kw)
+    for *_, what in pads:
+        r.note(f"{what}: torch gives the padding row no gradient by design (documented), so that row's intended "
+               "gradient is taken as 0 (held constant in the jacobian oracle's JVP); the other rows are checked against the "
+               "derivative")
     torch_module.finish(r, labels)
     result_sink.emit(r)
     return r

@@ -28,7 +28,7 @@ import copy
 
 from ..ops.user import UserOpError
 
-__all__ = ["module_function", "finish", "named"]
+__all__ = ["module_function", "surrogate_of", "finish", "named"]
 
 
 def module_function(module, example_inputs):
@@ -72,12 +72,23 @@ def module_function(module, example_inputs):
 
     fn.__qualname__ = type(module).__name__
     fn._gs_state = state_changes  # (determinism.why_not_a_function)
+    fn._gs_parts = (names, k, mods)  # (surrogate_of: the same parameters, the same copies' dtypes)
     fn._gs_module = type(module).__name__  # (verify_torch_function: a module's findings replay in this process only)
     inputs = [x.detach().to(torch.float64) if isinstance(x, torch.Tensor) and x.is_floating_point() else x
               for x in example_inputs]
     labels = names + [f"input {i}" for i, x in enumerate(inputs)
                       if isinstance(x, torch.Tensor) and x.is_floating_point()]
     return fn, tuple(params) + tuple(inputs), labels
+
+
+def surrogate_of(module, fn, surrogate) -> tuple:
+    """(the surrogate of ``fn`` = :func:`module_function`'s, or None; the padding rows it holds at 0): the user's
+    surrogate module, and each ``nn.Embedding(padding_idx=p)`` whose row p torch leaves without gradient."""
+    from . import torch_surrogate
+
+    names, k, mods = fn._gs_parts
+    pads = torch_surrogate.padding_rows(module, names)
+    return torch_surrogate.module_surrogate(fn, surrogate, names, k, pads, mods), pads
 
 
 def finish(result, labels: list) -> None:

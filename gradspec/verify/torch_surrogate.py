@@ -1,0 +1,184 @@
+"""``surrogate=``: the gradient a torch backward is *meant* to compute, when that is not the derivative.
+
+A straight-through estimator, gradient reversal or a stop-gradient mix has, on purpose, a backward that is not
+the derivative of its forward: checked against the derivative it disagrees, and so do its bugs, in the same
+words.  ``gs.verify_torch_function(fn, surrogate=s)`` names a differentiable function ``s`` of the same
+arguments whose derivative IS the intended gradient (STE: ``x.clamp(-1, 1)``; reversal: ``-lam * x``;
+stop-gradient: ``0 * x``).  fn's backward is then checked against that:
+
+* the jacobian oracle takes, at each call of fn in a graph, a finite-difference JVP of ``s``'s forward at fn's
+  inputs (``s``'s value is never used, only its derivative there), composed by the chain rule with the table
+  ops around fn, and is compared with the finite-difference tolerance of such JVPs;
+* finite differences of fn's own forward (the true derivative) are not compared;
+* fn's backward is still run call by call and inside whole torch graphs, twice, with non-contiguous upstream
+  gradients and through the double backward, as without a surrogate.
+
+So a correct STE agrees while one that forgets its clip range is found, and a wrong-sign reversal is named
+``sign``.  ``gs.verify_module(m, surrogate=m2)`` takes a module with the same parameters (``m`` with the trick
+swapped for its surrogate).  A module's ``nn.Embedding(padding_idx=p)`` is recognised: torch gives row ``p``
+no gradient by design, so that row's intended gradient is 0 (the surrogate holds it at its value).
+
+Example::
+
+    >>> import torch, gradspec as gs
+    >>> class Reverse(torch.autograd.Function):
+    ...     @staticmethod
+    ...     def forward(ctx, x): return x.view_as(x)
+    ...     @staticmethod
+    ...     def backward(ctx, g): return -0.5 * g
+    >>> x = torch.randn(3, dtype=torch.float64)
+    >>> gs.verify_torch_function(Reverse.apply, example_inputs=(x,), surrogate=lambda x: -0.5 * x,
+    ...                          max_examples=3, seed=0).status
+    'agree'
+"""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+
+from ..ops.user import UserOpError, fd_jvp
+from .torch_call import CallLayout, flat, label_of, outputs
+
+__all__ = ["install", "check_example", "note", "NOTE", "padding_rows", "module_surrogate"]
+
+NOTE = ("surrogate={name}: fn's backward is checked against the gradient of the surrogate you declared (the jacobian "
+        "oracle composes a finite-difference JVP of the surrogate's forward, taken at fn's inputs, with the ops "
+        "around fn), not against the derivative of fn's forward; finite differences of fn's forward are not "
+        "compared. fn's backward is still run call by call, inside torch graphs and twice")
+
+
+def _forward(surrogate, layout: CallLayout):
+    """The surrogate on numpy arrays, always in float64 (its derivative at the inputs is the reference value)."""
+    import torch
+
+    def forward(*arrays, **kw):
+        xs = [torch.from_numpy(np.array(a, dtype=np.float64)) for a in arrays]
+        with torch.no_grad():
+            outs, multi = outputs(layout.call(surrogate, xs, kw))
+            y = flat(outs, multi)
+        return y.detach().cpu().to(torch.float64).numpy()
+
+    return forward
+
+
+def install(spec, surrogate, layout: CallLayout) -> None:
+    """Make the jacobian oracle of ``spec`` (fn wrapped as a user op) the surrogate's derivative at fn's inputs."""
+    if not callable(surrogate):
+        raise TypeError(f"surrogate must be a callable on torch tensors with fn's arguments (its derivative is the "
+                        f"intended gradient), got {type(surrogate).__name__}")
+    twin = copy.copy(spec)
+    twin.name = f"{spec.name}_surrogate"
+    plain = _forward(surrogate, layout)
+    # rows held at their value at fn's inputs (a padding row: its derivative 0, its value what the rest sees)
+    freeze, held = list(getattr(surrogate, "_gs_freeze", ())), []
+
+    def forward(*arrays, **kw):
+        if held:
+            arrays = list(arrays)
+            for j, row, value in held:
+                a = np.array(arrays[j], dtype=np.float64, copy=True)
+                a[..., row, :] = value  # (the row axis counted from the end: batch axes may lead)
+                arrays[j] = a
+        return plain(*arrays, **kw)
+
+    twin.forward = forward
+    twin.kink_distance = None  # fn's kinks are not the surrogate's
+    twin._batch_ok = None  # (whether the surrogate takes batch axes is its own business)
+    twin.float32_seen = ""
+    rule = fd_jvp(twin)
+
+    def jvp(tangents, *inputs, out, **params):
+        held[:] = [(j, row, np.array(np.asarray(inputs[j], dtype=np.float64)[..., row, :])) for j, row in freeze]
+        mine = twin.forward(*inputs, **params)
+        if np.shape(mine) != np.shape(out):
+            raise UserOpError(f"surrogate {label_of(surrogate)} returns shape {np.shape(mine)} where fn returns "
+                              f"{np.shape(out)}: it must take fn's arguments and return fn's output shape")
+        return rule(tangents, *inputs, out=mine, **params)
+
+    spec.jvp = jvp
+    spec.surrogate = label_of(surrogate)  # type: ignore[attr-defined]  (diagnose: J^T·g is the surrogate's)
+
+
+def note(surrogate) -> str:
+    """The run's note: what its backward was checked against."""
+    if getattr(surrogate, "_gs_auto", False):
+        return ("the jacobian oracle composes a finite-difference JVP of the module with its padding row(s) held "
+                "constant (their intended gradient is 0), taken at fn's inputs; finite differences of the module "
+                "itself are not compared (they see the padding rows move)")
+    return NOTE.format(name=label_of(surrogate))
+
+
+def check_example(fn, surrogate, layout: CallLayout, example_inputs) -> None:
+    """A surrogate that does not take fn's example or returns another shape: a usage error up front."""
+    import torch
+
+    if example_inputs is None:
+        return
+    xs = [x for x in example_inputs if isinstance(x, torch.Tensor) and x.is_floating_point()]
+    kw = layout.params()
+    try:
+        with torch.no_grad():
+            want = flat(*outputs(layout.call(fn, xs, kw))).shape
+            got = flat(*outputs(layout.call(surrogate, xs, kw))).shape
+    except Exception as e:  # noqa: BLE001 - fn's own failure is reported by the run; the surrogate's here
+        try:
+            with torch.no_grad():
+                flat(*outputs(layout.call(fn, xs, kw)))
+        except Exception:  # noqa: BLE001
+            return
+        raise UserOpError(f"surrogate {label_of(surrogate)} raised {type(e).__name__} on the example: {e} (it must "
+                          "take fn's arguments)") from None
+    if tuple(got) != tuple(want):
+        raise UserOpError(f"surrogate {label_of(surrogate)} returns shape {tuple(got)} on the example where fn returns "
+                          f"{tuple(want)}: it must return fn's output shape (its derivative is the intended gradient)")
+
+
+def padding_rows(module, names: list) -> list:
+    """``(index into names, row, label)`` of each trainable embedding weight with a padding row."""
+    import torch
+
+    out = []
+    for mn, m in module.named_modules():
+        pad = getattr(m, "padding_idx", None)
+        if isinstance(m, (torch.nn.Embedding, torch.nn.EmbeddingBag)) and pad is not None:
+            pname = f"{mn}.weight" if mn else "weight"
+            if pname in names:
+                out.append((names.index(pname), int(pad), f"{type(m).__name__} {mn or '(the module)'} "
+                                                          f"(padding_idx={int(pad)})"))
+    return out
+
+
+def module_surrogate(fn, surrogate, names: list, k: int, pads: list, mods: dict):
+    """The surrogate of a module's function ``fn(*params, *inputs)``: the user's surrogate module called with the
+    same parameters (else fn itself), each padding row held constant (its intended gradient is 0); None if neither."""
+    import torch
+
+    if surrogate is None and not pads:
+        return None
+    base = fn
+    if surrogate is not None:
+        if not isinstance(surrogate, torch.nn.Module):
+            raise TypeError("verify_module: surrogate must be a torch.nn.Module with the module's parameters (the "
+                            f"module with its trick swapped for a differentiable surrogate), got "
+                            f"{type(surrogate).__name__}")
+        own = dict(surrogate.named_parameters())
+        missing = [n for n in names if n not in own]
+        if missing:
+            raise UserOpError(f"verify_module: surrogate has no parameter(s) {missing[:4]}: give it the module's "
+                              "parameters (e.g. a copy of the module with the trick swapped)")
+        twins = {dt: copy.deepcopy(surrogate).to(dt) for dt in mods}
+
+        def base(*args):
+            m = twins.get(args[0].dtype, twins[torch.float64]) if args else twins[torch.float64]
+            return torch.func.functional_call(m, dict(zip(names, args[:k])), tuple(args[k:]))
+
+    def surrogate_fn(*args):
+        return base(*args)
+
+    surrogate_fn._gs_freeze = [(j, row) for j, row, _ in pads]  # (install: held at their value, derivative 0)
+    surrogate_fn._gs_auto = surrogate is None  # (recognised, not declared: the note says so)
+    surrogate_fn.__qualname__ = (label_of(surrogate) if surrogate is not None
+                                 else "(the module with its padding row(s) held constant)")
+    return surrogate_fn
