@@ -20,6 +20,8 @@ to run it again.
   inputs used twice), plus backward twice (accumulation, state kept between calls).
 * ``verify_module(module, example_inputs=...)``: a ``torch.nn.Module`` as a function of its
   trainable parameters and its float inputs (all leaves), through ``verify_torch_function``.
+* ``surrogate=`` (both): the gradient a backward is meant to compute where that is not the derivative
+  on purpose (a straight-through estimator, gradient reversal): :mod:`gradspec.verify.torch_surrogate`.
 * ``verify_engine(engine)``: an :class:`gradspec.engines.Engine` adapter on random graphs of
   the ops it supports, plus every backward() rule of CONTRACT §5 as a check of its own
   (implicit seeds, seed shapes, J^T seed, accumulation across calls/roots/uses, reset,
