@@ -20,6 +20,7 @@ Example::
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
 import json
@@ -137,7 +138,8 @@ class Case:
             if any(s is None for s in ins):
                 missing = [i for i, s in zip(n.inputs, ins) if s is None]
                 raise CaseError(f"node {n.name!r} ({n.op}) uses {missing}, defined nowhere before it")
-            raw = _tuplify(n.params) if n.params else {}
+            # (each value: a params object is never itself a {"float": ...} value, even one whose only param is 'float')
+            raw = {k: _tuplify(v) for k, v in n.params.items()} if n.params else {}
             key = (spec, tuple(ins), repr(raw)) if budget is None and _plain(raw) else None
             hit = _CANONICAL.get(key) if key is not None else None
             if hit is not None:  # (every Case construction canonicalizes: graphs repeat their nodes)
@@ -202,8 +204,9 @@ class Case:
         return {k: v.dtype for k, v in vals.items()}
 
     def validate(self, shapes: dict | None = None) -> None:
-        names = [l.name for l in self.leaves] + [n.name for n in self.nodes]
-        dup = {n for n in names if names.count(n) > 1}
+        # (counted once: names.count per name was quadratic, a 200k-node file hung replay for minutes)
+        names = collections.Counter([l.name for l in self.leaves] + [n.name for n in self.nodes])
+        dup = {n for n, k in names.items() if k > 1}
         if dup:
             raise CaseError(f"names used twice in the case: {sorted(dup)}")
         if not self.roots:

@@ -11,6 +11,7 @@ to see (``"dtype": "object"`` used to reach the engines and come back as "still 
 from __future__ import annotations
 
 import math
+import re
 import unicodedata
 
 import numpy as np
@@ -110,21 +111,7 @@ def _array(entry, field: str, budget: limits.Budget) -> np.ndarray:
         _fail(f"{field}.data", f"has {len(data)} values, the shape {shape} needs {n}")
     kind = np.dtype(dt).kind
     if kind == "f":
-        vals = []
-        for i, v in enumerate(data):
-            if isinstance(v, str):
-                try:
-                    vals.append(float.fromhex(v))
-                except (ValueError, OverflowError):
-                    _fail(f"{field}.data[{i}]", f"{short_repr(v)} is not a float.hex() string")
-            elif isinstance(v, (int, float)) and not isinstance(v, bool):
-                try:
-                    vals.append(float(v))
-                except OverflowError:
-                    _fail(f"{field}.data[{i}]", f"{short_repr(v)} is out of float64's range")
-            else:
-                _fail(f"{field}.data[{i}]", f"must be a float.hex() string or a number, got {short_repr(v)}")
-        return np.array(vals, dtype=np.float64).astype(dt).reshape(shape)
+        return _floats(data, field, dt).reshape(shape)
     if kind == "b":
         bad = next((i for i, v in enumerate(data) if not isinstance(v, bool)), None)
         if bad is not None:
@@ -137,6 +124,54 @@ def _array(entry, field: str, budget: limits.Budget) -> np.ndarray:
         _fail(f"{field}.data[{bad}]", f"must be an integer in [{info.min}, {info.max}] for dtype {dt}, "
                                       f"got {short_repr(data[bad])}")
     return np.array(data, dtype=dt).reshape(shape)
+
+
+# float.hex()'s form ('0x1.8000000000000p+0', 'inf', 'nan'), the exponent optional: float.fromhex alone also took
+# "1.5" as hex 0x1.5 = 1.3125 and "10" as 16, so a hand-written decimal string replayed another case in silence.
+_HEX = re.compile(r"[+-]?(0x[0-9a-f]+(\.[0-9a-f]*)?(p[+-]?[0-9]+)?|0x\.[0-9a-f]+(p[+-]?[0-9]+)?|inf|infinity|nan)",
+                  re.IGNORECASE)
+
+
+def _as_number(v: str) -> str:
+    """The fix for a data string that is not float.hex()'s form."""
+    try:
+        x = float(v) if len(v) < 64 else None
+    except ValueError:
+        x = None
+    if x is None or not math.isfinite(x):
+        return " (such as '0x1.8p+0' for 1.5, or 'inf', '-inf', 'nan'), or a JSON number"
+    return f": write the JSON number {x!r} (no quotes), or its float.hex() string {x.hex()!r}"
+
+
+def _floats(data: list, field: str, dt: str) -> np.ndarray:
+    """The float entries of ``data`` (float.hex() strings or JSON numbers) as an array of dtype ``dt``."""
+    vals = []
+    for i, v in enumerate(data):
+        if isinstance(v, str):
+            try:
+                if _HEX.fullmatch(v) is None:
+                    raise ValueError
+                vals.append(float.fromhex(v))
+            except (ValueError, OverflowError):
+                _fail(f"{field}.data[{i}]", f"{short_repr(v)} is not a float.hex() string{_as_number(v)}")
+        elif isinstance(v, (int, float)) and not isinstance(v, bool):
+            try:
+                vals.append(float(v))
+            except OverflowError:
+                _fail(f"{field}.data[{i}]", f"{short_repr(v)} is out of float64's range")
+        else:
+            _fail(f"{field}.data[{i}]", f"must be a float.hex() string or a number, got {short_repr(v)}")
+    wide = np.array(vals, dtype=np.float64)
+    if dt == "float64":
+        return wide
+    with np.errstate(over="ignore"):  # (a finite value that overflows is refused below, naming it)
+        out = wide.astype(dt)
+    over = np.flatnonzero(np.isinf(out) & np.isfinite(wide))
+    if over.size:
+        i = int(over[0])
+        _fail(f"{field}.data[{i}]", f"{short_repr(data[i])} is out of {dt}'s range (largest "
+              f"{float(np.finfo(dt).max):.4g}): give the array dtype float64, or write 'inf' if an infinity is meant")
+    return out
 
 
 def _params(v, field: str, depth: int = 0):
@@ -174,6 +209,59 @@ def _params(v, field: str, depth: int = 0):
     _fail(field, f"must be a number, string, boolean, null, list or object, got {short_repr(v)}")
 
 
+# A case file holds at most one leaf, node or root per ELEMENTS_PER_NODE elements of --max-elements (16,384 at the
+# default 2**27, never fewer than 1,024): gradspec's own graphs have tens of nodes, and every oracle visits each node,
+# so a 200,000-node chain of neg (14 MB) kept `gradspec replay` busy for a minute even once validation was linear.
+ELEMENTS_PER_NODE = 8192
+MAX_META_DEPTH = 32  # gradspec nests meta 5 levels deep; Case.to_json (every report) recursed per level
+
+
+def max_nodes() -> int:
+    """How many leaves, nodes or roots a case file may have at the --max-elements in force."""
+    return max(1024, (limits.current() or limits.default_max_elements()) // ELEMENTS_PER_NODE)
+
+
+def _count(v, field: str) -> list:
+    _list(v, field)
+    most = max_nodes()
+    if len(v) > most:
+        limit = limits.current() or limits.default_max_elements()
+        _fail(field, f"the file has {len(v):,} {field}, more than the {most:,} a case file may have at --max-elements "
+              f"{limit:,} (one per {ELEMENTS_PER_NODE:,} elements: every oracle visits each of them, so a huge graph "
+              "reads as a hang); raise --max-elements if you trust the file")
+    return v
+
+
+def _accuracy(claim) -> None:
+    """``meta.accuracy``: the accuracy the code under test claims, as ``verify_*(rtol=, atol=)`` and ``fuzz --rtol/
+    --atol`` record it.  A malformed one reached gs.check, whose ValueError read as 'still disagrees' (exit 1)."""
+    if claim is None or claim == {}:
+        return
+    ok = isinstance(claim, dict) and set(claim) <= {"rtol", "atol"} and all(
+        v is None or (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0)
+        for v in claim.values())
+    if not ok:
+        _fail("meta.accuracy", 'must be {"rtol": number, "atol": number}, each finite and >= 0 (the accuracy the '
+              f"code under test claims, as --rtol/--atol record it), got {short_repr(claim)}: fix or remove it")
+
+
+def _meta_key(k) -> str:
+    return f"meta.{k}" if isinstance(k, str) and len(k) <= 64 and k.isprintable() else f"meta[{short_repr(k)}]"
+
+
+def _shallow(v, field: str, limit: int) -> None:
+    """``v`` nests at most ``limit`` lists and objects deep (walked without recursion)."""
+    stack = [(v, 0)]
+    while stack:
+        x, depth = stack.pop()
+        if depth > limit:
+            _fail(field, f"nests deeper than {limit} levels; gradspec writes no such field: remove it")
+        if isinstance(x, dict):
+            stack.extend((y, depth + 1) for y in x.values())
+        elif isinstance(x, list):
+            stack.extend((y, depth + 1) for y in x)
+
+
 def _leaf_dtype(dt, requires_grad: bool, field: str) -> None:
     """Gradients are computed in float64 or float32: a float16 leaf reached torch as Half beside a
     float64 leaf and came back as 'torch's backward for mm raised on its own', a false discrepancy."""
@@ -196,6 +284,9 @@ def parse(d) -> dict:
             _fail(f"user_ops.{k}", f"must be an import path 'package.module:attr', got {short_repr(v)}")
         _printable(v, f"user_ops.{k}")
     meta = _dict(d.get("meta", {}) or {}, "meta")
+    for k, v in meta.items():
+        _shallow(v, _meta_key(k), MAX_META_DEPTH)
+    _accuracy(meta.get("accuracy"))
     inline = meta.get("inline_ops")
     if inline is not None and not (isinstance(inline, list) and all(isinstance(s, str) for s in inline)):
         _fail("meta.inline_ops", "must be a list of op names")
@@ -207,7 +298,7 @@ def parse(d) -> dict:
     except torchfn_record.RecordError as e:
         raise CaseFileError(str(e)) from None
     leaves = []
-    for i, l in enumerate(_list(d.get("leaves"), "leaves")):
+    for i, l in enumerate(_count(d.get("leaves"), "leaves")):
         f = f"leaves[{i}]"
         _dict(l, f)
         rg = l.get("requires_grad", True)
@@ -217,13 +308,13 @@ def parse(d) -> dict:
         _leaf_dtype(value.dtype, rg, f)
         leaves.append((_str(l.get("name"), f"{f}.name"), value, rg))
     nodes = []
-    for i, n in enumerate(_list(d.get("nodes"), "nodes")):
+    for i, n in enumerate(_count(d.get("nodes"), "nodes")):
         f = f"nodes[{i}]"
         _dict(n, f)
         inputs = [_str(x, f"{f}.inputs[{j}]") for j, x in enumerate(_list(n.get("inputs"), f"{f}.inputs"))]
         params = _params(_dict(n.get("params", {}), f"{f}.params"), f"{f}.params")
         nodes.append((_str(n.get("name"), f"{f}.name"), _str(n.get("op"), f"{f}.op", 128), inputs, params))
-    roots = [_str(r, f"roots[{i}]") for i, r in enumerate(_list(d.get("roots"), "roots"))]
+    roots = [_str(r, f"roots[{i}]") for i, r in enumerate(_count(d.get("roots"), "roots"))]
     seeds = [None if s is None else _array(s, f"seeds[{i}]", budget)
              for i, s in enumerate(_list(d.get("seeds"), "seeds"))]
     return {"leaves": leaves, "nodes": nodes, "roots": roots, "seeds": seeds, "engine": engine,

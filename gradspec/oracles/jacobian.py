@@ -105,14 +105,17 @@ def jacobian(case, max_inputs: int = 4096) -> Jacobian:
 
 
 def _refuse_at_infinity(case, values) -> None:
-    """A NaN in J^T.seed where the forward holds an infinity is this witness's own 0 * inf (a zero
-    tangent direction, or a zero seed element, meeting an infinite partial), not the code under
-    test's: reverse mode never forms those products.  Say so instead of comparing it."""
+    """A NaN in J^T.seed where the forward holds an infinity or a NaN is this witness's own 0 * inf or
+    0 * NaN (a zero tangent direction, or a zero seed element, meeting an infinite or NaN partial: with
+    x = [nan, 2], J[0, 1] = 0 * exp(nan) = NaN spread to the finite x[1]), not the code under test's:
+    reverse mode never forms those products.  Say so instead of comparing it."""
     for name in [l.name for l in case.leaves] + [nd.name for nd in case.nodes]:
         a = values.get(name)
-        if a is not None and np.asarray(a).dtype.kind == "f" and np.isinf(a).any():
-            raise OracleError(f"jacobian: {name} is infinite at this point, so the explicit J.seed meets 0 * inf "
-                              "(NaN) where reverse mode does not: not compared here")
+        if a is not None and np.asarray(a).dtype.kind == "f" and not np.isfinite(a).all():
+            what = "infinite" if np.isinf(a).any() else "NaN"
+            raise OracleError(f"jacobian: {name} is {what} at this point, so the explicit J.seed meets "
+                              f"0 * {'inf' if what == 'infinite' else 'NaN'} (NaN) where reverse mode does not: "
+                              "not compared here")
 
 
 def _identity_block(case, start: int, stop: int) -> dict:
