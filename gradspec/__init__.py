@@ -69,9 +69,10 @@ __all__ = [
 
 # -- verifying users' code (gradspec.verify) --------------------------------------------------
 from . import result_html as _result_html  # noqa: E402,F401  (installs Result.write_html's writer)
+from .result import VerifyInterrupted  # noqa: E402
 from .verify import Result, verify_engine, verify_module, verify_op, verify_torch_function  # noqa: E402
 
-__all__ += ["Result", "verify_op", "verify_torch_function", "verify_engine", "verify_module"]
+__all__ += ["Result", "VerifyInterrupted", "verify_op", "verify_torch_function", "verify_engine", "verify_module"]
 
 # -- assertions for users' own tests (gradspec.testing) ---------------------------------------
 from .testing import assert_engine, assert_gradients, assert_op, assert_torch_function  # noqa: E402

@@ -21,7 +21,7 @@ from . import outcome as _outcome
 from . import tolerances as _tol
 from .check import Discrepancy
 
-__all__ = ["Result", "VerifyDiscrepancy", "set_html_writer", "RULE_SKIPS_BY_DESIGN"]
+__all__ = ["Result", "VerifyDiscrepancy", "VerifyInterrupted", "set_html_writer", "RULE_SKIPS_BY_DESIGN"]
 
 _HTML_WRITER: list[Callable] = []
 
@@ -85,6 +85,27 @@ class VerifyDiscrepancy(Discrepancy):
         return self.describe()
 
 
+class VerifyInterrupted(KeyboardInterrupt):
+    """Ctrl-C (a KeyboardInterrupt) during a ``verify_*`` run: still a KeyboardInterrupt, as Python's
+    convention is, carrying what the run had found so far as ``.result`` -- its discrepancies (a finding
+    still being shrunk, unshrunk and undiagnosed, with a note saying so) and status ``disagree``, or
+    ``inconclusive`` ("interrupted ...") when it had found none (tryout6 #13: everything was lost).
+
+    >>> r = Result(target="'cube'", what="op", seed=0, cases_run=12, interrupted="interrupted after 12 cases")
+    >>> e = VerifyInterrupted(r)
+    >>> isinstance(e, KeyboardInterrupt), e.result.status, e.result.reason
+    (True, 'inconclusive', 'interrupted after 12 cases')
+    """
+
+    def __init__(self, result: "Result") -> None:
+        super().__init__(result.interrupted)
+        self.result = result
+
+    def __str__(self) -> str:
+        return (f"{self.result.interrupted}: what the run found so far is this exception's .result "
+                f"(except KeyboardInterrupt as e: e.result)\n{self.result.summary()}")
+
+
 # A §5 rule skipped for what the engine is (or, under strict=False, a torch-specific detail): nothing left
 # unchecked.  Any other skip (the time budget was spent, the engine hung) leaves a run inconclusive.
 RULE_SKIPS_BY_DESIGN = ("strict=False", "the engine supports no", "the reference engine is the rules' oracle",
@@ -132,10 +153,13 @@ class Result:
     accuracy: dict | None = None  # {"rtol", "atol"} the code under test claims
     cut: str = ""  # why a case was cut by the time budget, not judged: no "agree" then (verify.numerics.cut_by_budget)
     not_a_function: str = ""  # why the code under test is not a function of its inputs (_private.determinism)
+    interrupted: str = ""  # a KeyboardInterrupt (Ctrl-C) stopped the run: what it found so far is all there is
 
     def _status_reason(self) -> tuple[str, str]:
         if self.not_a_function:  # no comparison means anything (its findings set aside: determinism.set_aside)
             return "inconclusive", self.not_a_function
+        if self.interrupted and not self.discrepancies:  # what was not run vouches for nothing
+            return "inconclusive", self.interrupted
         compared = sum(self.pair_counts.values()) + sum(v == "passed" for v in self.checks.values())
         status, reason = _outcome.run_status(self.cases_run, len(self.discrepancies), compared,
                                              self.inconclusive.most_common(), self.unran)

@@ -42,7 +42,7 @@ from ._private.seeds import resolve_seed as _resolve_seed  # noqa: F401 - verify
 from .case import Case
 from .diagnose import deferred, diagnosis_timeouts, explain
 from .findings import Localised, covered, covers, localise, search_signature
-from .result import Result
+from .result import Result, VerifyInterrupted
 from .strategies import CaseGroup
 
 __all__ = ["Driver", "Finding", "DEFAULT_MAX_EXAMPLES", "SHRINK_CALLS", "SHRINK_SECONDS", "LOCALISE_CALLS"]
@@ -279,6 +279,19 @@ class Driver:
                 f.cases += 1
                 return
 
+    def unfinished(self) -> list:
+        """The discrepancies seen but not kept when the search stopped early (Ctrl-C): the smallest case so far of
+        the one being shrunk, then those waiting for their turn; one per signature no kept finding covers."""
+        seen = [self._last[1][0]] if self._last is not None else []
+        seen += [d for d, _found, _verdict in self._pending.values()]
+        out, sigs = [], set()
+        for d in seen:
+            sig = search_signature(d)
+            if sig not in sigs and not covered(sig, self.known):
+                sigs.add(sig)
+                out.append(d)
+        return out
+
     # -- after shrinking: localise, deduplicate, report --------------------------------------
     def _finish(self, case, hit, found, verdict, note: str = "") -> None:
         target = (hit[0].kind, tuple(sorted(hit[0].oracles)))
@@ -452,8 +465,11 @@ class _Runner:
                      seconds=self.seconds, seed=R.seed, known={tuple(s) for s in self.found}, on_found=on_found,
                      explain=self.explain, stop_on_timeout=True, database=db, database_key=key,
                      progress=slow_hint(f"verify {R.what} {R.target}", self.max_examples, self.seconds))
+        stopped = None
         try:
             drv.run(replay=db is not None)
+        except KeyboardInterrupt as e:  # Ctrl-C: what was found so far goes with the exception (tryout6 #13)
+            stopped = e
         except Exception as e:  # noqa: BLE001 - e.g. strategies could not build any case
             from hypothesis.errors import Unsatisfiable
 
@@ -472,6 +488,13 @@ class _Runner:
         if drv.time_to_first is not None and R.time_to_first is None:
             R.time_to_first, R.cases_to_first = drv.time_to_first, drv.cases_to_first
         R.seconds = drv.elapsed()
+        if stopped is not None:
+            for d in drv.unfinished():
+                d.note = "not shrunk nor diagnosed: the run was interrupted (Ctrl-C) before it was"
+                R.discrepancies.append(d)
+            R.interrupted = f"interrupted (KeyboardInterrupt) after {R.cases_run} case{'s' * (R.cases_run != 1)}"
+            # (one traceback, the interrupted one's: where Ctrl-C came, as a bare KeyboardInterrupt shows it)
+            raise VerifyInterrupted(R).with_traceback(stopped.__traceback__) from None
 
 
 _SEEN_MAX = 200_000  # fingerprints kept (16 bytes each); forgotten all at once past this
