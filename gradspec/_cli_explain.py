@@ -70,6 +70,8 @@ def _explain_case_file(path: str, allow: list):
 
     from . import caseio
     from ._private.inert import printable
+    from ._private.records import RECORD_LIMIT
+    from ._private.safefs import read_regular
     from .explain import code_gradients, explain
 
     try:
@@ -87,12 +89,12 @@ def _explain_case_file(path: str, allow: list):
     except caseio.CaseError as e:
         ex.code_label = f"not run: {e}"
     try:
-        with open(os.path.join(os.path.dirname(os.path.abspath(path)), "discrepancy.json")) as f:
-            rec = json.load(f).get("discrepancy") or {}
+        rec = json.loads(read_regular(os.path.join(os.path.dirname(os.path.abspath(path)), "discrepancy.json"),
+                                      RECORD_LIMIT)).get("discrepancy") or {}  # (a FIFO or a link: left out)
         cause = rec.get("cause") or {}
         finding = f"{rec.get('kind')} ({' vs '.join(map(str, rec.get('oracles') or []))}): {cause.get('summary') or rec.get('message')}"
         ex.finding = printable(finding)  # (a report folder is data from anywhere, as its case.json)
-    except (OSError, ValueError, AttributeError, TypeError):
+    except (OSError, ValueError, AttributeError, TypeError, RecursionError):
         pass  # a case file on its own
     return ex
 

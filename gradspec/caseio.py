@@ -32,6 +32,7 @@ import os
 from ._private import limits
 from ._private.casefile import module_not_replayed
 from ._private.imports import ImportSpecError, allowing, load_from_case
+from ._private.safefs import read_regular
 from ._private.skips import word_cut
 from .case import Case, CaseError
 
@@ -55,8 +56,7 @@ def load(path: str, *, allow_import=(), max_elements: int | None = None) -> Case
             if size > limit * _BYTES_PER_ELEMENT:
                 raise CaseError(f"{path}: the file has {size:,} bytes, more than a case within --max-elements "
                                 f"{limit:,} can need; raise --max-elements if you trust it")
-            with open(path, "rb") as f:
-                raw = f.read(limit * _BYTES_PER_ELEMENT + 1)
+            raw = read_regular(path, limit * _BYTES_PER_ELEMENT, follow=True, encoding=None)  # (a FIFO: refused)
         except IsADirectoryError:
             raise CaseError(f"{path} is a directory; give the case.json inside a report folder") from None
         except OSError as e:

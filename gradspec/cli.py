@@ -25,6 +25,7 @@ import os
 import shutil
 import signal
 import sys
+import tempfile
 
 __all__ = ["main"]
 
@@ -339,14 +340,20 @@ def _supports(engine, op: str) -> bool:
 
 
 def _check_report_dir(path: str) -> None:
+    from ._private.safefs import UnsafePath, gradspec_dir
+    from .fuzz import STATE
+
     if os.path.exists(path) and not os.path.isdir(path):
         raise _UsageError(f"--report-dir {path!r} exists and is not a directory")
     try:
         os.makedirs(path, exist_ok=True)
-        probe = os.path.join(path, f".write-test-{os.getpid()}")
-        with open(probe, "w") as fh:
-            fh.write("gradspec")
+        # A report dir from somebody else may hold a .gradspec symlink: the clean-up must not reach through it.
+        gradspec_dir(path, STATE, "runs")
+        fd, probe = tempfile.mkstemp(dir=path, prefix=".write-test-")  # a new file: never one planted there
+        os.close(fd)
         os.unlink(probe)
+    except UnsafePath as e:
+        raise _UsageError(f"report dir {path!r}: {e}") from None
     except OSError as e:
         raise _UsageError(f"report dir {path!r} is not writable: {e.strerror or e}") from None
 
@@ -408,9 +415,10 @@ def _fuzz_config(args):
 def _fuzz_earlier_runs(cfg, oracles, stats, err) -> list:
     """Report the case a dead process of an earlier run left behind, and replay earlier runs' reports."""
     from . import fuzz, report
+    from ._private.safefs import gradspec_dir
 
     try:
-        os.makedirs(cfg.state_dir, exist_ok=True)
+        gradspec_dir(cfg.report_dir, fuzz.STATE, "runs", cfg.run_id)
         # A process of an earlier run that died mid-case left its case behind: report it now.
         crashes = fuzz.report_crashes(cfg, stats, state_root=os.path.join(cfg.report_dir, fuzz.STATE),
                                       write=report.campaign_writer(cfg))

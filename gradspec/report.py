@@ -37,7 +37,9 @@ import numpy as np
 
 from . import report_cause as _cause
 from ._private import skips as _skips
-from ._private.records import RECORD, _jdefault, atomic_write, discrepancy_id, read_records, update_record
+from ._private.records import (RECORD, _jdefault, atomic_write, discrepancy_id, make_record_folder, read_record,
+                               read_records, update_record)
+from ._private.safefs import gradspec_dir, real_dir
 from ._private.version import __version__
 from .report_repro import repro_script
 from .report_views import _grads_view, _jacobian_view, _text_array, _tol_parts, graph_svg
@@ -127,12 +129,13 @@ def _swap_in(staging: str, folder: str, rec: dict, trash_root: str) -> bool:
             os.rename(staging, folder)
             return True
         except OSError as e:
-            if e.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+            if e.errno not in (errno.EEXIST, errno.ENOTEMPTY, errno.ENOTDIR):
                 raise
+        if os.path.lexists(folder) and not real_dir(folder):  # a link (or file) planted at the predictable id
+            make_record_folder(os.path.dirname(folder), os.path.basename(folder))  # removes it (never its target)
         try:
-            with open(os.path.join(folder, RECORD), encoding="utf-8") as f:
-                old = json.load(f)
-        except (OSError, ValueError):
+            old = read_record(os.path.dirname(folder), os.path.basename(folder))
+        except (OSError, ValueError, RecursionError):
             old = {}
         if old.get("run_id") and old.get("run_id") == rec.get("run_id"):
             shutil.rmtree(staging, ignore_errors=True)
@@ -141,7 +144,7 @@ def _swap_in(staging: str, folder: str, rec: dict, trash_root: str) -> bool:
             # Keep when the discrepancy was first seen across runs.
             rec["first_found"] = min(old["first_found"], rec.get("first_found") or old["first_found"])
             atomic_write(os.path.join(staging, RECORD), json.dumps(rec, indent=1, default=_jdefault))
-        os.makedirs(trash_root, exist_ok=True)
+        gradspec_dir(os.path.dirname(trash_root), os.path.basename(trash_root))  # (never a symlink)
         trash = os.path.join(trash_root, os.path.basename(folder) + "-" + uuid.uuid4().hex[:8])
         try:
             os.rename(folder, trash)
@@ -480,8 +483,7 @@ def write_discrepancy_report(directory: str, d, verdict=None, info: dict | None 
         except Exception:  # the report must still be written; the page says what is missing
             verdict = None
     saved = _case_for_file(case, engine)
-    staging = os.path.join(directory, _STATE, "staging", f"{rid}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
-    os.makedirs(staging, exist_ok=True)
+    staging = gradspec_dir(directory, _STATE, "staging", f"{rid}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
     try:
         atomic_write(os.path.join(staging, "case.json"), saved.to_json())
         atomic_write(os.path.join(staging, "repro.py"), repro_script(saved, d.oracles, verdict, d, rid))

@@ -19,7 +19,7 @@ import json
 import os
 
 from . import report, report_cause
-from ._private.records import atomic_write
+from ._private.records import atomic_write, make_record_folder
 from .result import VerifyDiscrepancy, set_html_writer
 
 __all__ = ["write_result_html"]
@@ -115,8 +115,7 @@ def _replay_html(d: VerifyDiscrepancy) -> str:
 
 def _write_plain_page(directory: str, d: VerifyDiscrepancy, extra: str = "", run: str = "gradspec") -> str:
     did = "d-" + hashlib.sha1(repr((d.kind, d.check_name, d.message)).encode()).hexdigest()[:10]
-    folder = os.path.join(directory, did)
-    os.makedirs(folder, exist_ok=True)
+    folder = make_record_folder(directory, did)  # (a link planted at the predictable id is never written through)
     head = report_cause.headline(d.cause)
     body = (
         f"<!doctype html><html><head><meta charset='utf-8'><title>{_html.escape(run)} — "

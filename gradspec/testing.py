@@ -43,6 +43,7 @@ import time
 import uuid
 
 from ._private import result_sink
+from ._private.records import make_record_folder
 from ._private.seeds import current_test
 from .check import Verdict
 
@@ -341,8 +342,7 @@ def _plain_folder(where: str, key: str, kind: str, title: str, body: str, rec: d
     from . import report
 
     rid = "d-" + hashlib.sha1(key.encode()).hexdigest()[:10]
-    folder = os.path.join(where, rid)
-    os.makedirs(folder, exist_ok=True)
+    folder = make_record_folder(where, rid)  # (a link planted at the predictable id is never written through)
     page = ("<!doctype html><html><head><meta charset='utf-8'><title>gradspec: "
             f"{_html.escape(kind)}</title></head><body><p><a href='../index.html'>&larr; test report</a></p>"
             f"<h1>{_html.escape(title)}</h1>{body}</body></html>")

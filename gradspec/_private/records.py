@@ -15,11 +15,16 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 import tempfile
 
 import numpy as np
 
-__all__ = ["RECORD", "discrepancy_id", "atomic_write", "read_records", "update_record"]
+from .safefs import UnsafePath, read_regular, real_dir
+
+__all__ = ["RECORD", "discrepancy_id", "atomic_write", "read_records", "read_record", "record_folder",
+           "make_record_folder",
+           "update_record"]
 
 RECORD = "discrepancy.json"
 
@@ -64,8 +69,56 @@ def _umask() -> int:
 _UMASK = None
 
 
-def read_records(directory: str) -> list[dict]:
-    """Every discrepancy record under ``directory`` (one per ``<id>/discrepancy.json``), oldest first."""
+RECORD_LIMIT = 16 << 20  # a record is a few kB; more is not one gradspec wrote (and costs the parse)
+
+
+def record_folder(directory: str, rid: str) -> str:
+    """``directory/rid`` if it is a report folder itself: :class:`UnsafePath` if it is a symlink or a file.
+
+    A report dir handed over by somebody else may hold ``d-*`` links to folders elsewhere: gradspec
+    neither reads nor rewrites through them.
+    """
+    path = os.path.join(directory, rid)
+    if not real_dir(path):
+        st = os.lstat(path)  # (FileNotFoundError when missing)
+        raise UnsafePath(path, "is a symbolic link" if stat.S_ISLNK(st.st_mode) else "is not a folder",
+                         "a report folder is a real folder made by gradspec: remove it (a link's target is "
+                         "not touched)")
+    return path
+
+
+def make_record_folder(directory: str, rid: str) -> str:
+    """``directory/rid`` as a real folder to write a report into (created when missing).
+
+    The ids are predictable: a symlink or file planted at one is removed (a link's target is not
+    touched), never written through, and never a reason to lose the finding.
+    """
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, rid)
+    try:
+        os.mkdir(path)
+    except FileExistsError:
+        if not real_dir(path):
+            os.unlink(path)
+            os.mkdir(path)
+    return path
+
+
+def read_record(directory: str, rid: str) -> dict:
+    """The record of report folder ``rid`` (``OSError``, :class:`UnsafePath` included, or ``ValueError``)."""
+    text = read_regular(os.path.join(record_folder(directory, rid), RECORD), RECORD_LIMIT)
+    rec = json.loads(text)
+    if not isinstance(rec, dict):
+        raise ValueError(f"{os.path.join(directory, rid, RECORD)} holds no JSON object")
+    return rec
+
+
+def read_records(directory: str, skipped: list | None = None) -> list[dict]:
+    """Every discrepancy record under ``directory`` (one per ``<id>/discrepancy.json``), oldest first.
+
+    A folder that is a symlink, a record that is no regular file (a FIFO would block) or no JSON object is
+    left out; ``skipped`` (a list) gets a note naming each.
+    """
     out = []
     try:
         names = sorted(os.listdir(directory))
@@ -75,23 +128,22 @@ def read_records(directory: str) -> list[dict]:
         if not name.startswith("d-"):
             continue
         try:
-            with open(os.path.join(directory, name, RECORD), encoding="utf-8") as f:
-                rec = json.load(f)
-        except (OSError, ValueError):
+            rec = read_record(directory, name)
+        except (OSError, ValueError, RecursionError) as e:
+            if skipped is not None and not isinstance(e, FileNotFoundError):
+                skipped.append(f"{os.path.join(directory, name)}: skipped ({e})")
             continue
-        if isinstance(rec, dict):
-            rec["id"] = name  # the folder, whatever the file says: a record must not point elsewhere
-            out.append(rec)
+        rec["id"] = name  # the folder, whatever the file says: a record must not point elsewhere
+        out.append(rec)
     out.sort(key=lambda r: (r.get("first_found") or r.get("found_at") or 0, r["id"]))
     return out
 
 
 def update_record(directory: str, rid: str, updates: dict) -> None:
-    path = os.path.join(directory, rid, RECORD)
-    with open(path, encoding="utf-8") as f:
-        rec = json.load(f)
+    """Merge ``updates`` into the record of ``rid`` (never through a symlinked folder or record)."""
+    rec = read_record(directory, rid)
     rec.update(updates)
-    atomic_write(path, json.dumps(rec, indent=1, default=_jdefault))
+    atomic_write(os.path.join(directory, rid, RECORD), json.dumps(rec, indent=1, default=_jdefault))
 
 
 def _jdefault(o):

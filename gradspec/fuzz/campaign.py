@@ -21,6 +21,7 @@ from typing import Any, Callable
 from .._private.case_budget import case_timeout
 from .._private.kinks import tally
 from .._private.records import discrepancy_id, read_records, update_record
+from .._private.safefs import gradspec_dir, open_private
 from .._private.skips import FOLD_AT, fold_numbers
 from .._private.skips import key as skip_key
 from .._private.skips import word_cut
@@ -33,7 +34,7 @@ from ..search import Driver, Finding, Stop
 from ..strategies._groups import mean_sets
 from .inflight import Inflight
 from .prefetch import Prefetch
-from .state import BUILTIN_ENGINES, SNAPSHOT_EVERY, Config, ReportDirError, Stats, _atomic_json, _sig_from_key, _sig_key
+from .state import BUILTIN_ENGINES, SNAPSHOT_EVERY, STATE, Config, ReportDirError, Stats, _atomic_json, _sig_from_key, _sig_key
 
 __all__ = ["resolve", "run_campaign", "run_shard"]
 
@@ -174,7 +175,7 @@ class _Campaign:
         self.t0 = time.time()
         self.budget = cfg.shard_budget(shard)
         self._last_snapshot = 0.0
-        os.makedirs(cfg.state_dir, exist_ok=True)
+        gradspec_dir(cfg.report_dir, STATE, "runs", cfg.run_id)  # (no symlink on the way: _private.safefs)
         self.inflight = os.path.join(cfg.state_dir, f"inflight-{os.getpid()}.json")
         self._inflight = Inflight(self.inflight)
         self.snapshot_path = os.path.join(cfg.state_dir, f"shard-{shard}.json")
@@ -403,7 +404,8 @@ def sets_per_graph(budget: int) -> int:
 def _enable_faulthandler(state_dir: str):
     """Dump the Python traceback of a fatal signal (segfault, abort) next to the inflight case."""
     try:
-        f = open(os.path.join(state_dir, f"fault-{os.getpid()}.log"), "w")
+        path = os.path.join(state_dir, f"fault-{os.getpid()}.log")
+        f = open(path, "w", opener=lambda p, flags: open_private(p, flags))  # (never through a planted link)
     except OSError:
         return None
     was = faulthandler.is_enabled()

@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from typing import Callable
 
 from .. import caseio
 from .._private.records import discrepancy_id, read_records, update_record
+from .._private.safefs import gradspec_dir, read_regular, real_dir
 from ..case import Case, CaseError
 from ..causes import process_died
 from ..check import Discrepancy, Verdict
@@ -25,7 +27,7 @@ from ..guard import guarded_check
 from .inflight import case_json as inflight_case
 from .state import STATE, Config, ReportDirError, Stats, _sig_key
 
-__all__ = ["stale_inflight", "report_crashes", "cleanup_stale_runs",
+__all__ = ["stale_inflight", "report_crashes", "cleanup_stale_runs", "run_folders",
            "replay_previous"]
 
 
@@ -48,13 +50,41 @@ def _alive(pid: int) -> bool:
         return True
 
 
-def stale_inflight(state_root: str) -> list[dict]:
-    """Cases left in flight by processes that are gone (under ``state_root``, recursively).
+_RUN_ID = re.compile(r"[0-9]{8}-[0-9]{6}-[0-9a-f]{6}")  # Config.run_id: the folders this tool creates
+_STATE_FILE_LIMIT = 256 << 20  # an in-flight group of 32 large value sets; a fault log is a few kB
 
-    Each: ``{"path", "pid", "case_json", "fault"}`` (``fault``: the faulthandler dump, may be empty).
+
+def run_folders(state_root: str) -> list[str]:
+    """The run folders ``<state_root>/runs/<id>`` (``state_root``: a ``.gradspec`` folder), real folders only.
+
+    ``state_root`` and its ``runs`` must be folders themselves (:class:`UnsafePath` if one is a symlink: a
+    report dir handed over by somebody else must not point gradspec's clean-up at other folders); a run
+    entry that is a symlink or a file is not gradspec's and is skipped.
+    """
+    runs = os.path.join(state_root, "runs")
+    for p in (state_root, runs):
+        if os.path.lexists(p) and not real_dir(p):
+            gradspec_dir(os.path.dirname(p), os.path.basename(p))  # raises UnsafePath naming it
+    try:
+        names = sorted(os.listdir(runs))
+    except OSError:
+        return []
+    return [os.path.join(runs, n) for n in names if real_dir(os.path.join(runs, n))]
+
+
+def stale_inflight(state_root: str) -> list[dict]:
+    """Cases left in flight by processes that are gone, in the run folders under ``state_root`` (a ``.gradspec``).
+
+    Each: ``{"path", "pid", "case_json", "fault"}`` (``fault``: the faulthandler dump, may be empty).  Only
+    ``runs/<id>/inflight-<pid>.json`` files are read (no walk: a folder is never searched for them), and
+    only regular files (a symlink or a FIFO planted at that name is skipped).
     """
     out = []
-    for dirpath, _dirs, files in os.walk(state_root):
+    for dirpath in run_folders(state_root):
+        try:
+            files = sorted(os.listdir(dirpath))
+        except OSError:
+            continue
         for name in files:
             if not (name.startswith("inflight-") and name.endswith(".json")):
                 continue
@@ -66,20 +96,17 @@ def stale_inflight(state_root: str) -> list[dict]:
                 continue
             path = os.path.join(dirpath, name)
             try:
-                with open(path, encoding="utf-8") as f:
-                    text = f.read()
+                text = read_regular(path, _STATE_FILE_LIMIT)
             except OSError:
                 continue
             text = inflight_case(text)  # the value set being checked, of the group in the file
             if text is None:  # it died between two checks: nothing was in flight
                 _forget({"path": path, "dir": dirpath, "pid": pid})
                 continue
-            fault = ""
             try:
-                with open(os.path.join(dirpath, f"fault-{pid}.log"), encoding="utf-8", errors="replace") as f:
-                    fault = f.read()
+                fault = read_regular(os.path.join(dirpath, f"fault-{pid}.log"), _STATE_FILE_LIMIT)
             except OSError:
-                pass
+                fault = ""
             out.append({"path": path, "pid": pid, "case_json": text, "fault": fault, "dir": dirpath})
     return out
 
@@ -129,43 +156,50 @@ def report_crashes(cfg: Config, stats: Stats, state_root: str | None = None,
             stats.crashed.append({"pid": item["pid"], "report": rid})
         out.append({"id": rid, "earlier": earlier, "pid": item["pid"]})
         _forget(item)
-        if earlier and not any(f.startswith("inflight-") for f in os.listdir(item["dir"])):
-            import shutil
-
-            shutil.rmtree(item["dir"], ignore_errors=True)  # that run is over; its crash is reported
+        if earlier:
+            _remove_if_over(item["dir"], old=True)  # that run is over; its crash is reported
     return out
 
 
 def cleanup_stale_runs(report_dir: str, keep: str | None = None, max_age: float = 86400.0) -> None:
-    """Remove bookkeeping folders of runs that are over: every process gone and no case left in flight."""
+    """Remove bookkeeping folders of runs that are over: every process gone and no case left in flight.
+
+    Only folders gradspec made are removed: real folders named like a run id, under a ``.gradspec/runs``
+    that is no symlink (:func:`run_folders`), holding nothing but gradspec's bookkeeping files.
+    """
+    for path in run_folders(os.path.join(report_dir, STATE)):
+        if os.path.basename(path) != keep:
+            try:
+                old = time.time() - os.lstat(path).st_mtime > max_age
+            except OSError:
+                continue
+            _remove_if_over(path, old)
+
+
+_OURS = re.compile(r"(inflight-[0-9]+\.json|fault-[0-9]+\.log|shard-[0-9]+\.json|campaign\.json|\.tmp-.*)")
+
+
+def _remove_if_over(path: str, old: bool) -> None:
+    """rmtree a run folder whose processes are all gone (or ``old``), if it is one gradspec made."""
     import shutil
 
-    root = os.path.join(report_dir, STATE, "runs")
     try:
-        names = os.listdir(root)
+        files = os.listdir(path)
     except OSError:
         return
-    for name in names:
-        path = os.path.join(root, name)
-        if name == keep or not os.path.isdir(path):
-            continue
-        try:
-            files = os.listdir(path)
-            old = time.time() - os.path.getmtime(path) > max_age
-        except OSError:
-            continue
-        if any(f.startswith("inflight-") for f in files):
-            continue  # a live process, or a crash not reported yet
-        pids = []
-        for f in files:
-            if f.startswith("shard-") and f.endswith(".json"):
-                try:
-                    with open(os.path.join(path, f), encoding="utf-8") as fh:
-                        pids.append(int(json.load(fh).get("pid")))
-                except (OSError, ValueError, TypeError):
-                    continue
-        if (pids and not any(_alive(p) for p in pids)) or old:
-            shutil.rmtree(path, ignore_errors=True)
+    if not _RUN_ID.fullmatch(os.path.basename(path)) or not all(_OURS.fullmatch(f) for f in files):
+        return  # not a folder this tool created (or something else was put in it): left alone
+    if any(f.startswith("inflight-") for f in files):
+        return  # a live process, or a crash not reported yet
+    pids = []
+    for f in files:
+        if f.startswith("shard-") and f.endswith(".json"):
+            try:
+                pids.append(int(json.loads(read_regular(os.path.join(path, f), _STATE_FILE_LIMIT)).get("pid")))
+            except (OSError, ValueError, TypeError, AttributeError, RecursionError):
+                continue
+    if (pids and not any(_alive(p) for p in pids)) or old:
+        shutil.rmtree(path, ignore_errors=True)  # (rmtree never follows a symlink inside)
 
 
 def _forget(item) -> None:

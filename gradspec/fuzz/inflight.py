@@ -41,6 +41,7 @@ import os
 
 import numpy as np
 
+from .._private.safefs import open_private
 from .._private.structure import same_value
 from ..case import FORMAT, _jsonable, encode_array
 
@@ -69,7 +70,7 @@ class Inflight:
         text = f'{_HEAD}{-1:>{_WIDTH}}, {_encode_group(self.cases)}}}'.encode()
         try:
             if self.fd is None:
-                self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+                self.fd = open_private(self.path)  # (never through a symlink planted at the name)
             # Written, then cut to its length: the file never gets shorter than the mapped head (a store into a
             # mapped page past the end of the file is a SIGBUS).
             os.pwrite(self.fd, text, 0)

@@ -25,8 +25,11 @@ import socket
 import time
 
 from .._private.inert import printable
+from .._private.safefs import read_regular
 
 __all__ = ["mark_running", "mark_final", "last_run"]
+
+_SUMMARY_LIMIT = 64 << 20  # a summary of a long run is well under a MB; more is not one gradspec wrote
 
 RUNNING_REASON = ("the run has not finished: these are partial results (if no gradspec process is running on this "
                   "report dir any more, it died before writing its final summary)")
@@ -71,9 +74,8 @@ def last_run(report_dir: str) -> dict | None:
     there is no summary, or when the summary predates this bookkeeping.
     """
     try:
-        with open(os.path.join(report_dir, "summary.json"), encoding="utf-8") as f:
-            s = json.load(f)
-    except (OSError, ValueError):
+        s = json.loads(read_regular(os.path.join(report_dir, "summary.json"), _SUMMARY_LIMIT))  # (no FIFO, no link)
+    except (OSError, ValueError, RecursionError):
         return None
     if not isinstance(s, dict) or s.get("state") != "running":
         return None

@@ -40,13 +40,14 @@ from typing import Callable
 
 from .._private.memory import freeze_heap
 from .._private.records import discrepancy_id
+from .._private.safefs import private_dir
 from ..case import Case
 from ..causes import Cause, process_died
 from ..check import Discrepancy, Verdict
 from ..guard import guarded_check
 from .campaign import _Campaign
 from .distributed import _forget, stale_inflight
-from .state import Config, Stats, _sig_key
+from .state import STATE, Config, Stats, _sig_key
 
 __all__ = ["CHUNKS_PER_WORKER", "chunk_plan", "run_distributed", "worker_local_root", "WORKERINPUT_KEY"]
 
@@ -73,8 +74,14 @@ def chunk_plan(workers: int, budget: int, seconds: float | None = None) -> list[
 
 
 def worker_local_root(run_id: str) -> str:
-    """Where a worker keeps the case in flight and fault logs: on its own machine, never the report dir."""
-    base = os.environ.get("GRADSPEC_WORKER_DIR") or os.path.join(tempfile.gettempdir(), f"gradspec-worker-{os.getuid()}")
+    """Where a worker keeps the case in flight and fault logs: on its own machine, never the report dir.
+
+    The default is a fixed name in the shared temp dir (the workers of a run find each other's in-flight
+    files there): it must be this user's own folder, closed to others (``_private.safefs.private_dir``).
+    """
+    base = os.environ.get("GRADSPEC_WORKER_DIR")
+    if not base:
+        base = private_dir(os.path.join(tempfile.gettempdir(), f"gradspec-worker-{os.getuid()}"))
     return os.path.join(base, run_id)
 
 
@@ -139,7 +146,7 @@ def _crash_records(cfg: Config) -> list[dict]:
 
 def _records_in(root: str) -> list[dict]:
     out = []
-    for item in stale_inflight(root):
+    for item in stale_inflight(os.path.join(root, STATE)):
         out.append({"pid": item["pid"], "case_json": item["case_json"], "fault": item["fault"],
                     "host": socket.gethostname()})
         _forget(item)
