@@ -158,6 +158,9 @@ def test_records_skip_a_linked_report_folder_with_a_note(tmp_path):
     assert len(skipped) == 1 and "d-0000000000" in skipped[0] and "symbolic link" in skipped[0]
     with pytest.raises(safefs.UnsafePath, match="symbolic link"):
         records.update_record(str(tmp_path), "d-0000000000", {"status": "x"})
+    stats = Stats()
+    assert distributed.replay_previous(Config(report_dir=str(tmp_path)), [], stats) == []
+    assert stats.errors == skipped  # the run says what it left out ("problem: ..."), and goes on
     assert _untouched(victim)
 
 

@@ -20,6 +20,7 @@ import tempfile
 
 import numpy as np
 
+from .inert import printable
 from .safefs import UnsafePath, read_regular, real_dir
 
 __all__ = ["RECORD", "discrepancy_id", "atomic_write", "read_records", "read_record", "record_folder",
@@ -131,7 +132,8 @@ def read_records(directory: str, skipped: list | None = None) -> list[dict]:
             rec = read_record(directory, name)
         except (OSError, ValueError, RecursionError) as e:
             if skipped is not None and not isinstance(e, FileNotFoundError):
-                skipped.append(f"{os.path.join(directory, name)}: skipped ({e})")
+                why = str(e) if isinstance(e, UnsafePath) else f"{os.path.join(directory, name)}: {e}"
+                skipped.append(printable(f"earlier report skipped: {why}"))
             continue
         rec["id"] = name  # the folder, whatever the file says: a record must not point elsewhere
         out.append(rec)

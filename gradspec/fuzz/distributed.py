@@ -223,7 +223,10 @@ def replay_previous(cfg: Config, oracles, stats: Stats, limit: int = 50) -> list
     """
 
     out = []
-    for rec in read_records(cfg.report_dir):
+    skipped: list = []
+    records = read_records(cfg.report_dir, skipped)
+    stats.errors += [e for e in skipped if e not in stats.errors]  # (a link, a FIFO, not JSON: left out, said so)
+    for rec in records:
         if rec.get("run_id") == cfg.run_id:
             continue
         rid = rec.get("id")
