@@ -339,7 +339,7 @@ def _supports(engine, op: str) -> bool:
 # ---------------------------------------------------------------------------------------------
 
 
-def _check_report_dir(path: str) -> None:
+def _check_report_dir(path: str, default_db: bool = False) -> None:
     from ._private.safefs import UnsafePath, gradspec_dir
     from .fuzz import STATE
 
@@ -349,6 +349,8 @@ def _check_report_dir(path: str) -> None:
         os.makedirs(path, exist_ok=True)
         # A report dir from somebody else may hold a .gradspec symlink: the clean-up must not reach through it.
         gradspec_dir(path, STATE, "runs")
+        if default_db:  # (Hypothesis writes and deletes entries in it)
+            gradspec_dir(path, ".hypothesis")
         fd, probe = tempfile.mkstemp(dir=path, prefix=".write-test-")  # a new file: never one planted there
         os.close(fd)
         os.unlink(probe)
@@ -408,7 +410,7 @@ def _fuzz_config(args):
     except ValueError as e:
         raise _UsageError(str(e)) from None
     cfg.ops = cfg.ops and ops  # user ops given by import path are recorded by name
-    _check_report_dir(cfg.report_dir)
+    _check_report_dir(cfg.report_dir, default_db=not cfg.database)
     return cfg, oracles, ops, engine
 
 

@@ -41,6 +41,12 @@ def _untouched(victim):
         json.loads((victim / "discrepancy.json").read_text()) == {"mine": True}
 
 
+def _crash():
+    case = _case()
+    d = Discrepancy(kind="crash", oracles=("process", "reference"), message="died", case=case)
+    return d, Verdict(case, {}, [], [d], {}, {})
+
+
 def _dead_inflight(folder):
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "inflight-999999.json").write_text(_case().to_json())  # pid 999999: above any pid_max default
@@ -82,18 +88,27 @@ def test_symlinked_state_is_refused_and_nothing_outside_changes(tmp_path, plant,
     assert (victim / "deep" / "folder" / "inflight-999999.json").exists()
 
 
-def test_cli_refuses_a_symlinked_gradspec_before_any_case(tmp_path, capsys):
+def test_a_report_is_never_staged_through_a_symlinked_gradspec(tmp_path):
+    victim = _victim(tmp_path)
+    os.symlink(victim, tmp_path / ".gradspec")  # staging and trash folders live in .gradspec
+    with pytest.raises(safefs.UnsafePath, match="symbolic link"):
+        report.write_discrepancy_report(str(tmp_path), *_crash())
+    assert _untouched(victim) and sorted(os.listdir(victim)) == ["deep", "discrepancy.json"]
+
+
+@pytest.mark.parametrize("name", [".gradspec", ".hypothesis"])
+def test_cli_refuses_a_symlinked_state_folder_before_any_case(tmp_path, capsys, name):
     victim = _victim(tmp_path)
     (victim / "runs" / "Nov20_exp1").mkdir(parents=True)
     os.utime(victim / "runs" / "Nov20_exp1", (OLD, OLD))
     rep = tmp_path / "reports"
     rep.mkdir()
-    os.symlink("..", rep / ".gradspec")
+    os.symlink(victim, rep / name)
     code = cli.main(["fuzz", "--max-examples", "1", "-q", "--report-dir", str(rep)])
     err = capsys.readouterr().err
     assert code == 2, err
-    assert ".gradspec is a symbolic link" in err and "remove it" in err, err
-    assert (victim / "runs" / "Nov20_exp1").is_dir()
+    assert f"{name} is a symbolic link" in err and "remove it" in err, err
+    assert _untouched(victim) and sorted(os.listdir(victim)) == ["deep", "discrepancy.json", "runs"]
 
 
 def test_in_flight_files_are_looked_for_only_in_run_folders(tmp_path):
@@ -166,13 +181,12 @@ def test_records_skip_a_linked_report_folder_with_a_note(tmp_path):
 
 def test_a_link_planted_at_a_new_findings_id_does_not_block_or_leak_the_report(tmp_path):
     victim = _victim(tmp_path)
-    case = _case()
-    d = Discrepancy(kind="crash", oracles=("process", "reference"), message="died", case=case)
+    d, verdict = _crash()
     rid = records.discrepancy_id(d.signature)
     rep = tmp_path / "reports"
     rep.mkdir()
     os.symlink(victim, rep / rid)
-    folder = report.write_discrepancy_report(str(rep), d, Verdict(case, {}, [], [d], {}, {}))
+    folder = report.write_discrepancy_report(str(rep), d, verdict)
     assert safefs.real_dir(folder) and os.path.isfile(os.path.join(folder, "case.json"))
     assert _untouched(victim) and sorted(os.listdir(victim)) == ["deep", "discrepancy.json"]
 

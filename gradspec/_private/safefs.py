@@ -98,7 +98,7 @@ def gradspec_dir(top: str, *parts: str) -> str:
         if not stat.S_ISDIR(mode):
             raise UnsafePath(path, _kind(mode) + ", where gradspec keeps its own files",
                              "gradspec never follows it (it could reach folders outside the report dir): remove it "
-                             "(its target is not touched) or choose another --report-dir")
+                             "(its target is not touched) or choose another report dir")
     return path
 
 
