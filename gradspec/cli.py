@@ -411,6 +411,14 @@ def _fuzz_config(args):
         raise _UsageError(str(e)) from None
     cfg.ops = cfg.ops and ops  # user ops given by import path are recorded by name
     _check_report_dir(cfg.report_dir, default_db=not cfg.database)
+    if cfg.workers > 1 and not cfg.tx:  # (remote workers check theirs, and say so in the chunk's failure)
+        from ._private.safefs import UnsafePath
+        from .fuzz.workers import worker_local_root
+
+        try:
+            worker_local_root(cfg.run_id)  # the shared temp dir's gradspec-worker-<uid> must be ours alone
+        except UnsafePath as e:
+            raise _UsageError(f"--workers: {e}") from None
     return cfg, oracles, ops, engine
 
 

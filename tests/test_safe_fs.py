@@ -270,6 +270,20 @@ def test_default_worker_folder_is_private(tmp_path, monkeypatch):
     assert os.stat(base).st_mode & 0o777 == 0o700 and os.stat(base).st_uid == os.getuid()
 
 
+def test_workers_refuse_a_worker_folder_that_is_a_link(tmp_path, monkeypatch, capsys):
+    pytest.importorskip("xdist", reason="--workers needs pytest-xdist")
+    from gradspec.fuzz import workers
+
+    monkeypatch.delenv("GRADSPEC_WORKER_DIR", raising=False)
+    monkeypatch.setattr(workers.tempfile, "gettempdir", lambda: str(tmp_path))
+    victim = _victim(tmp_path)
+    os.symlink(victim, tmp_path / f"gradspec-worker-{os.getuid()}")  # made first by somebody else
+    code = cli.main(["fuzz", "--workers", "2", "--max-examples", "2", "-q", "--report-dir", str(tmp_path / "r")])
+    err = capsys.readouterr().err
+    assert code == 2 and "is a symbolic link" in err and "GRADSPEC_WORKER_DIR" in err, err
+    assert _untouched(victim) and sorted(os.listdir(victim)) == ["deep", "discrepancy.json"]
+
+
 def test_state_files_are_never_opened_through_a_planted_link(tmp_path):
     victim = _victim(tmp_path)
     os.symlink(victim / "discrepancy.json", tmp_path / "inflight-1.json")
