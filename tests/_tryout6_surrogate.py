@@ -121,3 +121,26 @@ def embedding_pad0(w, idx):
 
 IDX = torch.tensor([[0, 3, 5, 7]])  # index 0 = the padding row, no repeated index
 IDX_REPEATED = torch.tensor([[0, 3, 3, 0]])  # the padding row twice, and row 3 twice
+
+
+class QuantNet(torch.nn.Module):
+    """A linear layer whose output is quantised by ``ste`` (STE.apply, or the buggy STENoClip.apply)."""
+
+    def __init__(self, ste=STE.apply):
+        super().__init__()
+        self.fc = torch.nn.Linear(3, 4)
+        self.ste = ste
+
+    def forward(self, x):
+        return self.ste(self.fc(x))
+
+
+class QuantNetSurrogate(torch.nn.Module):
+    """QuantNet with the straight-through estimator swapped for its surrogate (the same parameters)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(3, 4)
+
+    def forward(self, x):
+        return self.fc(x).clamp(-1, 1)

@@ -64,6 +64,24 @@ def test_surrogate_of_another_shape_is_a_usage_error():
         gs.verify_torch_function(t6.STE.apply, example_inputs=X, surrogate=lambda x: x.sum(), max_examples=2, seed=1)
 
 
+# (id, the module's quantiser, status): a module's surrogate is a module with the same parameters
+MODULES = [("ste", t6.STE.apply, "agree"), ("ste-forgets-clip", t6.STENoClip.apply, "disagree")]
+
+
+@pytest.mark.parametrize("ste,status", [c[1:] for c in MODULES], ids=[c[0] for c in MODULES])
+def test_module_surrogate(ste, status):
+    torch.manual_seed(0)
+    r = gs.verify_module(t6.QuantNet(ste), example_inputs=(2 * X[0][:, :3],), surrogate=t6.QuantNetSurrogate(),
+                         max_examples=6, seed=1, dtypes=("float64",))
+    assert r.status == status, [d.cause.summary for d in r.discrepancies[:1]]
+
+
+def test_module_surrogate_without_the_parameters_is_a_usage_error():
+    with pytest.raises(gs.ops.user.UserOpError, match="fc.weight"):
+        gs.verify_module(t6.QuantNet(), example_inputs=(X[0][:, :3],), surrogate=torch.nn.Linear(3, 4),
+                         max_examples=2, seed=1)
+
+
 # Nothing declared: the cause names what leaves the derivative (tryout6 #7), never "torch's autograd is wrong"
 # for a hook / no_grad / detach, nor a "factor that changes with g" for a flat forward.
 UNDECLARED = [
@@ -83,6 +101,7 @@ def test_undeclared_cause_names_it(fn, said, unsaid):
         assert s in summary, summary
     for s in unsaid:
         assert s not in summary, summary
+    assert any("surrogate=" in n for n in r.notes)  # the run says how to declare one
 
 
 def test_embedding_padding_row_recognised():

@@ -41,12 +41,17 @@ import numpy as np
 from ..ops.user import UserOpError, fd_jvp
 from .torch_call import CallLayout, flat, label_of, outputs
 
-__all__ = ["install", "check_example", "note", "NOTE", "padding_rows", "module_surrogate"]
+__all__ = ["install", "check_example", "note", "NOTE", "HINT", "padding_rows", "module_surrogate"]
 
 NOTE = ("surrogate={name}: fn's backward is checked against the gradient of the surrogate you declared (the jacobian "
         "oracle composes a finite-difference JVP of the surrogate's forward, taken at fn's inputs, with the ops "
         "around fn), not against the derivative of fn's forward; finite differences of fn's forward are not "
         "compared. fn's backward is still run call by call, inside torch graphs and twice")
+
+
+HINT = ("a backward that is not the derivative on purpose (a straight-through estimator, gradient reversal, a "
+        "stop-gradient or gradient hook) is checked against the derivative unless declared: pass surrogate=, a "
+        "function of fn's arguments whose derivative is the intended gradient (x.clamp(-1, 1), -lam * x, 0 * x)")
 
 
 def _forward(surrogate, layout: CallLayout):
