@@ -81,7 +81,10 @@ def _data_flags(p) -> None:
 
 
 def _err(msg: str) -> int:
-    print(f"gradspec: error: {msg}", file=sys.stderr)
+    from ._private.inert import printable
+
+    # an error may quote what a file said (a case's field, a record): never a terminal escape sequence
+    print(f"gradspec: error: {printable(msg, keep=chr(10))}", file=sys.stderr)
     return EXIT_USAGE
 
 

@@ -28,7 +28,9 @@ Example::
 from __future__ import annotations
 
 import os
+import re
 import xml.etree.ElementTree as ET
+from urllib.parse import quote
 
 __all__ = ["junit_xml", "summary_markdown", "write_junit", "write_summary_md", "run_status"]
 
@@ -138,6 +140,9 @@ def _rule_text(outcome) -> str:
     return rule_text(outcome)
 
 
+_ID = re.compile(r"d-[0-9a-f]{10}")  # the folder names gradspec writes (records.discrepancy_id)
+
+
 def _md(text) -> str:
     """Plain text for a Markdown table cell: no markup, no HTML, no line breaks from user strings."""
     text = " ".join(str(text).split())
@@ -164,8 +169,13 @@ def summary_markdown(s: dict, report_dir: str = "reports", link_base: str | None
     if reports:
         out += ["| finding | cause | ops | report |", "| --- | --- | --- | --- |"]
         for r in reports:
-            link = f"{base.rstrip('/')}/{r['id']}/index.html"
-            out.append(f"| `{r['id']}` | {_md(_cause(r))} | {_md(', '.join(r.get('ops') or []))} | [report]({link}) |")
+            # r['id'] is a folder name read from the report dir: a backtick in it closed the code span
+            # and put a link and raw HTML into the summary (redteam #9), so it is code only when it is an id
+            # gradspec makes, and the link target is percent-encoded (no ')', '<', space or '`' left).
+            rid = str(r.get("id", ""))
+            shown = f"`{rid}`" if _ID.fullmatch(rid) else _md(rid)
+            link = quote(f"{base.rstrip('/')}/{rid}/index.html", safe="/-._~")
+            out.append(f"| {shown} | {_md(_cause(r))} | {_md(', '.join(r.get('ops') or []))} | [report]({link}) |")
         out += ["", "Replay a finding: `gradspec replay " + f"{base.rstrip('/')}/<id>/case.json`", ""]
     pairs = s.get("oracles") or {}
     if pairs:

@@ -257,29 +257,41 @@ def _replay_check(args, case, engine, oracles) -> int:
             **({"torch_function_checks": [_fn_finding_text(d) for d in fn_found]} if fn_found else {}),
         }, indent=1, default=str))
     else:
-        print(f"case {args.case} (engine {engine}):")
-        try:
-            print(case.to_text())
-        except Exception as e:
-            print(f"  (cannot evaluate the case: {type(e).__name__}: {e})")
-        print(verdict.summary())
-        for cause in _replay_causes(verdict, engine, args.case_timeout):
-            print(f"cause: {cause}")
-        if rule is not None:
-            print(f"\nthe calls of the backward() rule finding ({rule['name'] or 'rule'}), run again:\n{rule['code']}")
-            if rule["cause"] is not None:
-                print(f"the engine still breaks the rule: {rule['cause'].summary} [{rule['cause'].id}]")
-            else:
-                print("the engine now follows torch's backward() rules on these calls")
-        for d in fn_found:
-            print(f"\n{_fn_finding_text(d)}")
-        for text in fn_notes:
-            print(f"note: {text}")
+        _replay_text(args, case, engine, verdict, rule, fn_found, fn_notes)
         if status == "disagree":
             print("still disagrees (exit 1)")
         elif status == "inconclusive":
             print("inconclusive (exit 3): nothing was compared")
     return {"agree": EXIT_OK, "disagree": EXIT_FOUND}.get(status, EXIT_INCONCLUSIVE)
+
+
+def _replay_text(args, case, engine, verdict, rule, fn_found, fn_notes) -> None:
+    """replay's human output.  It quotes the case file (names, an op's error quoting a param, the rule finding's
+    calls): every text through inert.printable, its own line breaks kept (the case file is data: redteam #6, #7)."""
+    from ._private.inert import printable
+
+    def say(text="") -> None:
+        print(printable(text, keep="\n"))
+
+    say(f"case {printable(args.case)} (engine {printable(engine)}):")
+    try:
+        say(case.to_text())
+    except Exception as e:
+        say(f"  (cannot evaluate the case: {type(e).__name__}: {printable(e)})")
+    say(verdict.summary())
+    for cause in _replay_causes(verdict, engine, args.case_timeout):
+        say(f"cause: {printable(cause)}")
+    if rule is not None:
+        say(f"\nthe calls of the backward() rule finding ({printable(rule['name'] or 'rule')}), run again:\n"
+            f"{rule['code']}")
+        if rule["cause"] is not None:
+            say(f"the engine still breaks the rule: {rule['cause'].summary} [{rule['cause'].id}]")
+        else:
+            say("the engine now follows torch's backward() rules on these calls")
+    for d in fn_found:
+        say(f"\n{_fn_finding_text(d)}")
+    for text in fn_notes:
+        say(f"note: {text}")
 
 
 def _replay_fn_checks(case) -> tuple[list, list]:
@@ -638,8 +650,10 @@ def _fuzz_rules(cfg, engine, run, ops, err) -> dict:
 
 def _print_skipped(s: dict, out) -> None:
     """What was not compared, and why (oracles skipped, cases that compared nothing)."""
+    from ._private.inert import OneLinePrints
     from ._private.skips import group
 
+    out = OneLinePrints(out)
     if s.get("inconclusive"):
         print(f"  {s['inconclusive']} of {s['cases']} case(s) compared nothing:", file=out)
         for why, k, ex in group(s.get("inconclusive_reasons", {}))[:3]:
@@ -653,8 +667,9 @@ def _print_skipped(s: dict, out) -> None:
 
 def _print_summary(cfg, s: dict, index: str | None, ops: list[str]) -> None:
     from . import caseio, report
+    from ._private.inert import OneLinePrints
 
-    out = sys.stdout
+    out = OneLinePrints(sys.stdout)  # report ids, kinds, ops, errors: read from folders anybody could have made
     n = s["discrepancies"]
     head = (f"gradspec fuzz: {s['cases']} cases in {s['seconds']:.1f} s ({s['cases_per_second']:.1f} cases/s), "
             f"engine {s['engine']}, seed {s['seed']}, {s['workers']} worker{'s' if s['workers'] > 1 else ''}")

@@ -40,16 +40,17 @@ def module_not_replayed(module: str) -> str:
 _UNPRINTED = UNPRINTED  # (control, format, line-separator characters: inert.UNPRINTED)
 
 
-def _printable(v: str, field: str) -> None:
-    """Names are printed as they are (``x0: leaf (2,) ...``): a control or format character in one (a newline,
-    ESC, BEL, a bidi override) forged output lines and ran terminal escape sequences (tryout5 #8), so none is
-    allowed; letters of any script are."""
+def _printable(v: str, field: str, allow: str = "") -> None:
+    """Names, param strings and a rule finding's meta are printed as they are (``x0: leaf (2,) ...``, an op's
+    error quoting its param): a control or format character in one (a newline, ESC, BEL, a bidi override)
+    forged output lines and ran terminal escape sequences (tryout5 #8, redteam #6, #7), so none is allowed
+    (but those in ``allow``); letters of any script are."""
     if v.isprintable():  # (the common case, in C: Python's printable excludes exactly Unicode's C* and Z* but space)
         return
-    bad = next((c for c in v if unicodedata.category(c) in _UNPRINTED), None)
+    bad = next((c for c in v if c not in allow and unicodedata.category(c) in _UNPRINTED), None)
     if bad is not None:
-        _fail(field, f"must not contain a control character (found {bad!r} in {short_repr(v)}): names are printed as "
-              "they are, so a newline or escape sequence in one would forge output or drive the terminal")
+        _fail(field, f"must not contain a control character (found {bad!r} in {short_repr(v)}): it is printed as "
+              "it is, so a newline or escape sequence in it would forge output or drive the terminal")
 
 
 class CaseFileError(ValueError):
@@ -197,6 +198,7 @@ def _params(v, field: str, depth: int = 0):
     if isinstance(v, str):
         if len(v) > 1024:
             _fail(field, f"is a string of {len(v)} characters; no op takes one longer than 1024")
+        _printable(v, field)
         return v
     if isinstance(v, bool) or v is None:
         return v
@@ -293,6 +295,12 @@ def parse(d) -> dict:
     modules = meta.get("module_ops")
     if modules is not None and not (isinstance(modules, list) and all(isinstance(s, str) for s in modules)):
         _fail("meta.module_ops", "must be a list of op names")
+    if meta.get("rule") is not None:  # a §5 rule finding's rule name and calls: printed by replay
+        _str(meta["rule"], "meta.rule", 128)
+    if meta.get("scenario") is not None:
+        if not isinstance(meta["scenario"], str):
+            _fail("meta.scenario", f"must be a string (the calls of a rule finding), got {short_repr(meta['scenario'])}")
+        _printable(meta["scenario"], "meta.scenario", allow="\n")
     try:
         torchfn_record.check(meta)  # how a torch Function was called (verify_torch_function findings)
     except torchfn_record.RecordError as e:

@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 
-__all__ = ["literal", "docstring", "short_repr", "printable", "UNPRINTED"]
+__all__ = ["literal", "docstring", "short_repr", "printable", "OneLinePrints", "UNPRINTED"]
 
 
 def literal(v) -> str:
@@ -61,13 +61,38 @@ def short_repr(v, n: int = 60) -> str:
 UNPRINTED = frozenset(("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"))
 
 
-def printable(text: str) -> str:
-    """``text`` from a file gradspec did not write (a report folder's discrepancy.json, summary.json) made safe
-    to print on a terminal: each control or format character shown as its escape (``\\x1b``), so no newline
-    forges a line and no escape sequence drives the terminal (tryout5 #8)."""
+def printable(text: str, keep: str = "") -> str:
+    """``text`` from a file gradspec did not write (a report folder's name and discrepancy.json, summary.json, a
+    case file's strings and an op's error quoting them) made safe to print on a terminal: each control or format
+    character shown as its escape (ESC as backslash-x1b), so no newline forges a line and no escape sequence
+    drives the terminal (tryout5 #8, redteam #6-#8).  ``keep``: characters left as they are (a newline in a
+    multi-line text gradspec composed, whose lines are its own).
+
+    >>> ESC, NL = chr(27), chr(10)
+    >>> printable("d-1" + ESC + "[2J" + NL + "forged") == "d-1" + chr(92) + "x1b[2J" + chr(92) + "nforged"
+    True
+    >>> printable("line 1" + NL + "line 2", keep=NL).splitlines()
+    ['line 1', 'line 2']
+    """
     import unicodedata
 
     text = str(text)
     if text.isprintable():
         return text
-    return "".join(c if c == " " or unicodedata.category(c) not in UNPRINTED else repr(c)[1:-1] for c in text)
+    return "".join(c if c == " " or c in keep or unicodedata.category(c) not in UNPRINTED else repr(c)[1:-1]
+                   for c in text)
+
+
+class OneLinePrints:
+    """A stream for ``print(..., file=OneLinePrints(sys.stdout))`` where each print is one line of text read
+    from disk: what a print writes goes through :func:`printable` (a newline in a field included), print's own
+    line end is kept.  The one way a summary made of report records reaches the terminal."""
+
+    def __init__(self, stream) -> None:
+        self.stream = stream
+
+    def write(self, s: str) -> int:
+        return self.stream.write(s if s == "\n" else printable(s))
+
+    def flush(self) -> None:
+        self.stream.flush()
