@@ -36,7 +36,7 @@ from ._private.safefs import read_regular
 from ._private.skips import word_cut
 from .case import Case, CaseError
 
-__all__ = ["load", "engine_for", "replay_command", "BUILTIN_ENGINES"]
+__all__ = ["load", "engine_for", "replay_command", "allow_flags", "BUILTIN_ENGINES"]
 
 BUILTIN_ENGINES = ("reference", "torch-cpu", "torch-cuda")
 # A file may have at most max_elements bytes (128 MiB by default): JSON text takes at least 2
@@ -151,6 +151,18 @@ def replay_command(path: str, engine: str | None = None, user_ops=None) -> str:
     """
     import shlex
 
+    return " ".join(["gradspec replay", shlex.quote(path)]) + allow_flags(engine, user_ops)
+
+
+def allow_flags(engine: str | None = None, user_ops=None) -> str:
+    """The ``--allow-import`` flags (with a leading space) a case of ``engine`` and ``user_ops`` needs to run,
+    for ``gradspec replay`` and a report's ``repro.py`` alike.
+
+    >>> allow_flags("mypkg.engine:make", {"frob": "mypkg.ops:frob"})
+    ' --allow-import mypkg.engine --allow-import mypkg.ops'
+    """
+    import shlex
+
     paths = [engine or ""] + list((user_ops or {}).values())
     mods = sorted({p.partition(":")[0] for p in paths if isinstance(p, str) and ":" in p})
-    return " ".join(["gradspec replay", shlex.quote(path)] + [f"--allow-import {shlex.quote(m)}" for m in mods])
+    return "".join(f" --allow-import {shlex.quote(m)}" for m in mods)

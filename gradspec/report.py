@@ -41,6 +41,7 @@ from ._private.records import (RECORD, _jdefault, atomic_write, discrepancy_id, 
                                read_records, update_record)
 from ._private.safefs import gradspec_dir, real_dir
 from ._private.version import __version__
+from .caseio import allow_flags
 from .report_repro import repro_script
 from .report_views import _grads_view, _jacobian_view, _text_array, _tol_parts, graph_svg
 
@@ -551,7 +552,7 @@ def write_discrepancy_report(directory: str, d, verdict=None, info: dict | None 
             # paths relative to the page's folder (tryout6 #11: a copied folder showed the writer's absolute paths)
             repro=_cause.reproduce(info, saved.engine, "case.json", saved.user_ops,
                                    (case.meta or {}).get("scenario"), getattr(d, "replay", None)),
-            repro_path="repro.py",
+            repro_path="repro.py" + allow_flags(saved.engine, saved.user_ops),
             written_at=folder,
             roots_of=_import_roots([saved.engine] + list((saved.user_ops or {}).values())),
             svg=graph_svg(case, getattr(d.cause, "node", None)),

@@ -20,6 +20,7 @@ import numpy as np
 
 from ._private.casefile import module_not_replayed
 from ._private.inert import docstring, literal
+from .caseio import allow_flags
 
 __all__ = ["repro_script"]
 
@@ -90,6 +91,7 @@ def repro_script(case, oracles=("reference", "torch-cpu"), verdict=None, d=None,
     message = (d.message.splitlines()[0] if d is not None and d.message else "")
     # Both go into the script's docstring: escaped so that nothing in them can end it.
     title, message, rid_text = docstring(title), docstring(message), docstring(rid)
+    flags = docstring(allow_flags(case.engine, case.user_ops))
     worst = None
     if d is not None and d.leaf is not None and d.index is not None:
         worst = (d.leaf, list(d.index))
@@ -97,15 +99,17 @@ def repro_script(case, oracles=("reference", "torch-cpu"), verdict=None, d=None,
 
     {message}
 
-Run:  python repro.py     (needs numpy and gradspec; torch for the torch listing)
+Run:  python repro.py{flags}     (needs numpy and gradspec; torch for the torch listing)
 Where every op has a torch twin it prints torch's gradient (computed now), a finite-difference
 estimate (computed now, with torch) and what the two disagreeing oracles returned when the report
 was written.  Then it checks the case again with the same oracles (gs.check, the engine and user
 ops imported by their import paths) and says what it finds now:
 exit 1: the disagreement is still there; exit 0: it is gone; exit 2: the case cannot run here
 (a module that cannot be imported, an op defined inline, nothing to compare), with the reason.
+The case is data, as in `gradspec replay`: a module it names (its engine, user ops) is imported
+only when you pass --allow-import MODULE (a report folder can come from anybody).
 """
-import importlib
+import argparse
 import json
 import sys
 
@@ -122,18 +126,11 @@ from gradspec._private.imports import cwd_importable
 cwd_importable()  # run from the folder that holds your modules, they import (as in `gradspec replay`)
 
 
-def _import(path):
-    mod, _, attr = path.partition(":")
-    obj = importlib.import_module(mod)
-    for part in attr.split("."):
-        obj = getattr(obj, part)
-    return obj
-
-
 USER_OPS = {literal(dict(case.user_ops))}
 ENGINE = {literal(case.engine)}
 CASE_JSON = {literal(case.to_json(indent=None))}
 INLINE_OPS = {literal(inline)}
+ALLOWED = []  # modules the command line allows the case to import (--allow-import), set by main()
 MODULE_OPS = {literal(why_not)}  # op -> why a gs.verify_module finding does not run here
 
 
@@ -243,10 +240,21 @@ def show():
     return any("error" in r for r in RECORDED.values())
 
 
+def _case():
+    """The case, its user ops imported only from modules the command line allowed."""
+    return gs.Case.from_json(CASE_JSON, allow_import=ALLOWED)
+
+
+def _engine(case):
+    """The case's engine, through the same gate as `gradspec replay` (CaseError naming the flag otherwise)."""
+    from gradspec import caseio
+
+    return caseio.engine_for(case, None, allow_import=ALLOWED, source="repro.py")
+
+
 def recheck():
     """gs.check of the case now, with the oracles of the recorded pair (the engine under test too)."""
-    modules = sorted({{p.partition(":")[0] for p in list(USER_OPS.values()) + [ENGINE] if ":" in p}})
-    case = gs.Case.from_json(CASE_JSON, allow_import=modules)
+    case = _case()
     known = set(gs.oracles.names())
     oracles = [n for n in PAIR if n in known and gs.oracles.get(n).available()[0]]
     if ENGINE in ("reference", "torch-cpu", "torch-cuda") and any(n not in known for n in PAIR):
@@ -255,7 +263,7 @@ def recheck():
         from gradspec.oracles.engine_oracle import EngineOracle
 
         label = next((n for n in PAIR if n not in known), None)
-        oracles.append(EngineOracle(gs.engines.get(ENGINE), name=label))
+        oracles.append(EngineOracle(gs.engines.get(_engine(case)), name=label))
     if len(oracles) < 2:
         oracles = ["reference", "finite-differences"] + [o for o in oracles if not isinstance(o, str)]
     return gs.check(case, oracles=oracles)
@@ -265,9 +273,8 @@ def recheck_rule():
     """A §5 backward() rule finding: its calls (not only its values) run again on the engine."""
     from gradspec.rules import replay_rule_case
 
-    modules = sorted({{p.partition(":")[0] for p in list(USER_OPS.values()) + [ENGINE] if ":" in p}})
-    case = gs.Case.from_json(CASE_JSON, allow_import=modules)
-    cause, code = replay_rule_case(ENGINE, case)
+    case = _case()
+    cause, code = replay_rule_case(_engine(case), case)
     print("the calls of the finding, run again:\\n" + code)
     if cause is not None:
         print(f"DISAGREEMENT: the engine still breaks the rule: {{cause.summary}} [{{cause.id}}] (exit 1)")
@@ -276,7 +283,12 @@ def recheck_rule():
     return 0
 
 
-def main():
+def main(argv=None):
+    p = argparse.ArgumentParser(description="Re-check this gradspec discrepancy (exit 1: still there, 0: gone, "
+                                            "2: cannot run here).")
+    p.add_argument("--allow-import", action="append", default=[], metavar="MODULE",
+                   help="a module the case names (engine, user ops) that you trust to be imported (repeatable)")
+    ALLOWED[:] = p.parse_args(argv).allow_import
     if MODULE_OPS:
         print("cannot run (exit 2): " + "; ".join(f"op {{op!r}}: {{why}}" for op, why in MODULE_OPS.items()))
         return 2
@@ -337,6 +349,8 @@ if __name__ == "__main__":
         code = main()
     except KeyboardInterrupt:
         code = 130
+    except SystemExit:  # argparse: --help, or a usage error it has explained
+        raise
     except BaseException as e:  # never a bare traceback: the reason, and exit 2
         print(f"cannot run (exit 2): {{type(e).__name__}}: {{e}}")
         code = 2

@@ -227,7 +227,7 @@ def test_replay_exits_1_while_it_disagrees_and_0_with_a_correct_engine(planted):
 def test_repro_script_shows_the_disagreement(planted):
     root, env, out, proc = planted
     folder = _reported(out)
-    run = subprocess.run([sys.executable, str(folder / "repro.py")], cwd=folder, env=env, capture_output=True,
+    run = subprocess.run([sys.executable, str(folder / "repro.py"), "--allow-import", "gsplant"], cwd=folder, env=env, capture_output=True,
                          text=True, timeout=120)
     assert run.returncode == 1, run.stdout + run.stderr
     # The planted engine is off by exactly 0.5; torch (run live) sides with the reference.
@@ -247,7 +247,7 @@ def test_repro_script_after_the_fix_labels_the_recording_and_says_it_is_gone(pla
     (fixed / "gsplant.py").write_text(PLANT_SRC.replace('bug = Planted("planted", bug_op="exp")',
                                                         'bug = Planted("planted", bug_op="no-such-op")'))
     path = [str(fixed)] + [p for p in env["PYTHONPATH"].split(os.pathsep) if p != str(root)]
-    run = subprocess.run([sys.executable, str(folder / "repro.py")], cwd=fixed,
+    run = subprocess.run([sys.executable, str(folder / "repro.py"), "--allow-import", "gsplant"], cwd=fixed,
                          env=dict(env, PYTHONPATH=os.pathsep.join(path)), capture_output=True, text=True, timeout=120)
     lines = run.stdout.splitlines()
     assert run.returncode == 0 and "DISAGREEMENT" not in run.stdout, run.stdout + run.stderr
@@ -261,10 +261,10 @@ def test_repro_script_imports_modules_of_the_working_directory(planted):
     root, env, out, proc = planted
     folder = _reported(out)
     bare = dict(env, PYTHONPATH=os.pathsep.join(p for p in env["PYTHONPATH"].split(os.pathsep) if p != str(root)))
-    run = subprocess.run([sys.executable, str(folder / "repro.py")], cwd=root, env=bare, capture_output=True,
+    run = subprocess.run([sys.executable, str(folder / "repro.py"), "--allow-import", "gsplant"], cwd=root, env=bare, capture_output=True,
                          text=True, timeout=120)
     assert run.returncode == 1 and "cannot import" not in run.stdout, run.stdout + run.stderr
-    elsewhere = subprocess.run([sys.executable, str(folder / "repro.py")], cwd=folder, env=bare, capture_output=True,
+    elsewhere = subprocess.run([sys.executable, str(folder / "repro.py"), "--allow-import", "gsplant"], cwd=folder, env=bare, capture_output=True,
                                text=True, timeout=120)
     assert elsewhere.returncode == 2 and "cannot import module 'gsplant'" in elsewhere.stdout, elsewhere.stdout
 

@@ -85,13 +85,13 @@ def test_repro_of_a_user_op_without_torch_twin_exits_1_then_0_then_2(tmp_path, m
     r = gs.verify_op(plmod.plop, max_examples=20, seed=0)
     assert not r.ok
     repro = first_case(r, tmp_path).parent / "repro.py"
-    p = run([repro], tmp_path, [tmp_path])
+    p = run([repro, "--allow-import", "plmod"], tmp_path, [tmp_path])
     assert p.returncode == 1 and "Traceback" not in p.stdout + p.stderr, p.stdout + p.stderr
     mod.write_text(BUGGY.format(factor=3))  # fixed
-    p = run([repro], tmp_path, [tmp_path])
+    p = run([repro, "--allow-import", "plmod"], tmp_path, [tmp_path])
     assert p.returncode == 0 and "Traceback" not in p.stdout + p.stderr, p.stdout + p.stderr
     mod.unlink()  # cannot run any more: says why
-    p = run([repro], tmp_path, [tmp_path])
+    p = run([repro, "--allow-import", "plmod"], tmp_path, [tmp_path])
     assert p.returncode == 2 and "plmod" in p.stdout + p.stderr and "Traceback" not in p.stdout + p.stderr
     del sys.modules["plmod"]
 
@@ -115,7 +115,7 @@ def test_a_rule_finding_replays_its_calls_not_only_its_values(tmp_path):
     assert p.returncode == 1 and "[reset-ignored]" in p.stdout and "eng.zero_grad(" in p.stdout, p.stdout + p.stderr
     fixed = run(["-m", "gradspec.cli", "replay", case, "--engine", "reference"], tmp_path)
     assert fixed.returncode == 0 and "now follows torch's backward() rules" in fixed.stdout, fixed.stdout + fixed.stderr
-    rp = run([case.parent / "repro.py"], tmp_path)
+    rp = run([case.parent / "repro.py", "--allow-import", "tests._planted"], tmp_path)
     assert rp.returncode == 1 and "[reset-ignored]" in rp.stdout, rp.stdout + rp.stderr
 
 
