@@ -143,8 +143,8 @@ class Explanation:
 def code_gradients(case: Case) -> tuple[dict | None, str]:
     """``({leaf: gradient}, label)``: what the code under test -- the engine the case records (the reference
     engine runs its user ops' vjp and torch Functions' backward) -- returns for the case; ``(None, why)``
-    where it raises.  A ``module:attr`` engine must have been imported through the case-file gate already
-    (``caseio.engine_for``)."""
+    where it raises.  A ``module:attr`` engine is imported through the case-file gate (``caseio.engine_for``):
+    only from a module the user allowed, else ``(None, why)`` naming the module and ``--allow-import``."""
     from . import engines as _engines
     from . import oracles as _oracles
     from .oracles.engine_oracle import EngineOracle
@@ -153,6 +153,10 @@ def code_gradients(case: Case) -> tuple[dict | None, str]:
     users = sorted(case.user_ops) or sorted({n.op for n in case.nodes if case.spec(n.op).user})
     label = f"engine {name!r}" + (f", user op(s) {', '.join(users)}" if users else "")
     try:
+        if ":" in name:  # a name read from a case: imported only through the gate (a module the user allowed)
+            from .caseio import engine_for
+
+            engine_for(case)
         oracle = _oracles.get(name) if ":" not in name else EngineOracle(_engines.get(name), name, name)
         got = oracle.vjp(case)
     except Exception as e:  # noqa: BLE001 - shown as what the code did, not a traceback

@@ -139,3 +139,37 @@ def test_repro_py_imports_the_modules_of_its_case_only_when_allowed(tmp_path):
     assert (tmp_path / "CALLED").exists(), allowed.stdout + allowed.stderr  # the control: allowed, it runs
     assert allowed.returncode == 0, allowed.stdout + allowed.stderr
     assert "python repro.py --allow-import plantedeng" in (tmp_path / "repro.py").read_text()  # what the script says
+
+
+def test_a_crash_case_left_in_the_report_dir_is_imported_by_nothing_and_says_so(tmp_path, monkeypatch):
+    # a "dead earlier run" planted in the report dir: its crash report is written, nothing it names is imported
+    (tmp_path / "plantedeng.py").write_text(PLANT_ENGINE)
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # a pid that is surely dead
+    run = tmp_path / "reports" / ".gradspec" / "runs" / "20260101-000000-abcdef"
+    run.mkdir(parents=True)
+    d = _case_dict()
+    d["engine"] = "plantedeng:make"
+    (run / f"inflight-{gone.pid}.json").write_text(json.dumps(d))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cli.main(["fuzz", "--max-examples", "1", "-q", "--ops", "exp", "--report-dir", "reports"])
+    assert not (tmp_path / "IMPORTED").exists()
+    page = next((tmp_path / "reports").glob("d-*/index.html")).read_text()
+    assert "run them only if you trust those modules" in page, page
+    assert "python repro.py --allow-import plantedeng" in page, page
+
+
+def test_code_gradients_of_a_case_imports_its_engine_only_when_allowed(tmp_path, monkeypatch):
+    from gradspec._private.imports import allowing
+    from gradspec.explain import code_gradients
+
+    (tmp_path / "plantedeng2.py").write_text(PLANT_ENGINE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    case = gs.Case.from_json(json.dumps(_case_dict()))
+    case.engine = "plantedeng2:make"
+    got, why = code_gradients(case)
+    assert got is None and "--allow-import plantedeng2" in why and not (tmp_path / "IMPORTED").exists(), why
+    with allowing(["plantedeng2"]):
+        got, why = code_gradients(case)
+    assert got is not None and (tmp_path / "CALLED").exists(), why  # the control: allowed, it runs

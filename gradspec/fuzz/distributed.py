@@ -142,6 +142,11 @@ def report_crashes(cfg: Config, stats: Stats, state_root: str | None = None,
         rid = discrepancy_id(d.signature)
         info = {"run_id": os.path.basename(item["dir"]) if earlier else cfg.run_id, "engine": case.engine,
                 "note": "the process died on this case", "covers": [_sig_key(d.signature)], "found_at": time.time()}
+        flags = caseio.allow_flags(case.engine, case.user_ops)
+        if earlier and flags:  # a file in the report dir is data from whoever could write there (redteam #5)
+            info["note"] += (f"; its case was read from a file left in {item['dir']}: the commands below import the "
+                             f"module(s) it names ({flags.replace(' --allow-import ', ' ').strip()}) only because "
+                             "they pass --allow-import: run them only if you trust those modules")
         try:
             if write is not None:
                 write(d, verdict, info)
