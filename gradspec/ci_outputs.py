@@ -129,7 +129,11 @@ def junit_xml(s: dict, report_dir: str = "reports") -> str:
     root = ET.Element("testsuites")
     root.append(suite)
     ET.indent(root)
-    return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
+    from ._private.inert import printable
+
+    # a control character from a record (a planted folder name) is not even valid XML 1.0: a CI that could not
+    # parse the file showed nothing of the run; shown escaped instead, as on the terminal
+    return printable(ET.tostring(root, encoding="unicode", xml_declaration=True), keep="\n\t") + "\n"
 
 
 def _rule_text(outcome) -> str:

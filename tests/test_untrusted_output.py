@@ -111,6 +111,18 @@ def test_summary_md_keeps_a_planted_folder_name_as_text(rid):
     assert link.endswith(") |") and not any(c in link[:-3] for c in " ()<>`[]"), link
 
 
+def test_junit_xml_of_a_planted_folder_name_is_valid_xml():
+    import xml.etree.ElementTree as ET
+
+    from gradspec.ci_outputs import junit_xml
+
+    s = {"cases": 1, "discrepancies": 1, "ops": {"exp": 1}, "oracles": {"reference vs jacobian": 1},
+         "reports": [{"id": "d-" + FORGED, "kind": "value", "ops": ["exp"], "message": FORGED}]}
+    names = [tc.get("name") for tc in ET.fromstring(junit_xml(s)).iter("testcase")]  # before: ParseError
+    rid = next(n for n in names if n.startswith("d-"))
+    assert rid.startswith("d-\\x1b[2J") and ESC not in rid and "\x07" not in rid, rid
+
+
 PLANT_ENGINE = """
 import os
 import re
