@@ -144,3 +144,15 @@ class QuantNetSurrogate(torch.nn.Module):
 
     def forward(self, x):
         return self.fc(x).clamp(-1, 1)
+
+
+class TiedEmb(torch.nn.Module):
+    """An embedding with a padding row whose weight is tied to the output projection (BART / T5 style): torch
+    gives the padding row the projection's gradient, and only the lookup's is left out."""
+
+    def __init__(self):
+        super().__init__()
+        self.e = torch.nn.Embedding(10, 4, padding_idx=0)
+
+    def forward(self, idx):
+        return self.e(idx) @ self.e.weight.T

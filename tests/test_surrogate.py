@@ -111,6 +111,13 @@ def test_embedding_padding_row_recognised():
     assert any("padding_idx" in n for n in r.notes)
 
 
+def test_embedding_padding_row_tied_to_a_projection():
+    # only the lookup's gradient is left out of the padding row; the tied projection's reaches it
+    torch.manual_seed(0)
+    r = gs.verify_module(t6.TiedEmb(), example_inputs=(t6.IDX_REPEATED,), max_examples=6, seed=1, dtypes=("float64",))
+    assert r.status == "agree", [d.cause.summary for d in r.discrepancies[:1]]
+
+
 def test_embedding_padding_row_recognised_real_bug_still_found():
     torch.manual_seed(0)
     r = gs.verify_module(t6.EmbHalf(), example_inputs=(t6.IDX,), max_examples=6, seed=1, dtypes=("float64",))

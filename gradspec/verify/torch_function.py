@@ -598,9 +598,9 @@ def verify_module(module, *, example_inputs=None, max_examples: int | None = Non
         r = verify_torch_function(fn, example_inputs=example, max_examples=max_examples, seconds=seconds, seed=seed,
                                   domain=domain, broadcast=broadcast, dtypes=dtypes, surrogate=surr, **kw)
     for *_, what in pads:
-        r.note(f"{what}: torch gives the padding row no gradient by design (documented), so that row's intended "
-               "gradient is taken as 0 (held constant in the jacobian oracle's JVP); the other rows are checked against the "
-               "derivative")
+        r.note(f"{what}: torch gives the padding row no gradient from the lookup by design (documented), so that "
+               "lookup's intended gradient is taken as 0 (held constant in the jacobian oracle's JVP); the other rows, "
+               "and any other use of the weight, are checked against the derivative")
     torch_module.finish(r, labels)
     result_sink.emit(r)
     return r

@@ -16,7 +16,7 @@ stop-gradient: ``0 * x``).  fn's backward is then checked against that:
 So a correct STE agrees while one that forgets its clip range is found, and a wrong-sign reversal is named
 ``sign``.  ``gs.verify_module(m, surrogate=m2)`` takes a module with the same parameters (``m`` with the trick
 swapped for its surrogate).  A module's ``nn.Embedding(padding_idx=p)`` is recognised: torch gives row ``p``
-no gradient by design, so that row's intended gradient is 0 (the surrogate holds it at its value).
+no gradient from the lookup by design: the lookup's output there is held at its value (intended gradient 0).
 
 Example::
 
@@ -75,27 +75,16 @@ def install(spec, surrogate, layout: CallLayout) -> None:
                         f"intended gradient), got {type(surrogate).__name__}")
     twin = copy.copy(spec)
     twin.name = f"{spec.name}_surrogate"
-    plain = _forward(surrogate, layout)
-    # rows held at their value at fn's inputs (a padding row: its derivative 0, its value what the rest sees)
-    freeze, held = list(getattr(surrogate, "_gs_freeze", ())), []
-
-    def forward(*arrays, **kw):
-        if held:
-            arrays = list(arrays)
-            for j, row, value in held:
-                a = np.array(arrays[j], dtype=np.float64, copy=True)
-                a[..., row, :] = value  # (the row axis counted from the end: batch axes may lead)
-                arrays[j] = a
-        return plain(*arrays, **kw)
-
-    twin.forward = forward
+    twin.forward = _forward(surrogate, layout)
     twin.kink_distance = None  # fn's kinks are not the surrogate's
     twin._batch_ok = None  # (whether the surrogate takes batch axes is its own business)
     twin.float32_seen = ""
     rule = fd_jvp(twin)
+    hold = getattr(surrogate, "_gs_hold", None)  # (a module's padding rows: held at their value at fn's inputs)
 
     def jvp(tangents, *inputs, out, **params):
-        held[:] = [(j, row, np.array(np.asarray(inputs[j], dtype=np.float64)[..., row, :])) for j, row in freeze]
+        if hold is not None:
+            hold(inputs)
         mine = twin.forward(*inputs, **params)
         if np.shape(mine) != np.shape(out):
             raise UserOpError(f"surrogate {label_of(surrogate)} returns shape {np.shape(mine)} where fn returns "
@@ -109,9 +98,9 @@ def install(spec, surrogate, layout: CallLayout) -> None:
 def note(surrogate) -> str:
     """The run's note: what its backward was checked against."""
     if getattr(surrogate, "_gs_auto", False):
-        return ("the jacobian oracle composes a finite-difference JVP of the module with its padding row(s) held "
-                "constant (their intended gradient is 0), taken at fn's inputs; finite differences of the module "
-                "itself are not compared (they see the padding rows move)")
+        return ("the jacobian oracle composes a finite-difference JVP of the module with its embedding lookups of "
+                "padding rows held constant (their intended gradient is 0), taken at fn's inputs; finite differences "
+                "of the module itself are not compared (they see the padding rows move)")
     return NOTE.format(name=label_of(surrogate))
 
 
@@ -141,49 +130,73 @@ def check_example(fn, surrogate, layout: CallLayout, example_inputs) -> None:
 
 
 def padding_rows(module, names: list) -> list:
-    """``(index into names, row, label)`` of each trainable embedding weight with a padding row."""
+    """``(index into names, submodule name, row, label)`` of each ``nn.Embedding`` with a padding row and a trainable
+    weight.  (An ``nn.EmbeddingBag`` leaves the padding entries out of its sum, values and all: its derivative
+    already has no padding term.)"""
     import torch
 
     out = []
     for mn, m in module.named_modules():
         pad = getattr(m, "padding_idx", None)
-        if isinstance(m, (torch.nn.Embedding, torch.nn.EmbeddingBag)) and pad is not None:
-            pname = f"{mn}.weight" if mn else "weight"
-            if pname in names:
-                out.append((names.index(pname), int(pad), f"{type(m).__name__} {mn or '(the module)'} "
+        pname = f"{mn}.weight" if mn else "weight"
+        if isinstance(m, torch.nn.Embedding) and pad is not None and pname in names:
+            out.append((names.index(pname), mn, int(pad), f"{type(m).__name__} {mn or '(the module)'} "
                                                           f"(padding_idx={int(pad)})"))
     return out
 
 
 def module_surrogate(fn, surrogate, names: list, k: int, pads: list, mods: dict):
-    """The surrogate of a module's function ``fn(*params, *inputs)``: the user's surrogate module called with the
-    same parameters (else fn itself), each padding row held constant (its intended gradient is 0); None if neither."""
+    """The surrogate of a module's function ``fn(*params, *inputs)``: the user's surrogate module (else a copy of the
+    module) called with the same parameters, each padding lookup's output held at its value at fn's inputs (the
+    lookup's intended gradient for the padding row is 0; a weight tied elsewhere keeps its other uses); None if
+    neither is needed."""
     import torch
 
+    if surrogate is not None and not isinstance(surrogate, torch.nn.Module):
+        raise TypeError("verify_module: surrogate must be a torch.nn.Module with the module's parameters (the "
+                        f"module with its trick swapped for a differentiable surrogate), got {type(surrogate).__name__}")
     if surrogate is None and not pads:
         return None
-    base = fn
     if surrogate is not None:
-        if not isinstance(surrogate, torch.nn.Module):
-            raise TypeError("verify_module: surrogate must be a torch.nn.Module with the module's parameters (the "
-                            f"module with its trick swapped for a differentiable surrogate), got "
-                            f"{type(surrogate).__name__}")
         own = dict(surrogate.named_parameters())
         missing = [n for n in names if n not in own]
         if missing:
             raise UserOpError(f"verify_module: surrogate has no parameter(s) {missing[:4]}: give it the module's "
                               "parameters (e.g. a copy of the module with the trick swapped)")
-        twins = {dt: copy.deepcopy(surrogate).to(dt) for dt in mods}
+    source = surrogate if surrogate is not None else next(iter(mods.values()))
+    twins = {dt: copy.deepcopy(source).to(dt) for dt in mods}  # (hooks below: never on the module fn runs)
+    held: dict = {}
+    for _, mn, row, _ in pads:
+        for twin in twins.values():
+            try:
+                sub = twin.get_submodule(mn)
+            except AttributeError:  # the user's surrogate has no such submodule: its own business
+                continue
+            sub.register_forward_hook(_held_lookup(held, mn, row))
 
-        def base(*args):
-            m = twins.get(args[0].dtype, twins[torch.float64]) if args else twins[torch.float64]
-            return torch.func.functional_call(m, dict(zip(names, args[:k])), tuple(args[k:]))
+    def hold(inputs):
+        for j, mn, row, _ in pads:
+            held[mn] = torch.from_numpy(np.array(np.asarray(inputs[j], dtype=np.float64)[row], copy=True))
 
     def surrogate_fn(*args):
-        return base(*args)
+        m = twins.get(args[0].dtype, twins[torch.float64]) if args else twins[torch.float64]
+        return torch.func.functional_call(m, dict(zip(names, args[:k])), tuple(args[k:]))
 
-    surrogate_fn._gs_freeze = [(j, row) for j, row, _ in pads]  # (install: held at their value, derivative 0)
+    surrogate_fn._gs_hold = hold if pads else None  # (install: before each JVP, at fn's inputs)
     surrogate_fn._gs_auto = surrogate is None  # (recognised, not declared: the note says so)
     surrogate_fn.__qualname__ = (label_of(surrogate) if surrogate is not None
-                                 else "(the module with its padding row(s) held constant)")
+                                 else "(the module with its padding lookups held constant)")
     return surrogate_fn
+
+
+def _held_lookup(held: dict, name: str, row: int):
+    """A forward hook: where the lookup reads the padding row, its output is the row's held value (a constant)."""
+    import torch
+
+    def hook(mod, args, out):
+        value = held.get(name)
+        if value is None or not args:
+            return out
+        return torch.where((args[0] == row).unsqueeze(-1), value.to(out.dtype), out)
+
+    return hook
