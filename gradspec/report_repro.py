@@ -22,7 +22,20 @@ from ._private.casefile import module_not_replayed
 from ._private.inert import docstring, literal
 from .caseio import allow_flags
 
-__all__ = ["repro_script"]
+__all__ = ["repro_script", "INLINE_ELEMENTS", "RECORDED_ELEMENTS", "LISTING_FD_ELEMENTS"]
+
+# Size limits (tryout6 #6: a 300 x 300 weight made a 6.8 MB repro.py beside a 2.7 MB case.json, the values
+# written out three times; its listing would have run 185,000 forwards for finite differences):
+# - above INLINE_ELEMENTS leaf and seed elements the script reads the case from case.json beside it (the
+#   report folder's) instead of carrying it, and says so;
+# - a recorded gradient of more than RECORDED_ELEMENTS elements is not copied in (the re-check computes it
+#   again; the listing says it was omitted);
+# - the listing's element-by-element finite differences (2 forwards per element) cover leaves of up to
+#   LISTING_FD_ELEMENTS elements; larger leaves say they were skipped (the re-check's finite differences
+#   compare along random directions there).
+INLINE_ELEMENTS = 4096
+RECORDED_ELEMENTS = 4096
+LISTING_FD_ELEMENTS = 2000
 
 
 
@@ -41,7 +54,9 @@ def _recorded(verdict, names) -> dict:
         grads = {}
         for leaf, g in res.items():
             try:
-                grads[leaf] = None if g is None else _hexlist(np.asarray(g, dtype=np.float64))
+                a = None if g is None else np.asarray(g, dtype=np.float64)
+                grads[leaf] = None if a is None else _hexlist(a) if a.size <= RECORDED_ELEMENTS else {
+                    "omitted": f"{a.size} elements, not copied into repro.py (the re-check below computes them again)"}
             except (TypeError, ValueError):
                 grads[leaf] = None
         out[n] = grads
@@ -60,8 +75,10 @@ def repro_script(case, oracles=("reference", "torch-cpu"), verdict=None, d=None,
     one is shown.  gradspec is used only to map op names to their torch calls."""
     names = list(oracles)
     recorded = _recorded(verdict, names)
-    lines = []
-    for leaf in case.leaves:
+    size = sum(np.size(l.value) for l in case.leaves) + sum(np.size(s) for s in case.seeds if s is not None)
+    beside = size > INLINE_ELEMENTS
+    lines = [] if not beside else [f"# {size:,} values: read from case.json beside this script, not copied in"]
+    for leaf in case.leaves if not beside else ():
         v = np.asarray(leaf.value)
         if np.issubdtype(v.dtype, np.floating):
             data = repr([float(x).hex() for x in v.astype(np.float64).ravel()])
@@ -77,7 +94,7 @@ def repro_script(case, oracles=("reference", "torch-cpu"), verdict=None, d=None,
         graph_lines.append(f"    env[{literal(n.name)}] = T({literal(n.op)})({args}{params})")
     graph_block = "\n".join(graph_lines) or "    pass"
     seeds = []
-    for s in case.seeds:
+    for s in case.seeds if not beside else ():
         if s is None:
             seeds.append("None")
         else:
@@ -126,9 +143,16 @@ from gradspec._private.imports import cwd_importable
 cwd_importable()  # run from the folder that holds your modules, they import (as in `gradspec replay`)
 
 
+def _beside(name):
+    import os
+
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), name), encoding="utf-8") as f:
+        return f.read()
+
+
 USER_OPS = {literal(dict(case.user_ops))}
 ENGINE = {literal(case.engine)}
-CASE_JSON = {literal(case.to_json(indent=None))}
+CASE_JSON = {"_beside('case.json')" if beside else literal(case.to_json(indent=None))}
 INLINE_OPS = {literal(inline)}
 ALLOWED = []  # modules the command line allows the case to import (--allow-import), set by main()
 MODULE_OPS = {literal(why_not)}  # op -> why a gs.verify_module finding does not run here
@@ -145,10 +169,10 @@ def T(op):
     return twin
 
 
-VALUES = {{}}
+VALUES = {{}} if {not beside!r} else None
 {values_block}
 ROOTS = {literal(list(case.roots))}
-SEEDS = [{", ".join(seeds)}]
+SEEDS = [{", ".join(seeds)}] if {not beside!r} else None
 GRAD_LEAVES = {literal(grad_leaves)}
 RECORDED = json.loads({json.dumps(json.dumps(recorded))})  # gradients the oracles returned when the report was written
 PAIR = {literal(names)}
@@ -167,13 +191,18 @@ def build(values, dtype=None):
 
 
 def _decode(rec):
-    if rec is None:
+    if rec is None or "omitted" in rec:
         return None
     return np.array([float.fromhex(h) for h in rec["hex"]]).reshape(rec["shape"])
 
 
 def show():
     """The torch listing: torch's gradient, finite differences and the recorded gradients, per leaf."""
+    global VALUES, SEEDS
+    if VALUES is None:  # a large case: its values are in case.json (its modules only as --allow-import allows)
+        case = _case()
+        VALUES = {{l.name: np.asarray(l.value) for l in case.leaves}}
+        SEEDS = [None if s is None else np.asarray(s) for s in case.seeds]
     env = build(VALUES)
     roots = [env[r] for r in ROOTS]
     seeds = [None if s is None else torch.from_numpy(s) for s in SEEDS]
@@ -194,8 +223,8 @@ def show():
     worst_gap, shown = 0.0, None
     for name in GRAD_LEAVES:
         x = values64[name]
-        fd = np.zeros(x.shape)
-        for idx in np.ndindex(*x.shape):
+        fd = np.zeros(x.shape) if x.size <= {LISTING_FD_ELEMENTS} else None
+        for idx in np.ndindex(*x.shape) if fd is not None else ():
             h = 1e-6 * max(1.0, abs(float(x[idx])))
             plus = dict(values64, **{{name: x.copy()}})
             minus = dict(values64, **{{name: x.copy()}})
@@ -203,11 +232,19 @@ def show():
             minus[name][idx] -= h
             fd[idx] = (s_of(plus) - s_of(minus)) / (2 * h)
         print(f"leaf {{name}} {{x.shape}}")
-        rows = [("torch backward (now)", torch_grads.get(name)), ("finite differences (now, torch float64)", fd)]
+        rows = [("torch backward (now)", torch_grads.get(name))]
+        if fd is None:
+            print(f"  {{'finite differences (now)':<42}}: skipped ({{x.size}} elements, 2 forwards each; the re-check "
+                  "below compares along random directions)")
+        else:
+            rows.append(("finite differences (now, torch float64)", fd))
         for oracle in PAIR:
             rec = RECORDED.get(oracle, {{}})
             if "error" in rec:
                 print(f"  {{oracle + ' (recorded)':<42}}: raised {{rec['error']}}")
+                continue
+            if "omitted" in (rec.get(name) or {{}}):
+                print(f"  {{oracle + ' (recorded)':<42}}: omitted: {{rec[name]['omitted']}}")
                 continue
             rows.append((oracle + " (recorded)", _decode(rec.get(name))))
         for label, g in rows:

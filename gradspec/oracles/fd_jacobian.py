@@ -23,7 +23,7 @@ from ..ops.user import FDStepError, fd_rounding_noise, fd_step_scale
 from ._base import Oracle, OracleError
 from .jacobian import JacobianOracle
 
-__all__ = ["FDJacobianOracle", "fd_jacobian_error"]
+__all__ = ["FDJacobianOracle", "fd_jacobian_error", "FD_JVP_WORK"]
 
 
 def fd_jacobian_error(case, jac_vjp: dict | None = None) -> dict:
@@ -63,6 +63,17 @@ class _FDRes:
     float32_why: str = ""  # how a hidden float32 part showed (``ops.user._FLOAT32_WHY``), "" for float32 values
 
 
+# The finite-difference jacobian is formed where (input elements) x (elements of the graph's largest tensor)
+# stays within FD_JVP_WORK: it takes one FD-JVP per input element, each a few forward evaluations of the whole
+# graph, four times over (fd_jacobian_error's steps 1.7 and 0.55 and the rounding pass), and a torch Function's
+# forward runs one point at a time.  tryout6 #6 (a 300 x 300 weight held constant, its (3, 300) input varied:
+# 900 x 90,000 = 8.1e7) took 5.6-7.1 s of 7.4-9.3 s a case there, ~4 ns per element of work; 2**24 bounds that
+# at ~1.5 s a case, and a thousand inputs beside tensors of 16,000 elements still get it.  A size, not a time:
+# which oracles ran must not depend on the machine's load.  Above it, finite differences (directional above
+# fd.full_limit inputs) and the other oracles compare; the skip says so.
+FD_JVP_WORK = 2**24
+
+
 class FDJacobianOracle(Oracle):
     """The jacobian oracle for cases with finite-difference JVPs, declared as an ``fd`` oracle so
     that ``check()`` compares it with its own error estimate (:func:`fd_jacobian_error`)."""
@@ -72,7 +83,15 @@ class FDJacobianOracle(Oracle):
     full_limit = math.inf
 
     def applies(self, case):
-        return JacobianOracle().applies(case)
+        ok, why = JacobianOracle().applies(case)
+        if not ok:
+            return ok, why
+        n, top = case.n_inputs, max([math.prod(s) for s in case.shapes().values()] + [1])
+        if n * top > FD_JVP_WORK:
+            return False, (f"jacobian: {n} input elements beside a tensor of {top:,}: the finite-difference JVPs of "
+                           f"the ops without a jvp (one per input element, four times over) are formed up to "
+                           f"{FD_JVP_WORK:,} = inputs x largest tensor (here {n * top:,}); the other oracles compare")
+        return ok, why
 
     def result(self, case, check_reach: bool = True):
         from .jacobian import jacobian
