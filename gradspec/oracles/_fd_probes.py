@@ -346,7 +346,7 @@ def hidden_float32(case, parts, flat, probe) -> tuple[str, str]:
         for _, _, a, k in parts_of:
             v = first[:, a : a + k]  # (its size, and the inputs' float64 rounding |x f'| eps: the rise / 16 eps32)
             floor[a : a + k] = HIDDEN32_NAME_ULPS * EPS * (float(np.max(np.abs(v), initial=0.0))
-                                                          + float(np.max(np.ptp(v, axis=0))) / (2 * _line.LINE_SPAN * EPS32))
+                                                          + (float(np.max(np.ptp(v, axis=0))) if v.size else 0.0) / (2 * _line.LINE_SPAN * EPS32))
     mask, r = _line.steps(lambda o: first if o is _line.line_offsets else evaluate(o), floor, flat.size > 1)
     if not mask.any():
         return "", ""
