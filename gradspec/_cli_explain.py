@@ -71,7 +71,7 @@ def _explain_case_file(path: str, allow: list):
     from . import caseio
     from ._private.inert import printable
     from ._private.records import RECORD_LIMIT
-    from ._private.safefs import read_regular
+    from ._private import jsondata
     from .explain import code_gradients, explain
 
     try:
@@ -89,8 +89,8 @@ def _explain_case_file(path: str, allow: list):
     except caseio.CaseError as e:
         ex.code_label = f"not run: {e}"
     try:
-        rec = json.loads(read_regular(os.path.join(os.path.dirname(os.path.abspath(path)), "discrepancy.json"),
-                                      RECORD_LIMIT)).get("discrepancy") or {}  # (a FIFO or a link: left out)
+        rec = jsondata.read(os.path.join(os.path.dirname(os.path.abspath(path)), "discrepancy.json"),
+                            RECORD_LIMIT).get("discrepancy") or {}  # (a FIFO, a link, a deep nest: left out)
         cause = rec.get("cause") or {}
         finding = f"{rec.get('kind')} ({' vs '.join(map(str, rec.get('oracles') or []))}): {cause.get('summary') or rec.get('message')}"
         ex.finding = printable(finding)  # (a report folder is data from anywhere, as its case.json)

@@ -275,12 +275,12 @@ def failure_message(result, reports=()) -> str:
 
 def _written_replay(index_path: str) -> str | None:
     """``gradspec replay <folder>/case.json --allow-import ...`` for a report folder written with a case."""
+    from ._private import jsondata
     from .caseio import replay_command
 
     case = os.path.join(os.path.dirname(str(index_path)), "case.json")
     try:
-        with open(case, encoding="utf-8") as f:
-            d = json.load(f)
+        d = jsondata.read(case, None, max_depth=None)  # (written by this process; still no FIFO, no link)
         return replay_command(case, d.get("engine"), d.get("user_ops"))
     except (OSError, ValueError, AttributeError):
         return None

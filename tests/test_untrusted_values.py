@@ -17,6 +17,8 @@ import gradspec as gs
 from tests.test_cli import FAST_ORACLES
 from tests.test_safety import _good, _leaf_value
 
+pytest_plugins = ["pytester"]
+
 
 def _meta(d, **meta):
     return {**d, "meta": {**d.get("meta", {}), **meta}}
@@ -129,3 +131,78 @@ def test_a_nan_leaf_element_is_no_discrepancy(nodes, seeds):
     v = gs.check(case, oracles=["reference", "jacobian", "torch-cpu"])
     assert v.status != "disagree", str(v)
     assert "jacobian" in str(v) and "NaN" in str(v), str(v)  # said, not silently dropped
+
+
+# ---------------------------------------------------------------------------------------------
+# report folders from somebody else (findings 15, 16): a bad record is skipped with a note, never a crash
+# ---------------------------------------------------------------------------------------------
+
+GOOD_RECORD = {"kind": "value", "oracles": ["reference", "jacobian"], "ops": ["exp"], "engine": "reference",
+               "run_id": "old", "first_found": 1.7e9, "message": "", "covers": ["value|reference vs jacobian|exp"]}
+BAD_RECORDS = {
+    # every later `gradspec fuzz` there ended "internal error: TypeError" and lost its run; a pytest session exit 1
+    "d-0000000001": {"kind": ["a"], "oracles": 5, "ops": 7, "engine": "reference", "run_id": "old"},
+    "d-0000000002": {**GOOD_RECORD, "first_found": "yesterday"},  # (sorted beside numbers: TypeError)
+    "d-0000000003": {**GOOD_RECORD, "covers": ["value|reference"]},  # (split into 3 parts: ValueError)
+    "d-0000000004": {**GOOD_RECORD, "cause": 5},
+    "d-0000000005": {**GOOD_RECORD, "discrepancy": {"cause": ["exp"]}},
+    # a bare RecursionError from json.loads; then 'internal error: RecursionError' without the file
+    "d-0000000006": "[" * 100_000 + "]" * 100_000,
+    # parses, then recursed through by the readers after it
+    "d-0000000007": {**GOOD_RECORD, "note": json.loads("[" * 500 + "]" * 500)},
+}
+
+
+def _plant_records(where, good=True):
+    where.mkdir(parents=True, exist_ok=True)
+    for rid, rec in BAD_RECORDS.items():
+        (where / rid).mkdir()
+        (where / rid / "discrepancy.json").write_text(rec if isinstance(rec, str) else json.dumps(rec))
+    if good:
+        (where / "d-00000000ff").mkdir()
+        (where / "d-00000000ff" / "discrepancy.json").write_text(json.dumps(GOOD_RECORD))
+    return where
+
+
+def test_a_record_gradspec_did_not_write_is_skipped_naming_its_folder(tmp_path):
+    from gradspec._private.records import read_records
+
+    skipped = []
+    assert [r["id"] for r in read_records(str(_plant_records(tmp_path)), skipped)] == ["d-00000000ff"]
+    for rid in BAD_RECORDS:
+        assert any(rid in note for note in skipped), (rid, skipped)
+
+
+def test_a_campaign_in_a_folder_of_bad_records_keeps_its_results(tmp_path):
+    from tests.test_cli import gradspec, plant, summary
+
+    rep = _plant_records(tmp_path / "reports")
+    (rep / "summary.json").write_text("[" * 100_000 + "]" * 100_000)  # (liveness.last_run reads it first)
+    proc = gradspec("fuzz", "--ops", "exp,mul", "--max-examples", 5, "--oracles", FAST_ORACLES, "--seed", 1,
+                    "--report-dir", rep, "-q", cwd=tmp_path, env=plant(tmp_path))
+    assert proc.returncode == 0 and "internal error" not in proc.stderr, proc.stderr[-2000:]
+    s = summary(rep)
+    assert s["state"] != "running" and s["cases"] > 0, s
+    out = proc.stdout + proc.stderr
+    assert "d-0000000001/discrepancy.json: field kind" in out, out[-3000:]  # said, with the file and the field
+
+
+def test_explain_beside_a_deeply_nested_record_explains_the_case(tmp_path, capsys):
+    from gradspec import cli
+
+    (tmp_path / "case.json").write_text(json.dumps(_good()))
+    (tmp_path / "discrepancy.json").write_text('{"discrepancy": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    assert cli.main(["explain", str(tmp_path / "case.json")]) == 0
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err and "x.grad" in out, err
+
+
+def test_a_passing_session_stays_passing_beside_a_bad_record(pytester, monkeypatch):
+    for k in ("GRADSPEC_REPORT_DIR", "GRADSPEC_SESSION_ID", "GRADSPEC_PROFILE", "PYTEST_XDIST_WORKER"):
+        monkeypatch.delenv(k, raising=False)
+    rep = _plant_records(pytester.path / "rep", good=False)
+    pytester.makepyfile("def test_ok():\n    assert True\n")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", f"--gradspec-report-dir={rep}")
+    assert result.ret == 0, result.stdout.str()[-3000:] + result.stderr.str()[-3000:]
+    result.assert_outcomes(passed=1)
+    assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()

@@ -21,7 +21,8 @@ import tempfile
 import numpy as np
 
 from .inert import printable
-from .safefs import UnsafePath, read_regular, real_dir
+from . import jsondata
+from .safefs import UnsafePath, real_dir
 
 __all__ = ["RECORD", "discrepancy_id", "atomic_write", "read_records", "read_record", "record_folder",
            "make_record_folder",
@@ -107,10 +108,11 @@ def make_record_folder(directory: str, rid: str) -> str:
 
 def read_record(directory: str, rid: str) -> dict:
     """The record of report folder ``rid`` (``OSError``, :class:`UnsafePath` included, or ``ValueError``)."""
-    text = read_regular(os.path.join(record_folder(directory, rid), RECORD), RECORD_LIMIT)
-    rec = json.loads(text)
-    if not isinstance(rec, dict):
-        raise ValueError(f"{os.path.join(directory, rid, RECORD)} holds no JSON object")
+    path = os.path.join(record_folder(directory, rid), RECORD)
+    rec = jsondata.read(path, RECORD_LIMIT)
+    why = jsondata.record_problem(rec)  # (a field of another type crashed every reader after this one)
+    if why:
+        raise jsondata.BadJSON(f"{path}: {why}; gradspec writes no such record: remove the folder")
     return rec
 
 
@@ -132,7 +134,7 @@ def read_records(directory: str, skipped: list | None = None) -> list[dict]:
             rec = read_record(directory, name)
         except (OSError, ValueError, RecursionError) as e:
             if skipped is not None and not isinstance(e, FileNotFoundError):
-                why = str(e) if isinstance(e, UnsafePath) else f"{os.path.join(directory, name)}: {e}"
+                why = str(e) if isinstance(e, (UnsafePath, jsondata.BadJSON)) else f"{os.path.join(directory, name)}: {e}"
                 skipped.append(printable(f"earlier report skipped: {why}"))
             continue
         rec["id"] = name  # the folder, whatever the file says: a record must not point elsewhere

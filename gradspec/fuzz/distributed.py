@@ -11,7 +11,6 @@ Example::
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import time
@@ -19,6 +18,7 @@ from typing import Callable
 
 from .. import caseio
 from .._private.records import discrepancy_id, read_records, update_record
+from .._private import jsondata
 from .._private.safefs import gradspec_dir, read_regular, real_dir
 from ..case import Case, CaseError
 from ..causes import process_died
@@ -200,7 +200,7 @@ def _remove_if_over(path: str, old: bool) -> None:
     for f in files:
         if f.startswith("shard-") and f.endswith(".json"):
             try:
-                pids.append(int(json.loads(read_regular(os.path.join(path, f), _STATE_FILE_LIMIT)).get("pid")))
+                pids.append(int(jsondata.read(os.path.join(path, f), _STATE_FILE_LIMIT).get("pid")))
             except (OSError, ValueError, TypeError, AttributeError, RecursionError):
                 continue
     if (pids and not any(_alive(p) for p in pids)) or old:

@@ -222,5 +222,5 @@ def case_json(text: str) -> str | None:
         if "cases" in d:  # (a group of case files: gradspec before the compact form)
             return json.dumps(d["cases"][i])
         return json.dumps(_set_case(d, i), allow_nan=False)
-    except (ValueError, KeyError, IndexError, TypeError):
+    except (ValueError, KeyError, IndexError, TypeError, RecursionError):
         return text  # unreadable: the reader reports it as a case that cannot be read back

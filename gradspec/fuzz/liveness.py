@@ -19,13 +19,12 @@ Example::
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import time
 
 from .._private.inert import printable
-from .._private.safefs import read_regular
+from .._private import jsondata
 
 __all__ = ["mark_running", "mark_final", "last_run"]
 
@@ -74,7 +73,7 @@ def last_run(report_dir: str) -> dict | None:
     there is no summary, or when the summary predates this bookkeeping.
     """
     try:
-        s = json.loads(read_regular(os.path.join(report_dir, "summary.json"), _SUMMARY_LIMIT))  # (no FIFO, no link)
+        s = jsondata.read(os.path.join(report_dir, "summary.json"), _SUMMARY_LIMIT)  # (no FIFO, no link, no deep nest)
     except (OSError, ValueError, RecursionError):
         return None
     if not isinstance(s, dict) or s.get("state") != "running":
