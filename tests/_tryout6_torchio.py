@@ -109,3 +109,23 @@ class CtrlC:
                 return owner.scale * torch.cos(x) * g
 
         self.apply = Sin.apply
+
+
+class CheckpointedNet(torch.nn.Module):
+    """Right: a linear layer and tanh under torch.utils.checkpoint, as training code saves memory.  The recomputation
+    in backward reads self.lin's parameters at backward time."""
+
+    def __init__(self, reentrant: bool):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 3)
+        self.reentrant = reentrant
+
+    def forward(self, x):
+        return cp.checkpoint(lambda t: torch.tanh(self.lin(t)), x, use_reentrant=self.reentrant)
+
+
+class CheckpointedWrongNet(CheckpointedNet):
+    """Wrong: the checkpointed block runs Scale13 (its backward 1.3x too big) on the layer's output."""
+
+    def forward(self, x):
+        return cp.checkpoint(lambda t: Scale13.apply(self.lin(t)), x, use_reentrant=self.reentrant)

@@ -24,7 +24,10 @@ Example::
 
 from __future__ import annotations
 
-__all__ = ["grad", "refuses_grad", "refusing_node"]
+import contextlib
+import copy
+
+__all__ = ["grad", "refuses_grad", "refusing_node", "backward_note", "checkpoint_watch", "bound_copy"]
 
 # the words torch (and DeepSpeed, fairscale, which copied them) use when a backward cannot run under .grad()
 _REFUSAL = (".grad()", "backward")
@@ -103,3 +106,51 @@ def _by_backward(torch, outputs, inputs, grad_outputs) -> tuple:
     finally:
         for x, g in zip(inputs, before, strict=True):
             x.grad = g
+
+
+@contextlib.contextmanager
+def checkpoint_watch():
+    """Within: each ``torch.utils.checkpoint`` call (reentrant or not, however the user imported ``checkpoint``)
+    appends to the list yielded.  Its entry points are looked up in the module's globals at each call, and
+    wrapped here only for the duration (a module's checkpoint recomputes its block in backward: verify_module
+    must then leave its own parameters in place for backward)."""
+    try:
+        import torch.utils.checkpoint as C
+    except ImportError:  # (no torch: nothing to watch)
+        yield []
+        return
+    seen: list = []
+    gen, fn = getattr(C, "_checkpoint_without_reentrant_generator", None), getattr(C, "CheckpointFunction", None)
+
+    def watched_gen(*a, **k):
+        seen.append("use_reentrant=False")
+        return gen(*a, **k)
+
+    class _Watched:  # (CheckpointFunction.apply is all checkpoint() uses of it)
+        @staticmethod
+        def apply(*a, **k):
+            seen.append("use_reentrant=True")
+            return fn.apply(*a, **k)
+
+    if gen is not None:
+        C._checkpoint_without_reentrant_generator = watched_gen
+    if fn is not None:
+        C.CheckpointFunction = _Watched
+    try:
+        yield seen
+    finally:
+        if gen is not None:
+            C._checkpoint_without_reentrant_generator = gen
+        if fn is not None:
+            C.CheckpointFunction = fn
+
+
+def bound_copy(module, by_id: dict):
+    """A structural copy of ``module`` whose parameters are replaced (``by_id``: id of a parameter -> the tensor in
+    its place, tied parameters alike), every other attribute, buffers included, shared with ``module``: the copy
+    keeps that call's parameters through a backward that recomputes (a checkpoint), which
+    ``torch.func.functional_call`` swaps back when the forward returns."""
+    c = copy.copy(module)
+    c._parameters = {n: by_id.get(id(p), p) for n, p in module._parameters.items()}
+    c._modules = {n: None if s is None else bound_copy(s, by_id) for n, s in module._modules.items()}
+    return c

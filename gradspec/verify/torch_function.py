@@ -601,7 +601,7 @@ def verify_module(module, *, example_inputs=None, max_examples: int | None = Non
         r.note(f"{what}: torch gives the padding row no gradient from the lookup by design (documented), so that "
                "lookup's intended gradient is taken as 0 (held constant in the jacobian oracle's JVP); the other rows, "
                "and any other use of the weight, are checked against the derivative")
-    torch_module.finish(r, labels)
+    torch_module.finish(r, labels, fn)
     result_sink.emit(r)
     return r
 

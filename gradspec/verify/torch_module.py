@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import copy
 
+from .._private import torch_grad as _torch_grad
 from ..ops.user import UserOpError
 
 __all__ = ["module_function", "surrogate_of", "finish", "named"]
@@ -58,7 +59,18 @@ def module_function(module, example_inputs):
             # the module's structure fixes its parameters' shapes: only the inputs' free dims vary
             raise ValueError("parameter shapes differ from the module's")
         m = mods.get(args[0].dtype, mod) if args else mod
-        return torch.func.functional_call(m, dict(zip(names, args[:k])), tuple(args[k:]))
+        if not checkpointed:
+            with _torch_grad.checkpoint_watch() as seen:
+                out = torch.func.functional_call(m, dict(zip(names, args[:k])), tuple(args[k:]))
+            if not seen:
+                return out
+            checkpointed.extend(seen)
+        # a checkpoint recomputes in backward, after functional_call put the module's own parameters back: this
+        # call's parameters stay in a structural copy instead (the forward above, on the wrong ones, is dropped)
+        own = dict(m.named_parameters())
+        return _torch_grad.bound_copy(m, {id(own[n]): a for n, a in zip(names, args[:k])})(*args[k:])
+
+    checkpointed: list = []  # how the module uses torch.utils.checkpoint, once seen
 
     start = {d: {n: b.detach().clone() for n, b in m.named_buffers()} for d, m in mods.items()}
 
@@ -73,6 +85,7 @@ def module_function(module, example_inputs):
     fn.__qualname__ = type(module).__name__
     fn._gs_state = state_changes  # (determinism.why_not_a_function)
     fn._gs_parts = (names, k, mods)  # (surrogate_of: the same parameters, the same copies' dtypes)
+    fn._gs_checkpointed = checkpointed  # (finish: the note)
     fn._gs_module = type(module).__name__  # (verify_torch_function: a module's findings replay in this process only)
     inputs = [x.detach().to(torch.float64) if isinstance(x, torch.Tensor) and x.is_floating_point() else x
               for x in example_inputs]
@@ -91,9 +104,13 @@ def surrogate_of(module, fn, surrogate) -> tuple:
     return torch_surrogate.module_surrogate(fn, surrogate, names, k, pads, mods), pads
 
 
-def finish(result, labels: list) -> None:
+def finish(result, labels: list, fn=None) -> None:
     """A module's result: named as such, its leaves listed, its replay through verify_module."""
     result.what = "module"
+    if getattr(fn, "_gs_checkpointed", None):
+        result.note(f"the module uses torch.utils.checkpoint ({fn._gs_checkpointed[0]}), which recomputes in backward "
+                    "with the parameters the module holds then: each call ran a structural copy of it holding that "
+                    "call's parameters (torch.func.functional_call swaps them back when the forward returns)")
     result.note("leaves: " + ", ".join(f"x{i} = {n}" for i, n in enumerate(labels)))
     for d in result.discrepancies:  # the user's names in the words of each finding (tryout5 #10: "x0" was the weight)
         if getattr(d, "cause", None) is not None:
