@@ -19,6 +19,7 @@ import numpy as np
 
 from ._diagnose_raw import _mutation_cause
 from ._diagnose_text import _clip, _where, _whose
+from ._private import determinism as _determinism
 from ._private.skips import word_cut
 from .case import Case, NodeDef
 from .causes import ENGINE_IDS, Cause
@@ -100,6 +101,19 @@ def _shape_pattern(case, node, msg) -> str:
     return "other"
 
 
+def drawing_backward_cause(case: Case, d) -> Cause | None:
+    """A finding on a case whose torch code's backward was seen drawing random numbers of its own (a fresh dropout
+    mask, tryout6 #1): that is the cause, or None.  Its gradient differs at every call, so no node looks wrong
+    twice alike (before: 'one of them carries its own error', or only 'state between calls')."""
+    drew = _determinism.drawing_backward(case)
+    if drew is None:
+        return None
+    spec = case.spec(drew.op)
+    return Cause("wrong-vjp", f"{_where(drew, spec)}: {_whose(spec, 'torch-cpu')} {_determinism.DRAWING_BACKWARD}",
+                 node=drew.name, op=drew.op, evidence=d.message, pattern="other",
+                 fix="use the forward's draws in backward: save the mask (or the noise) on ctx in forward")
+
+
 def _twice_cause(case: Case, d) -> Cause:
     node = next((n for n in case.nodes if case.spec(n.op).user), None)
     factor = None
@@ -115,6 +129,9 @@ def _twice_cause(case: Case, d) -> Cause:
                      evidence=f"{d.message}; {mutated.evidence}", pattern="scale" if factor is not None else "other",
                      factor=factor, fix=mutated.fix)
     where = _where(node, spec) if node is not None else "the Function"
+    drew = drawing_backward_cause(case, d)  # a backward drawing its own mask: another answer each time
+    if drew is not None:
+        return drew
     detail = f" (the second call gave {factor:.6g} times the first)" if factor is not None else ""
     return Cause("wrong-vjp", f"{where}: {_whose(spec, 'torch-cpu') if spec else 'its backward'} gives another answer "
                  f"when the same graph is backpropagated a second time (retain_graph=True){detail}: it modifies what "

@@ -60,7 +60,7 @@ from ._diagnose_engine import (
     _engine_shared_broadcast,
     empty_broadcast,
 )
-from ._diagnose_findings import _raised_cause, explain_finding
+from ._diagnose_findings import _raised_cause, drawing_backward_cause, explain_finding
 from ._diagnose_points import factor_at_points, flat_forward_words, float32_only, not_linear_in_g, overflow_words, swapped_inputs
 from ._diagnose_raw import _forward_mutation_cause, _mutation_cause, _none_returned, _returned_dtype, _returned_shapes, _split_case
 from ._diagnose_text import ENGINES as _ENGINES
@@ -653,6 +653,9 @@ def _other_side_odd(d, verdict) -> bool:
 
 
 def _unlocalised(case, d, suspect, fallback: Cause | None = None, verdict=None) -> Cause:
+    drew = drawing_backward_cause(case, d)  # no node wrong on its own, twice alike: a backward drawing its own mask
+    if drew is not None:
+        return drew
     calls = {}
     for n in case.nodes:
         calls[n.op] = calls.get(n.op, 0) + 1

@@ -15,7 +15,7 @@ Two mechanisms:
   masks) is then a function of its inputs, and a backward that forgets dropout's ``1 / (1 - p)`` is found.
   A backward runs outside the call (autograd runs it later) and keeps drawing from the caller's stream:
   a backward that draws its own mask is still found.
-* :func:`probe`: for each user-op node of a case, the forward called once more on the inputs the case's
+* :func:`probe`: for each user-op node of a case, the forward called twice on copies of the inputs the case's
   forward gave it; outputs that differ beyond rounding (:func:`differ`) mean the op is not a function of
   its inputs there: ``gs.check`` then compares nothing and says so (never agree, never a discrepancy).
 
@@ -34,9 +34,11 @@ import numpy as np
 
 from .. import tolerances as _tol
 
-__all__ = ["SEED", "TorchSeeded", "probe", "differ", "why_not_a_function", "HINT", "DREW_NOTE", "set_aside"]
+__all__ = ["NOT_A_FUNCTION", "not_a_function_among", "SEED", "TorchSeeded", "DrawWatch", "drawing_backward", "DRAWING_BACKWARD", "probe", "differ",
+           "why_not_a_function", "HINT", "DREW_NOTE", "set_aside"]
 
 SEED = 0  # torch's generator state every call of torch code under test starts from
+NOT_A_FUNCTION = "is not a function of its inputs"  # the words of every such reason (a campaign looks for them)
 
 HINT = ("make it one for the check: seed its random draws inside the call (a numpy Generator or torch.Generator "
         "created with a fixed seed per call), or put the module in eval mode, or leave out the state it updates "
@@ -90,6 +92,41 @@ class TorchSeeded:
         return False
 
 
+class DrawWatch:
+    """``with DrawWatch(flag):`` around a backward: ``True`` appended to ``flag`` when torch's default generator
+    moved while it ran (the backward drew random numbers of its own; a checkpoint's recompute puts the state
+    back, ``preserve_rng_state``).  Watched until seen once (then free)."""
+
+    __slots__ = ("_flag", "_before")
+
+    def __init__(self, flag: list) -> None:
+        self._flag = flag
+
+    def __enter__(self):
+        import torch
+
+        self._before = None if self._flag else torch.default_generator.get_state().numpy().tobytes()
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        import torch
+
+        if self._before is not None and torch.default_generator.get_state().numpy().tobytes() != self._before:
+            self._flag.append(True)
+        return False
+
+
+DRAWING_BACKWARD = ("draws random numbers of its own (torch's generator moved while it ran), so it is not the "
+                    "backward of the forward's draws: J^T·g holds the forward's mask or noise, and a fresh one gives "
+                    "other numbers at every call")
+
+
+def drawing_backward(case):
+    """The first node of ``case`` whose code's backward was seen drawing random numbers (``spec.backward_draws``,
+    set by ``verify_torch_function``'s VJP through :class:`DrawWatch`), or None."""
+    return next((n for n in case.nodes if getattr(case.spec(n.op), "backward_draws", None)), None)
+
+
 def differ(a, b) -> str:
     """Where two outputs of the same call differ beyond rounding, or "" where they do not.
 
@@ -122,9 +159,9 @@ def differ(a, b) -> str:
 
 
 def probe(case) -> str:
-    """Why a user op of ``case`` is not a function of its inputs here, or "".  Each user-op node's output in
-    the case's forward (``case.evaluate()``, shared with the oracles inside ``gs.check``) against one more
-    call of its forward on the same inputs; a forward that raises says nothing here (the oracles report it).
+    """Why a user op of ``case`` is not a function of its inputs here, or "".  Each user-op node's forward called
+    twice more on copies of the inputs the case's forward gave it (``case.evaluate()``, shared with the oracles
+    inside ``gs.check``); a forward that raises says nothing here (the oracles report it).
     A spec may carry ``state_changes() -> str`` (a module's buffers that changed): the reason names them."""
     nodes = [n for n in case.nodes if getattr(case.spec(n.op), "user", False)]
     if not nodes:
@@ -135,12 +172,13 @@ def probe(case) -> str:
         return ""
     for n in nodes:
         spec = case.spec(n.op)
-        try:
+        try:  # two calls on fresh copies: a forward that writes into its input is not taken for one with state
             with np.errstate(all="ignore"):
-                again = spec.forward(*[env[i] for i in n.inputs], **n.params)
+                once, again = (spec.forward(*[np.array(env[i], copy=True) for i in n.inputs], **n.params)
+                               for _ in range(2))
         except Exception:  # noqa: BLE001
             continue
-        where = differ(env[n.name], again)
+        where = differ(once, again)
         if where:
             return why_not_a_function(n, spec, where)
     return ""
@@ -161,7 +199,7 @@ def why_not_a_function(node, spec, where: str) -> str:
         what = ("it draws random numbers or keeps state that changes between calls (class attributes, globals, "
                 "a counter)")
     name = spec.name.removeprefix("torch_") if torch_code else spec.name
-    return (f"{name!r} is not a function of its inputs (its output changes between calls): two calls on the same "
+    return (f"{name!r} {NOT_A_FUNCTION} (its output changes between calls): two calls on the same "
             f"inputs at node {node.name} = {node.op}({', '.join(node.inputs)}) gave different outputs, "
             f"{where}; {what}; no gradient can be checked against a function that changes at every call: {HINT}")
 
@@ -176,3 +214,9 @@ def set_aside(result) -> None:
     result.note(f"{len(result.discrepancies)} finding(s) set aside, not judged: the code under test is not a "
                 f"function of its inputs (first: [{first.kind}] {str(first.message).splitlines()[0][:300]})")
     result.discrepancies.clear()
+
+
+def not_a_function_among(reasons) -> str:
+    """The first per-case reason (``{reason: cases}``, a campaign's inconclusive tally) saying the code under
+    test is not a function of its inputs, or "": a campaign whose other cases agreed is not an OK then."""
+    return next((f"{r} ({k} case{'' if k == 1 else 's'})" for r, k in dict(reasons).items() if NOT_A_FUNCTION in r), "")

@@ -21,6 +21,7 @@ import numpy as np
 
 from .. import outcome as _outcome
 from .._private import database as _db
+from .._private import determinism as _determinism
 from .._private.records import atomic_write
 from .._private.skips import fold_numbers
 from ..causes import ENGINE_IDS
@@ -264,6 +265,9 @@ def summary_json(cfg: Config, stats: Stats, previous: list | None = None, ops: l
     op_counts.update(stats.op_counts)
     status, reason = _outcome.run_status(stats.cases, len(active), sum(stats.pair_counts.values()),
                                          stats.inconclusive.most_common(), stats.errors)
+    unfit = _determinism.not_a_function_among(stats.inconclusive) if status == "agree" else ""
+    if unfit:  # a user op whose output changes between calls: what the other cases agreed on is no clean bill
+        status, reason = "inconclusive", unfit
     if stats.lost and status == "agree":  # a dead worker's share never ran: no clean bill of health
         status, reason = "inconclusive", (f"part of the budget never ran ({sum(x.get('cases', 0) for x in stats.lost)} "
                                           "cases lost with a worker that died)")

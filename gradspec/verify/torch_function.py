@@ -161,7 +161,7 @@ def _torch_wrap(fn, name: str, layout: CallLayout, signature, shape_fn, domain, 
             again = _seeded(outs2, multi, gt)
             return [o for o, _ in again], xs, [gi for _, gi in again]
 
-        with noisy() if noisy else contextlib.nullcontext():
+        with noisy() if noisy else contextlib.nullcontext(), _det.DrawWatch(draws):  # (diagnose names a drawing backward)
             grads = _torch_grad.grad([o for o, _ in pairs], xs, [gi for _, gi in pairs], rebuild=rebuild,
                                      used=by_backward)
         if not _unchanged(gt, g0):
@@ -172,6 +172,7 @@ def _torch_wrap(fn, name: str, layout: CallLayout, signature, shape_fn, domain, 
         return tuple(None if gi is None else gi.detach().numpy().copy() for gi in grads)
 
     inside: list = []  # the torch.autograd.Functions fn's graph runs (a wrapper's: diagnose names their backward)
+    draws: list = []  # [True] once fn's backward drew from torch's generator (determinism.DrawWatch)
     by_backward: list = []  # why fn's backward ran through .backward(), not autograd.grad (a reentrant checkpoint)
     cuts: list = []  # where fn's code leaves the derivative (detach, register_hook, no_grad: _private.torch_cuts)
     probed: list = []
@@ -204,6 +205,7 @@ def _torch_wrap(fn, name: str, layout: CallLayout, signature, shape_fn, domain, 
     # [True] once fn drew from torch's generator: torch_layouts then leaves input layouts alone (rand_like keeps
     # a transposed input's strides: its draws land on other elements, a correct dropout differs)
     spec.draws_random = layout.drew  # type: ignore[attr-defined]
+    spec.backward_draws = draws  # type: ignore[attr-defined]
 
     def output_blocks(*arrays, **kw):  # where each output sits in the flat one (diagnose names the wrong one)
         _, _, outs, multi = run(arrays, kw, False)
