@@ -133,3 +133,10 @@ def test_padding_in_a_plain_function_is_a_dropped_row_not_a_partial_sum():
     summary = r.discrepancies[0].cause.summary
     assert "only some of them are summed" not in summary, summary
     assert "is 0 on" in summary, summary
+
+
+def test_a_backward_not_linear_in_g_gets_no_surrogate_hint():
+    r = gs.verify_torch_function(t6.ClipGrad.apply, example_inputs=X, max_examples=6, seed=1, dtypes=("float64",))
+    assert r.status == "disagree"
+    assert "not linear in the upstream gradient" in r.discrepancies[0].cause.summary
+    assert not any("surrogate=" in n for n in r.notes)  # no function has that as its derivative
