@@ -101,7 +101,7 @@ def surrogate_of(module, fn, surrogate) -> tuple:
 
     names, k, mods = fn._gs_parts
     pads = torch_surrogate.padding_rows(module, names)
-    return torch_surrogate.module_surrogate(fn, surrogate, names, k, pads, mods), pads
+    return torch_surrogate.module_surrogate(surrogate, names, k, pads, mods), pads
 
 
 def finish(result, labels: list, fn=None) -> None:

@@ -145,11 +145,11 @@ def padding_rows(module, names: list) -> list:
     return out
 
 
-def module_surrogate(fn, surrogate, names: list, k: int, pads: list, mods: dict):
-    """The surrogate of a module's function ``fn(*params, *inputs)``: the user's surrogate module (else a copy of the
-    module) called with the same parameters, each padding lookup's output held at its value at fn's inputs (the
-    lookup's intended gradient for the padding row is 0; a weight tied elsewhere keeps its other uses); None if
-    neither is needed."""
+def module_surrogate(surrogate, names: list, k: int, pads: list, mods: dict):
+    """The surrogate of a module's function ``fn(*params, *inputs)`` (``torch_module.module_function``): the user's
+    surrogate module (else a copy of the module) called with the same parameters, each padding lookup's output held
+    at its value at fn's inputs (the lookup's intended gradient for the padding row is 0; a weight tied elsewhere
+    keeps its other uses); None if neither is needed."""
     import torch
 
     if surrogate is not None and not isinstance(surrogate, torch.nn.Module):
