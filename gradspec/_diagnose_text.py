@@ -65,7 +65,8 @@ def _whose(spec, suspect: str) -> str:
         inside = list(getattr(spec, "functions_inside", None) or ())
         runs = (f" (whose graph runs your {' and '.join(inside[:3])}: torch's own ops "
                 "rarely err, so look there first)") if inside else ""
-        cuts = list(getattr(spec, "grad_cuts", None) or ())
+        find = getattr(spec, "find_cuts", None)
+        cuts = list(find() if callable(find) and not inside else ())
         if cuts and not inside:  # its own detach / hook / no_grad, not torch, shapes that gradient (tryout6 #7)
             return (f"{spec.name[6:]}'s gradient, shaped by its {' and '.join(cuts[:3])} (torch's autograd applies "
                     "that as written, so look there),")

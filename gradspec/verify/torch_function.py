@@ -138,11 +138,8 @@ def _torch_wrap(fn, name: str, layout: CallLayout, signature, shape_fn, domain, 
         noisy = None  # check.rounding_noise: fn's own float32 ops (forward and backward) jittered too
         if noise is not None and keep32 and any(np.asarray(a).dtype == np.float32 for a in arrays):
             noisy = lambda: jitter_float32(*noise)  # noqa: E731
-        with _cuts.recording() if not probed else contextlib.nullcontext([]) as found:  # (pass-through: words)
-            xs, given, outs, multi = run(arrays, kw, True, noisy)
-        if not probed:  # (the first call only: a TorchFunctionMode costs on every op)
-            probed.append(True)
-            cuts.extend(found)
+        xs, given, outs, multi = run(arrays, kw, True, noisy)
+        probe_at[:] = [(arrays, kw)]  # (find_cuts: where a finding's words look, at the latest inputs)
         if not inside:
             inside.extend(functions_in_graph(outs))
         gt = torch.from_numpy(np.array(g, dtype=torch_float32.run_dtype(g, keep32)))
@@ -176,6 +173,20 @@ def _torch_wrap(fn, name: str, layout: CallLayout, signature, shape_fn, domain, 
     by_backward: list = []  # why fn's backward ran through .backward(), not autograd.grad (a reentrant checkpoint)
     cuts: list = []  # where fn's code leaves the derivative (detach, register_hook, no_grad: _private.torch_cuts)
     probed: list = []
+    probe_at: list = []
+
+    def find_cuts() -> list:
+        """``cuts``, found once on demand (a diagnosis): fn run again under torch_cuts' pass-through mode, which
+        would cost on every op of every call (a torch.compile'd fn: 3 more graphs) if it ran on all of them."""
+        if not probed and probe_at:
+            probed.append(True)
+            with _cuts.recording() as found:
+                try:
+                    run(*probe_at[0], True)
+                except Exception:  # noqa: BLE001 - words only: the finding itself stands
+                    pass
+            cuts.extend(found)
+        return cuts
     inplace = InPlace()  # fn modifies its inputs in place (ctx.mark_dirty): it gets copies of leaves (tryout5 #1)
 
     def torch_fn(*xs, **kw):
@@ -199,6 +210,7 @@ def _torch_wrap(fn, name: str, layout: CallLayout, signature, shape_fn, domain, 
     spec.functions_inside = inside  # type: ignore[attr-defined]
     spec.grad_by_backward = by_backward  # type: ignore[attr-defined]
     spec.grad_cuts = cuts  # type: ignore[attr-defined]
+    spec.find_cuts = find_cuts  # type: ignore[attr-defined]
     spec.inplace = inplace  # type: ignore[attr-defined]
     spec.torch_direct = torch_direct  # type: ignore[attr-defined]
     spec.state_changes = getattr(fn, "_gs_state", None)  # type: ignore[attr-defined]  (a module's buffers)
