@@ -172,8 +172,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if not mine:
         return
     where = config._gradspec_report_dir
+    from ._private.inert import printable
+
     terminalreporter.write_sep("-", f"gradspec: {len(mine)} gradient discrepancy report(s)")
-    for r in mine:
-        terminalreporter.write_line(f"{os.path.join(where, r['id'], 'index.html')}  {r.get('kind')} "
-                                    f"({' vs '.join(r.get('oracles') or [])}) {r.get('test') or ''}")
+    for r in mine:  # records read back from the report dir: printed inert, as gradspec fuzz's summary
+        terminalreporter.write_line(printable(f"{os.path.join(where, r['id'], 'index.html')}  {r.get('kind')} "
+                                              f"({' vs '.join(map(str, r.get('oracles') or []))}) {r.get('test') or ''}"))
     terminalreporter.write_line(f"index: {os.path.join(where, 'index.html')}")
