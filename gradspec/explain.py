@@ -58,6 +58,10 @@ class Explanation:
     code: dict | None = None  # leaf name -> what the code under test (the case's engine, user ops) returned
     code_label: str = ""  # which code that is; or why it gave no gradients
     finding: str | None = None  # the finding recorded beside a case file (discrepancy.json), if any
+    # where J comes from finite-difference JVPs (user ops without a jvp): those ops, and J^T·seed's error estimate
+    # per leaf (gradspec.oracles.fd_jacobian: its own estimate, as gs.check compares it); else "" and None
+    estimated: str = ""
+    error: dict | None = None
 
     def contributions(self, leaf: str, index) -> str:
         """``leaf[index] = J[k, i]·seed[k] (root[k]) + ... = total`` over the rows where both are non-zero."""
@@ -97,6 +101,12 @@ class Explanation:
         lines.append("J^T·seed (what backward(seed) leaves in .grad):")
         for l in c.grad_leaves():
             lines.append(f"  {l.name}.grad = {_arr(self.grads[l.name])}")
+        if self.estimated:  # (tryout6 #3: a 3.4% difference from an FD-JVP estimate read as the code being off)
+            lines.append(f"  (an estimate: J comes from finite-difference JVPs of {self.estimated}, which declare no jvp; "
+                         "its error estimate per element, as gs.check compares it:)")
+            for l in c.grad_leaves():
+                if self.error and self.error.get(l.name) is not None:
+                    lines.append(f"  {l.name}.grad error estimate = {_arr(self.error[l.name])}")
         lines += self._code_lines()
         lines.append("each element's contributions (J[k, i]·seed[k], summed over the output elements k):")
         shown = 0
@@ -135,6 +145,12 @@ class Explanation:
             big = float(np.max(np.abs(diff))) if diff.size else 0.0
             scale = float(np.max(np.abs(want))) if want.size else 0.0
             rel = f", relative {_n(big / scale)}" if scale > 0 else ""
+            err = None if not self.error or self.error.get(l.name) is None else np.asarray(self.error[l.name])
+            if err is not None and diff.size and err.shape == diff.shape:
+                k = np.unravel_index(int(np.argmax(np.abs(diff))), diff.shape)
+                inside = bool(abs(diff[k]) <= 4 * err[k])  # (gs.check's fd_factor 4 on an estimate's error)
+                rel += (f"; J^T·seed's own error estimate there is {_n(float(err[k]))}: "
+                        + ("within 4x it, no evidence against the code" if inside else "beyond 4x it"))
             lines.append(f"  {l.name}.grad: code {_arr(got)}, J^T·seed {_arr(want)}, difference (code - J^T·seed) "
                          f"{_arr(diff)}: max |difference| {_n(big)}{rel}")
         return lines
@@ -185,7 +201,17 @@ def explain(what, *, seed=None, requires_grad=None, **inputs) -> Explanation:
     except Exception as e:  # noqa: BLE001 - say what could not be computed, not a traceback
         raise ExplainError(f"cannot build J for this case: {e}") from None
     grads = {k: np.asarray(v, dtype=np.float64) for k, v in jac.vjp.items()}
-    return Explanation(case, jac.matrix, jac.row_labels, jac.col_labels, jac.seed_vector, grads, text)
+    out = Explanation(case, jac.matrix, jac.row_labels, jac.col_labels, jac.seed_vector, grads, text)
+    fd_ops = sorted({n.op for n in case.nodes if getattr(case.spec(n.op), "jvp_source", "declared") != "declared"})
+    if fd_ops:
+        from .oracles.fd_jacobian import fd_jacobian_error
+
+        out.estimated = ", ".join(fd_ops)
+        try:
+            out.error = fd_jacobian_error(case, jac.vjp)
+        except Exception:  # noqa: BLE001 - the estimate is then said to be one, without its size
+            out.error = None
+    return out
 
 
 def build_case(expr: str, inputs: dict, seed, requires_grad: dict) -> Case:

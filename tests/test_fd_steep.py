@@ -93,3 +93,15 @@ def test_a_user_op_with_an_empty_output_beside_others_is_estimated():
                          [np.ones((1, 0, 1)), np.ones((1, 4, 3))])
     v = gs.check(case, oracles=["reference", "finite-differences"])
     assert v.status == "agree" and "finite-differences" in v.results, str(v)
+
+
+def test_explain_says_its_jacobian_is_an_estimate_with_its_error():
+    # `gradspec explain` of tryout6's case showed J^T.seed 9.67e8 (finite-difference JVPs of the user op, which has
+    # no jvp) beside the code's exact 1e9 as "relative 0.034", with no word that J itself was an estimate
+    from gradspec.explain import code_gradients, explain
+
+    e = explain(S.stacked(np.array([[0.0]])))
+    e.code, e.code_label = code_gradients(e.case)
+    text = e.text()
+    assert "an estimate: J comes from finite-difference JVPs of t6_rmsnorm" in text, text
+    assert "within 4x it, no evidence against the code" in text, text
