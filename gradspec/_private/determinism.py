@@ -35,7 +35,7 @@ import numpy as np
 from .. import tolerances as _tol
 
 __all__ = ["NOT_A_FUNCTION", "not_a_function_among", "SEED", "TorchSeeded", "DrawWatch", "drawing_backward", "DRAWING_BACKWARD", "probe", "differ",
-           "why_not_a_function", "HINT", "DREW_NOTE", "set_aside"]
+           "why_not_a_function", "HINT", "DREW_NOTE", "DREW32_NOTE", "set_aside"]
 
 SEED = 0  # torch's generator state every call of torch code under test starts from
 NOT_A_FUNCTION = "is not a function of its inputs"  # the words of every such reason (a campaign looks for them)
@@ -50,6 +50,11 @@ DREW_NOTE = ("fn draws random numbers from torch's generator (dropout, rand_like
              "backward that draws its own numbers draws from your stream, not the forward's, and is still caught; "
              "inputs are not given in other memory layouts (rand_like keeps a transposed input's strides: the same "
              "draws land on other elements)")
+
+DREW32_NOTE = ("float32 cases were not drawn (the default dtypes split): fn draws random numbers, and torch draws other "
+               "numbers for a float32 tensor than for a float64 one from the same state, so finite differences and the "
+               "jacobian, which evaluate fn in float64, witness no float32 case of it (such cases were inconclusive); "
+               "pass dtypes=('float64', 'float32') to run them anyway")
 
 
 class TorchSeeded:

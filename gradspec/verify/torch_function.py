@@ -431,7 +431,7 @@ def verify_torch_function(fn, *, arity: int | None = None, signature: str | None
     """
     _check_budget(max_examples, seconds)
     claim = _num.accuracy(rtol, atol, "verify_torch_function")
-    dtypes = _num.dtypes_of(dtypes, "verify_torch_function")
+    chosen32, dtypes = dtypes is not None, _num.dtypes_of(dtypes, "verify_torch_function")
     if kink_distance is not None and not callable(kink_distance):
         raise TypeError("verify_torch_function: kink_distance must be callable (*inputs, **params) -> float "
                         f"(the distance from the inputs to the nearest kink), got {type(kink_distance).__name__}")
@@ -454,6 +454,9 @@ def verify_torch_function(fn, *, arity: int | None = None, signature: str | None
     except ValueError as e:
         raise UserOpError(f"verify_torch_function: {e}") from None
     name = _torch_fn_name(fn)
+    random32 = bool(layout.drew) and not chosen32 and dtypes != ("float64",)  # (seen drawing while probed)
+    if random32:  # a float32 case of random code has no witness (determinism.DREW32_NOTE): float64 takes the budget
+        dtypes = ("float64",)
     if plan.domain is not None:  # inferred from the example's values (the plan's note says so)
         domain = plan.domain
     sig, rule = signature, shape_fn
@@ -509,6 +512,8 @@ def verify_torch_function(fn, *, arity: int | None = None, signature: str | None
                 "and inside whole torch graphs (the torch-cpu oracle); the jacobian oracle uses a finite-difference "
                 "JVP of fn's forward (compared with a finite-difference tolerance)")
     result.note(torch_float32.float32_note(example_inputs, dtypes))
+    if random32:
+        result.note(_det.DREW32_NOTE)
     if layout.held_note():  # non-tensor arguments that never vary (a bug only at other values passes)
         result.note(layout.held_note())
     if not double_backward:
