@@ -14,9 +14,9 @@ Example::
 from __future__ import annotations
 
 from . import diagnose as _diagnose  # noqa: E402,F401  (registers the localisation with check())
-from . import guard as _guard  # noqa: E402,F401  (registers guarded_check with check(timeout=))
 from . import domains, engines, ops, oracles
 from . import functional as _functional
+from . import guard as _guard  # noqa: E402,F401  (registers guarded_check with check(timeout=))
 from ._private.version import __version__  # noqa: E402,F401  (gs.__version__)
 from .case import Case, CaseError
 from .check import Discrepancy, Verdict, check

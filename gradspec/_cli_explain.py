@@ -66,12 +66,11 @@ def _explain_run(args, rest: list):
 def _explain_case_file(path: str, allow: list):
     """explain of a saved case, with what the code under test returns beside J^T·seed (and the finding
     recorded next to it, when the case comes from a report folder)."""
-    import json
 
     from . import caseio
+    from ._private import jsondata
     from ._private.inert import printable
     from ._private.records import RECORD_LIMIT
-    from ._private import jsondata
     from .explain import code_gradients, explain
 
     try:

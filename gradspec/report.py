@@ -37,8 +37,7 @@ import numpy as np
 
 from . import report_cause as _cause
 from ._private import skips as _skips
-from ._private.records import (RECORD, _jdefault, atomic_write, discrepancy_id, make_record_folder, read_record,
-                               read_records, update_record)
+from ._private.records import RECORD, _jdefault, atomic_write, discrepancy_id, make_record_folder, read_record, read_records, update_record
 from ._private.safefs import gradspec_dir, real_dir
 from ._private.version import __version__
 from .caseio import allow_flags

@@ -32,7 +32,8 @@ import functools
 import numpy as np
 
 __all__ = ["Tolerance", "TOLERANCES", "lookup", "EXACT_RTOL", "NOISE_ULPS", "NOISE_FACTOR", "NOISE_SATURATED", "NOISE_MORE_RUNS", "FD_NOISE_POINTS",
-           "FD_NOISE_SPACING", "FD_NOISE_SIGMAS", "FD_FEATURE_SHRINK", "FD_FEATURE_RATIO", "TINY32", "underflow_floor", "FD_FINER_STEPS", "KINK_PERSISTS", "KINK_ROUNDING", "FD_SHAKY",
+           "FD_NOISE_SPACING", "FD_NOISE_SIGMAS", "FD_FEATURE_SHRINK", "FD_FEATURE_RATIO", "TINY32", "underflow_floor",
+           "FD_FINER_STEPS", "KINK_PERSISTS", "KINK_ROUNDING", "FD_SHAKY",
            "MIN_JUDGED_CASES", "FD_WITNESS_GAP",
            "claimed_allowance", "accuracy_claim", "describe_claim", "OPAQUE_RTOL", "opaque_claim",
            "DOUBLE_BACKWARD_RTOL", "FORWARD32_RTOL", "CAST_ULPS"]

@@ -34,7 +34,8 @@ from .safefs import read_regular
 
 __all__ = ["BadJSON", "MAX_DEPTH", "read", "loads", "record_problem"]
 
-# gradspec's records and summaries nest at most 4 levels deep (measured on 1,538 of them): 32 leaves room for growth and stays far below Python's recursion limit (1000 frames) for every reader that recurses per level.
+# gradspec's records and summaries nest at most 4 levels deep (measured on 1,538 of them): 32 leaves room for
+# growth and stays far below Python's recursion limit (1000 frames) for every reader that recurses per level.
 MAX_DEPTH = 32
 
 

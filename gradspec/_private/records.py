@@ -20,8 +20,8 @@ import tempfile
 
 import numpy as np
 
-from .inert import printable
 from . import jsondata
+from .inert import printable
 from .safefs import UnsafePath, real_dir
 
 __all__ = ["RECORD", "discrepancy_id", "atomic_write", "read_records", "read_record", "record_folder",

@@ -22,9 +22,8 @@ from .._private.case_budget import case_timeout
 from .._private.kinks import tally
 from .._private.records import discrepancy_id, read_records, update_record
 from .._private.safefs import gradspec_dir, open_private
-from .._private.skips import FOLD_AT, fold_numbers
+from .._private.skips import FOLD_AT, fold_numbers, word_cut
 from .._private.skips import key as skip_key
-from .._private.skips import word_cut
 from ..case import Case
 from ..check import Discrepancy, Verdict
 from ..guard import _main_thread, guarded_check, warm_up

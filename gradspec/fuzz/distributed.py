@@ -17,8 +17,8 @@ import time
 from typing import Callable
 
 from .. import caseio
-from .._private.records import discrepancy_id, read_records, update_record
 from .._private import jsondata
+from .._private.records import discrepancy_id, read_records, update_record
 from .._private.safefs import gradspec_dir, read_regular, real_dir
 from ..case import Case, CaseError
 from ..causes import process_died

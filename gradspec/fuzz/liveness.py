@@ -23,8 +23,8 @@ import os
 import socket
 import time
 
-from .._private.inert import printable
 from .._private import jsondata
+from .._private.inert import printable
 
 __all__ = ["mark_running", "mark_final", "last_run"]
 

@@ -17,12 +17,10 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-import traceback
 
 import numpy as np
 
 from .. import domains as _domains
-from .. import tolerances as _tol
 from .._private import determinism as _det
 from .._private import float32_line as _f32line
 from .._private import opaque_noise as _opaque_noise
@@ -33,16 +31,15 @@ from .._private import torch_structs as _structs
 from .._private import torchfn_record as _rec
 from .._private.casefile import module_not_replayed
 from .._private.imports import importable_path
-from ..case import Case
 from ..ops.user import Op, UserOpError
-from ..result import Result, VerifyDiscrepancy
+from ..result import Result
 from ..search import _check_budget, _resolve_seed, _Runner
 from ..spec import registry as _registry
-from ..spec.opspec import OpSpec
 from . import fn_shapes, torch_double, torch_float32, torch_grad_shapes, torch_layouts, torch_surrogate
 from . import numerics as _num
 from .op import COMPANIONS, _budget_text, _check_op_case, _count, _op_cases, _wrap
 from .torch_call import ARG_PREFIX, CallLayout, InPlace, _decode, blocks, flat, jitter_float32, label_of, outputs, schema_of
+from .torch_replay import _not_doubled, _twice_check, replay_checks  # noqa: F401 - cli, tests
 
 __all__ = ["verify_torch_function", "verify_module"]
 
@@ -288,89 +285,6 @@ def _unchanged(now, before) -> bool:
     import torch
 
     return now.shape == before.shape and bool(torch.all((now == before) | (torch.isnan(now) & torch.isnan(before))))
-
-
-def _twice_check(case: Case, spec: OpSpec, target: str, replay: str) -> list:
-    """fn's backward run twice on the same graph (retain_graph) must give twice the gradient."""
-    import torch
-
-    from ..oracles.torch_oracle import build_torch_graph
-
-    if spec.name not in case.ops:
-        return []
-    try:
-        env, roots = build_torch_graph(case)
-    except Exception:  # noqa: BLE001 - the forward itself raised: the case's own check says so, or excuses it
-        return []
-    try:
-        seeds = [torch.ones_like(r) if s is None else torch.from_numpy(np.array(s, dtype=np.float64)).to(r.dtype)
-                 for r, s in zip(roots, case.seeds, strict=True)]
-        torch.autograd.backward(roots, seeds, retain_graph=True)
-        first = {l.name: (None if env[l.name].grad is None else env[l.name].grad.detach().numpy().copy())
-                 for l in case.grad_leaves()}
-        torch.autograd.backward(roots, seeds, retain_graph=True)
-    except Exception as e:  # noqa: BLE001
-        return [VerifyDiscrepancy("raised", ("torch-cpu", "torch-cpu"),
-                                  f"{target}: backward twice (retain_graph=True) raised {type(e).__name__}: {e}",
-                                  case, traceback=traceback.format_exc(), replay=replay, check_name="backward twice")]
-    for l in case.grad_leaves():
-        g1, g2 = first[l.name], env[l.name].grad
-        if g1 is None:
-            continue
-        g2 = g2.detach().numpy()
-        idx = _not_doubled(g1, g2)
-        if idx is not None:
-            return [VerifyDiscrepancy(
-                "accumulation", ("torch-cpu", "torch-cpu"),
-                f"{target}: the second backward over the same graph (retain_graph=True) did not add the same gradient "
-                f"again: leaf {l.name!r}[{', '.join(map(str, idx))}] after one backward {g1[idx]!r}, after two "
-                f"{g2[idx]!r} (expected {2 * g1[idx]!r}); does fn's backward keep state between calls or modify "
-                "what it saved?", case, l.name, idx, (2 * g1[idx], g2[idx]), replay=replay,
-                check_name="backward twice")]
-    return []
-
-
-class _Notes:
-    """What a replay keeps of a check's run notes (the double backward's 'not checked' notes)."""
-
-    def __init__(self) -> None:
-        self.notes: list = []
-
-    def note(self, text: str) -> None:
-        self.notes.append(text)
-
-
-def replay_checks(case: Case) -> tuple[list, list]:
-    """``(discrepancies, notes)`` of the checks verify_torch_function runs beside ``gs.check`` on a case of a
-    torch Function (backward twice, a non-contiguous grad_output, the double backward): ``gradspec replay``
-    runs them too, so that a finding of theirs replays (gs.check alone would say the case agrees)."""
-    out, notes = [], _Notes()
-    for name in case.meta.get("torch_functions", ()):
-        spec = case.spec(name)
-        target = f"torch function {name.removeprefix('torch_')}"
-        layouts = torch_layouts.LayoutCheck(spec, target, "")
-        double = torch_double.DoubleBackwardCheck(spec, target, "", notes)
-        layouts.found = double.found = True  # one case, checked whatever the run's budget of clean checks
-        out += _twice_check(case, spec, target, "") or layouts(case) or double(case)
-    return out, notes.notes
-
-
-def _not_doubled(g1, g2) -> tuple | None:
-    """The first element where the second backward did not add g1 again (g2 != 2 g1), or None.
-
-    Only finite elements of g1 are judged, against the largest finite one: NaN where fn is not
-    differentiable (hypot's a / h at a = b = 0, as torch's own) says nothing about accumulation, and
-    before it made the scale NaN and every threshold fail, so a correctly doubled element was reported.
-    """
-    finite = np.isfinite(g1)
-    scale = float(np.max(np.abs(g1[finite]), initial=0.0))
-    # the second backward adds the same path terms again, in another order where a leaf is reached twice:
-    # rounding of the gradient's dtype (float32 cases: EXACT_RTOL 6.1e-5, float64: 9.1e-13), never O(1)
-    rtol = _tol.EXACT_RTOL["float32" if g1.dtype == np.float32 else "float64"]
-    with np.errstate(all="ignore"):
-        err = np.abs(g2.astype(np.float64) - 2 * g1.astype(np.float64))
-    bad = finite & ~(err <= rtol * max(scale, 1e-300) * 2)
-    return tuple(int(i) for i in np.argwhere(bad)[0]) if np.any(bad) else None
 
 
 def _domain_src(d) -> str:
