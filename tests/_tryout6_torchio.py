@@ -10,6 +10,8 @@ import dataclasses
 import torch
 import torch.utils.checkpoint as cp
 
+from tests._planted import SquareOk
+
 
 def block(x):
     return torch.tanh(x) * torch.sigmoid(x)
@@ -27,13 +29,8 @@ def ckpt_reentrant_inside(x):  # right: the checkpoint sits deep in the graph, n
     return torch.sin(cp.checkpoint(block, x * 1.5, use_reentrant=True)) * x
 
 
-class Scale13(torch.autograd.Function):
-    """y = x * x; its backward forgets nothing but multiplies by 1.3 more: wrong by a factor 1.3."""
-
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return x * x
+class Scale13(SquareOk):
+    """y = x * x (SquareOk's forward); its backward multiplies by 1.3 more: wrong by a factor 1.3."""
 
     @staticmethod
     def backward(ctx, g):
