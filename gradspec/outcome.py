@@ -167,8 +167,11 @@ def _torch_vjp_of_differentiable_roots(case, device: str) -> tuple[dict, list]:
             seeds.append(None if s is None else torch.from_numpy(np.array(s, copy=True)).to(device))
         else:
             refused.append(name)
-    if keep:
-        torch.autograd.backward(keep, seeds)
+    if keep:  # (into the case's leaves only: a user op's torch code may hold tensors of its own)
+        from ._private import torch_grad
+
+        torch_grad.backward(keep, seeds, [env[l.name] for l in case.leaves if l.differentiable],
+                            refused=torch_grad.refusing_node(keep) is not None)
     out = {}
     for leaf in case.grad_leaves():
         g = env[leaf.name].grad

@@ -27,7 +27,8 @@ from __future__ import annotations
 import contextlib
 import copy
 
-__all__ = ["grad", "refuses_grad", "refusing_node", "backward_note", "checkpoint_watch", "bound_copy"]
+__all__ = ["grad", "backward", "grads_kept", "refuses_grad", "refusing_node", "backward_note", "checkpoint_watch",
+           "bound_copy"]
 
 # the words torch (and DeepSpeed, fairscale, which copied them) use when a backward cannot run under .grad()
 _REFUSAL = (".grad()", "backward")
@@ -93,19 +94,105 @@ def backward_note(why: str) -> str:
 
 def _by_backward(torch, outputs, inputs, grad_outputs) -> tuple:
     """The inputs' gradients from ``torch.autograd.backward(outputs, grad_outputs)`` (no ``inputs=``):
-    read from their ``.grad`` (a non-leaf input is asked to keep it), which is then put back."""
+    read from their ``.grad`` (a non-leaf input is asked to keep it), which is then put back, as is the
+    ``.grad`` of every other leaf that backward reaches (a closure's parameters: :func:`grads_kept`)."""
     before = [x.grad for x in inputs]
     for x in inputs:
         if not x.is_leaf:
             x.retain_grad()
         x.grad = None
     try:
-        torch.autograd.backward(list(outputs), list(grad_outputs))
+        with grads_kept(outputs, keep=inputs):
+            torch.autograd.backward(list(outputs), list(grad_outputs))
         # (an input listed twice is one tensor: its .grad holds its whole gradient, as autograd.grad gives)
         return tuple(x.grad for x in inputs)
     finally:
         for x, g in zip(inputs, before, strict=True):
             x.grad = g
+
+
+def backward(roots, seeds, inputs, *, retain_graph: bool = False, rebuild=None, run=None,
+             refused: bool = False) -> tuple:
+    """``torch.autograd.backward(roots, seeds, inputs=inputs)``: gradients accumulate into ``inputs`` (a case's
+    leaves) and nowhere else.  Without ``inputs=`` torch adds them to every leaf the graph reaches: the
+    parameters of an ``nn.Linear`` the user's fn holds in a closure, whose ``.grad`` a check must leave as it
+    found it.  Where a backward refuses ``inputs=`` (a reentrant checkpoint; torch may have run part of the
+    graph and freed it), ``rebuild()`` returns a fresh ``(roots, inputs)`` of the same graph (the leaves it
+    returns start without a gradient) and backward runs as a training step runs it, without ``inputs=``, every
+    other leaf it reaches given its ``.grad`` back (:func:`grads_kept`); ``refused=True`` goes there at once
+    (a graph that refused before).  ``run(roots, seeds, inputs or None)``: what runs the backward,
+    ``torch.autograd.backward`` by default (the torch oracle's own entry).
+
+    Returns ``(roots, inputs, refused)``: the inputs whose ``.grad`` holds the result (rebuilt ones after a
+    refusal) and their roots."""
+    import torch
+
+    if run is None:
+        def run(r, s, i):
+            torch.autograd.backward(r, s, retain_graph=retain_graph, inputs=i)
+    if not refused:
+        try:
+            if not inputs:  # (no leaf to differentiate: torch raises, or reaches only leaves not the case's)
+                with grads_kept(roots):
+                    run(roots, seeds, None)
+            else:
+                run(roots, seeds, list(inputs))
+            return roots, list(inputs), False
+        except RuntimeError as e:
+            if not refuses_grad(e) or rebuild is None:
+                raise
+        roots, inputs = rebuild()
+    with grads_kept(roots, keep=inputs):
+        run(roots, seeds, None)
+    return roots, list(inputs), True
+
+
+def _leaves(roots) -> list:
+    """The leaf tensors the autograd graph of ``roots`` accumulates into (its ``AccumulateGrad`` nodes)."""
+    seen, todo, out = set(), [getattr(r, "grad_fn", None) for r in roots], []
+    while todo:
+        node = todo.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        v = getattr(node, "variable", None)
+        if v is not None:
+            out.append(v)
+        todo += [f for f, _ in getattr(node, "next_functions", ())]
+    return out
+
+
+@contextlib.contextmanager
+def grads_kept(roots, keep=()):
+    """Within: a backward of ``roots`` (and any backward it runs inside, as a reentrant checkpoint's recompute
+    does) leaves every leaf's ``.grad`` as it was before, except ``keep``'s: each such leaf starts at None
+    and gets its own ``.grad`` object back on exit (never written into: the user's tensor is the one they had).
+    Nested backwards are seen through ``torch.autograd.backward``, swapped for the duration."""
+    import torch
+
+    kept = {id(k) for k in keep}
+    held: dict = {}
+
+    def hold(ts) -> None:
+        for t in _leaves(ts if isinstance(ts, (list, tuple)) else [ts]):
+            if id(t) not in kept and id(t) not in held:
+                held[id(t)] = (t, t.grad)
+                t.grad = None
+
+    real = torch.autograd.backward
+
+    def nested(tensors, *a, **k):
+        hold(tensors)
+        return real(tensors, *a, **k)
+
+    hold(list(roots))
+    torch.autograd.backward = nested
+    try:
+        yield
+    finally:
+        torch.autograd.backward = real
+        for t, g in held.values():
+            t.grad = g
 
 
 @contextlib.contextmanager

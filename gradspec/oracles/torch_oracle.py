@@ -7,6 +7,7 @@ import functools
 import numpy as np
 
 from .._private import structure as _structure
+from .._private import torch_grad as _torch_grad
 from ._base import Oracle, OracleError
 
 __all__ = ["TorchOracle", "build_torch_graph"]
@@ -21,26 +22,36 @@ def _torch():
 
 def build_torch_graph(case, device: str = "cpu"):
     """Leaves and nodes of ``case`` as torch tensors on ``device``; returns (env, roots)."""
+    env, roots, _ = _graph(case, device)
+    return env, roots
+
+
+def _graph(case, device: str):
+    """(env, roots, whether a user op's torch code runs in the graph)."""
     torch = _torch()
     env = {}
     cpu = device == "cpu"
+    specs = case._node_specs() or [case.spec(n.op) for n in case.nodes]
+    # user code (a Function whose forward writes into its input) gets its own copy of the values: from_numpy shares
+    # the case's memory, and the witnesses that run after torch would see other inputs (the table ops never write)
+    user = any(spec.user for spec in specs)
     for leaf in case.leaves:
         # from_numpy + to(device) avoids torch.tensor's per-element Python path (the per-case
         # overhead that dominates small graphs); on the CPU, to() would return the tensor itself.
         v = leaf.value
+        if user and cpu:
+            v = np.array(v, order="C")
         t = torch.from_numpy(v if type(v) is np.ndarray and v.flags.c_contiguous else np.require(v, requirements="C"))
         if not cpu:
             t = t.to(device)
         if leaf.differentiable:
             t.requires_grad_(True)
         env[leaf.name] = t
-    specs = case._node_specs() or [None] * len(case.nodes)
     for n, spec in zip(case.nodes, specs):
-        spec = spec or case.spec(n.op)
         if spec.torch is None:
             raise OracleError(f"op {n.op!r} has no torch mapping")
         env[n.name] = spec.torch(*[env[i] for i in n.inputs], **n.params)
-    return env, [env[r] for r in case.roots]
+    return env, [env[r] for r in case.roots], user
 
 
 class TorchOracle(Oracle):
@@ -70,12 +81,23 @@ class TorchOracle(Oracle):
         if not ok:
             raise OracleError(why)
         torch = _torch()
-        env, roots = build_torch_graph(case, self.device)
+        env, roots, user = _graph(case, self.device)
         seeds = []
         for s in case.seeds:
             t = None if s is None else torch.from_numpy(np.array(s, copy=True))
             seeds.append(t if t is None or self.device == "cpu" else t.to(self.device))
-        _backward(torch, roots, seeds)
+        if user:
+            # a user op's torch code may reach tensors of its own (a closure's nn.Linear): gradients go into the
+            # case's leaves only, never into the user's .grad (the table ops' torch twins reach nothing else)
+            def rebuild():
+                nonlocal env
+                env, again = build_torch_graph(case, self.device)
+                return again, [env[l.name] for l in case.leaves if l.differentiable]
+
+            _torch_grad.backward(roots, seeds, [env[l.name] for l in case.leaves if l.differentiable],
+                                 rebuild=rebuild, run=lambda r, s, inputs: _backward(torch, r, s, inputs))
+        else:
+            _backward(torch, roots, seeds)
         out = {}
         for leaf in case.grad_leaves():
             g = env[leaf.name].grad
@@ -90,8 +112,8 @@ def _missing(case) -> list:
     return sorted({n.op for n, spec in zip(case.nodes, specs) if spec.torch is None})
 
 
-def _backward(torch, roots, seeds) -> None:
-    """``torch.autograd.backward(roots, seeds)``.
+def _backward(torch, roots, seeds, inputs=None) -> None:
+    """``torch.autograd.backward(roots, seeds, inputs=inputs)``.
 
     Its Python prologue (``_make_grads``: the seeds' checks, an import per seed, the implicit
     seeds; the ``__torch_function__`` dispatch) cost ~17 us of a small graph's ~40 us backward.
@@ -120,9 +142,9 @@ def _backward(torch, roots, seeds) -> None:
             break
         grads.append(s)
     if run is None:
-        torch.autograd.backward(roots, seeds)
+        torch.autograd.backward(roots, seeds, inputs=inputs)
         return
-    run(tuple(roots), tuple(grads), False, False, (), allow_unreachable=True, accumulate_grad=True)
+    run(tuple(roots), tuple(grads), False, False, tuple(inputs or ()), allow_unreachable=True, accumulate_grad=True)
 
 
 @functools.lru_cache(maxsize=None)

@@ -34,7 +34,7 @@ import numpy as np
 from .._private.determinism import TorchSeeded
 from .._private.torch_structs import output_refusal
 
-__all__ = ["CallLayout", "outputs", "flat", "blocks", "ARG_PREFIX", "label_of", "schema_of", "jitter_float32",
+__all__ = ["CallLayout", "outputs", "flat", "blocks", "ARG_PREFIX", "label_of", "schema_of", "jitter_float32", "unmarked_note",
            "InPlace"]
 
 ARG_PREFIX = "arg"
@@ -240,6 +240,7 @@ class InPlace:
 
     def __init__(self) -> None:
         self.seen: bool | None = None
+        self.unmarked: list = []  # the inputs (positions in the call's tensors) forward wrote into WITHOUT mark_dirty
         self._tries = 0
 
     def inputs(self, call, xs: list) -> list:
@@ -268,6 +269,27 @@ class InPlace:
         # ctx.mark_dirty rebases the modified input's history onto fn's node; an in-place change without it leaves
         # the copy's grad_fn alone, and the leaves stay (that mistake is a finding: forward-mutates-input)
         self.seen = any(_is_tensor(x) and x.grad_fn is not f for x, f in zip(copies, before, strict=True))
+        if not self.seen:  # (written into all the same: what gradspec's witnesses no longer see, each its own copy)
+            self.unmarked = [i for i, (c, x) in enumerate(zip(copies, xs, strict=True)) if _is_tensor(c)
+                             and c.requires_grad and not _same(c.detach(), x.detach())]
+
+
+def _same(a, b) -> bool:
+    """Same values, NaN where NaN was (torch.equal says NaN != NaN)."""
+    import torch
+
+    return a.shape == b.shape and bool(torch.all((a == b) | (torch.isnan(a) & torch.isnan(b))))
+
+
+def unmarked_note(label: str, positions: list) -> str:
+    """What a result says of a fn whose forward writes into its inputs without ``ctx.mark_dirty``
+    (:attr:`InPlace.unmarked`) where no finding named it."""
+    which = ", ".join(f"tensor input {i}" for i in positions)
+    return (f"{label}'s forward modifies its {which} in place without ctx.mark_dirty: autograd does not know, so a "
+            "caller's graph that uses that tensor again (or a view of it) is refused or differentiated at the new "
+            "values; each of gradspec's witnesses ran on its own copy of the inputs (none saw another's write), and "
+            "no checked graph showed a wrong gradient from it. Call ctx.mark_dirty(...) on every input forward "
+            "modifies, or compute out of place (x * 2, not x.mul_(2))")
 
 
 def outputs(y) -> tuple[list, bool]:

@@ -37,6 +37,7 @@ from ..search import _check_budget, _resolve_seed, _Runner
 from ..spec import registry as _registry
 from . import fn_shapes, torch_double, torch_float32, torch_grad_shapes, torch_layouts, torch_surrogate
 from . import numerics as _num
+from . import torch_call
 from .op import COMPANIONS, _budget_text, _check_op_case, _count, _op_cases, _wrap
 from .torch_call import ARG_PREFIX, CallLayout, InPlace, _decode, blocks, flat, jitter_float32, label_of, outputs, schema_of
 from .torch_replay import _not_doubled, _twice_check, replay_checks  # noqa: F401 - cli, tests
@@ -493,6 +494,8 @@ def verify_torch_function(fn, *, arity: int | None = None, signature: str | None
     if spec.inplace.seen:
         result.note(f"{label} modifies its input in place (ctx.mark_dirty): it was given non-leaf copies of its inputs, "
                     "as a caller must (torch refuses an in-place change of a leaf that requires grad)")
+    if spec.inplace.unmarked and not any(getattr(d.cause, "id", None) == "forward-mutates-input" for d in result.discrepancies):
+        result.note(torch_call.unmarked_note(label, spec.inplace.unmarked))
     if fn_shapes.nonfinite_note(spec):
         result.note(fn_shapes.nonfinite_note(spec))
     if spec.grad_by_backward:

@@ -19,6 +19,7 @@ import traceback
 import numpy as np
 
 from .. import tolerances as _tol
+from .._private import torch_grad as _torch_grad
 from ..case import Case
 from ..result import VerifyDiscrepancy
 from ..spec.opspec import OpSpec
@@ -42,10 +43,17 @@ def _twice_check(case: Case, spec: OpSpec, target: str, replay: str) -> list:
     try:
         seeds = [torch.ones_like(r) if s is None else torch.from_numpy(np.array(s, dtype=np.float64)).to(r.dtype)
                  for r, s in zip(roots, case.seeds, strict=True)]
-        torch.autograd.backward(roots, seeds, retain_graph=True)
+        def rebuild():  # (a reentrant checkpoint refused inputs=: torch_grad.backward runs it without)
+            nonlocal env
+            env, again = build_torch_graph(case)
+            return again, [env[l.name] for l in case.leaves if l.differentiable]
+
+        # gradients into the case's leaves only: never into tensors fn holds of its own (a closure's nn.Linear)
+        roots, leaves, refused = _torch_grad.backward(roots, seeds, [env[l.name] for l in case.leaves if l.differentiable],
+                                                      retain_graph=True, rebuild=rebuild)
         first = {l.name: (None if env[l.name].grad is None else env[l.name].grad.detach().numpy().copy())
                  for l in case.grad_leaves()}
-        torch.autograd.backward(roots, seeds, retain_graph=True)
+        _torch_grad.backward(roots, seeds, leaves, retain_graph=True, refused=refused)
     except Exception as e:  # noqa: BLE001
         return [VerifyDiscrepancy("raised", ("torch-cpu", "torch-cpu"),
                                   f"{target}: backward twice (retain_graph=True) raised {type(e).__name__}: {e}",
