@@ -25,6 +25,7 @@ from . import engine as _engine
 from . import oracles as _oracles
 from . import outcome as _outcome
 from . import tolerances as _tol
+from . import _check_lazy as _lazy
 from ._check_noise import rounding_noise  # (measured on a failing comparison; report_views imports it from here)
 from ._check_rules import (
     _compared_with_itself,
@@ -144,6 +145,9 @@ class Comparison:
     oracles: tuple[str, str]
     agreed: bool
     max_ratio: float  # max over elements of |a - b| / tolerance (<= 1 means agreement)
+
+
+_LazyComparison = _lazy.lazy_comparison(Comparison)  # (its max_ratio computed when first read: _check_lazy)
 
 
 @dataclasses.dataclass
@@ -402,7 +406,8 @@ def _check(case: Case, chosen: list) -> Verdict:
         discrepancies.append(Discrepancy(kind="dtype", oracles=(name, other), case=case, leaf=leaf, message=(
             f"{name} returned a {got} gradient for leaf {leaf!r}, whose dtype is {want} (torch's .grad has the leaf's dtype)")))
     leaves = case.grad_leaves()
-    comparisons, found = _compare_pairs(case, leaves, results, kinds, precisions, jac, fd_errs, gated, claim)
+    comparisons, found = _lazy.compare(_compare_pairs, _LazyComparison, case, leaves, results, kinds, precisions, jac,
+                                       fd_errs, gated, claim)  # (an estimate's pending error bound: _check_lazy)
     discrepancies.extend(found)
     if directional is not None and results:
         _compare_directional(case, directional, results, kinds, dtype, comparisons, discrepancies, skipped, claim)
@@ -479,10 +484,11 @@ def _ask_oracles(case: Case, chosen: list) -> tuple:
     return results, skipped, errors, jac, fd_errs, directional, nondiff, used, f32
 
 
-def _compare_pairs(case, leaves, results, kinds, precisions, jac, fd_errs, gated, claim) -> tuple[list, list]:
+def _compare_pairs(case, leaves, results, kinds, precisions, jac, fd_errs, gated, claim, retry=True) -> tuple[list, list]:
     """Every pair of oracles holding gradients, compared: (comparisons, discrepancies).  ``precisions``: per leaf,
     the precision its gradient is computed at (``_leaf_precisions``); leaves of each precision are compared at its
-    tolerance, and a pair's comparison is the worst of them."""
+    tolerance, and a pair's comparison is the worst of them.  ``retry``: measure the rounding noise and compare
+    again where a value differs (False: one attempt, ``_check_lazy``'s first look)."""
     m = None if jac is None else _path_scale(jac, quiet=_engine._FP_QUIET)
     names = list(results)
     # A pair where neither side holds a gradient compared nothing ({} vs {} where no leaf requires grad)
@@ -493,13 +499,13 @@ def _compare_pairs(case, leaves, results, kinds, precisions, jac, fd_errs, gated
         groups.setdefault(precisions.get(leaf.name, "float64"), []).append(leaf)
     if len(groups) <= 1:
         dtype = next(iter(groups), "float64")
-        return _compare_group(case, leaves, names, pairs, results, kinds, dtype, m, None, fd_errs, gated, claim)
+        return _compare_group(case, leaves, names, pairs, results, kinds, dtype, m, None, fd_errs, gated, claim, retry)
     M = None if m is None else _per_leaf(m, leaves)  # (by leaf name: each group is a subset of the leaves)
     comps: dict = {}
     founds: list = []
     for dtype in ("float64", "float32"):
         part, found = _compare_group(case, groups.get(dtype, []), names, pairs, results, kinds, dtype, None, M,
-                                     fd_errs, gated, claim)
+                                     fd_errs, gated, claim, retry)
         founds.extend(found)
         for c in part:
             was = comps.get(c.oracles)
@@ -508,7 +514,8 @@ def _compare_pairs(case, leaves, results, kinds, precisions, jac, fd_errs, gated
     return list(comps.values()), founds
 
 
-def _compare_group(case, leaves, names, pairs, results, kinds, dtype, m, M, fd_errs, gated, claim) -> tuple[list, list]:
+def _compare_group(case, leaves, names, pairs, results, kinds, dtype, m, M, fd_errs, gated, claim,
+                   retry=True) -> tuple[list, list]:
     """``_compare_pairs`` on ``leaves``, all of one precision ``dtype``.  ``m``: the path scale (flat, in the order
     of ``leaves``) or ``M``: the same by leaf name."""
     noise = None
@@ -532,7 +539,7 @@ def _compare_group(case, leaves, names, pairs, results, kinds, dtype, m, M, fd_e
                                    _pair_claim(claim_now, kinds, a, b))
             comps.append(comp)
             founds.extend(found)
-        if not any(d.kind == "value" for d in founds) or attempt:
+        if not any(d.kind == "value" for d in founds) or attempt or not retry:
             break
         noise = rounding_noise(case, base=_reference_answer(results, kinds))
         if noise is None:

@@ -285,7 +285,7 @@ def user_nodes(case) -> list:
 
 def hidden_float32(case, parts, flat, probe) -> tuple[str, str]:
     """(the user op, the evidence) where the forward rounds to float32 inside although no value says so,
-    else ("", "").  ``parts`` = (s0, S0, value floor, noise-line sigma) of FD's pass; ``probe`` = (s_env,
+    else ("", "").  ``parts()`` gives (s0, S0, value floor, noise-line sigma) of FD's pass; ``probe`` = (s_env,
     args): ``s_env(*args, X)`` gives s at each row of X and the batched environment.
 
     An op known to compute in float32 inside (``float32_seen``: a torch Function's forward was seen casting
@@ -314,7 +314,7 @@ def hidden_float32(case, parts, flat, probe) -> tuple[str, str]:
         for node, seen in marked:
             if node.name in moved:
                 return node.op, seen
-    s0, S0, vfloor, sigma = parts
+    s0, S0, vfloor, sigma = parts()  # (asked for only here: S and sigma are computed when first needed)
     if _tol.FD_NOISE_SIGMAS * sigma > max(ROUNDING_DEPTH * EPS * (S0 + abs(s0)), vfloor):
         return "", ""  # the noise line saw noise already: FD's float64 bound holds it (an ill-conditioned solve)
     s_env, args = probe

@@ -71,6 +71,34 @@ def _s_values(env, roots, seeds64, nb: int, abs_seeds=None):
     return s, S
 
 
+def _s_only(env, roots, seeds64, nb: int):
+    """``_s_values``' s alone, and the root rows it contracted (for ``_S_only``): the same products in the
+    same order, so the same floats; S is then computed only where the error bound is asked for."""
+    s, rows = None, []
+    for r, seed in zip(roots, seeds64):
+        v = env[r]
+        if v.dtype != _F64:
+            v = v.astype(np.float64)
+        if v.shape != (nb,) + seed.shape:  # a root that is an unperturbed leaf
+            v = _repeat(v, nb)
+        v = v.reshape(nb, -1)
+        sv = seed.ravel()
+        sr = v.dot(sv) if v.flags.c_contiguous else v @ sv  # (as _s_values: BLAS gemv on C-contiguous rows)
+        rows.append(v)
+        s = sr if s is None else s + sr
+    return s, rows
+
+
+def _S_only(rows, seeds64, abs_seeds=None):
+    """``_s_values``' S from ``_s_only``'s root rows (the same products in the same order)."""
+    S = None
+    for i, (v, seed) in enumerate(zip(rows, seeds64)):
+        asv = np.abs(seed.ravel()) if abs_seeds is None else abs_seeds[i]
+        Sr = np.abs(v).dot(asv) if v.flags.c_contiguous else np.abs(v) @ asv
+        S = Sr if S is None else S + Sr
+    return S
+
+
 # Absolute rounding floor: an op can lose eps * (the magnitude of its intermediates) even when
 # its output is tiny (log_softmax([1, 17])[1] = -log(1 + 1.1e-7) carries the 1.1e-16 rounding
 # error of 1 + 1.1e-7, a 1e-9 relative error).  So every s carries at least

@@ -51,14 +51,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import NamedTuple
 
 import numpy as np
 
 from .. import tolerances as _tol
 from .._private import float32_line as _f32line
 from .._private import structure as _structure
-from .._private.fdstep import line_sigma
 from .._private.kinks import center_kink_distances, exclusion
 from .._private.prologue import oracle_call
 from ..spec import registry as _registry
@@ -84,7 +82,13 @@ from ._fd_stencil import (
     _repeat,
     _stencil,
 )
+from ._fd_lazy import LazyErrors
+from ._fd_lazy import Pass as _Pass
+from ._fd_lazy import Rounding as _Rounding
+from ._fd_lazy import settled as _settled
+from ._fd_lazy import settled_small as _settled_small
 from ._fd_values import (
+    _S_only,
     _as64,
     _at_center,
     _batch_seeds64,
@@ -93,6 +97,7 @@ from ._fd_values import (
     _floor,
     _inputs,
     _row0_scale,
+    _s_only,
     _s_values,
     _scale,
     _seeds64,
@@ -303,25 +308,6 @@ def _classify(where, coarse, hc, fine, hf, s0, S0, floor, trunc, deriv) -> None:
         "central differences there)")
 
 
-class _Pass(NamedTuple):
-    """What the batched evaluation of the stencil leaves for the estimate."""
-
-    center: dict  # name -> value at the case's inputs
-    vfloor: float  # the rounding floor of the values (VALUE_DEPTH)
-    seeds64: list
-    s0: float
-    S0: float
-    s: np.ndarray  # (3, n): s at x + f h e_j
-    S: np.ndarray  # (3, n): S there
-    sigma: float  # the forward's measured noise (FD_NOISE_POINTS)
-    reach: dict  # watched name -> how far each element moves over the stencil
-    evaluations: int
-    line: tuple = ()  # s along the noise line (_staircase)
-    lists: tuple | None = None  # (s, S) stencil rows as lists of Python floats (n <= SMALL_N, inline)
-    tops: dict | None = None  # watched leaf -> its largest reach, where already known (_leaf_reach_small)
-    f32: str = ""  # a user op whose values over the pass were all float32 numbers (_fd_probes.float32_node)
-
-
 class _RowZero(dict):
     """name -> row 0 (the centre) of a batched environment, taken when first asked for: the
     estimate needs the centre of the roots and of the watched inputs, not of every node."""
@@ -353,7 +339,7 @@ def _inline_pass(case, x64, leaves, flat, h, n, watch, hl, specs) -> _Pass:
             raise OracleError(f"finite differences: {bad} is not finite at the case's inputs")
     center = _RowZero(env)
     seeds64, abs_seeds, l1 = _batch_seeds64(case, env, center)
-    s, S = _s_values(env, case.roots, seeds64, rows, abs_seeds)
+    s, roots = _s_only(env, case.roots, seeds64, rows)
     m = len(FACTORS) * n + 1
     tops: dict = {}
     if hl is not None and n:  # the stencil's factors are FACTORS = (1, -1, 2): asserted at the module's end
@@ -366,18 +352,23 @@ def _inline_pass(case, x64, leaves, flat, h, n, watch, hl, specs) -> _Pass:
             reach[name] = rv = _reach(v[1:m], v[0])
             if v.ndim == 1:  # a scalar: its largest reach is itself (a kink test's, check_reach's max of one)
                 tops[name] = float(rv)
-    small = None
-    if n <= SMALL_N:  # one conversion each of s and S for the centre, the noise line and _estimate_small
-        sl, Sl = s.tolist(), S[:m].tolist()
-        line, s0, S0 = sl[m:], sl[0], Sl[0]
-        small = ([sl[1 : n + 1], sl[n + 1 : 2 * n + 1], sl[2 * n + 1 : m]],
-                 [Sl[1 : n + 1], Sl[n + 1 : 2 * n + 1], Sl[2 * n + 1 :]])
+    small = n <= SMALL_N
+    if small:  # one conversion of s for the centre, the noise line and the small estimate
+        sl = s.tolist()
+        line, s0 = sl[m:], sl[0]
+        sl = [sl[1 : n + 1], sl[n + 1 : 2 * n + 1], sl[2 * n + 1 : m]]
     else:
-        line, s0, S0 = s[m:].tolist(), float(s[0]), float(S[0])
-    sigma = line_sigma(line) if n else 0.0
-    return _Pass(center, _floor(vmax, seeds64, abs_seeds, l1), seeds64, s0, S0,
-                 s[1:m].reshape(len(FACTORS), n), S[1:m].reshape(len(FACTORS), n), sigma, reach, rows,
-                 tuple(line), small, tops, f32)
+        line, s0, sl = s[m:].tolist(), float(s[0]), None
+
+    def S_of():  # (the rounding model's S, when the error bound or a probe asks: _fd_lazy)
+        S = _S_only(roots, seeds64, abs_seeds)
+        if not small:
+            return S[1:m].reshape(len(FACTORS), n), float(S[0]), None
+        Sl = S[:m].tolist()
+        return S[1:m].reshape(len(FACTORS), n), Sl[0], [Sl[1 : n + 1], Sl[n + 1 : 2 * n + 1], Sl[2 * n + 1 :]]
+
+    return _Pass(center, _floor(vmax, seeds64, abs_seeds, l1), seeds64, s0, s[1:m].reshape(len(FACTORS), n), reach,
+                 rows, _Rounding(S_of, line if n else ()), tuple(line), sl, tops, f32)
 
 
 def _chunked_pass(case, x64, leaves, flat, h, n, watch, specs) -> _Pass:
@@ -408,14 +399,13 @@ def _chunked_pass(case, x64, leaves, flat, h, n, watch, specs) -> _Pass:
         for name, c in watched:
             rc = _reach(env[name], c)
             reach[name] = np.maximum(reach[name], rc) if name in reach else rc
-    sigma = 0.0
     if n:
         noise = _noise_rows(flat, h)
         sn = _s_values(case._forward(_leaf_batches(case, x64, leaves, noise), 1, specs), case.roots, seeds64, len(noise))[0]
-        sigma = line_sigma(sn.tolist())
         evaluations += len(noise)
-    return _Pass(center, _floor(vmax, seeds64), seeds64, s0, S0, s_vals, S_vals, sigma, reach, evaluations,
-                 tuple(sn.tolist()) if n else (), f32=f32)
+    line = sn.tolist() if n else ()
+    return _Pass(center, _floor(vmax, seeds64), seeds64, s0, s_vals, reach, evaluations,
+                 _Rounding(S=(S_vals, S0, None), line=line), tuple(line), f32=f32)
 
 
 @oracle_call
@@ -437,9 +427,10 @@ def fd_gradient(case, *, check_reach: bool = True) -> FDResult:
     except OracleError as e:
         out = e
     # float32 hidden behind float64 arithmetic (no value is a float32 number): probed where a user op runs
-    f32, why = _probes.hidden_float32(case, (p.s0, p.S0, p.vfloor, p.sigma), flat, (_s_env, (case, x64, leaves, p.seeds64)))
+    f32, why = _probes.hidden_float32(case, lambda: (p.s0, p.S0, p.vfloor, p.sigma), flat,
+                                      (_s_env, (case, x64, leaves, p.seeds64)))
     if f32:
-        res = _float32_gradient(case, x64, leaves, flat, plan, check_reach, p._replace(f32=f32), why)
+        res = _float32_gradient(case, x64, leaves, flat, plan, check_reach, p.with_f32(f32), why)
         res.float32_why = why
         return res
     if isinstance(out, OracleError):
@@ -448,13 +439,23 @@ def fd_gradient(case, *, check_reach: bool = True) -> FDResult:
 
 
 def _float64_gradient(case, leaves, x64, flat, h, plan, hl, p: _Pass, check_reach: bool) -> FDResult:
-    """The estimate at float64 steps from the first pass ``p`` (refined where too coarse)."""
+    """The estimate at float64 steps from the first pass ``p`` (refined where too coarse).  Where no element is too
+    coarse (``_fd_lazy.settled``) the error bound is left to be computed when first asked for."""
     n = flat.size
+    small_s = (p.sl if p.sl is not None else p.s.tolist()) if n <= SMALL_N else None
+    got = _settled_small(small_s, p.s0, hl, p.vfloor) if small_s is not None else _settled(p.s, p.s0, h, p.vfloor)
+    if got is not None:  # the steps of _estimate_small's path with refine False, or _refine's with nothing to refine
+        r, lower = got
+        if check_reach and p.reach:
+            _check_reach(plan, p.center, p.reach, p.tops, center_kink_distances(case))
+        _probes.staircase(p, r, h, leaves, (_s_at, (case, x64, leaves, p.seeds64), flat))
+        if small_s is not None:
+            r, lower = np.array(r), np.array(lower)
+        return _result(leaves, r, _deferred_error(leaves, p, h, hl, small_s, lower), h, p.evaluations)
     floor = float(max(p.vfloor, _tol.FD_NOISE_SIGMAS * p.sigma))
     small = None
     if n <= SMALL_N:
-        sl, Sl = p.lists if p.lists is not None else (p.s.tolist(), p.S.tolist())
-        small = _estimate_small(sl, Sl, p.s0, p.S0, hl, floor)
+        small = _estimate_small(small_s, p.lists[1] if p.lists is not None else p.S.tolist(), p.s0, p.S0, hl, floor)
     if small is not None and small[0] == "not finite":
         _not_finite(small[1], h)
     if small is None and not _ALL(np.isfinite(p.s), axis=None):
@@ -599,12 +600,15 @@ def _not_finite(j: int, h):
 
 
 def _result(leaves, r, err, h, evaluations) -> FDResult:
+    """The flat estimate, error (or a ``LazyErrors``, kept as it is) and steps as per-leaf arrays."""
+    lazy = isinstance(err, LazyErrors)
     if len(leaves) == 1:  # the whole vectors, as the slices below would give them
         l = leaves[0]
         shape = l.value.shape
-        if r.shape == shape == err.shape == h.shape:  # a vector leaf: the arrays themselves, no reshaped views
-            return FDResult({l.name: r}, {l.name: err}, {l.name: h}, evaluations)
-        return FDResult({l.name: r.reshape(shape)}, {l.name: err.reshape(shape)}, {l.name: h.reshape(shape)}, evaluations)
+        if r.shape == shape == h.shape and (lazy or err.shape == shape):  # a vector leaf: the arrays themselves
+            return FDResult({l.name: r}, err if lazy else {l.name: err}, {l.name: h}, evaluations)
+        return FDResult({l.name: r.reshape(shape)}, err if lazy else {l.name: err.reshape(shape)},
+                        {l.name: h.reshape(shape)}, evaluations)
     grads, errors, steps = {}, {}, {}
     off = 0
     for l in leaves:
@@ -612,10 +616,32 @@ def _result(leaves, r, err, h, evaluations) -> FDResult:
         end = off + v.size
         shape = v.shape  # (Leaf.shape's tuple, without the property call)
         grads[l.name] = r[off:end].reshape(shape)
-        errors[l.name] = err[off:end].reshape(shape)
+        if not lazy:
+            errors[l.name] = err[off:end].reshape(shape)
         steps[l.name] = h[off:end].reshape(shape)
         off = end
-    return FDResult(grads, errors, steps, evaluations)
+    return FDResult(grads, err if lazy else errors, steps, evaluations)
+
+
+def _deferred_error(leaves, p: _Pass, h, hl, small_s, lower) -> LazyErrors:
+    """The error bound of a settled estimate (``_fd_lazy.settled``), computed when first asked for: the values
+    ``_estimate_small`` or ``_combine_all`` give on the eager path (where neither refinement nor the noise test
+    changes anything), per leaf as ``_result`` lays them out, with ``lower`` (flat) as its lower bound.  Holds the
+    pass's s and rounding inputs, not the pass (its centre keeps every node's batched values)."""
+    rnd, s, s0, vfloor = p.rounding, p.s, p.s0, p.vfloor
+
+    def error() -> dict:
+        S, S0, Sl = rnd.S()
+        floor = float(max(vfloor, _tol.FD_NOISE_SIGMAS * rnd.sigma()))
+        err = None
+        if small_s is not None:
+            small = _estimate_small(small_s, Sl if Sl is not None else S.tolist(), s0, S0, hl, floor)
+            err = None if small is None else np.array(small[1])
+        if err is None:
+            err = _combine_all(s, s0, S, S0, h, floor)[1]
+        return _result(leaves, h, err, h, 0).error
+
+    return LazyErrors(error, _result(leaves, h, lower, h, 0).error)
 
 
 def _refine(case, x64, leaves, p: _Pass, h, floor, out):
@@ -694,7 +720,7 @@ def fd_directional(case, directions: dict[str, np.ndarray]) -> tuple[np.ndarray,
     s0, S0 = _at_center(case, center, seeds64)
     floor = _floor(_center_scale(center)[0], seeds64)  # a non-finite centre shows up in the estimate
     flat = np.concatenate([x64[l.name].ravel() for l in leaves]) if leaves else np.zeros(0)
-    f32, why = _probes.hidden_float32(case, (s0, S0, floor, 0.0), flat, (_s_env, (case, x64, leaves, seeds64)))
+    f32, why = _probes.hidden_float32(case, lambda: (s0, S0, floor, 0.0), flat, (_s_env, (case, x64, leaves, seeds64)))
     if f32:  # float32 hidden behind float64 arithmetic: the same answer as above
         raise OracleError(f"{_f32line.describe(f32, why)} and directional finite differences have no "
                           "float32 error bound: not compared")
