@@ -324,14 +324,14 @@ class _RowZero(dict):
         return True
 
 
-def _inline_pass(case, x64, leaves, flat, h, n, watch, hl, specs) -> _Pass:
+def _inline_pass(case, x64, leaves, flat, h, n, watch, hl, specs, user=True) -> _Pass:
     """Small n: the centre is row 0 of the one batched pass, the noise line its last rows (the fixed
     cost of a second evaluation would dominate a graph of a few elements).  ``hl``: the steps as
     Python floats, given for n <= SMALL_N when every step is finite (the small forms' condition)."""
     X = _stencil(flat, h, n, hl is not None)
     rows = X.shape[0]
     env = case._forward(_leaf_batches(case, x64, leaves, X), 1, specs)  # (_evaluate's batched path)
-    f32 = _probes.float32_node(case, env) if n else ""
+    f32 = _probes.float32_node(case, env) if n and user else ""
     vmax = _row0_scale(env)
     if vmax is None:  # something is not finite at the centre: the general form finds what, and says so
         vmax, bad = _scale([(name, v[0]) for name, v in env.items() if v.dtype.kind == "f" and v.size])
@@ -371,7 +371,7 @@ def _inline_pass(case, x64, leaves, flat, h, n, watch, hl, specs) -> _Pass:
                  rows, _Rounding(S_of, line if n else ()), tuple(line), sl, tops, f32)
 
 
-def _chunked_pass(case, x64, leaves, flat, h, n, watch, specs) -> _Pass:
+def _chunked_pass(case, x64, leaves, flat, h, n, watch, specs, user=True) -> _Pass:
     """Large n: the centre once, the stencil in chunks under MAX_BATCH_ELEMENTS, the noise line apart."""
     nf = len(FACTORS)
     center = case._forward(x64, 0, specs)
@@ -390,7 +390,7 @@ def _chunked_pass(case, x64, leaves, flat, h, n, watch, specs) -> _Pass:
         stop = min(n, start + chunk)
         batches, nb = _range_points(x64, leaves, start, stop, h)
         env = case._forward(batches, 1, specs)
-        if start == 0:
+        if start == 0 and user:
             f32 = _probes.float32_node(case, env)
         s, S = _s_values(env, case.roots, seeds64, nb)
         evaluations += nb
@@ -417,7 +417,8 @@ def fd_gradient(case, *, check_reach: bool = True) -> FDResult:
     specs = _specs(case)
     # (the value sets of a group share the plan: nodes of one structure, each case's alike)
     plan = _structure.once(case, "fd_watch", lambda: _watch_plan(case, specs)) if check_reach else []
-    p = _run_pass(case, x64, leaves, flat, h, n, plan, hl, specs)
+    user = _user_code(specs)
+    p = _run_pass(case, x64, leaves, flat, h, n, plan, hl, specs, user)
     if p.f32:  # a user op computes in float32 inside: estimate it as a float32 computation
         return _float32_gradient(case, x64, leaves, flat, plan, check_reach, p)
     try:
@@ -428,7 +429,7 @@ def fd_gradient(case, *, check_reach: bool = True) -> FDResult:
         out = e
     # float32 hidden behind float64 arithmetic (no value is a float32 number): probed where a user op runs
     f32, why = _probes.hidden_float32(case, lambda: (p.s0, p.S0, p.vfloor, p.sigma), flat,
-                                      (_s_env, (case, x64, leaves, p.seeds64)))
+                                      (_s_env, (case, x64, leaves, p.seeds64))) if user else ("", "")
     if f32:
         res = _float32_gradient(case, x64, leaves, flat, plan, check_reach, p.with_f32(f32), why)
         res.float32_why = why
@@ -507,6 +508,15 @@ def _specs(case) -> list:
 _OP_TABLE = _registry.all_specs()  # (the table itself: ops registered later are in it too)
 
 
+def _user_code(specs) -> bool:
+    """Whether a node runs user code (``_fd_probes``' float32 tests look only there), from the specs at hand:
+    ``_fd_probes._runs_user_code`` asks the structure memo, which outside a check scope computes it afresh."""
+    for spec in specs:
+        if getattr(spec, "user", True):
+            return True
+    return False
+
+
 def _steps(flat, n):
     """The steps ``h = STEP max(1, |x|)``, and as Python floats for n <= SMALL_N (the small estimate's;
     else None).  Up to _STEPS_PY elements on Python floats where every input is finite (Python's
@@ -524,9 +534,10 @@ def _steps(flat, n):
 _STEPS_PY = 6  # elements (measured: numpy's fixed ~3 us is cheaper from ~8 on)
 
 
-def _run_pass(case, x64, leaves, flat, h, n, plan, hl=None, specs=None) -> _Pass:
+def _run_pass(case, x64, leaves, flat, h, n, plan, hl=None, specs=None, user=True) -> _Pass:
     """The batched evaluation of the stencil at steps ``h``: inline (the centre and the noise line in the
-    same pass) where the batch is small, else in chunks.  ``specs``: the nodes' op specs, if known."""
+    same pass) where the batch is small, else in chunks.  ``specs``: the nodes' op specs, if known; ``user``:
+    False where none of them runs user code (no float32-inside test then: ``_user_code``)."""
     if specs is None:
         specs = _specs(case)
     rows = len(FACTORS) * n + 1 + (_tol.FD_NOISE_POINTS if n else 0)
@@ -534,8 +545,8 @@ def _run_pass(case, x64, leaves, flat, h, n, plan, hl=None, specs=None) -> _Pass
         rows <= INLINE_ROWS or rows <= INLINE_ROWS_CHECKED and rows * _largest_of(case, specs) <= MAX_BATCH_ELEMENTS)
     if inline:
         return _inline_pass(case, x64, leaves, flat, h, n, _watched(plan), hl if hl and math.isfinite(sum(hl)) else None,
-                            specs)
-    return _chunked_pass(case, x64, leaves, flat, h, n, _watched(plan), specs)
+                            specs, user)
+    return _chunked_pass(case, x64, leaves, flat, h, n, _watched(plan), specs, user)
 
 
 def _s_at(case, x64, leaves, seeds64, X):
