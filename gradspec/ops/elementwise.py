@@ -124,6 +124,7 @@ def binary(
     method=True,
     linear=False,
     kink_distance=None,
+    vjp_compares=False,
     torch_name=None,
     arg_names=("input", "other"),
 ):
@@ -164,6 +165,7 @@ def binary(
             call=call_,
             param_strategy=_no_params,
             kink_distance=kink_distance,
+            vjp_compares=vjp_compares,
             broadcasting=True,
         )
     )
@@ -447,9 +449,9 @@ def _tie_distance(a, b):  # (np.min's own reduction without its Python wrapper: 
 
 
 binary("maximum", np.maximum, _max_vjp(np.greater), _max_partials(np.greater), lambda a, b: torch().maximum(a, b),
-       kink_distance=_tie_distance, notes="ties: each side gets g/2 (reference 9.3)")
+       kink_distance=_tie_distance, vjp_compares=True, notes="ties: each side gets g/2 (reference 9.3)")
 binary("minimum", np.minimum, _max_vjp(np.less), _max_partials(np.less), lambda a, b: torch().minimum(a, b),
-       kink_distance=_tie_distance, notes="ties: each side gets g/2 (reference 9.4)")
+       kink_distance=_tie_distance, vjp_compares=True, notes="ties: each side gets g/2 (reference 9.4)")
 
 
 def _atan2_vjp(g, a, b, out):

@@ -491,6 +491,7 @@ for _name, _fn, _largest in (("amax", np.max, True), ("amin", np.min, False)):
             call=_dims_call(_name, ()),
             method=True,
             kink_distance=lambda x, dim, keepdim, _l=_largest: _gap(x, dim, largest=_l),
+            vjp_compares=True,  # mask x == out
             notes="ties split evenly among the tied elements, for the full reduction and with dim "
             "(reference 9.1, 9.2b, 9.4c); a reduction over a size-0 dim raises",
         )
@@ -645,6 +646,7 @@ for _name, _fn, _largest, _elem, _rt in (
             post=_maxmin_post(_name, _largest, _rt),
             method=True,
             kink_distance=lambda x, dim, keepdim, full, _l=_largest: _gap(x, dim, largest=_l),
+            vjp_compares=True,  # mask x == out (full), argmax / argmin of x (with dim)
             notes=f"{_name}(x): ties split evenly (reference 9.1, 9.4); {_name}(x, dim) returns (values, "
             "indices) and ALL the gradient goes to the returned index, the first occurrence (reference 9.2, "
             f"9.4); in graphs the op is the values only; {_name}(x, other) is {_elem}",

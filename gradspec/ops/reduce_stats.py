@@ -407,6 +407,12 @@ def _norm_kink(x, p, dim, keepdim):
     return d
 
 
+def _norm_compares(params):
+    """The inf-norms' VJP masks |x| == norm (amax's rule); every other p's is smooth arithmetic on out."""
+    p = params.get("p")
+    return isinstance(p, numbers.Real) and not isinstance(p, bool) and math.isinf(p)
+
+
 def _norm_call(input, p="fro", dim=None, keepdim=False):
     _check_dim_type("norm", dim, allow_tuple=True)
     return (input,), {"p": p, "dim": dim, "keepdim": keepdim}
@@ -429,6 +435,7 @@ register(
         call=_norm_call,
         method=True,
         kink_distance=_norm_kink,
+        vjp_compares=_norm_compares,
         notes="vector p-norm (torch.linalg.vector_norm); p='fro' is 2.  At the zero vector the gradient is 0 "
         "(masked), not nan, for every p (reference 9.10, 9.10b); inf-norm ties split evenly, with sign "
         "(reference 9.10c); p=0 gives no gradient at all (torch returns an undefined gradient); double "

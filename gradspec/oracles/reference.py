@@ -15,9 +15,8 @@ def build_engine_graph(case, jitter=None) -> tuple[dict[str, E.Tensor], list[E.T
     """Leaves and nodes of ``case`` as engine tensors; returns (env, roots).
 
     ``jitter`` (used by ``check.rounding_noise``) perturbs each op's output as it is computed,
-    so later ops see consistent values; outputs of selecting ops (those with ties or kinks,
-    e.g. amax, maximum, clamp) are exact copies of an input and are left alone, as their VJPs
-    compare them with their inputs.
+    so later ops see consistent values; outputs of ops whose VJP compares values
+    (``OpSpec.compares_values``: amax, maximum...) are left alone.
     """
     env: dict[str, E.Tensor] = {}
     for leaf in case.leaves:
@@ -26,7 +25,7 @@ def build_engine_graph(case, jitter=None) -> tuple[dict[str, E.Tensor], list[E.T
     for n, spec in zip(case.nodes, specs):
         spec = spec or case.spec(n.op)
         out = E.apply(spec, [env[i] for i in n.inputs], n.params)
-        if jitter is not None and spec.kink_distance is None:
+        if jitter is not None and not spec.compares_values(n.params):
             out.data = jitter(out).data
         env[n.name] = out
     return env, [env[r] for r in case.roots]

@@ -91,6 +91,10 @@ class OpSpec:
     once_differentiable: bool = False  # VJP is numpy (user ops): create_graph gives a constant
     jvp_source: str = "declared"
     kink_distance: Callable[..., float] | None = None  # (*arrays, **params) -> distance to nearest kink/tie
+    # The VJP compares values, so ties decide the gradient: its output with its inputs (amax's x == out mask)
+    # or its inputs with each other (maximum's a == b, max(x, dim)'s argmax); a bool, or params -> bool
+    # (norm: only p = +-inf).  The rounding-noise re-run keeps such an op's output exact (``compares_values``).
+    vjp_compares: Callable[[dict], bool] | bool = False
     post: Callable[..., Any] | None = None  # (out, inputs, params) -> public return value
     dispatch: Callable[..., Any] | None = None  # public args -> (spec name, inputs, params) override
 
@@ -127,6 +131,23 @@ class OpSpec:
             with np.errstate(all="ignore"):
                 d = min(d, float(self.kink_distance(*arrays, **params)))
         return d
+
+    def compares_values(self, params: dict) -> bool:
+        """Whether this op's VJP, with these params, compares values (``vjp_compares``): moving its output by an
+        ulp, or its inputs apart, can move its whole gradient to another element.  A user op's VJP cannot be
+        read: one that declares a ``kink_distance`` is assumed to compare.
+
+        Example::
+
+            >>> import gradspec as gs
+            >>> [gs.ops.get(n).compares_values({}) for n in ("amax", "maximum", "clamp", "sin")]
+            [True, True, False, False]
+            >>> gs.ops.get("norm").compares_values({"p": float("inf")}), gs.ops.get("norm").compares_values({"p": 2.0})
+            (True, False)
+        """
+        if self.user:
+            return self.kink_distance is not None
+        return bool(self.vjp_compares(params) if callable(self.vjp_compares) else self.vjp_compares)
 
     def saves_tensors(self, params: dict) -> bool:
         return self.saves(params) if callable(self.saves) else bool(self.saves)
