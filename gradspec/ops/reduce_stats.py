@@ -260,6 +260,9 @@ for _name in ("var", "std"):
             call=_var_call(_name),
             method=True,
             kink_distance=_std_kink if _name == "std" else None,
+            # std_backward masks result == 0, a zero x - mean's exact cancellation makes (one element a slice):
+            # rounding inside the forward moves it off zero and the mask with it (var's rule has no such mask)
+            vjp_compares=_name == "std",
             notes="divides by max(0, N - correction); zero degrees of freedom (one element with correction=1) "
             "-> nan forward and nan gradient (reference 9.15); torch's var_backward branch for dim=None "
             "(gradient where(x == mean, nan, inf) * g when N <= correction) and for an explicit dim "
