@@ -190,30 +190,26 @@ _OP_TABLE = _registry.all_specs()  # (the table itself: ops registered later are
 
 
 def apply(spec, inputs: Sequence[Any], params: dict) -> Tensor:
+    if type(inputs) is not tuple:
+        inputs = tuple(inputs)
     for x in inputs:
         if type(x) is not Tensor:
-            like = next((x for x in inputs if isinstance(x, Tensor)), None)
-            tensors = tuple(_as_tensor(x, like) for x in inputs)
+            inputs = _as_tensors(inputs)
             break
-    else:  # the common case (all tensors), without the per-input conversion
-        tensors = tuple(inputs)
-    if spec.arity is not None and len(tensors) != spec.arity:
-        raise TypeError(f"{spec.name}() takes {spec.arity} tensor input(s) but {len(tensors)} were given")
-    arrays = [t.data for t in tensors]
+    if spec.arity is not None and len(inputs) != spec.arity:
+        raise TypeError(f"{spec.name}() takes {spec.arity} tensor input(s) but {len(inputs)} were given")
+    arrays = [t.data for t in inputs]
     if spec.user:
         params = spec.canonical([a.shape for a in arrays], params)
     elif spec.normalize is None:
-        params = dict(params)  # (OpSpec.canonical of an op without a normalizer: a copy)
+        params = dict(params) if params else {}  # (OpSpec.canonical of an op without a normalizer: a copy)
     else:
         params = _canonical(spec, [a.shape for a in arrays], params)
-    if spec.family == "elementwise" and len(arrays) > 1:
-        dt = arrays[0].dtype
-        for a in arrays:
-            if a.dtype != dt:  # one dtype (the common case): nothing to promote
-                arrays = _dt.promote(spec, arrays)
-                break
-    elif spec.same_dtype and len(arrays) > 1:
-        _dt.same_dtype(spec, arrays)
+    if len(arrays) > 1 and _mixed(spec, arrays):
+        if spec.family == "elementwise":
+            arrays = _dt.promote(spec, arrays)
+        elif spec.same_dtype:
+            _dt.same_dtype(spec, arrays)
     try:
         if _FP_QUIET:
             data = spec.forward(*arrays, **params)
@@ -234,18 +230,44 @@ def apply(spec, inputs: Sequence[Any], params: dict) -> Tensor:
     if data.base is not None or not data.flags.writeable:
         # Views of inputs would let later in-place accumulation or user edits alias an input.
         data = data.copy()
-    need = False
+    out = Tensor(data)
     if _GRAD_ENABLED:  # (spec.input_differentiable, inlined: apply runs for every op of every VJP rule)
         diff = spec.differentiable
-        for i, t in enumerate(tensors):
+        for i, t in enumerate(inputs):
             if t._requires_grad and (diff is None or diff[i]):
-                need = data.dtype.kind in "fc"  # integer/bool outputs never require grad (reference 1.8)
+                if data.dtype.kind in "fc":  # integer/bool outputs never require grad (reference 1.8)
+                    out.grad_fn = Node(spec, inputs, params, out)
+                    out._requires_grad = True
                 break
-    out = Tensor(data)
-    if need:
-        out.grad_fn = Node(spec, tensors, params, out)
-        out._requires_grad = True
     return out
+
+
+def _mixed(spec, arrays: list) -> bool:
+    """Whether ``apply`` must promote (elementwise ops) or refuse (``same_dtype`` ops) these operands' dtypes.
+    An elementwise op's non-differentiable operands (``where``'s mask) take no part in promotion: when its
+    differentiable operands share one dtype, ``_dt.promote`` would return them unchanged."""
+    elementwise = spec.family == "elementwise"
+    if not elementwise and not spec.same_dtype:
+        return False
+    diff = spec.differentiable if elementwise else None
+    dt = None
+    for i, a in enumerate(arrays):
+        if diff is not None and not diff[i]:
+            continue
+        if dt is None:
+            dt = a.dtype
+        elif a.dtype is not dt and a.dtype != dt:
+            return True
+    return False
+
+
+def _as_tensors(inputs: tuple) -> tuple:
+    like = None
+    for x in inputs:
+        if isinstance(x, Tensor):
+            like = x
+            break
+    return tuple(_as_tensor(x, like) for x in inputs)
 
 
 # ``OpSpec.canonical`` of a table op, remembered per (op, input shapes, params): normalizing dims and
@@ -333,12 +355,12 @@ def _make_seeds(outputs: Sequence[Tensor], grads: Sequence[Any]) -> list:
         if isinstance(g, np.ndarray):
             g = Tensor(g)
         if isinstance(g, Tensor):
-            if out.shape != g.shape:
+            if out.data.shape != g.data.shape:
                 raise RuntimeError(
                     f"Mismatch in shape: grad_output[{i}] has a shape of {_dt.size_repr(g.shape)} and output[{i}] "
                     f"has a shape of {_dt.size_repr(out.shape)}."
                 )
-            if _dt.is_complex(out.dtype) != _dt.is_complex(g.dtype):
+            if (out.data.dtype.kind == "c") != (g.data.dtype.kind == "c"):  # (_dt.is_complex of each)
                 raise RuntimeError(
                     "For complex Tensors, both grad_output and output are required to have the same dtype. "
                     f"Mismatch in dtype: grad_output[{i}] has a dtype of {_dt.torch_repr(g.dtype)} and output[{i}] "
@@ -346,15 +368,15 @@ def _make_seeds(outputs: Sequence[Tensor], grads: Sequence[Any]) -> list:
                 )
             new.append(g)
         elif g is None:
-            if out.requires_grad:
-                if out.numel() != 1:
+            if out._requires_grad:
+                if out.data.size != 1:
                     raise RuntimeError(MSG_IMPLICIT)
-                if not _dt.is_float(out.dtype):
+                if out.data.dtype.kind != "f":  # (_dt.is_float)
                     raise RuntimeError(
                         "grad can be implicitly created only for real scalar outputs but got "
                         + _dt.torch_repr(out.dtype)
                     )
-                new.append(Tensor(np.ones_like(out.data)))
+                new.append(Tensor(np.ones(out.data.shape, out.data.dtype)))  # (one element: ones_like's layout is moot)
             else:
                 new.append(None)
         else:
@@ -443,8 +465,8 @@ def _reduce_to(g: Tensor, inp: Tensor, node: Node | None, index: int) -> Tensor:
     This is the one place where broadcasting is undone (torch's ``validate_outputs``), so no
     VJP rule has to do it.
     """
-    shape = inp.shape
-    if g.shape != shape:
+    shape = inp.data.shape
+    if g.data.shape != shape:
         lead = g.ndim - len(shape)
         ok = lead >= 0 and all(s == 1 or s == gs_ for s, gs_ in zip(shape, g.shape[lead:], strict=True))
         if not ok:
@@ -458,15 +480,17 @@ def _reduce_to(g: Tensor, inp: Tensor, node: Node | None, index: int) -> Tensor:
             g = call("sum", g, dim=dims, keepdim=True)
         if g.shape != shape:
             g = call("reshape", g, shape=shape)
-    if g.dtype != inp.dtype and _dt.is_differentiable_dtype(inp.dtype):
-        g = call("_cast", g, dtype=inp.dtype.name)
+    dt = inp.data.dtype
+    if g.data.dtype is not dt and g.data.dtype != dt and dt.kind in "fc":  # (_dt.is_differentiable_dtype)
+        g = call("_cast", g, dtype=dt.name)
     return g
 
 
 def _accumulate(t: Tensor, g: Tensor, create_graph: bool) -> None:
     """AccumulateGrad (a leaf): first write is a fresh buffer, later writes add in place (§4)."""
-    if g.dtype != t.dtype:
-        g = call("_cast", g, dtype=t.dtype.name)
+    dt = t.data.dtype
+    if g.data.dtype is not dt and g.data.dtype != dt:
+        g = call("_cast", g, dtype=dt.name)
     if t._grad is None:
         if create_graph and g.requires_grad:
             t._grad = call("clone", g)
@@ -489,10 +513,6 @@ def _retain(t: Tensor, g: Tensor) -> None:
     if g.dtype != t.dtype:
         g = call("_cast", g, dtype=t.dtype.name)
     t._grad = call("clone", g) if t._grad is None else call("add", t._grad, g)
-
-
-def _add(a: Tensor | None, b: Tensor) -> Tensor:
-    return b if a is None else call("add", a, b)
 
 
 def _run(roots, seeds, retain_graph: bool, create_graph: bool, targets, capture: bool) -> dict:
@@ -536,55 +556,63 @@ def _execute(plan, roots, seeds, retain_graph: bool, create_graph: bool, target_
     edges, deps, leaf_deps = plan.edges, plan.deps, plan.leaf_deps
     executes, evaluates = plan.executes, plan.evaluates  # (None: every node)
     for r, s in zip(roots, seeds, strict=True):
-        if s.dtype != r.dtype:
-            s = call("_cast", s, dtype=r.dtype.name) if s.requires_grad else Tensor(s.data.astype(r.dtype))
-        if r.grad_fn is None:
+        dt = r.data.dtype
+        if s.data.dtype is not dt and s.data.dtype != dt:
+            s = call("_cast", s, dtype=dt.name) if s._requires_grad else Tensor(s.data.astype(dt))
+        fn = r.grad_fn
+        if fn is None:
             _to_leaf(leaf_pending, r, s)
         else:
-            pending[id(r.grad_fn)] = _add(pending.get(id(r.grad_fn)), s)
-    for key in [k for k in leaf_pending if leaf_deps.get(k, 0) == 0]:
-        _flush_leaf(leaf_pending, key, target_ids, capture, captured, create_graph)
+            prev = pending.get(id(fn))
+            pending[id(fn)] = s if prev is None else call("add", prev, s)
+    if leaf_pending:
+        for key in [k for k in leaf_pending if leaf_deps.get(k, 0) == 0]:
+            _flush_leaf(leaf_pending, key, target_ids, capture, captured, create_graph)
 
     # torch's ready queue: highest sequence number first among nodes whose consumers ran.
     ready = [(-n.seq, id(n), n) for n in plan.root_nodes if deps[id(n)] == 0]
-    heapq.heapify(ready)
-    queued = {id(n) for _, _, n in ready}
+    if len(ready) > 1:
+        heapq.heapify(ready)
+    queued = {item[1] for item in ready}
     while ready:
         _, key, node = heapq.heappop(ready)
         g = pending.pop(key, None)
         ne = edges[key]
-        if g is not None and (evaluates is None or key in evaluates):
-            out = node.out
-            if capture and id(out) in target_ids:
-                captured[id(out)] = g
-            if out._retains_grad:
-                _retain(out, g)
-        if g is not None and (executes is None or key in executes):
-            if node.freed and node.saves:
-                raise RuntimeError(MSG_FREED)
-            grads = _call_vjp(node, g, create_graph)
-            for i, t in ne:
-                gi = grads[i]
-                if gi is None:
-                    continue
-                gi = _reduce_to(gi, t, node, i)
-                if t.grad_fn is None:
-                    _to_leaf(leaf_pending, t, gi)
-                else:
-                    pending[id(t.grad_fn)] = _add(pending.get(id(t.grad_fn)), gi)
-            if not retain_graph:
-                node.freed = True
+        if g is not None:
+            if evaluates is None or key in evaluates:
+                out = node.out
+                if capture and id(out) in target_ids:
+                    captured[id(out)] = g
+                if out._retains_grad:
+                    _retain(out, g)
+            if executes is None or key in executes:
+                if node.freed and node.saves:
+                    raise RuntimeError(MSG_FREED)
+                grads = _call_vjp(node, g, create_graph)
+                for i, t in ne:
+                    gi = grads[i]
+                    if gi is None:
+                        continue
+                    gi = _reduce_to(gi, t, node, i)
+                    fn = t.grad_fn
+                    if fn is None:
+                        _to_leaf(leaf_pending, t, gi)
+                    else:
+                        prev = pending.get(id(fn))
+                        pending[id(fn)] = gi if prev is None else call("add", prev, gi)
+                if not retain_graph:
+                    node.freed = True
         for _, t in ne:
             c = t.grad_fn
             if c is None:
                 k = id(t)
-                leaf_deps[k] -= 1
-                if leaf_deps[k] == 0:
+                left = leaf_deps[k] = leaf_deps[k] - 1
+                if left == 0:
                     _flush_leaf(leaf_pending, k, target_ids, capture, captured, create_graph)
                 continue
             k = id(c)
-            deps[k] -= 1
-            if deps[k] == 0 and k not in queued:
+            left = deps[k] = deps[k] - 1
+            if left == 0 and k not in queued:
                 queued.add(k)
                 heapq.heappush(ready, (-c.seq, k, c))
     return captured
@@ -592,7 +620,7 @@ def _execute(plan, roots, seeds, retain_graph: bool, create_graph: bool, target_
 
 def _to_leaf(leaf_pending: dict, t: Tensor, g: Tensor) -> None:
     prev = leaf_pending.get(id(t))
-    leaf_pending[id(t)] = (t, g if prev is None else _add(prev[1], g))
+    leaf_pending[id(t)] = (t, g if prev is None else call("add", prev[1], g))
 
 
 def _flush_leaf(leaf_pending: dict, key: int, target_ids, capture: bool, captured: dict, create_graph: bool) -> None:
@@ -600,13 +628,12 @@ def _flush_leaf(leaf_pending: dict, key: int, target_ids, capture: bool, capture
     item = leaf_pending.pop(key, None)
     if item is None:
         return
-    t, g = item
     if target_ids is not None and key not in target_ids:
         return
     if capture:
-        captured[key] = g
+        captured[key] = item[1]
     else:
-        _accumulate(t, g, create_graph)
+        _accumulate(item[0], item[1], create_graph)
 
 
 def _call_vjp(node: Node, g: Tensor, create_graph: bool) -> list:
@@ -617,7 +644,7 @@ def _call_vjp(node: Node, g: Tensor, create_graph: bool) -> list:
         if spec.user and not str(e).startswith(f"user op {spec.name!r}"):
             raise RuntimeError(f"user op {spec.name!r}: vjp raised {type(e).__name__}: {e}") from e
         raise
-    if isinstance(grads, (Tensor, np.ndarray)) or grads is None:
+    if type(grads) is not tuple and (isinstance(grads, (Tensor, np.ndarray)) or grads is None):
         grads = (grads,)
     grads = list(grads)
     if len(grads) != len(node.inputs):
@@ -626,7 +653,7 @@ def _call_vjp(node: Node, g: Tensor, create_graph: bool) -> list:
             f"(expected {len(node.inputs)}, got {len(grads)})"
         )
     for i, gi in enumerate(grads):
-        if gi is not None and not isinstance(gi, Tensor):
+        if gi is not None and type(gi) is not Tensor and not isinstance(gi, Tensor):
             arr = np.asarray(gi)
             if not _dt.is_differentiable_dtype(arr.dtype) and arr.dtype != np.bool_ and not np.issubdtype(
                 arr.dtype, np.integer

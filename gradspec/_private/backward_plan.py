@@ -39,30 +39,36 @@ def plan(roots, targets, capture: bool) -> Plan:
     # the op is differentiable in them), listed once: the engine walks them several times, and flags cannot
     # change during the run.
     p.edges = edges = {}
+    # Dependencies, counted in the same walk (each node is expanded once, so each edge is counted once):
+    # consumers per node, and per leaf.  torch's AccumulateGrad is a node too: a leaf's gradients are summed
+    # in a buffer and accumulated ONCE, when every node feeding it has run.  That is visible when a later node
+    # fails: a leaf still waiting for another branch has not been touched (a failing backward is not atomic,
+    # but not per edge either; reference 5.7).
+    p.deps = deps = {}
+    p.leaf_deps = leaf_deps = {}
     stack = list(root_nodes)
     while stack:
         n = stack.pop()
-        if id(n) in edges:
+        key = id(n)
+        if key in edges:
             continue
         order.append(n)
         diff = n.spec.differentiable
-        edges[id(n)] = ne = [(i, t) for i, t in enumerate(n.inputs) if t._requires_grad and (diff is None or diff[i])]
-        for _, t in ne:
-            if t.grad_fn is not None and id(t.grad_fn) not in edges:
-                stack.append(t.grad_fn)
+        ne = []
+        for i, t in enumerate(n.inputs):
+            if t._requires_grad and (diff is None or diff[i]):
+                ne.append((i, t))
+                fn = t.grad_fn
+                if fn is None:
+                    leaf_deps[id(t)] = leaf_deps.get(id(t), 0) + 1
+                else:
+                    deps[id(fn)] = deps.get(id(fn), 0) + 1
+                    if id(fn) not in edges:
+                        stack.append(fn)
+        edges[key] = ne
+        if key not in deps:
+            deps[key] = 0
     p.executes, p.evaluates = (None, None) if targets is None else _restricted(order, edges, targets, capture)
-    # Dependencies: consumers per node, and per leaf.  torch's AccumulateGrad is a node too: a leaf's
-    # gradients are summed in a buffer and accumulated ONCE, when every node feeding it has run.  That is
-    # visible when a later node fails: a leaf still waiting for another branch has not been touched (a
-    # failing backward is not atomic, but not per edge either; reference 5.7).
-    p.deps = deps = dict.fromkeys(edges, 0)
-    p.leaf_deps = leaf_deps = {}
-    for ne in edges.values():
-        for _, t in ne:
-            if t.grad_fn is not None:
-                deps[id(t.grad_fn)] += 1
-            else:
-                leaf_deps[id(t)] = leaf_deps.get(id(t), 0) + 1
     return p
 
 

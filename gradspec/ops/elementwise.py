@@ -16,7 +16,7 @@ from .. import domains as D
 from .. import engine as E
 from ..spec.opspec import OpSpec
 from ..spec.registry import register
-from ._common import F, bcast_tangent, const, torch, where
+from ._common import F, bcast_tangent, const, quiet, torch, where
 
 __all__: list[str] = []
 
@@ -199,7 +199,7 @@ unary("tanh", np.tanh, lambda g, x, out: g * (1 - out * out), lambda x, out: 1 -
 
 def _sigmoid(x):
     # Split by sign so neither branch overflows (exp of a large positive number).
-    with np.errstate(over="ignore"):
+    with quiet(over="ignore"):
         e = np.exp(-np.abs(x))
     return np.where(x >= 0, 1 / (1 + e), e / (1 + e)).astype(np.result_type(x, np.float32), copy=False)
 
@@ -226,7 +226,7 @@ unary("leaky_relu", lambda x, negative_slope=0.01: np.where(x > 0, x, x * negati
 
 
 def _elu(x, alpha=1.0):
-    with np.errstate(over="ignore"):
+    with quiet(over="ignore"):
         return np.where(x > 0, x, alpha * np.expm1(np.minimum(x, 0))).astype(x.dtype, copy=False)
 
 
@@ -242,7 +242,7 @@ unary("elu", _elu, lambda g, x, out, alpha: where(x.data > 0, g, g * (where(x.da
 
 def _softplus(x, beta=1.0, threshold=20.0):
     bx = beta * x
-    with np.errstate(over="ignore"):
+    with quiet(over="ignore"):
         soft = np.log1p(np.exp(-np.abs(bx))) + np.maximum(bx, 0)
     return np.where(bx > threshold, x, soft / beta).astype(x.dtype, copy=False)
 
@@ -370,7 +370,7 @@ def _pow_vjp(g, a, b, out):
 
 
 def _pow_partials(a, b, out):
-    with np.errstate(all="ignore"):
+    with quiet(all="ignore"):
         da = np.where(b == 0, 0.0, b * np.power(a, b - 1))
         db = np.where((a == 0) & (b >= 0), 0.0, out * np.log(a))
     return da, db

@@ -21,7 +21,7 @@ from .. import engine as E
 from .._private.dims import norm_dim
 from ..spec.opspec import OpSpec
 from ..spec.registry import register
-from ._common import F, torch, with_lead
+from ._common import F, quiet, torch, with_lead
 from .linalg import REDUCTIONS, _align_to, _einsum_fwd, _float_dtype, _insert_ones, _multilinear_jvp, _st
 
 __all__: list[str] = []
@@ -151,7 +151,7 @@ def _reduce_data(a, reduction, lead):
 
 def _mse_fwd(x, t, reduction, _lead=0):
     d = x - t
-    with np.errstate(invalid="ignore", divide="ignore"):  # mean of an empty tensor is nan, as in torch
+    with quiet(invalid="ignore", divide="ignore"):  # mean of an empty tensor is nan, as in torch
         return _reduce_data(d * d, reduction, _lead)
 
 
@@ -175,7 +175,7 @@ def _mse_jvp(tangents, x, t, *, out, reduction):
     full = 2 * (x - t) * dt
     n = max(v.shape[0] for v in tangents if v is not None)
     full = np.broadcast_to(full, (n,) + np.broadcast_shapes(np.shape(x), np.shape(t)))
-    with np.errstate(invalid="ignore", divide="ignore"):
+    with quiet(invalid="ignore", divide="ignore"):
         return _reduce_data(full, reduction, 1)
 
 
@@ -281,7 +281,7 @@ def _ce_reduce(per, valid, reduction):
     s = np.sum(per, axis=axes) if axes else per
     if reduction == "sum":
         return s
-    with np.errstate(invalid="ignore", divide="ignore"):
+    with quiet(invalid="ignore", divide="ignore"):
         return s / np.asarray(np.sum(valid), dtype=per.dtype)
 
 

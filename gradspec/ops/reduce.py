@@ -26,7 +26,7 @@ from .. import engine as E
 from .._private.dims import norm_dims
 from ..spec.opspec import OpSpec
 from ..spec.registry import register
-from ._common import const, torch, where
+from ._common import const, quiet, torch, where
 
 __all__: list[str] = []
 
@@ -264,7 +264,7 @@ def _mean_fwd(x, dim, keepdim):
         )
     n = _count(x.shape, dim)
     # sum / n rather than np.mean: an empty reduction gives 0/0 = nan like torch, without numpy's warning.
-    with np.errstate(invalid="ignore", divide="ignore"):
+    with quiet(invalid="ignore", divide="ignore"):
         return np.asarray(np.sum(x, axis=dim, keepdims=keepdim) / n, dtype=x.dtype)
 
 
@@ -456,7 +456,7 @@ def _aminmax_vjp(g, x, *, out, dim, keepdim):
 def _aminmax_jvp(tangents, x, *, out, dim, keepdim):
     (t,) = tangents
     mask = x == _keep_np(out, x, dim, keepdim)
-    with np.errstate(all="ignore"):
+    with quiet(all="ignore"):
         return np.sum(np.where(mask, t, 0.0), axis=dim, keepdims=keepdim) / np.sum(mask, axis=dim, keepdims=keepdim)
 
 
@@ -549,7 +549,7 @@ def _maxmin_jvp(largest):
             # torch's evenly_read_jvp: sum(mask * (t / count)) with mask = (x == value), no NaN
             # special case (unlike the backward), so a NaN maximum gives t / 0 * 0 = nan.
             mask = x == np.reshape(out, ())
-            with np.errstate(all="ignore"):
+            with quiet(all="ignore"):
                 r = np.sum(mask * (t / mask.sum()), axis=dim)
             return np.reshape(r, (t.shape[0],) + np.shape(out))
         if not dim:

@@ -21,7 +21,7 @@ from .. import engine as E
 from .._private.dims import norm_dims
 from ..spec.opspec import OpSpec
 from ..spec.registry import register
-from ._common import const, torch, where
+from ._common import const, quiet, torch, where
 from .reduce import (
     _REQUIRED,
     INF,
@@ -52,7 +52,7 @@ def _logsumexp_fwd(x, dim, keepdim):
     # torch's max-shift: the shift is 0 where the max is +-inf, so all -inf -> -inf and +inf -> inf.
     m = np.max(x, axis=dim, keepdims=True, initial=-np.inf) if dim else np.asarray(x)
     m = np.where(np.isinf(m), 0.0, m).astype(x.dtype, copy=False)
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+    with quiet(divide="ignore", invalid="ignore", over="ignore"):
         r = np.log(np.sum(np.exp(x - m), axis=dim, keepdims=True)) + m
     if not keepdim and dim:
         r = np.squeeze(r, axis=dim)
@@ -69,7 +69,7 @@ def _logsumexp_jvp(tangents, x, *, out, dim, keepdim):
     # torch's logsumexp_jvp: sum(exp(x - amax) * t) / sum(exp(x - amax)); the shift is not masked
     # here, so all -inf / +inf give nan, and an empty reduction 0/0 = nan.
     (t,) = tangents
-    with np.errstate(all="ignore"):
+    with quiet(all="ignore"):
         e = np.exp(x - np.max(x, axis=dim, keepdims=True)) if x.size else np.exp(x)
         return np.sum(e * t, axis=dim, keepdims=keepdim) / np.sum(e, axis=dim, keepdims=keepdim)
 
@@ -157,7 +157,7 @@ def _var_call(fname):
 
 def _var_fwd(x, dim, keepdim, correction, full):
     n = _count(x.shape, dim)
-    with np.errstate(invalid="ignore", divide="ignore"):
+    with quiet(invalid="ignore", divide="ignore"):
         mean = np.sum(x, axis=dim, keepdims=True) / n
         dev = x - mean
         # torch divides by max(0, n - correction): zero degrees of freedom give inf (or nan for 0/0).
@@ -197,7 +197,7 @@ def _std_vjp(g, x, *, out, dim, keepdim, correction, full):
 
 def _var_jvp_np(t, x, dim, keepdim, correction, full):
     n = _count(x.shape, dim)
-    with np.errstate(all="ignore"):
+    with quiet(all="ignore"):
         mean = np.sum(x, axis=dim, keepdims=True) / n if n else np.full(reduced_shape(x.shape, dim, True), np.nan)
         dof = n - correction
         if full and dof <= 0:
@@ -213,7 +213,7 @@ def _var_jvp(tangents, x, *, out, dim, keepdim, correction, full):
 
 def _std_jvp(tangents, x, *, out, dim, keepdim, correction, full):
     vt = _var_jvp_np(tangents[0], x, dim, keepdim, correction, full)
-    with np.errstate(all="ignore"):
+    with quiet(all="ignore"):
         return np.where(out == 0, 0.0, vt / (2 * out))
 
 
@@ -297,7 +297,7 @@ def _norm_norm(shapes, p="fro", dim=None, keepdim=False):
 
 def _norm_fwd(x, p, dim, keepdim):
     a = np.abs(x)
-    with np.errstate(all="ignore"):
+    with quiet(all="ignore"):
         if p == 0:
             r = np.sum(a != 0, axis=dim, keepdims=keepdim)
         elif p == 1:
@@ -352,7 +352,7 @@ def _norm_jvp(tangents, x, *, out, p, dim, keepdim):
     (t,) = tangents
     n = _keep_np(out, x, dim, keepdim)
     s = np.sign(x)
-    with np.errstate(all="ignore"):
+    with quiet(all="ignore"):
         if p == 0:
             return np.zeros((t.shape[0],) + np.shape(out), dtype=out.dtype)
         if p == 1:
