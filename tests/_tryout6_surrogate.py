@@ -119,6 +119,23 @@ def embedding_pad0(w, idx):
     return torch.nn.functional.embedding(idx, w, padding_idx=0)
 
 
+class EmbedDropRow0(torch.autograd.Function):
+    """BUG: an embedding lookup whose backward drops row 0's gradient (no padding row declared anywhere)."""
+
+    @staticmethod
+    def forward(ctx, w, idx):
+        ctx.save_for_backward(idx)
+        ctx.rows = w.shape[0]
+        return w[idx]
+
+    @staticmethod
+    def backward(ctx, g):
+        (idx,) = ctx.saved_tensors
+        gw = torch.zeros(ctx.rows, g.shape[-1], dtype=g.dtype).index_add_(0, idx.reshape(-1), g.reshape(-1, g.shape[-1]))
+        gw[0] = 0
+        return gw, None
+
+
 IDX = torch.tensor([[0, 3, 5, 7]])  # index 0 = the padding row, no repeated index
 IDX_REPEATED = torch.tensor([[0, 3, 3, 0]])  # the padding row twice, and row 3 twice
 

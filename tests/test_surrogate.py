@@ -125,14 +125,46 @@ def test_embedding_padding_row_recognised_real_bug_still_found():
     assert r.discrepancies[0].cause.pattern == "scale", r.discrepancies[0].cause.summary
 
 
-def test_padding_in_a_plain_function_is_a_dropped_row_not_a_partial_sum():
+def test_a_dropped_row_is_a_dropped_row_not_a_partial_sum():
     w = torch.randn(10, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
-    r = gs.verify_torch_function(t6.embedding_pad0, example_inputs=(w, t6.IDX_REPEATED), max_examples=6, seed=1,
+    r = gs.verify_torch_function(t6.EmbedDropRow0.apply, example_inputs=(w, t6.IDX_REPEATED), max_examples=6, seed=1,
                                  dtypes=("float64",))
     assert r.status == "disagree"
     summary = r.discrepancies[0].cause.summary
     assert "only some of them are summed" not in summary, summary
     assert "is 0 on" in summary, summary
+
+
+def _pad_tied(w, idx):
+    return torch.nn.functional.embedding(idx, w, padding_idx=0) @ w.T
+
+
+def _pad_last(w, idx):
+    return torch.tanh(torch.nn.functional.embedding(idx, w, padding_idx=-1))
+
+
+def _pad_then_half(w, idx):
+    return t6.Half.apply(torch.nn.functional.embedding(idx, w, padding_idx=0))
+
+
+# F.embedding(..., padding_idx=) in a PLAIN function (session 12): recognised as nn.Embedding's is in a module.
+# (fn, indices, status, the cause's pattern where it disagrees); before: every row here disagreed (a dropped row)
+PLAIN_PADDING = {
+    "pad-0": (t6.embedding_pad0, t6.IDX_REPEATED, "agree", None),
+    "pad-minus-1": (_pad_last, torch.tensor([[9, 3, 9, 1]]), "agree", None),
+    "tied-projection": (_pad_tied, t6.IDX_REPEATED, "agree", None),  # the projection's gradient reaches row 0
+    "bug-after-padded-lookup": (_pad_then_half, t6.IDX, "disagree", "scale"),
+}
+
+
+@pytest.mark.parametrize("fn, idx, status, pattern", PLAIN_PADDING.values(), ids=PLAIN_PADDING.keys())
+def test_padding_in_a_plain_function_is_recognised(fn, idx, status, pattern):
+    w = torch.randn(10, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    r = gs.verify_torch_function(fn, example_inputs=(w, idx), max_examples=6, seed=1, dtypes=("float64",))
+    assert r.status == status, [d.cause.summary for d in r.discrepancies[:1]]
+    assert any("padding_idx=" in n and "F.embedding" in n for n in r.notes), r.notes
+    if pattern is not None:
+        assert r.discrepancies[0].cause.pattern == pattern, r.discrepancies[0].cause.summary
 
 
 def test_a_backward_not_linear_in_g_gets_no_surrogate_hint():

@@ -382,6 +382,10 @@ def verify_torch_function(fn, *, arity: int | None = None, signature: str | None
     spec = _torch_wrap(fn, name, layout, sig, rule, domain, {**params, **layout.strategies()},
                        _num.torch_kinks(kink_distance), keep32="float32" in dtypes)
     how = _call_record(layout, plan.model is not None, sig, rule, domain)
+    if surrogate is None:  # F.embedding(..., padding_idx=p) in plain code: row p held, as nn.Embedding's in a module
+        rows = torch_surrogate.padding_lookups(fn, layout, example_inputs)
+        surrogate = torch_surrogate.function_surrogate(fn, rows) if rows else None
+    declared = surrogate is not None and not getattr(surrogate, "_gs_auto", False)  # (else recognised: no keyword)
     if surrogate is not None:  # fn's backward checked against the declared gradient (torch_surrogate)
         torch_surrogate.check_example(fn, surrogate, layout, example_inputs)
         torch_surrogate.install(spec, surrogate, layout)
@@ -410,7 +414,7 @@ def verify_torch_function(fn, *, arity: int | None = None, signature: str | None
         extra.append("kink_distance=kink_distance")
     if not double_backward:
         extra.append("double_backward=False")
-    if surrogate is not None:
+    if declared:
         extra.append("surrogate=surrogate")
     run_replay = f"gs.verify_torch_function({label}, seed={s}, {budget}, {', '.join(extra)})"
     # Objects a line cannot spell are passed by name: a pasteable call once those names are bound (tryout4 #14:
@@ -446,13 +450,16 @@ def verify_torch_function(fn, *, arity: int | None = None, signature: str | None
     if surrogate is not None:  # the derivative of fn's forward is not what its backward means to compute
         names.remove("finite-differences")
         result.note(torch_surrogate.note(surrogate))
+        if getattr(surrogate, "_gs_rows", None):
+            result.note(torch_surrogate.rows_note(surrogate._gs_rows))
     target = f"torch function {label}"
     module = getattr(fn, "_gs_module", None)
     spec.module_of = module  # type: ignore[attr-defined]  (report: the case file says why it does not replay)
     if surrogate is not None and module is None:
         case_replay = f"re-run the whole check (a case file cannot carry the surrogate): {run_replay}"
-        result.note("findings of a surrogate= run replay in this process only (re-run the check): a saved case.json "
-                    "cannot carry the surrogate, and `gradspec replay` would compare fn's backward with the derivative")
+        result.note(f"findings of a {'surrogate=' if declared else 'padding-row'} run replay in this process only "
+                    "(re-run the check): a saved case.json cannot carry the surrogate, and `gradspec replay` would "
+                    "compare fn's backward with the derivative")
     elif module is not None:
         case_replay = (f"gs.check(d.case) while the module's op is registered (it is, in this process); "
                        f"or the whole run: {run_replay.replace('gs.verify_torch_function(', 'gs.verify_module(', 1)}")

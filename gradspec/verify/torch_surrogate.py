@@ -16,7 +16,8 @@ stop-gradient: ``0 * x``).  fn's backward is then checked against that:
 So a correct STE agrees while one that forgets its clip range is found, and a wrong-sign reversal is named
 ``sign``.  ``gs.verify_module(m, surrogate=m2)`` takes a module with the same parameters (``m`` with the trick
 swapped for its surrogate).  A module's ``nn.Embedding(padding_idx=p)`` is recognised: torch gives row ``p``
-no gradient from the lookup by design: the lookup's output there is held at its value (intended gradient 0).
+no gradient from the lookup by design: the lookup's output there is held at its value (intended gradient 0);
+so is a plain function's ``F.embedding(..., padding_idx=p)`` lookup, seen on fn's example.
 
 Example::
 
@@ -41,7 +42,8 @@ import numpy as np
 from ..ops.user import UserOpError, fd_jvp
 from .torch_call import CallLayout, flat, label_of, outputs
 
-__all__ = ["install", "check_example", "note", "NOTE", "HINT", "padding_rows", "module_surrogate"]
+__all__ = ["install", "check_example", "note", "NOTE", "HINT", "padding_rows", "module_surrogate", "padding_lookups",
+           "function_surrogate", "rows_note"]
 
 NOTE = ("surrogate={name}: fn's backward is checked against the gradient of the surrogate you declared (the jacobian "
         "oracle composes a finite-difference JVP of the surrogate's forward, taken at fn's inputs, with the ops "
@@ -98,10 +100,20 @@ def install(spec, surrogate, layout: CallLayout) -> None:
 def note(surrogate) -> str:
     """The run's note: what its backward was checked against."""
     if getattr(surrogate, "_gs_auto", False):
-        return ("the jacobian oracle composes a finite-difference JVP of the module with its embedding lookups of "
+        what = "the module" if getattr(surrogate, "_gs_rows", None) is None else "fn"
+        return (f"the jacobian oracle composes a finite-difference JVP of {what} with its embedding lookups of "
                 "padding rows held constant (their intended gradient is 0), taken at fn's inputs; finite differences "
-                "of the module itself are not compared (they see the padding rows move)")
+                f"of {what} itself are not compared (they see the padding rows move)")
     return NOTE.format(name=label_of(surrogate))
+
+
+def rows_note(rows: list) -> str:
+    """A plain function's padding lookups (:func:`padding_lookups`), as the run says them."""
+    which = ", ".join(f"padding_idx={r}" for r in dict.fromkeys(rows))
+    return (f"fn calls F.embedding(..., {which}) (or an nn.Embedding with it): torch gives the padding row no gradient "
+            "from the lookup by design (documented), so that lookup's intended gradient is taken as 0 (held constant "
+            "in the jacobian oracle's JVP); the other rows, and any other use of the weight, are checked against the "
+            "derivative")
 
 
 def check_example(fn, surrogate, layout: CallLayout, example_inputs) -> None:
@@ -191,12 +203,107 @@ def module_surrogate(surrogate, names: list, k: int, pads: list, mods: dict):
 
 def _held_lookup(held: dict, name: str, row: int):
     """A forward hook: where the lookup reads the padding row, its output is the row's held value (a constant)."""
-    import torch
 
     def hook(mod, args, out):
         value = held.get(name)
         if value is None or not args:
             return out
-        return torch.where((args[0] == row).unsqueeze(-1), value.to(out.dtype), out)
+        return _held(args[0], row, value, out)
 
     return hook
+
+
+def _held(idx, row: int, value, out):
+    """An embedding lookup's output ``out`` with the padding row's entries (``idx == row``) replaced by ``value``."""
+    import torch
+
+    return torch.where((idx == row).unsqueeze(-1), value.to(out.dtype), out)
+
+
+def _padding_of(args, kwargs):
+    """(indices, weight, padding row) of an ``F.embedding`` call, the row made non-negative; None without one."""
+    idx = args[0] if args else kwargs.get("input")
+    weight = args[1] if len(args) > 1 else kwargs.get("weight")
+    pad = args[2] if len(args) > 2 else kwargs.get("padding_idx")
+    if pad is None or weight is None or idx is None:
+        return None
+    pad = int(pad)
+    return idx, weight, pad + int(weight.shape[0]) if pad < 0 else pad
+
+
+def _lookups(on_call):
+    """A TorchFunctionMode that hands each ``F.embedding`` call with a padding row (``nn.Embedding``'s too) and its
+    output to ``on_call(idx, weight, row, out)``, whose return value replaces the output."""
+    import torch
+    import torch.nn.functional as F
+    from torch.overrides import TorchFunctionMode
+
+    class Lookups(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            out = func(*args, **kwargs)
+            if func is F.embedding and isinstance(out, torch.Tensor):
+                got = _padding_of(args, kwargs)
+                if got is not None:
+                    return on_call(*got, out)
+            return out
+
+    return Lookups()
+
+
+def padding_lookups(fn, layout: CallLayout, example_inputs) -> list:
+    """The padding row of each ``F.embedding(..., padding_idx=p)`` lookup fn makes on its example (a plain
+    function's own, or an ``nn.Embedding``'s it calls), in call order; [] without an example or when fn raises."""
+    import torch
+
+    if example_inputs is None:
+        return []
+    rows: list = []
+
+    def seen(idx, weight, row, out):
+        rows.append(row)
+        return out
+
+    xs = [x for x in example_inputs if isinstance(x, torch.Tensor) and x.is_floating_point()]
+    try:
+        with torch.no_grad(), _lookups(seen):
+            layout.call(fn, xs, layout.params())
+    except Exception:  # noqa: BLE001 - fn's own failure is the run's to report
+        return []
+    return rows
+
+
+def function_surrogate(fn, rows: list):
+    """The surrogate of a plain function whose ``F.embedding`` lookups have padding rows (:func:`padding_lookups`):
+    fn itself with each lookup's output at the padding row held at its value at fn's inputs, as
+    :func:`module_surrogate` holds a module's (torch gives that row no gradient from the lookup by design).  The
+    values are recorded on the surrogate's first call after each hold (the jacobian oracle's JVP evaluates it at
+    fn's inputs first) and held on the calls that follow (its finite-difference steps)."""
+    held: list = []
+    state = {"record": False, "k": 0}
+
+    def on_call(idx, weight, row, out):
+        k = state["k"]
+        state["k"] += 1
+        if state["record"]:
+            held.append(weight.detach()[row].clone())
+            return out
+        return _held(idx, row, held[k], out) if k < len(held) else out
+
+    def surrogate_fn(*args, **kw):
+        state["k"] = 0
+        try:
+            with _lookups(on_call):
+                return fn(*args, **kw)
+        finally:
+            state["record"] = False
+
+    def hold(inputs):
+        held.clear()
+        state["record"] = True
+
+    surrogate_fn._gs_hold = hold  # (install: before each JVP, at fn's inputs)
+    surrogate_fn._gs_auto = True  # (recognised, not declared: the note says so)
+    surrogate_fn._gs_rows = rows
+    surrogate_fn.__qualname__ = "(fn with its embedding lookups of padding rows held constant)"
+    return surrogate_fn
