@@ -166,11 +166,12 @@ def tensor(data, requires_grad: bool = False, dtype=None) -> Tensor:
 def _as_tensor(x, like: Tensor | None = None) -> Tensor:
     if isinstance(x, Tensor):
         return x
-    if isinstance(x, (bool, numbers.Number)) and not isinstance(x, np.ndarray):
+    t = type(x)  # (Python floats and ints, the common case in VJP rules, without the ABC isinstance below)
+    if t is float or t is int or t is bool or (isinstance(x, (bool, numbers.Number)) and not isinstance(x, np.ndarray)):
         # A Python scalar takes the tensor operand's dtype (torch's "wrapped number" rule),
         # so float32 tensors stay float32; with no tensor operand it is float64.
-        if like is not None and _dt.is_differentiable_dtype(like.dtype):
-            return Tensor(np.asarray(x, dtype=like.dtype))
+        if like is not None and like.data.dtype.kind in "fc":  # (_dt.is_differentiable_dtype)
+            return Tensor(np.asarray(x, dtype=like.data.dtype))
         return Tensor(np.asarray(x, dtype=np.float64 if isinstance(x, float) else None))
     return Tensor(np.asarray(x))
 
@@ -205,11 +206,16 @@ def apply(spec, inputs: Sequence[Any], params: dict) -> Tensor:
         params = dict(params) if params else {}  # (OpSpec.canonical of an op without a normalizer: a copy)
     else:
         params = _canonical(spec, [a.shape for a in arrays], params)
-    if len(arrays) > 1 and _mixed(spec, arrays):
-        if spec.family == "elementwise":
-            arrays = _dt.promote(spec, arrays)
-        elif spec.same_dtype:
-            _dt.same_dtype(spec, arrays)
+    if len(arrays) > 1:
+        dt = arrays[0].dtype
+        for a in arrays:
+            if a.dtype is not dt:  # (one dtype, the common case: nothing to promote or refuse)
+                if _mixed(spec, arrays):
+                    if spec.family == "elementwise":
+                        arrays = _dt.promote(spec, arrays)
+                    elif spec.same_dtype:
+                        _dt.same_dtype(spec, arrays)
+                break
     try:
         if _FP_QUIET:
             data = spec.forward(*arrays, **params)
@@ -267,7 +273,7 @@ def _as_tensors(inputs: tuple) -> tuple:
         if isinstance(x, Tensor):
             like = x
             break
-    return tuple(_as_tensor(x, like) for x in inputs)
+    return tuple([_as_tensor(x, like) for x in inputs])
 
 
 # ``OpSpec.canonical`` of a table op, remembered per (op, input shapes, params): normalizing dims and

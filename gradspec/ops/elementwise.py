@@ -16,7 +16,7 @@ from .. import domains as D
 from .. import engine as E
 from ..spec.opspec import OpSpec
 from ..spec.registry import register
-from ._common import F, bcast_tangent, const, quiet, torch, where
+from ._common import F, bcast_tangent, broadcast, const, quiet, torch, where
 
 __all__: list[str] = []
 
@@ -471,7 +471,7 @@ binary("atan2", np.arctan2, _atan2_vjp, _atan2_partials, lambda a, b: torch().at
 
 # where(condition, input, other): the condition is a bool tensor input that is never differentiated.
 def _where_vjp(g, c, a, b, *, out):
-    cd = np.broadcast_to(c.data, g.shape)
+    cd = broadcast(c.data, g.shape)
     return None, where(cd, g, 0), where(cd, 0, g)
 
 

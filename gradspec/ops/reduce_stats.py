@@ -21,7 +21,7 @@ from .. import engine as E
 from .._private.dims import norm_dims
 from ..spec.opspec import OpSpec
 from ..spec.registry import register
-from ._common import const, quiet, torch, where
+from ._common import broadcast, const, quiet, torch, where
 from .reduce import (
     _REQUIRED,
     INF,
@@ -320,14 +320,14 @@ def _norm_vjp(g, x, *, out, p, dim, keepdim):
     # torch's norm_backward, branch for branch (linalg_vector_norm_backward calls it).
     g = _keep(g, x, dim, keepdim)
     norm = _keep(out, x, dim, keepdim)
-    sgn = const(np.sign(x.data), x)
     if p == 0:
         return (None,)  # torch returns an undefined gradient: x gets no .grad at all
-    if p == 1:
-        return (sgn * g,)
     if p == 2:
         # (self / norm).masked_fill_(norm == 0, 0): the zero vector gets 0, not nan (reference 9.10)
-        return (g * where(np.broadcast_to(norm.data == 0, x.shape), 0.0, x / norm),)
+        return (g * where(broadcast(norm.data == 0, x.shape), 0.0, x / norm),)
+    sgn = const(np.sign(x.data), x)
+    if p == 1:
+        return (sgn * g,)
     if math.isinf(p):
         # derivative of amax(|x|): ties split evenly, with sign (reference 9.10c)
         ax = np.abs(x.data)
