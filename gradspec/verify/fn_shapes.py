@@ -47,7 +47,8 @@ from ..case import Case
 from ..spec.opspec import OpSpec
 from .torch_call import CallLayout, outputs
 
-__all__ = ["Plan", "plan", "model_cases", "out_rules", "op_example_cases", "spread_note", "nonfinite_note"]
+__all__ = ["Plan", "plan", "model_cases", "out_rules", "op_example_cases", "spread_note", "nonfinite_note",
+           "interruptible"]
 
 MAX_FN_SIDE = 5  # sizes drawn for a learnt model: up to this or 2x the example's (ShapeModel.side_limit); the example's own in a quarter of draws
 
@@ -580,3 +581,37 @@ def _seed(draw, rng, out, spec, shapes, params, multi):
             a, b, _ = bl[draw(st.integers(0, len(bl) - 1))]
             seed.reshape(-1)[a:b] = 0.0  # that output unused: fn's backward gets no gradient for it
     return seed.astype(out.dtype)
+
+
+def interruptible(what: str):
+    """A ``verify_*`` entry point whose Ctrl-C outside its search (while it learns fn's shapes from the example, or
+    sets up the run) raises ``gs.VerifyInterrupted`` as one inside the search does: a KeyboardInterrupt whose
+    ``.result`` is inconclusive, saying where it came, not a bare traceback (the search keeps what it found)."""
+    from ..result import Result, VerifyInterrupted
+    from .torch_call import label_of
+
+    def wrap(entry):
+        @functools.wraps(entry)
+        def run(fn, *args, **kw):
+            try:
+                return entry(fn, *args, **kw)
+            except VerifyInterrupted:
+                raise
+            except KeyboardInterrupt as e:
+                files = {tb.tb_frame.f_code.co_filename.replace("\\", "/") for tb in _frames(e.__traceback__)}
+                stage = ("while learning fn's shapes from its example (gradspec/verify/fn_shapes.py)"
+                         if any(f.endswith(("/fn_shapes.py", "/shapes_learn.py")) for f in files)
+                         else "while setting the run up")
+                target = f"{fn.name!r}" if isinstance(fn, OpSpec) else repr(fn) if isinstance(fn, str) else label_of(fn)
+                r = Result(target=target, what=what, seed=kw.get("seed"), max_examples=kw.get("max_examples"),
+                           budget_seconds=kw.get("seconds"),
+                           interrupted=f"interrupted (KeyboardInterrupt) {stage}, before any case ran")
+                raise VerifyInterrupted(r).with_traceback(e.__traceback__) from None
+        return run
+    return wrap
+
+
+def _frames(tb):
+    while tb is not None:
+        yield tb
+        tb = tb.tb_next

@@ -40,6 +40,7 @@ from ..search import DEFAULT_MAX_EXAMPLES, _check_budget, _resolve_seed, _Runner
 from ..spec import registry as _registry
 from ..spec.opspec import OpSpec
 from . import numerics as _num
+from .fn_shapes import interruptible
 
 __all__ = ["verify_op", "COMPANIONS"]
 
@@ -329,6 +330,7 @@ def _resolve_op(op) -> OpSpec:
     return op
 
 
+@interruptible("op")  # (Ctrl-C while learning shapes from example_inputs: gs.VerifyInterrupted, as in the search)
 def verify_op(op, *, max_examples: int | None = None, seconds: float | None = None, oracles=None,
               seed: int | None = None, companions=COMPANIONS, example_inputs=None, broadcast: str = "auto",
               rtol: float | None = None, atol: float | None = None) -> Result:

@@ -303,6 +303,7 @@ def _domain_src(d) -> str:
     return repr(d)
 
 
+@fn_shapes.interruptible("torch function")
 def verify_torch_function(fn, *, arity: int | None = None, signature: str | None = None, shape_fn=None, domain=None,
                           params: dict | None = None, max_examples: int | None = None, seconds: float | None = None,
                           seed: int | None = None, companions=COMPANIONS, example_inputs=None, args: dict | None = None,
@@ -525,6 +526,7 @@ def verify_torch_function(fn, *, arity: int | None = None, signature: str | None
     return result
 
 
+@fn_shapes.interruptible("module")
 def verify_module(module, *, example_inputs=None, max_examples: int | None = None, seconds: float | None = None,
                   seed: int | None = None, domain=None, broadcast: str = "auto", dtypes=None, surrogate=None,
                   **kw) -> Result:
