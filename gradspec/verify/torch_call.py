@@ -361,25 +361,28 @@ def schema_of(fn) -> tuple[list, list] | None:
     return tensors, others
 
 
-def jitter_float32(rng, ulps: float):
+def jitter_float32(rng, ulps: float, *, float64: bool = False):
     """A torch dispatch mode that perturbs the result of every functional float32 op by ``ulps`` ulps (at
     least one, random sign): ``gradspec.check.rounding_noise``'s jitter, applied inside a torch Function's
     own float32 forward and backward, whose saved values and intermediate terms gradspec cannot reach
     otherwise (``1 - y*y`` of a saved tanh output).  In-place and view ops are left alone (their result
-    aliases a tensor the code still holds)."""
+    aliases a tensor the code still holds).  ``float64``: float64 results too, by ulps of float64
+    (torch_layouts measures the rounding noise of fn's float64 code with it)."""
     import numpy as np
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_map
 
-    eps = float(np.finfo(np.float32).eps)
+    eps = {torch.float32: float(np.finfo(np.float32).eps)}
+    if float64:
+        eps[torch.float64] = float(np.finfo(np.float64).eps)
 
     def jitter(t):
-        if not isinstance(t, torch.Tensor) or t.dtype != torch.float32 or not t.numel():
+        if not isinstance(t, torch.Tensor) or t.dtype not in eps or not t.numel():
             return t
         shape = tuple(t.shape)
         u = rng.uniform(min(1.0, 1 / ulps), 1, shape) * rng.choice((-1.0, 1.0), shape)
-        return t * torch.from_numpy(np.asarray(1 + ulps * eps * u, dtype=np.float64)).to(torch.float32)
+        return t * torch.from_numpy(np.asarray(1 + ulps * eps[t.dtype] * u, dtype=np.float64)).to(t.dtype)
 
     class _Jitter(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):

@@ -486,7 +486,7 @@ def verify_torch_function(fn, *, arity: int | None = None, signature: str | None
         return _check_op_case(case, spec, names, target, case_replay, result,
                               extra=lambda c: _twice_check(c, spec, target, case_replay) or layouts(c) or double(c))
 
-    layouts = torch_layouts.LayoutCheck(spec, target, case_replay)  # grad_output non-contiguous (torch_layouts)
+    layouts = torch_layouts.LayoutCheck(spec, target, case_replay, result)  # non-contiguous layouts (torch_layouts)
     double = torch_double.DoubleBackwardCheck(spec, target, case_replay, result)  # second order (torch_double)
     summed = torch_grad_shapes.SummedDownCheck(spec, result)
 
