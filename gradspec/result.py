@@ -154,6 +154,10 @@ class Result:
     cut: str = ""  # why a case was cut by the time budget, not judged: no "agree" then (verify.numerics.cut_by_budget)
     not_a_function: str = ""  # why the code under test is not a function of its inputs (_private.determinism)
     interrupted: str = ""  # a KeyboardInterrupt (Ctrl-C) stopped the run: what it found so far is all there is
+    stopped: str = ""  # the search stopped on an error (a Hypothesis round raised): the rest of the budget never ran
+    # cases per precision ("float64" / "float32" / "mixed" -> [cases, judged, cases whose forward raised, first error]):
+    # a precision whose forward raised on every case was never checked (tryout7 #5: "OK" with the float32 half unrun)
+    precisions: dict = dataclasses.field(default_factory=dict)
 
     def _status_reason(self) -> tuple[str, str]:
         if self.not_a_function:  # no comparison means anything (its findings set aside: determinism.set_aside)
@@ -167,6 +171,10 @@ class Result:
             return "inconclusive", self.cut
         if status == "inconclusive" and self.cut:  # the cut first: it is why (tryout5 #10: "no pair ... compared")
             return status, f"{self.cut}; {reason}"
+        if status != "disagree" and self.stopped:  # the rest of the budget never ran (tryout7 #6: OK with 12 of 40)
+            return "inconclusive", self.stopped if status == "agree" else f"{self.stopped}; {reason}"
+        if status == "agree" and self.unran_precision():
+            return "inconclusive", self.unran_precision()
         unrun = [f"{k} ({v[len('skipped: '):]})" for k, v in self.checks.items() if isinstance(v, str)
                  and v.startswith("skipped: ") and not v[len("skipped: "):].startswith(RULE_SKIPS_BY_DESIGN)]
         if status == "agree" and unrun:  # a backward() rule that never ran says nothing (the budget, a hang)
@@ -174,6 +182,17 @@ class Result:
         if status == "agree" and self.thinly_judged() and not any(v == "passed" for v in self.checks.values()):
             return "inconclusive", self.thinly_judged()
         return status, reason
+
+    def unran_precision(self) -> str:
+        """Why a precision was never checked, or "": the forward raised on every case drawn in it (a float64-only
+        solver refusing float32) while the other precision agreed."""
+        for dtype, (cases, judged, raised, error) in self.precisions.items():
+            if cases and not judged and raised == cases and len(self.precisions) > 1:
+                fix = ("if fn is meant for float64 only, pass dtypes=('float64',)" if dtype == "float32" and self.what
+                       in ("torch function", "module") else f"fix the forward for {dtype} inputs")
+                return (f"{dtype} was never checked: the forward raised on every {dtype} case ({cases} of "
+                        f"{self.cases_run} cases; {error}) and only the other cases were judged: {fix}")
+        return ""
 
     def thinly_judged(self) -> str:
         """Why an "agree" would say little, or "": most cases were not judged (non-differentiable points,

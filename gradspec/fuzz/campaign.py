@@ -352,6 +352,8 @@ class _Campaign:
             with case_timeout(cfg.case_timeout):  # the diagnosis of a finding is bounded by it too
                 self.stats.stop_reason = self.driver.run(replay=bool(cfg.replay_saved))
             self.stats.errors += [e for e in self.driver.errors if e not in self.stats.errors]
+            if self.stats.stop_reason == "error":  # (tryout7 #6: an OK from the cases before it)
+                self.stats.stopped += self.driver.errors[-1:]
         except KeyboardInterrupt:
             self.stats.interrupted = True
             self.stats.stop_reason = "interrupted"

@@ -172,6 +172,7 @@ class Stats:
     crashed: list = dataclasses.field(default_factory=list)  # {"shard", "pid", "report"}
     processes: list = dataclasses.field(default_factory=list)  # {"shard", "pid", "cases", "seconds"}
     lost: list = dataclasses.field(default_factory=list)  # budget a dead worker did not run: {"chunk", "cases", "why"}
+    stopped: list = dataclasses.field(default_factory=list)  # errors that stopped a search (the rest never ran)
     shards: int = 1
 
     def known(self) -> set:
@@ -208,6 +209,7 @@ class Stats:
         self.crashed += other.crashed
         self.processes += other.processes
         self.lost += other.lost
+        self.stopped += [e for e in other.stopped if e not in self.stopped]
 
 
 def _atomic_json(path: str, obj) -> None:
@@ -271,6 +273,9 @@ def summary_json(cfg: Config, stats: Stats, previous: list | None = None, ops: l
     if stats.lost and status == "agree":  # a dead worker's share never ran: no clean bill of health
         status, reason = "inconclusive", (f"part of the budget never ran ({sum(x.get('cases', 0) for x in stats.lost)} "
                                           "cases lost with a worker that died)")
+    if stats.stopped and status == "agree":  # the search stopped on an error: no OK from the cases before it
+        status, reason = "inconclusive", (f"{stats.stopped[0]} (the search stopped there, after {stats.cases} "
+                                          f"case{'' if stats.cases == 1 else 's'}; the rest of the budget never ran)")
     if stats.interrupted and status != "disagree":  # stopped by the user: no clean bill of health either
         status, reason = "inconclusive", (f"interrupted after {stats.cases} case{'' if stats.cases == 1 else 's'}"
                                           + (f" ({reason})" if reason else ": what ran agreed"))

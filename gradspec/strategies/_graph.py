@@ -535,9 +535,11 @@ class _Builder:
         except Exception:  # noqa: BLE001 - the op rejects these shapes/params
             return None
         if tuple(y.shape) != out:
+            rule = f"signature {spec.signature!r}" if spec.signature and spec.shape_fn is None else "shape rule"
             raise RuntimeError(
-                f"op {spec.name!r}: its shape rule gives {out} for inputs {[s.shape for s in plan]} and params "
-                f"{params}, but forward returns {tuple(y.shape)}: fix the declaration"
+                f"op {spec.name!r}: its {rule} gives {out} for inputs {[s.shape for s in plan]} and params "
+                f"{params}, but forward returns {tuple(y.shape)}: fix the declaration (signature= / shape_fn=), or "
+                "the forward where it should follow it"
             )
         if np.issubdtype(y.dtype, np.floating):
             if not np.all(np.isfinite(y)):

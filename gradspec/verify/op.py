@@ -442,6 +442,25 @@ def _forward_errors(spec: OpSpec):
         spec.forward = orig
 
 
+def _precision(case: Case) -> str:
+    kinds = {str(l.value.dtype) for l in case.leaves if l.value.dtype.kind == "f"}
+    return kinds.pop() if len(kinds) == 1 else "mixed" if kinds else "float64"
+
+
+_RAISED = "the forward raised on this case ("
+
+
+def _note_precision(result: Result, case, judged: bool, verdicts) -> None:
+    """Cases, judged cases and cases whose forward raised, per precision (Result.unran_precision)."""
+    entry = result.precisions.setdefault(_precision(case), [0, 0, 0, ""])
+    entry[0] += 1
+    entry[1] += judged
+    why = next((w for v in verdicts for w in v.excused.values() if w.startswith(_RAISED)), "")
+    if why:
+        entry[2] += 1
+        entry[3] = entry[3] or why[len(_RAISED):].partition("): no gradient")[0]
+
+
 def _budget_text(max_examples, seconds) -> str:
     parts = []
     if max_examples is not None or seconds is None:
@@ -465,7 +484,9 @@ def _count(result: Result, case: Case) -> None:
 
 def _note_verdicts(result: Result, verdicts) -> None:
     # a case counts as judged where a pair of oracles was compared (Result.thinly_judged)
-    result.judged = (result.judged or 0) + any(v.status != "inconclusive" and v.comparisons for v in verdicts)
+    judged = any(v.status != "inconclusive" and v.comparisons for v in verdicts)
+    result.judged = (result.judged or 0) + judged
+    _note_precision(result, verdicts[0].case, judged, verdicts)
     for v in verdicts:
         for comp in v.comparisons:
             result.pair_counts[tuple(comp.oracles)] += 1

@@ -1,0 +1,58 @@
+"""tryout7's silent OKs (findings 5, 6, 8): a run where part of the work never ran, or that stopped on an error, is
+never "agree"; a domain too narrow to draw from gets a clear answer, never a bare traceback."""
+
+from __future__ import annotations
+
+import pytest
+
+import gradspec as gs
+from tests import _tryout7_code as T
+
+
+def _x(n=3):
+    import torch
+
+    return torch.linspace(-1.2, 0.9, n, dtype=torch.float64)
+
+
+def test_float32_half_never_ran_is_not_ok():
+    """#5: fn's forward raises on every float32 case: float32 was never checked, so the run is no OK; the reason
+    names the error and the way to say float64 only."""
+    r = gs.verify_torch_function(T.F64OnlyForward.apply, example_inputs=(_x(),), max_examples=20, seed=50)
+    assert r.status == "inconclusive", r.summary()
+    assert "float32" in r.reason and "TypeError: float64 only" in r.reason, r.reason
+    assert "dtypes=('float64',)" in r.reason, r.reason
+
+
+def test_float64_only_declared_agrees():
+    r = gs.verify_torch_function(T.F64OnlyForward.apply, example_inputs=(_x(),), max_examples=10, seed=50,
+                                 dtypes=("float64",))
+    assert r.status == "agree", r.summary()
+
+
+def test_search_stopped_by_an_error_is_not_ok():
+    """#6: the search stops on gradspec's own "fix the declaration" error (fn's output shape is not the
+    signature's for a batched A): no OK from the cases before it; the reason carries the error."""
+    r = gs.verify_torch_function(T.SolveOk.apply, signature="(n,n),(n)->(n)", max_examples=40, seed=1)
+    assert r.status == "inconclusive", r.summary()
+    assert "fix the declaration" in r.reason and "stopped" in r.reason, r.reason
+    assert r.summary().splitlines()[0].count("INCONCLUSIVE") == 1
+
+
+def test_fuzz_stopped_by_an_error_is_not_ok(tmp_path):
+    """#6 in `gradspec fuzz`: an op whose forward breaks its declared shape rule stops the search; exit 3 with the
+    error as the reason, not exit 0 from the cases before it."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k not in ("GRADSPEC_REPORT_DIR", "PYTEST_XDIST_WORKER")}
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    run = subprocess.run([sys.executable, "-m", "gradspec.cli", "fuzz", "--ops", "tests._tryout7_code:shapey",
+                          "--max-examples", "60", "--seed", "3", "--oracles", "reference,jacobian",
+                          "--report-dir", str(tmp_path / "rep")], cwd=root, env=env, capture_output=True, text=True,
+                         timeout=300)
+    s = json.loads((tmp_path / "rep" / "summary.json").read_text())
+    assert run.returncode == 3, run.stdout + run.stderr
+    assert s["status"] == "inconclusive" and "fix the declaration" in s["reason"], s["reason"]
