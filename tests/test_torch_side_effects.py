@@ -80,6 +80,7 @@ RUNS = {
     "reentrant-checkpoint-grad-set": (lambda lin: lin, _verify_fn(_checkpointed), True),
     "op-torch-twin-grad-set": (lambda lin: lin, _verify_op, True),
     "module-with-buffers": (_net, _verify_module, False),  # (BatchNorm's running statistics: updated in forward)
+    "closure-module-with-buffers": (_net, _verify_fn(_closure), False),  # (fn's own calls update them: put back)
 }
 
 

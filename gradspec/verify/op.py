@@ -29,6 +29,7 @@ from .. import outcome as _outcome
 from .._private import determinism as _determinism
 from .._private import float32_line as _f32line
 from .._private import result_sink
+from .._private.torch_owned import keeping
 from .._private.skips import key as skip_key
 from .._private.skips import word_cut
 from ..case import Case, Leaf, NodeDef
@@ -331,6 +332,7 @@ def _resolve_op(op) -> OpSpec:
 
 
 @interruptible("op")  # (Ctrl-C while learning shapes from example_inputs: gs.VerifyInterrupted, as in the search)
+@keeping  # (the buffers of modules a torch twin holds: put back as they were when the run ends)
 def verify_op(op, *, max_examples: int | None = None, seconds: float | None = None, oracles=None,
               seed: int | None = None, companions=COMPANIONS, example_inputs=None, broadcast: str = "auto",
               rtol: float | None = None, atol: float | None = None) -> Result:

@@ -27,6 +27,7 @@ from .._private import opaque_noise as _opaque_noise
 from .._private import result_sink
 from .._private import torch_cuts as _cuts
 from .._private import torch_grad as _torch_grad
+from .._private import torch_owned as _owned
 from .._private import torch_structs as _structs
 from .._private import torchfn_record as _rec
 from .._private.casefile import module_not_replayed
@@ -304,6 +305,7 @@ def _domain_src(d) -> str:
 
 
 @fn_shapes.interruptible("torch function")
+@_owned.keeping  # (the buffers of modules fn holds: put back as they were when the run ends)
 def verify_torch_function(fn, *, arity: int | None = None, signature: str | None = None, shape_fn=None, domain=None,
                           params: dict | None = None, max_examples: int | None = None, seconds: float | None = None,
                           seed: int | None = None, companions=COMPANIONS, example_inputs=None, args: dict | None = None,
@@ -527,6 +529,7 @@ def verify_torch_function(fn, *, arity: int | None = None, signature: str | None
 
 
 @fn_shapes.interruptible("module")
+@_owned.keeping
 def verify_module(module, *, example_inputs=None, max_examples: int | None = None, seconds: float | None = None,
                   seed: int | None = None, domain=None, broadcast: str = "auto", dtypes=None, surrogate=None,
                   **kw) -> Result:
