@@ -56,3 +56,27 @@ def test_fuzz_stopped_by_an_error_is_not_ok(tmp_path):
     s = json.loads((tmp_path / "rep" / "summary.json").read_text())
     assert run.returncode == 3, run.stdout + run.stderr
     assert s["status"] == "inconclusive" and "fix the declaration" in s["reason"], s["reason"]
+
+
+# #8: intervals gradspec cannot draw from (values keep 1.5e-3 * max(1, |edge|) inside each edge, magnitudes up to 1e3)
+NARROW = {"around-kink": (0.499, 0.501), "around-zero": (-1e-3, 1e-3), "above-1e3": (2000.0, 3000.0)}
+
+
+@pytest.mark.parametrize("lo,hi", list(NARROW.values()), ids=list(NARROW))
+def test_undrawable_domain_is_a_clear_error(lo, hi):
+    with pytest.raises(ValueError, match=r"verify_torch_function: no value can be drawn from interval") as e:
+        gs.verify_torch_function(T.soft, example_inputs=(_x(),), domain=gs.domains.interval(lo, hi), max_examples=5,
+                                 seed=0)
+    assert "gs.check" in str(e.value)  # the way to check chosen points instead
+
+
+def test_undrawable_op_domain_is_a_clear_error():
+    op = gs.Op("t7_soft_narrow", forward=T.soft_np, vjp=T.soft_np_vjp, domain=gs.domains.interval(0.499, 0.501))
+    with pytest.raises(ValueError, match=r"verify_op: no value can be drawn from interval \(0.499, 0.501\)"):
+        gs.verify_op(op, max_examples=5, seed=1)
+
+
+def test_drawable_narrow_domain_still_runs():
+    r = gs.verify_torch_function(T.soft, example_inputs=(_x(),), domain=gs.domains.interval(0.49, 0.51),
+                                 max_examples=5, seed=0)
+    assert r.status == "agree", r.summary()

@@ -30,6 +30,7 @@ import numpy as np
 
 __all__ = [
     "Allowed",
+    "undrawable",
     "domain_floats",
     "tame_array",
     "element_margin_ok",
@@ -328,12 +329,43 @@ def decoder(domains: tuple, min_magnitude: float = 1e-3, max_magnitude: float = 
     return Decoder(allowed, min_magnitude, max_magnitude)
 
 
+def undrawable(domains, min_magnitude: float = 1e-3, max_magnitude: float = 1e3) -> str:
+    """Why no value can be drawn inside every domain of ``domains`` (a Domain or a list, intersected), or "".
+
+    ``interval(0.499, 0.501)`` (values near a kink) is narrower than the margins kept inside its edges; magnitudes
+    above ``max_magnitude`` are never drawn (tryout7 #8: a bare ZeroDivisionError, or a run that drew nothing).
+
+    >>> from gradspec import domains as D
+    >>> undrawable(D.interval(0.49, 0.51))
+    ''
+    >>> undrawable(D.interval(0.499, 0.501)).startswith('no value can be drawn from interval (0.499, 0.501)')
+    True
+    """
+    ds = [d for d in _as_list(domains) if d is not None]
+    if not ds or not Allowed.of(ds, min_magnitude, max_magnitude).empty:
+        return ""
+    lo, hi = max(d.lo for d in ds), min(d.hi for d in ds)
+    if lo >= max_magnitude or hi <= -max_magnitude:
+        why = (f"values of magnitude above {max_magnitude:g} are never drawn: rescale the input (e.g. pass x / "
+               f"{max_magnitude:g} and scale it back inside the function)")
+    elif math.isfinite(lo) and math.isfinite(hi):
+        why = (f"it is narrower than the {_m(lo) + _m(hi):.3g} those margins take together: widen it")
+    else:
+        why = "its singular points and edges leave no room between their margins"
+    return (f"no value can be drawn from {' and '.join(d.describe() for d in ds)}: values are drawn with magnitude 0 "
+            f"or {min_magnitude:g} to {max_magnitude:g}, at least {DRAW_MARGIN:g} * max(1, |edge|) inside each edge "
+            f"and away from each singular point (so that a finite-difference step never crosses one); {why}. To check "
+            "chosen points instead, build the case yourself: gs.check(gs.Case.build(...))")
+
+
 def tame_array(rng: np.random.Generator, shape: tuple, domains, *, min_magnitude: float = 1e-3,
                max_magnitude: float = 1e3, dtype="float64") -> np.ndarray:
     """Distinct moderate values (|v| in [0.25, 2] where the domain allows) for repairing a case."""
     allowed = Allowed.of(_as_list(domains), min_magnitude, max_magnitude)
     if allowed.empty:
         allowed = Allowed.of(_as_list(domains), 1e-6, 1e6)
+    if allowed.empty:
+        raise ValueError(undrawable(domains, 1e-6, 1e6) or f"no value can be drawn from {domains!r}")
     n = int(np.prod(shape, dtype=np.int64))
     return allowed.tame().sample(rng, n).reshape(shape).astype(dtype)
 

@@ -26,7 +26,7 @@ from .._private.skips import word_cut
 
 __all__ = ["accuracy", "claim_text", "DEFAULT_DTYPES", "dtypes_of", "dtypes_text", "tag", "count_nondifferentiable",
            "torch_kinks", "with_deadline", "CASE_TIMEOUT", "run_within_budget", "budget_grace",
-           "cut_by_budget"]
+           "cut_by_budget", "check_drawable"]
 
 
 def accuracy(rtol, atol, where: str) -> dict | None:
@@ -43,6 +43,17 @@ def accuracy(rtol, atol, where: str) -> dict | None:
                              f"{name}=1e-6), got {v!r}")
         out[name] = float(v)
     return out if out["rtol"] or out["atol"] else None
+
+
+def check_drawable(domain, n: int, where: str) -> None:
+    """A clear ValueError, up front, when no value can be drawn from the domain of some input (``domain``: one
+    Domain for all ``n`` inputs, a list with one per input, or None)."""
+    from .._private.values import undrawable
+
+    for d in domain if isinstance(domain, (list, tuple)) else [domain] * max(1, n):
+        why = undrawable(d)
+        if why:
+            raise ValueError(f"{where}: {why}")
 
 
 # The precisions verify_torch_function runs fn in when not told (see dtypes_of).

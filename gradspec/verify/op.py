@@ -358,6 +358,7 @@ def verify_op(op, *, max_examples: int | None = None, seconds: float | None = No
     _check_budget(max_examples, seconds)
     claim = _num.accuracy(rtol, atol, "verify_op")
     spec = _resolve_op(op)
+    _num.check_drawable(spec.domain, spec.arity or 1, "verify_op")
     names = _choose_oracles(spec, oracles)
     s = _resolve_seed(seed)
     target = f"{spec.name!r}"

@@ -356,6 +356,7 @@ def verify_torch_function(fn, *, arity: int | None = None, signature: str | None
     if not callable(fn):
         raise TypeError(f"verify_torch_function expects a callable on torch tensors, got {type(fn).__name__}")
     domain = _domains.coerce(domain, "verify_torch_function")  # a name ('positive') or a clear error
+    _num.check_drawable(domain, 1, "verify_torch_function")  # (tryout7 #8: a bare ZeroDivisionError)
     if _is_module(fn):  # parameters and inputs as leaves (gs.verify_module)
         return verify_module(fn, example_inputs=example_inputs, max_examples=max_examples, seconds=seconds,
                              seed=seed, domain=domain, broadcast=broadcast, dtypes=dtypes, double_backward=double_backward,
