@@ -143,18 +143,23 @@ def main(argv=None) -> int:
         return _explain(raw[1:])
     args = _parser().parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
+    from ._private import interrupts
+
+    interrupts.reset()
     try:
         if args.cmd == "ops":
             return _ops(args)
         from ._private import imports, isolate, limits
 
-        with imports.allowing(_allowed(args)), limits.limiting(args.max_elements), isolate.enabling(args.isolate):
+        # SIGTERM / SIGHUP (a cancelled CI job, docker stop, timeout(1)) stop the run as Ctrl-C does (chaos H2)
+        with interrupts.graceful(), imports.allowing(_allowed(args)), limits.limiting(args.max_elements), \
+                isolate.enabling(args.isolate):
             return _replay(args) if args.cmd == "replay" else _fuzz(args)
     except _UsageError as e:
         return _err(str(e))
     except KeyboardInterrupt:
-        print("\ngradspec: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        print(f"\ngradspec: interrupted{_by_signal()}", file=sys.stderr)
+        return interrupts.exit_code()
     except BrokenPipeError:  # `gradspec ops | head`
         try:
             sys.stdout = open(os.devnull, "w")
@@ -167,6 +172,14 @@ def main(argv=None) -> int:
         return _err(f"internal error: {type(e).__name__}: {e} (set GRADSPEC_DEBUG=1 for the traceback)")
 
 
+def _by_signal() -> str:
+    """" (SIGTERM)" after "interrupted" when a signal other than Ctrl-C's did it."""
+    from ._private import interrupts
+
+    got = interrupts.received()
+    return "" if got is None or got == signal.SIGINT else f" ({interrupts.name(got)})"
+
+
 # ---------------------------------------------------------------------------------------------
 # gradspec replay
 # ---------------------------------------------------------------------------------------------
@@ -174,6 +187,7 @@ def main(argv=None) -> int:
 
 def _replay(args) -> int:
     from . import caseio, fuzz
+    from ._private import interrupts
 
     case = _load_case(args.case)
     try:
@@ -205,21 +219,11 @@ def _replay(args) -> int:
         sys.stderr.flush()
         pid = os.fork()
         if pid == 0:  # pragma: no cover - the child
-            rc = EXIT_USAGE
-            try:
-                rc = _replay_check(args, case, engine, oracles)
-            except BaseException as e:  # noqa: BLE001 - the child must always exit here
-                print(f"gradspec: error: internal error: {type(e).__name__}: {e}", file=sys.stderr)
-            finally:
-                sys.stdout.flush()
-                sys.stderr.flush()
-                os._exit(rc)
-        while True:
-            try:
-                _, status = os.waitpid(pid, 0)
-                break
-            except KeyboardInterrupt:
-                continue  # the child got the Ctrl-C too; wait for it to finish
+            _replay_child(args, case, engine, oracles)
+        status = _wait_replay_child(pid)
+        if interrupts.received() is not None:  # (M7: not "internal error", and never "still crashes")
+            print(f"gradspec: interrupted{_by_signal()}", file=sys.stderr)
+            return interrupts.exit_code()
         if os.WIFSIGNALED(status):
             sig = os.WTERMSIG(status)
             try:
@@ -230,6 +234,48 @@ def _replay(args) -> int:
             return EXIT_FOUND
         return os.WEXITSTATUS(status)
     return _replay_check(args, case, engine, oracles)
+
+
+def _replay_child(args, case, engine, oracles) -> None:  # pragma: no cover - runs in the forked child
+    from ._private import interrupts
+
+    interrupts.reset()  # (the parent's signals are not this process's)
+    rc = EXIT_USAGE
+    try:
+        rc = _replay_check(args, case, engine, oracles)
+    except KeyboardInterrupt:
+        rc = EXIT_INTERRUPTED  # the parent says so, with the signal's exit code
+    except BaseException as e:  # noqa: BLE001 - the child must always exit here
+        print(f"gradspec: error: internal error: {type(e).__name__}: {e}", file=sys.stderr)
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(rc)
+
+
+def _wait_replay_child(pid: int) -> int:
+    """The child's wait status.  A signal to this process (Ctrl-C to the group, or ``kill -INT`` / SIGTERM of
+    this pid alone) is passed on as SIGINT, which the child takes as Ctrl-C (never as a second, hard
+    signal); a second one kills a child that did not stop (a hang in C code cannot see a KeyboardInterrupt)."""
+    from ._private import interrupts
+
+    told = []
+
+    def forward(signum, hard):
+        try:
+            os.kill(pid, signal.SIGKILL if hard or told else signal.SIGINT)
+        except OSError:
+            pass
+        told.append(signum)
+
+    with interrupts.graceful(forward):
+        while True:
+            try:
+                return os.waitpid(pid, 0)[1]
+            except KeyboardInterrupt:
+                continue
 
 
 def _replay_check(args, case, engine, oracles) -> int:
@@ -393,7 +439,14 @@ def _fuzz(args) -> int:
     stats = fuzz.Stats(shards=cfg.workers)
     previous = _fuzz_earlier_runs(cfg, oracles, stats, err)
     hooks = _FuzzHooks(cfg, stats, previous, ops, last, None if args.quiet else fuzz.progress_printer(err, total_ops=len(ops)))
-    run, rule_status = _fuzz_run(cfg, oracles, ops, engine, hooks, err)
+    try:
+        run, rule_status = _fuzz_run(cfg, oracles, ops, engine, hooks, err)
+    except KeyboardInterrupt:
+        # Before the campaign's own loop took over (its set-up: the engine, the strategies), or after it:
+        # the summary says "interrupted", never "running" for good (chaos L1).
+        run = hooks.run or fuzz.Stats(shards=cfg.workers)
+        run.interrupted, run.stop_reason = True, "interrupted"
+        rule_status = {"*": {"status": "skipped", "reason": "interrupted"}}
     return _fuzz_finish(args, cfg, run, stats, previous, ops, last, rule_status)
 
 
@@ -468,6 +521,7 @@ class _FuzzHooks:
     def __init__(self, cfg, stats, previous, ops, last, printer) -> None:
         self.cfg, self.stats, self.previous, self.ops, self.last, self.printer = cfg, stats, previous, ops, last, printer
         self.campaign = None
+        self.run = None  # the campaign's stats once it returned
         self.err = sys.stderr  # (the stream of the run's start, as its other messages)
 
     def rewrite_index(self, current) -> None:
@@ -529,6 +583,7 @@ def _fuzz_run(cfg, oracles, ops, engine, hooks: _FuzzHooks, err):
         freeze_heap()  # this process is gradspec's own: see _private.memory.freeze_heap
         run = fuzz._Campaign(cfg, 0, progress=hooks.progress, on_found=hooks.on_found, oracles=oracles,
                              found=hooks.stats.found).run()
+    hooks.run = run
     if hooks.printer is not None and getattr(hooks.printer, "tty", False):
         hooks.printer(run, final=True)
     return run, _fuzz_rules(cfg, engine, run, ops, err)  # with --engine, every §5 rule too (CONTRACT §6)
@@ -547,8 +602,9 @@ def _fuzz_finish(args, cfg, run, stats, previous, ops, last, rule_status) -> int
     summary["rules"] = rule_status
     _rules_not_run(summary, rule_status)
     summary["last_run"] = last
-    old = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not lose the summary
-    try:
+    from ._private import interrupts
+
+    with interrupts.deferred(raise_after=False):  # a second Ctrl-C (or a first SIGTERM) must not lose the summary
         try:
             fuzz.write_summary(cfg, summary)
             index = report.write_run_report(cfg.report_dir, summary)
@@ -557,8 +613,6 @@ def _fuzz_finish(args, cfg, run, stats, previous, ops, last, rule_status) -> int
         except OSError as e:
             index, write_error = None, f"cannot write the summary into {cfg.report_dir}: {e.strerror or e}"
         _print_summary(cfg, summary, index, ops)
-    finally:
-        signal.signal(signal.SIGINT, old)
     if not os.environ.get("GRADSPEC_KEEP_STATE"):
         # The run's bookkeeping (campaign file, shard snapshots) has served its purpose.
         shutil.rmtree(cfg.state_dir, ignore_errors=True)
@@ -574,7 +628,7 @@ def _fuzz_finish(args, cfg, run, stats, previous, ops, last, rule_status) -> int
     if summary["discrepancies"]:
         return EXIT_FOUND
     if run.interrupted:
-        return EXIT_INTERRUPTED
+        return interrupts.exit_code()  # 130 for Ctrl-C; 128 + N for signal N (143: SIGTERM)
     if run.lost:
         # Part of the budget never ran (a worker died twice on it): not a clean bill of health.
         print("gradspec fuzz: INCONCLUSIVE: part of the campaign did not run (see 'problem' above)", file=sys.stderr)
@@ -713,7 +767,9 @@ def _print_summary(cfg, s: dict, index: str | None, ops: list[str]) -> None:
         if n > 10:
             print(f"    ... and {n - 10} more in the report", file=out)
     elif s["interrupted"]:  # (the exit code of an interrupted run without findings: _fuzz_finish)
-        print(f"  INTERRUPTED (exit 130): {s.get('reason')}", file=out)
+        from ._private import interrupts
+
+        print(f"  INTERRUPTED (exit {interrupts.exit_code()}): {s.get('reason')}", file=out)
     elif s.get("status") == "inconclusive":
         print(f"  INCONCLUSIVE (exit 3): {s.get('reason')}", file=out)
     else:

@@ -282,14 +282,21 @@ class Driver:
     def unfinished(self) -> list:
         """The discrepancies seen but not kept when the search stopped early (Ctrl-C): the smallest case so far of
         the one being shrunk, then those waiting for their turn; one per signature no kept finding covers."""
-        seen = [self._last[1][0]] if self._last is not None else []
-        seen += [d for d, _found, _verdict in self._pending.values()]
-        out, sigs = [], set()
-        for d in seen:
+        return [d for d, _verdict, _covers in self.unfinished_verdicts()]
+
+    def unfinished_verdicts(self) -> list:
+        """:meth:`unfinished` as ``[(discrepancy, its verdict, the signatures it covers)]``.  One finding stands
+        for the other oracle pairs of its case that share its culprit oracle (:func:`covers`), as a kept one does:
+        one bug, one report (an interrupted fuzz run listed the same wrong VJP three times, once per witness)."""
+        seen = [(self._last[1][0], self._last[2], self._last[3])] if self._last is not None else []
+        seen += list(self._pending.values())
+        out, taken = [], set(self.known)
+        for d, found, verdict in seen:
             sig = search_signature(d)
-            if sig not in sigs and not covered(sig, self.known):
-                sigs.add(sig)
-                out.append(d)
+            if not covered(sig, taken):
+                mine = covers(d, found)
+                taken |= set(mine) | {sig}
+                out.append((d, verdict, mine))
         return out
 
     # -- after shrinking: localise, deduplicate, report --------------------------------------

@@ -12,12 +12,12 @@ from __future__ import annotations
 import faulthandler
 import hashlib
 import os
-import signal
 import sys
 import time
 from collections import Counter
 from typing import Any, Callable
 
+from .._private import interrupts
 from .._private.case_budget import case_timeout
 from .._private.kinks import tally
 from .._private.records import discrepancy_id, read_records, update_record
@@ -26,7 +26,7 @@ from .._private.skips import FOLD_AT, fold_numbers, word_cut
 from .._private.skips import key as skip_key
 from ..case import Case
 from ..check import Discrepancy, Verdict
-from ..guard import _main_thread, guarded_check, warm_up
+from ..guard import guarded_check, warm_up
 from ..oracles import Oracle
 from ..oracles.engine_oracle import EngineOracle
 from ..search import Driver, Finding, Stop
@@ -35,7 +35,11 @@ from .inflight import Inflight
 from .prefetch import Prefetch
 from .state import BUILTIN_ENGINES, SNAPSHOT_EVERY, STATE, Config, ReportDirError, Stats, _atomic_json, _sig_from_key, _sig_key
 
-__all__ = ["resolve", "run_campaign", "run_shard"]
+__all__ = ["SALVAGE_NOTE", "resolve", "run_campaign", "run_shard"]
+
+SALVAGE_NOTE = ("shrinking interrupted: the run was interrupted while this discrepancy was being shrunk; the case is "
+                "the smallest seen so far, not shrunk further nor diagnosed (replay it, or run again: the example "
+                "database replays it first)")
 
 
 def resolve(cfg: Config) -> tuple[list, list[str], Any]:
@@ -241,7 +245,10 @@ class _Campaign:
         self.stats.found[rid] = rec
         if self.on_found is not None and not self.report_failed:
             try:
-                self.on_found(d, verdict, info)
+                # Listed in the stats from here on, so written whole: a Ctrl-C that comes meanwhile acts after
+                # (chaos M2: the summary listed a finding whose folder was never moved into place).
+                with interrupts.deferred():
+                    self.on_found(d, verdict, info)
             except ReportDirError as e:
                 # Nothing found may be lost: keep the case in the results, printed at the end.
                 self.report_failed = True
@@ -329,14 +336,9 @@ class _Campaign:
         from .. import strategies
 
         fh = _enable_faulthandler(self.cfg.state_dir)
-        previous_sigint = None
-        if _main_thread():
-            def on_sigint(signum, frame):
-                self.interrupt_requested = True
-                raise KeyboardInterrupt
-
-            previous_sigint = signal.signal(signal.SIGINT, on_sigint)
         cfg = self.cfg
+        signals = interrupts.graceful(self._on_signal)  # SIGTERM / SIGHUP as Ctrl-C: what ran is kept (chaos H2)
+        signals.__enter__()
         try:
             self.snapshot(force=True)  # records this process's pid from the start
             seconds = None if cfg.deadline is None else max(0.0, cfg.deadline - time.time())
@@ -357,9 +359,9 @@ class _Campaign:
         except KeyboardInterrupt:
             self.stats.interrupted = True
             self.stats.stop_reason = "interrupted"
+            self._salvage()
         finally:
-            if previous_sigint is not None:
-                signal.signal(signal.SIGINT, previous_sigint)
+            signals.__exit__(None, None, None)
             if self.interrupt_requested:
                 self.stats.interrupted = True
                 self.stats.stop_reason = "interrupted"
@@ -373,6 +375,25 @@ class _Campaign:
             _disable_faulthandler(fh)
             self.snapshot(force=True)
         return self.stats
+
+    def _on_signal(self, signum: int, hard: bool) -> None:
+        # The KeyboardInterrupt itself may be swallowed (a gc callback, a __del__, an engine's except):
+        # the flag is what makes the interruption reliable (see _before).
+        self.interrupt_requested = True
+
+    def _salvage(self) -> None:
+        """Interrupted: the discrepancy being shrunk (and those waiting for their turn) are findings too,
+        kept unshrunk and undiagnosed, with a note that says so (chaos H1; verify_* keeps them the same way).
+        Written with signals held back, so a second Ctrl-C does not cut a report folder in half."""
+        if self.driver is None:
+            return
+        try:
+            with interrupts.deferred(raise_after=False):
+                for d, verdict, covers in self.driver.unfinished_verdicts():
+                    self.record(d, verdict, SALVAGE_NOTE, covers)
+        except Exception as e:  # noqa: BLE001 - what could not be kept is said, the rest of the summary stands
+            self.stats.errors.append(f"a finding in progress when the run was interrupted could not be kept: "
+                                     f"{type(e).__name__}: {e}")
 
     def _record_counts(self) -> None:
         """How many generated cases showed each finding (known only at the end): into the stats and

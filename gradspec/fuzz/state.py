@@ -22,6 +22,7 @@ import numpy as np
 from .. import outcome as _outcome
 from .._private import database as _db
 from .._private import determinism as _determinism
+from .._private import interrupts as _interrupts
 from .._private.records import atomic_write
 from .._private.skips import fold_numbers
 from ..causes import ENGINE_IDS
@@ -277,7 +278,9 @@ def summary_json(cfg: Config, stats: Stats, previous: list | None = None, ops: l
         status, reason = "inconclusive", (f"{stats.stopped[0]} (the search stopped there, after {stats.cases} "
                                           f"case{'' if stats.cases == 1 else 's'}; the rest of the budget never ran)")
     if stats.interrupted and status != "disagree":  # stopped by the user: no clean bill of health either
-        status, reason = "inconclusive", (f"interrupted after {stats.cases} case{'' if stats.cases == 1 else 's'}"
+        by = _interrupts.received()
+        by = "" if by is None or by == 2 else f" ({_interrupts.name(by)})"  # (2: SIGINT, Ctrl-C's)
+        status, reason = "inconclusive", (f"interrupted{by} after {stats.cases} case{'' if stats.cases == 1 else 's'}"
                                           + (f" ({reason})" if reason else ": what ran agreed"))
     return {
         "status": status,

@@ -38,6 +38,7 @@ import tempfile
 import time
 from typing import Callable
 
+from .._private import interrupts
 from .._private.memory import freeze_heap
 from .._private.records import discrepancy_id
 from .._private.safefs import private_dir
@@ -392,7 +393,8 @@ def run_distributed(cfg: Config, progress: Callable | None = None, on_found: Cal
                                       "shard": info.get("shard"),
                                       "cause": None if d.cause is None else d.cause.to_json()})
         if on_found is not None:
-            on_found(d, verdict, info)
+            with interrupts.deferred():  # listed in merged.found: written whole (chaos M2)
+                on_found(d, verdict, info)
 
     def on_chunk(d):
         st = Stats.from_json(d["stats"])
