@@ -5,7 +5,7 @@ harness, chaos_int.py / chaos_cli_int_on_write.py, kept as fixtures).
 process the first time its VJP runs while gradspec's search Driver is in mode ``$GS_TEST_MODE`` (default ``shrink``:
 Ctrl-C while a found discrepancy is being shrunk; ``generate`` with ``$GS_TEST_SKIP=N``: after N cases).
 ``good`` is a correct op that does the same in ``generate`` mode.  ``sleepy`` sleeps ``$GS_TEST_SLEEP`` s in its
-forward (a case whose replay hangs).  ``engine`` (an --engine factory: the reference engine) signals on its
+forward (a case whose replay hangs), after it appends its pid to ``$GS_TEST_MARK``.  ``engine`` (an --engine factory: the reference engine) signals on its
 ``$GS_TEST_ENGINE_CALL``-th construction (the campaign's own set-up, after the run's header and "running" summary).
 """
 
@@ -55,6 +55,9 @@ def _good_vjp(g, x, out):
 
 
 def _sleepy_forward(x):
+    if os.environ.get("GS_TEST_MARK"):  # (a test waits for this before it signals)
+        with open(os.environ["GS_TEST_MARK"], "a") as fh:
+            fh.write(f"{os.getpid()}\n")
     time.sleep(float(os.environ.get("GS_TEST_SLEEP", "0")))
     return 2 * x
 

@@ -144,13 +144,16 @@ REPLAY_CASES = [
 def test_replay_interrupted_exits_with_the_signals_code(tmp_path, sig, code):
     """M7: a signal to `gradspec replay` (its own pid: the checking child is told) is an interruption, not an
     "internal error" (exit 2), and it ends promptly though the case hangs."""
-    path = _sleepy_case(tmp_path)
+    path, mark = _sleepy_case(tmp_path), tmp_path / "sleeping"
     proc = subprocess.Popen([sys.executable, "-m", "gradspec.cli", "replay", str(path), "--allow-import", OPS,
-                             "--oracles", ORACLES], cwd=tmp_path, env=_env(GS_TEST_SLEEP=60),
+                             "--oracles", ORACLES], cwd=tmp_path, env=_env(GS_TEST_SLEEP=60, GS_TEST_MARK=mark),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        time.sleep(4)  # imports, then the child sleeps in the op's forward
-        assert proc.poll() is None
+        for _ in range(600):  # until the child sleeps in the op's forward (bounded: 60 s)
+            if mark.exists() or proc.poll() is not None:
+                break
+            time.sleep(0.1)
+        assert proc.poll() is None and mark.exists()
         proc.send_signal(sig)
         t0 = time.time()
         stdout, stderr = proc.communicate(timeout=30)
