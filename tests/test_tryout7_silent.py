@@ -80,3 +80,30 @@ def test_drawable_narrow_domain_still_runs():
     r = gs.verify_torch_function(T.soft, example_inputs=(_x(),), domain=gs.domains.interval(0.49, 0.51),
                                  max_examples=5, seed=0)
     assert r.status == "agree", r.summary()
+
+
+# #11: seconds= made a correct DEQ flaky: the budget ended inside a slow (float32, 10000-iteration) case, which was cut
+# and left the run inconclusive -- or not, by a few milliseconds. A case that merely started late (it had run no
+# longer than the cases before it take) is a case the budget did not reach; only a case running far longer than any
+# finished one (a hang, most likely) keeps the run from an "agree". (case durations in s; budget 0.6 s + 0.5 s grace)
+CUTS = {
+    "started-late": ([0.3, 0.3, 0.9], False),
+    "hang-after-quick-cases": ([0.05, 0.05, 5.0], True),
+    "first-case-cut": ([5.0], True),
+}
+
+
+@pytest.mark.parametrize("durations, inconclusive", CUTS.values(), ids=list(CUTS))
+def test_a_case_cut_by_the_budget(durations, inconclusive):
+    import time
+
+    from gradspec.result import Result
+    from gradspec.verify.numerics import with_deadline
+
+    r = Result(target="fn", what="torch function", seed=1)
+    run = with_deadline(lambda d: time.sleep(d) or [], r, 0.6, "fn", "")
+    for d in durations:
+        assert run(d) == []
+    assert bool(r.cut) == inconclusive, (r.cut, r.notes)
+    if not inconclusive:
+        assert any("started late" in n for n in r.notes), r.notes

@@ -26,7 +26,7 @@ from .._private.skips import word_cut
 
 __all__ = ["accuracy", "claim_text", "DEFAULT_DTYPES", "dtypes_of", "dtypes_text", "tag", "count_nondifferentiable",
            "torch_kinks", "with_deadline", "CASE_TIMEOUT", "run_within_budget", "budget_grace",
-           "cut_by_budget", "check_drawable"]
+           "cut_by_budget", "check_drawable", "started_late", "LATE_FACTOR"]
 
 
 def accuracy(rtol, atol, where: str) -> dict | None:
@@ -135,12 +135,32 @@ def budget_grace(seconds: float) -> float:
     return min(max(0.5, 0.1 * float(seconds)), 5.0)
 
 
-def cut_by_budget(result, seconds, took: float | None, where: str = "") -> None:
-    """A case cut by the time budget was not judged: the run is inconclusive unless it has findings."""
+def cut_by_budget(result, seconds, took: float | None, where: str = "", slowest: float = 0.0) -> None:
+    """A case cut by the time budget was not judged: the run is inconclusive unless it has findings.  ``slowest``:
+    the longest a finished case took (0: none finished)."""
     ran = f" after {took:.2f} s" if took is not None else ""
+    if took is not None and slowest > 0:
+        ran += f", {took / slowest:.0f} times as long as the slowest finished case ({slowest:.2g} s)"
     result.cut = (f"the time budget of {seconds:g} s ran out inside a case{where}; it was cut{ran}, not judged (a hang "
-                  f"or very slow code: a case is a timeout finding after {CASE_TIMEOUT:g} s; give more seconds= to judge it)")
+                  f"or very slow code: a case is a timeout finding after {CASE_TIMEOUT:g} s; give more seconds= to judge it; "
+                  "a time budget reaches another number of cases from run to run, max_examples= the same ones)")
     result.note(result.cut)
+
+
+# A case the budget cut after running at most this many times as long as the slowest finished case merely started
+# late (tryout7 #11: whether the budget's end fell inside a 1 s float32 case decided "agree" or "inconclusive" from
+# one run to the next); one cut after running longer is no ordinary case (a hang, most likely) and is judged by
+# cut_by_budget.
+LATE_FACTOR = 3.0
+_LATE = " that started late"
+
+
+def started_late(result, seconds, took: float, slowest: float) -> None:
+    """A case the budget reached while it ran, no slower so far than the finished cases: not judged, as a case the
+    budget never reached; the cases judged before decide the run."""
+    result.note(f"the time budget of {seconds:g} s ran out inside a case{_LATE}: it was cut after "
+                f"{took:.2f} s (the slowest finished case took {slowest:.2f} s) and not judged, as a case the budget did "
+                "not reach; the cases judged before decide the run")
 
 
 def with_deadline(evaluate, result, seconds, target: str, replay: str):
@@ -155,6 +175,7 @@ def with_deadline(evaluate, result, seconds, target: str, replay: str):
     from ..result import VerifyDiscrepancy
 
     end = None if seconds is None else time.perf_counter() + float(seconds) + budget_grace(seconds)
+    slowest = [0.0]  # the longest a finished case took
 
     def run(case):
         if not _main_thread():
@@ -169,11 +190,16 @@ def with_deadline(evaluate, result, seconds, target: str, replay: str):
                 found = evaluate(case)
         except CaseTimeout:
             pass
-        if not alarm.fired:
-            return found
         took = time.perf_counter() - start
+        if not alarm.fired:
+            slowest[0] = max(slowest[0], took)
+            return found
+        if by_budget and took <= LATE_FACTOR * slowest[0]:
+            started_late(result, seconds, took, slowest[0])
+            return []
         if by_budget:
-            cut_by_budget(result, seconds, took)
+            dtypes = {str(l.value.dtype) for l in getattr(case, "leaves", ()) if l.value.dtype.kind == "f"}
+            cut_by_budget(result, seconds, took, f" (a {dtypes.pop()} case)" if len(dtypes) == 1 else "", slowest[0])
             return []
         return [VerifyDiscrepancy("timeout", ("reference", "case-timeout"),
                                   f"{target}: checking one case took longer than {CASE_TIMEOUT:g} s; it was cut "
@@ -202,5 +228,6 @@ def run_within_budget(runner, strategy, evaluate, seconds) -> None:
                 runner.run(strategy, evaluate)
         except Stop:  # the alarm went off outside a Hypothesis round (between rounds, in bookkeeping)
             pass
-    if alarm.fired and not runner.result.cut:
+    late = any(_LATE in n for n in runner.result.notes)  # (its own alarm went off first: the case is settled)
+    if alarm.fired and not runner.result.cut and not late:
         cut_by_budget(runner.result, seconds, None, " (while it was generated or checked)")
