@@ -79,13 +79,14 @@ def _saturated(grads, leaves) -> bool:
     return False
 
 
-def _unmoved_zero(grads, leaves) -> bool:
-    """Some gradient element is exactly 0 in the unjittered run and in every jittered one.  A formula that
-    cancels to an exact 0 (elu's ``out + alpha`` at x = -64, where expm1 is -1) moves off it by an ulp when
-    ``out`` does, unless the jitters of the ops between cancel too: the ``where`` in elu's rule re-jitters
-    ``out`` and lands it back on -1 about one run in nine, and both runs did on a 20,000-case soak's graph
-    (the generator is seeded, so a graph draws the same jitters for each of its value sets).  More runs make
-    that unlikely; a 0 a mask makes stays 0 in every run, and costs only the runs."""
+def _unmoved_zeros(grads, leaves) -> dict:
+    """Leaf name -> where its gradient is exactly 0 in the unjittered run and in every jittered one (only leaves
+    with some).  A formula that cancels to an exact 0 (elu's ``out + alpha`` at x = -64, where expm1 is -1)
+    moves off it by an ulp when ``out`` does, unless the jitters of the ops between cancel too: the ``where``
+    in elu's rule re-jitters ``out`` and lands it back on -1 about one run in nine, and both runs did on a
+    20,000-case soak's graph (the generator is seeded: a graph draws the same jitters for each of its value
+    sets).  More runs make that unlikely; a 0 a mask makes stays 0 in every run, and costs only the runs."""
+    out = {}
     for l in leaves:
         base = grads[0][l.name]
         if base is None:
@@ -97,8 +98,8 @@ def _unmoved_zero(grads, leaves) -> bool:
             if g[l.name] is not None:
                 zero = zero & (np.asarray(g[l.name].numpy()) == 0)
         if zero.any():
-            return True
-    return False
+            out[l.name] = zero
+    return out
 
 
 def rounding_noise(case, runs: int = 2, ulps: float = _tol.NOISE_ULPS, base: dict | None = None) -> dict | None:
@@ -186,7 +187,10 @@ def rounding_noise(case, runs: int = 2, ulps: float = _tol.NOISE_ULPS, base: dic
             grads += [run(True) for _ in range(runs)]
         else:
             grads = [run(k > 0) for k in range(runs + 1)]
-        if _saturated(grads, leaves) or _unmoved_zero(grads, leaves):
+        first = len(grads)
+        saturated = _saturated(grads, leaves)
+        zeros = {} if saturated else _unmoved_zeros(grads, leaves)
+        if saturated or zeros:
             grads += [run(True) for _ in range(_tol.NOISE_MORE_RUNS)]
     except Exception:
         return None  # the reference engine fails on this case; that is reported elsewhere
@@ -197,10 +201,13 @@ def rounding_noise(case, runs: int = 2, ulps: float = _tol.NOISE_ULPS, base: dic
             continue
         b = np.asarray(base.numpy(), dtype=np.float64)
         spread = np.zeros(l.shape)
-        for g in grads[1:]:
+        for k, g in enumerate(grads[1:], 1):
             if g[l.name] is not None:
                 with np.errstate(all="ignore"):
                     d = np.abs(np.asarray(g[l.name].numpy(), dtype=np.float64) - b)
-                spread = np.maximum(spread, np.where(np.isfinite(d), d, 0.0))
+                ok = np.isfinite(d)
+                if k >= first and not saturated:  # runs made for unmoved zeros measure those elements only
+                    ok = ok & zeros.get(l.name, False)
+                spread = np.maximum(spread, np.where(ok, d, 0.0))
         out[l.name] = spread
     return out

@@ -19,7 +19,8 @@ shows up as an XPASS); once it is fixed the xfail goes and the case must agree, 
   runs land elu's output, re-jittered by the ``where`` in elu's rule, back on exactly -1: the noise generator is
   seeded (0) and the graph's structure draws the same jitters for both value sets (seeds 1-3 of the generator
   give 1e-17 of noise, and the check agrees).  Fixed in session 12: a gradient element that is exactly 0 in
-  the unjittered run and in every jittered one asks for more runs (``_check_noise._unmoved_zero``).
+  the unjittered run and in every jittered one asks for more runs, which count for those elements only
+  (``_check_noise._unmoved_zeros``).
 """
 
 from __future__ import annotations
