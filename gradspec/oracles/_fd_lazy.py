@@ -31,10 +31,11 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from .. import engine as _engine
 from .._private.fdstep import line_sigma
 from ._fd_stencil import COARSE, EPS, ROUNDING_DEPTH
 
-__all__ = ["LazyErrors", "Pass", "Rounding", "settled", "settled_small"]
+__all__ = ["LazyErrors", "Pass", "Rounding", "settled", "settled_small", "error", "error_small"]
 
 
 class LazyErrors(Mapping):
@@ -57,7 +58,7 @@ class LazyErrors(Mapping):
     def _get(self) -> dict:
         d = self._d
         if d is None:
-            with np.errstate(all="ignore"):  # (the estimate's own arithmetic ran under fd's oracle_call errstate)
+            with _engine._quiet_fp():  # (as fd's oracle_call: nothing to enter inside gs.check, which ignores them)
                 d = self._d = self._fn()
             self._fn = None
         return d
@@ -148,10 +149,11 @@ class Pass:
 
 
 def settled_small(sl, s0: float, hl, vfloor: float):
-    """``(r, lower)`` on Python floats where nothing but the error bound is left to decide, else None: ``r`` the
+    """``(r, lower, (trunc, top))`` on Python floats where nothing but the error bound is left to decide, else None: ``r`` the
     estimate (every stencil value, s0 and step finite, every ``r_j`` and truncation term finite, no element too
     coarse: max trunc <= COARSE * max(max |r|, 1e-300)), ``lower`` a lower bound of each element's error
-    estimate.  Then ``_estimate_small``'s refine flag is False whatever the error is, and ``_noise_blocked``
+    estimate, and per element the truncation term and the largest |s| (``error_small`` makes the error bound of
+    them).  Then ``_estimate_small``'s refine flag is False whatever the error is, and ``_noise_blocked``
     finds nothing (it needs trunc_j > COARSE * max(|r_j|, scale) >= max trunc).  ``r``: the same operations
     in the same order as ``_estimate_small``, so the same floats.
 
@@ -164,7 +166,7 @@ def settled_small(sl, s0: float, hl, vfloor: float):
     if not isfinite(s0 + sum(hl) + sum(sp_) + sum(sm_) + sum(s2_)):
         return None
     s03, a0 = 3 * s0, abs(s0)
-    r, lower, tmax = [], [], 0.0
+    r, lower, trunc, tops, tmax = [], [], [], [], 0.0
     for sp, sm, s2, hj in zip(sp_, sm_, s2_, hl):
         correction = (s2 - 3 * sp + s03 - sm) / (6 * hj)
         r.append((sp - sm) / (2 * hj) - correction)
@@ -184,18 +186,47 @@ def settled_small(sl, s0: float, hl, vfloor: float):
         if vfloor > delta:
             delta = vfloor
         lower.append(t + 2.4 * delta / hj)
+        trunc.append(t)
+        tops.append(top)
     if not r:
         return None
     rmax = max(map(abs, r))
     if not isfinite(rmax + tmax) or tmax > COARSE * (rmax if rmax > 1e-300 else 1e-300):
         return None
-    return r, lower
+    return r, lower, (trunc, tops)
+
+
+def error_small(kept, S, S0: float, hl, floor: float):
+    """The error bound ``_estimate_small`` gives a settled estimate (``kept`` = (trunc, top) of ``settled_small``,
+    ``S`` its three rows as lists), without computing the estimate again: the same operations on the same
+    values.  None where ``_estimate_small`` would be None (S, S0 or the floor not finite: the caller takes
+    ``_combine_all``, as the eager path does); s0 and the steps are finite here (``settled_small``)."""
+    Sp_, Sm_, S2_ = S
+    isfinite = math.isfinite
+    if not isfinite(S0 + floor + sum(Sp_) + sum(Sm_) + sum(S2_)):
+        if not (isfinite(S0) and isfinite(floor)):
+            return None
+        for row in S:
+            if not all(map(isfinite, row)):
+                return None
+    err = []
+    for t, top, Sp, Sm, S2, hj in zip(*kept, Sp_, Sm_, S2_, hl):
+        x = Sp if Sp > Sm else Sm
+        if S2 > x:
+            x = S2
+        if S0 > x:
+            x = S0
+        delta = _RD_EPS * (x + top)
+        if floor > delta:
+            delta = floor
+        err.append(t + 2.4 * delta / hj)
+    return err
 
 
 def settled(s, s0: float, h, vfloor: float):
     """``settled_small`` on arrays (``s``: the (3, n) stencil values): the estimate as ``_combine_all``
-    computes it and the same lower bound of its error, where every value is finite and no element is too
-    coarse, else None."""
+    computes it, the same lower bound of its error and (trunc, top), where every value is finite and no element
+    is too coarse, else None."""
     if not h.size or not math.isfinite(s0):
         return None
     sp, sm, s2 = s
@@ -215,13 +246,27 @@ def settled(s, s0: float, h, vfloor: float):
         return None
     if tmax > COARSE * max(rmax, 1e-300):
         return None
-    delta = np.maximum.reduce(np.abs(s), axis=0, initial=abs(s0))
-    delta *= _RD_EPS
+    top = np.maximum.reduce(np.abs(s), axis=0, initial=abs(s0))
+    delta = top * _RD_EPS
     np.maximum(delta, vfloor, out=delta)
     delta *= 2.4
     delta /= h
     delta += trunc
-    return r, delta
+    return r, delta, (trunc, top)
+
+
+def error(kept, S, S0: float, h, floor: float):
+    """``_combine_all``'s error bound of a settled estimate (``kept`` = (trunc, top) of ``settled``) without the
+    estimate: the same numpy operations on the same values in the same order."""
+    trunc, top = kept
+    delta = np.maximum.reduce(S, axis=0, initial=S0)
+    delta += top
+    delta *= _RD_EPS
+    np.maximum(delta, floor, out=delta)
+    delta *= 2.4
+    delta /= h
+    delta += trunc
+    return delta
 
 
 _TWO_SIX = np.array([2.0, 6.0])  # (as _fd_stencil._combine_all's)

@@ -87,6 +87,8 @@ from ._fd_lazy import Pass as _Pass
 from ._fd_lazy import Rounding as _Rounding
 from ._fd_lazy import settled as _settled
 from ._fd_lazy import settled_small as _settled_small
+from ._fd_lazy import error as _lazy_error
+from ._fd_lazy import error_small as _error_small
 from ._fd_values import (
     _S_only,
     _as64,
@@ -446,13 +448,13 @@ def _float64_gradient(case, leaves, x64, flat, h, plan, hl, p: _Pass, check_reac
     small_s = (p.sl if p.sl is not None else p.s.tolist()) if n <= SMALL_N else None
     got = _settled_small(small_s, p.s0, hl, p.vfloor) if small_s is not None else _settled(p.s, p.s0, h, p.vfloor)
     if got is not None:  # the steps of _estimate_small's path with refine False, or _refine's with nothing to refine
-        r, lower = got
+        r, lower, kept = got
         if check_reach and p.reach:
             _check_reach(plan, p.center, p.reach, p.tops, center_kink_distances(case))
         _probes.staircase(p, r, h, leaves, (_s_at, (case, x64, leaves, p.seeds64), flat))
         if small_s is not None:
             r, lower = np.array(r), np.array(lower)
-        return _result(leaves, r, _deferred_error(leaves, p, h, hl, small_s, lower), h, p.evaluations)
+        return _result(leaves, r, _deferred_error(leaves, p, h, hl, small_s, lower, kept), h, p.evaluations)
     floor = float(max(p.vfloor, _tol.FD_NOISE_SIGMAS * p.sigma))
     small = None
     if n <= SMALL_N:
@@ -634,7 +636,7 @@ def _result(leaves, r, err, h, evaluations) -> FDResult:
     return FDResult(grads, err if lazy else errors, steps, evaluations)
 
 
-def _deferred_error(leaves, p: _Pass, h, hl, small_s, lower) -> LazyErrors:
+def _deferred_error(leaves, p: _Pass, h, hl, small_s, lower, kept) -> LazyErrors:
     """The error bound of a settled estimate (``_fd_lazy.settled``), computed when first asked for: the values
     ``_estimate_small`` or ``_combine_all`` give on the eager path (where neither refinement nor the noise test
     changes anything), per leaf as ``_result`` lays them out, with ``lower`` (flat) as its lower bound.  Holds the
@@ -644,15 +646,26 @@ def _deferred_error(leaves, p: _Pass, h, hl, small_s, lower) -> LazyErrors:
     def error() -> dict:
         S, S0, Sl = rnd.S()
         floor = float(max(vfloor, _tol.FD_NOISE_SIGMAS * rnd.sigma()))
-        err = None
-        if small_s is not None:
-            small = _estimate_small(small_s, Sl if Sl is not None else S.tolist(), s0, S0, hl, floor)
-            err = None if small is None else np.array(small[1])
-        if err is None:
-            err = _combine_all(s, s0, S, S0, h, floor)[1]
-        return _result(leaves, h, err, h, 0).error
+        if small_s is None:
+            return _split(leaves, _lazy_error(kept, S, S0, h, floor))
+        err = _error_small(kept, Sl if Sl is not None else S.tolist(), S0, hl, floor)
+        return _split(leaves, np.array(err) if err is not None else _combine_all(s, s0, S, S0, h, floor)[1])
 
-    return LazyErrors(error, _result(leaves, h, lower, h, 0).error)
+    return LazyErrors(error, _split(leaves, lower))
+
+
+def _split(leaves, flat) -> dict:
+    """A flat vector in leaf order as per-leaf arrays, as ``_result`` lays them out."""
+    if len(leaves) == 1:
+        l = leaves[0]
+        return {l.name: flat if flat.shape == l.value.shape else flat.reshape(l.value.shape)}
+    out, off = {}, 0
+    for l in leaves:
+        v = l.value
+        end = off + v.size
+        out[l.name] = flat[off:end].reshape(v.shape)
+        off = end
+    return out
 
 
 def _refine(case, x64, leaves, p: _Pass, h, floor, out):
