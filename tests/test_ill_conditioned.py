@@ -64,3 +64,19 @@ def test_a_float32_case_at_the_edge_of_float32_precision_is_not_judged(fn, examp
     r = gs.verify_torch_function(fn, example_inputs=example(), max_examples=n, seed=seed, dtypes=("float32",))
     assert not r.discrepancies, r.discrepancies[0].cause.summary if r.discrepancies[0].cause else str(r)
     assert r.status in ("agree", "inconclusive"), str(r)
+
+
+FD_UNRESOLVED = {
+    # id: correct code at condition 1e12: X moves A0 + 1e-13 sym(X) by less than A0's ulp over a JVP step
+    "cholesky-cond-1e12-torch": ill.chol_cond1e12,
+    "cholesky-cond-1e12-mine": ill.mychol_cond1e12,
+}
+
+
+@pytest.mark.parametrize("fn", FD_UNRESOLVED.values(), ids=list(FD_UNRESOLVED))
+def test_a_finite_difference_jvp_that_cannot_resolve_its_step_is_no_witness(fn):
+    # tryout7 #7: the jacobian oracle's FD-JVP was exactly 0.0 with an error estimate of 7.5e-12, trusted against a
+    # correct 3.3e-8: "J^T·g is 0 here (the forward does not change at these inputs)"
+    r = gs.verify_torch_function(fn, example_inputs=_x33(), max_examples=10, seed=6, dtypes=("float64",))
+    assert not r.discrepancies, r.discrepancies[0].cause.summary if r.discrepancies[0].cause else str(r)
+    assert r.status in ("agree", "inconclusive"), str(r)

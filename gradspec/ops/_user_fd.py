@@ -286,6 +286,7 @@ def _two_steps(spec, units, xs, params, idx, h, coeffs, out, eps=_EPS64):
         e1, g1, q1 = _stencil(spec, units, xs, params, sub, h[sub], coeffs, raw=True)
         e2, g2, q2 = _stencil(spec, units, xs, params, sub, h[sub] / 2, coeffs, raw=True)
         d1[bad], f1[bad], d2[bad], f2[bad] = e1, g1, e2, g2
+        _unresolved(spec, (r1, r2), (q1, q2), bad, h[sub])
         still = fdstep.bad_directions(q1, q2, out, ulps, sigma)
         pos = np.flatnonzero(bad)
         bad = np.zeros_like(bad)
@@ -296,6 +297,28 @@ def _two_steps(spec, units, xs, params, idx, h, coeffs, out, eps=_EPS64):
             f"{float(h[idx[bad][0]]):.3g}: its second differences do not scale like a smooth function's (a kink, "
             "jump or pole within every step tried, or noise far above its measured level)")
     return d1, f1, d2, f2
+
+
+def _unresolved(spec, first, refined, bad, h) -> None:
+    """Directions refined (``bad``: their second differences at the first step did not scale like a smooth
+    function's) whose stencils at the smaller step give the very same outputs everywhere, where the first step's
+    did not: the forward changes in jumps wider than the refined step -- it cannot resolve it (an input added to a
+    value of much larger size rounds away: A0 + 1e-13 X with A0 ~ 1 changes only when X moves by ~2e-3; tryout7 #7,
+    a Cholesky of condition 1e12) -- and the JVP 0 such a stencil gives is no estimate (it was trusted against a
+    correct 3.3e-8: "J^T·g is 0 here").  A forward constant along the direction is flat at the first step too."""
+    r1, r2 = first
+    q1, q2 = refined
+    m, k = q1.shape[0], q1.shape[1]
+    with np.errstate(invalid="ignore"):
+        now = np.all((q1 == q1[:1]).reshape(m, k, -1), axis=(0, 2)) & np.all((q2 == q1[:1]).reshape(m, k, -1), axis=(0, 2))
+        was = np.all((r1[:, bad] == r1[:1, bad]).reshape(m, k, -1), axis=(0, 2))
+    if np.any(now & ~was):
+        j = int(np.flatnonzero(now & ~was)[0])
+        raise FDStepError(
+            f"finite-difference JVP of {spec.name!r}: along a direction its outputs change in jumps at one step and "
+            f"are the very same at every stencil point of the refined step h = {float(h[j]):.3g}: the forward does not "
+            "resolve steps that small (an input added to a much larger value, an ill-conditioned computation), so no "
+            "step gives an estimate to vouch for")
 
 
 def _flat_or_stairs(spec, units, xs, params, idx, h, coeffs, raws) -> None:
