@@ -26,6 +26,7 @@ import shutil
 import signal
 import sys
 import tempfile
+import time
 
 __all__ = ["main"]
 
@@ -446,6 +447,8 @@ def _fuzz(args) -> int:
         # the summary says "interrupted", never "running" for good (chaos L1).
         run = hooks.run or fuzz.Stats(shards=cfg.workers)
         run.interrupted, run.stop_reason = True, "interrupted"
+        if hooks.run is None:
+            run.seconds = time.time() - cfg.started
         rule_status = {"*": {"status": "skipped", "reason": "interrupted"}}
     return _fuzz_finish(args, cfg, run, stats, previous, ops, last, rule_status)
 
