@@ -4,7 +4,8 @@ harness, chaos_int.py / chaos_cli_int_on_write.py, kept as fixtures).
 ``int_bad`` is a wrong op (its VJP is 3g, the derivative 2g) that sends ``$GS_TEST_SIGNAL`` (default INT) to its own
 process the first time its VJP runs while gradspec's search Driver is in mode ``$GS_TEST_MODE`` (default ``shrink``:
 Ctrl-C while a found discrepancy is being shrunk; ``generate`` with ``$GS_TEST_SKIP=N``: after N cases).
-``good`` is a correct op that does the same in ``generate`` mode.  ``sleepy`` sleeps ``$GS_TEST_SLEEP`` s in its
+``$GS_TEST_ONCE`` (a path): only the first process of the run to get there signals; ``$GS_TEST_MARK``: each
+shrink call appends the pid to that file, then sleeps ``$GS_TEST_SLOW`` s.  ``good`` is a correct op that does the same in ``generate`` mode.  ``sleepy`` sleeps ``$GS_TEST_SLEEP`` s in its
 forward (a case whose replay hangs), after it appends its pid to ``$GS_TEST_MARK``.  ``engine`` (an --engine factory: the reference engine) signals on its
 ``$GS_TEST_ENGINE_CALL``-th construction (the campaign's own set-up, after the run's header and "running" summary).
 """
@@ -37,10 +38,28 @@ def _driver_mode():
     return None
 
 
+def _first_in_run() -> bool:
+    """Whether this process is the first of the run to get here (``$GS_TEST_ONCE``: a file made once, for
+    campaign workers); always True without it."""
+    path = os.environ.get("GS_TEST_ONCE")
+    if not path:
+        return True
+    try:
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        return True
+    except FileExistsError:
+        return False
+
+
 def _maybe_signal(default_mode: str) -> None:
-    if _driver_mode() == os.environ.get("GS_TEST_MODE", default_mode):
+    mode = _driver_mode()
+    if mode == "shrink" and os.environ.get("GS_TEST_MARK"):  # (a test waits for a worker to shrink a finding)
+        with open(os.environ["GS_TEST_MARK"], "a") as fh:
+            fh.write(f"{os.getpid()}\n")
+        time.sleep(float(os.environ.get("GS_TEST_SLOW", "0")))
+    if mode == os.environ.get("GS_TEST_MODE", default_mode):
         _hits["vjp"] += 1
-        if _hits["vjp"] == int(os.environ.get("GS_TEST_SKIP", "0")) + 1:
+        if _hits["vjp"] == int(os.environ.get("GS_TEST_SKIP", "0")) + 1 and _first_in_run():
             _signal_now()
 
 
@@ -68,10 +87,25 @@ sleepy = gs.Op("int_sleepy", forward=_sleepy_forward, vjp=lambda g, x, out: (2 *
 
 
 def engine():
+    """An --engine factory: the reference engine, or with ``$GS_TEST_ENGINE=broadcast_mean`` the planted engine of
+    that name (a wrong one); its backward signals as the ops' VJPs do (default mode ``generate``)."""
     _hits["engine"] += 1
     if _hits["engine"] == int(os.environ.get("GS_TEST_ENGINE_CALL", "0")):
         _signal_now()
-    return gs.engines.get("reference")
+    if os.environ.get("GS_TEST_ENGINE") == "broadcast_mean":
+        from tests._planted_engines import broadcast_mean
+
+        eng = broadcast_mean()
+    else:
+        eng = gs.engines.get("reference")
+    backward = eng.backward
+
+    def signalling_backward(t, gradient=None, retain_graph=False):
+        _maybe_signal("generate")
+        return backward(t, gradient, retain_graph)
+
+    eng.backward = signalling_backward
+    return eng
 
 
 def cli_signal_after_staging() -> int:

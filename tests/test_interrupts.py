@@ -115,7 +115,7 @@ def test_a_signal_during_the_campaigns_set_up_ends_the_running_state(tmp_path):
     """L1: Ctrl-C after the header (summary "running") and before the campaign's loop: the summary is final."""
     out = tmp_path / "r"
     run = _run(["fuzz", "--engine", f"{OPS}:engine", "--ops", "add,exp", "--oracles", ORACLES, "--max-examples", 20,
-                "--report-dir", out], tmp_path, GS_TEST_ENGINE_CALL=2)
+                "--report-dir", out], tmp_path, GS_TEST_ENGINE_CALL=2, GS_TEST_MODE="none")
     assert run.returncode == 130, run.stdout + run.stderr
     s = _summary(out)
     assert s["state"] != "running" and s["interrupted"] is True and s["status"] == "inconclusive"
@@ -176,3 +176,48 @@ def test_a_second_sigterm_is_a_hard_stop(tmp_path):
             "print('not reached')\n")
     run = subprocess.run([sys.executable, "-c", code], env=_env(), capture_output=True, text=True, timeout=60)
     assert run.returncode == -signal.SIGTERM and run.stdout == "held\n", (run.returncode, run.stdout, run.stderr)
+
+
+def test_workers_interrupted_hand_in_their_cases_and_findings(tmp_path):
+    """H3: --workers 2, a worker is shrinking a finding, the controller alone gets SIGINT: the workers are told,
+    the finding (unshrunk) and the cases they checked are kept; exit 1; the controller ends promptly."""
+    pytest.importorskip("xdist")
+    out, mark = tmp_path / "r", tmp_path / "shrinking"
+    # (a wrong engine, not a user op: --workers with --ops module:attr is chaos H4, another fix)
+    proc = subprocess.Popen([sys.executable, "-m", "gradspec.cli", "fuzz", "--engine", f"{OPS}:engine", "--ops",
+                             "add,mul,sum", "--oracles", ORACLES, "--max-examples", "4000", "--workers", "2",
+                             "--seed", "3", "--report-dir", str(out)], cwd=tmp_path,
+                            env=_env(GS_TEST_MODE="none", GS_TEST_MARK=mark, GS_TEST_SLOW=0.2,
+                                     GS_TEST_ENGINE="broadcast_mean"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(1200):  # until a worker shrinks (bounded: 120 s)
+            if mark.exists() or proc.poll() is not None:
+                break
+            time.sleep(0.1)
+        assert proc.poll() is None and mark.exists()
+        proc.send_signal(signal.SIGINT)
+        t0 = time.time()
+        stdout, stderr = proc.communicate(timeout=90)
+    finally:
+        proc.kill()
+    assert proc.returncode == 1, stdout + stderr
+    assert time.time() - t0 < 45  # (measured 5-8 s at load 20 on 2 cores; xdist's teardown is most of it)
+    s = _summary(out)
+    assert s["interrupted"] is True and s["discrepancies"] >= 1 and s["cases"] >= 1, s
+    notes = [json.loads((f / "discrepancy.json").read_text())["note"] for f in _folders(out)]
+    assert any(n.startswith("shrinking interrupted") for n in notes), notes
+
+
+def test_a_signal_to_one_worker_alone_is_no_interrupted_run(tmp_path):
+    """L7: SIGINT to one worker (not the controller): the run is not "interrupted" (130); the share of the
+    budget that worker did not run is lost, said, and the run inconclusive (exit 3), never a silent OK."""
+    pytest.importorskip("xdist")
+    out = tmp_path / "r"
+    run = _run(["fuzz", "--engine", f"{OPS}:engine", "--ops", "add,exp", "--oracles", ORACLES, "--max-examples", 40,
+                "--workers", 2, "--seed", 1, "--report-dir", out], tmp_path, GS_TEST_SKIP=3,
+               GS_TEST_ONCE=tmp_path / "once")
+    assert run.returncode == 3, run.stdout + run.stderr
+    s = _summary(out)
+    assert s["interrupted"] is False and s["status"] == "inconclusive" and s["lost"], s
+    assert any("signal sent to it alone" in e for e in s["errors"]), s["errors"]

@@ -42,7 +42,7 @@ __all__ = ["SIGNALS", "count", "deferred", "exit_code", "graceful", "name", "rec
 SIGNALS = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, n))
 
 _got: list = []  # the signals this process received under graceful/deferred, in order
-_state = {"defer": 0, "pending": False}
+_state = {"defer": 0, "pending": False, "once": False}
 _listeners: list = []  # callables (signum, hard) told of every signal, innermost last
 
 
@@ -95,17 +95,19 @@ def _handler(signum, frame) -> None:
             pass
     if hard:
         _die(signum)
-    if _state["defer"]:
+    if _state["defer"] or (_state["once"] and len(_got) > 1):
         _state["pending"] = True
         return
     raise KeyboardInterrupt
 
 
 @contextmanager
-def _installed(listener: Callable | None):
+def _installed(listener: Callable | None, once: bool = False):
     if not _main_thread():  # (signal handlers can only be set in the main thread)
         yield
         return
+    was_once = _state["once"]
+    _state["once"] = was_once or once
     previous = {}
     for s in SIGNALS:
         try:
@@ -124,14 +126,16 @@ def _installed(listener: Callable | None):
                 signal.signal(s, h if h is not None else signal.SIG_DFL)
             except (ValueError, OSError):
                 pass
+        _state["once"] = was_once
 
 
 @contextmanager
-def graceful(listener: Callable | None = None):
+def graceful(listener: Callable | None = None, once: bool = False):
     """SIGINT, SIGTERM and SIGHUP raise ``KeyboardInterrupt`` (the first time; a second SIGTERM/SIGHUP is a
     hard stop); ``listener(signum, hard)`` is told of each first (e.g. to set a flag that outlives an
-    engine swallowing the ``KeyboardInterrupt``)."""
-    with _installed(listener):
+    engine swallowing the ``KeyboardInterrupt``).  ``once``: a SIGINT after the first signal is only
+    recorded (a campaign worker gets the terminal's Ctrl-C and its controller's word: one interruption)."""
+    with _installed(listener, once):
         yield
 
 

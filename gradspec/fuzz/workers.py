@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import socket
 import sys
 import tempfile
@@ -41,7 +42,8 @@ from typing import Callable
 from .._private import interrupts
 from .._private.memory import freeze_heap
 from .._private.records import discrepancy_id
-from .._private.safefs import private_dir
+from .._private.records import atomic_write
+from .._private.safefs import gradspec_dir, private_dir, read_regular
 from ..case import Case
 from ..causes import Cause, process_died
 from ..check import Discrepancy, Verdict
@@ -168,7 +170,22 @@ def run_chunk(item, campaign: dict, chunk: dict) -> None:
         findings.append({"case": d.case.to_json(indent=None) if d.case is not None else None,
                          "discrepancy": d.to_json(), "info": info})
 
-    if cfg.seconds is not None and cfg.seconds <= 0:
+    _register_worker(cfg.run_id)
+    # One signal stops this worker's chunks (the terminal's Ctrl-C and the controller's word both come): a
+    # second SIGINT must not cut the chunk's results on their way out (interrupts.graceful once=True).
+    with interrupts.graceful(once=True):
+        stats = _chunk_stats(cfg, chunk, on_found)
+        with interrupts.deferred(raise_after=False):
+            _send_chunk(item, cfg, chunk, stats, findings)
+
+
+def _chunk_stats(cfg: Config, chunk: dict, on_found: Callable) -> Stats:
+    if interrupts.received() is not None:
+        # Interrupted in an earlier chunk: this one does not start (the controller counts it as not run).
+        stats = Stats(shards=1)
+        stats.interrupted, stats.stop_reason = True, "interrupted"
+        stats.errors.append(f"chunk {chunk['chunk']} did not start: its worker was interrupted")
+    elif cfg.seconds is not None and cfg.seconds <= 0:
         stats = Stats(shards=1)
         stats.stop_reason = "time"
     else:
@@ -180,16 +197,82 @@ def run_chunk(item, campaign: dict, chunk: dict) -> None:
         known.setdefault("found", {}).update(stats.found)
         stats.found = {rid: rec for rid, rec in stats.found.items() if rid not in known.get("sent", set())}
         known.setdefault("sent", set()).update(stats.found)
+    return stats
+
+
+def _send_chunk(item, cfg: Config, chunk: dict, stats: Stats, findings: list) -> None:
     for rec in stats.found.values():
         rec.pop("case", None)
-    # Taken (and forgotten) only now, as the report that carries them leaves: a chunk stopped mid-way by an
-    # interruption never reports, and a dead sibling's in-flight case it had taken at its start was lost with it
-    # (the controller reads what is left on this machine).
-    crashes = _crash_records(cfg)
-    item.user_properties.append((PROPERTY, json.dumps({
+    # Taken (and forgotten) only now, as the report that carries them leaves: a dead sibling's in-flight case
+    # it had taken at its start is not lost with a chunk that never reports (the controller reads what is left
+    # on this machine).
+    interrupted = interrupts.received() is not None
+    crashes = [] if interrupted else _crash_records(cfg)  # (an interrupted controller reads them itself)
+    text = json.dumps({
         "chunk": chunk["chunk"], "pid": os.getpid(), "host": socket.gethostname(),
         "worker": os.environ.get("PYTEST_XDIST_WORKER", ""), "stats": stats.to_json(),
-        "findings": findings, "crashes": crashes}, default=str)))
+        "findings": findings, "crashes": crashes}, default=str)
+    if interrupted:
+        # An interrupted controller no longer reads the xdist channel (chaos H3: the cases and the finding of
+        # every chunk in flight were lost): the chunk's results also go to a file it reads afterwards.
+        try:
+            folder = gradspec_dir(worker_local_root(cfg.run_id), STATE, _FLUSHED)
+            atomic_write(os.path.join(folder, f"chunk-{chunk['chunk']}-{os.getpid()}.json"), text)
+        except OSError:
+            pass  # (the channel may still carry it)
+    item.user_properties.append((PROPERTY, text))
+
+
+_FLUSHED = "chunks"  # worker-local folder of the results of interrupted chunks
+_WORKERS = "workers"  # worker-local folder: a file per worker process (its pid), for the controller's signal
+
+
+def _register_worker(run_id: str) -> None:
+    if _FOUND_HERE.get(("pid", run_id)) == os.getpid():
+        return
+    try:
+        folder = gradspec_dir(worker_local_root(run_id), STATE, _WORKERS)
+        atomic_write(os.path.join(folder, str(os.getpid())), socket.gethostname())
+        _FOUND_HERE[("pid", run_id)] = os.getpid()
+    except OSError:
+        pass
+
+
+def _signal_workers(root: str) -> list:
+    """Ctrl-C or SIGTERM of the controller alone: the workers on this machine are told as if the terminal had
+    told them (SIGINT), so each stops and hands in what its chunk has; their pids."""
+    told = []
+    try:
+        names = os.listdir(os.path.join(root, STATE, _WORKERS))
+    except OSError:
+        return told
+    for name in names:
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        try:
+            os.kill(int(name), signal.SIGINT)
+            told.append(int(name))
+        except OSError:
+            pass  # gone already
+    return told
+
+
+def _flushed_chunks(root: str, done: set) -> list[dict]:
+    """The results interrupted chunks wrote on this machine, for chunks whose report never came."""
+    out = []
+    folder = os.path.join(root, STATE, _FLUSHED)
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError:
+        return out
+    for name in names:
+        try:
+            d = json.loads(read_regular(os.path.join(folder, name), 1 << 28))
+        except (OSError, ValueError):
+            continue
+        if f"gradspec-campaign::chunk-{d.get('chunk')}" not in done:
+            out.append(d)
+    return out
 
 
 def worker_sessionfinish(session) -> None:
@@ -253,6 +336,9 @@ class _Controller:
             dead = _records_in(self.root)
             self.dead_at_interrupt = {r["pid"] for r in dead}
             self.crashes += [{**r, "before_interrupt": True} for r in dead]
+            # A signal to the controller alone: xdist would let every worker run its chunk to its end (7-30 s)
+            # and drop what it sends afterwards; told, each stops now and leaves its results in a file (H3).
+            _signal_workers(self.root)
 
     def pytest_testnodedown(self, node, error):
         if error:
@@ -379,6 +465,7 @@ def run_distributed(cfg: Config, progress: Callable | None = None, on_found: Cal
         oracles = resolve(cfg)[0]
     merged = Stats(shards=max(1, cfg.workers))
     written: set = set()
+    cut: list = []  # chunks an interruption stopped in their worker
 
     def emit(d, verdict, info):
         rid = discrepancy_id(d.signature)
@@ -398,6 +485,9 @@ def run_distributed(cfg: Config, progress: Callable | None = None, on_found: Cal
 
     def on_chunk(d):
         st = Stats.from_json(d["stats"])
+        if st.interrupted:  # (whether the run was interrupted is the controller's to say: below)
+            cut.append({"chunk": d["chunk"], "pid": d.get("pid")})
+            st.interrupted = False
         found, st.found = st.found, {}
         merged.merge(st)
         merged.processes = [p for p in merged.processes if p.get("shard") != d["chunk"]]
@@ -427,6 +517,11 @@ def run_distributed(cfg: Config, progress: Callable | None = None, on_found: Cal
         dead |= ctl2.dead_at_interrupt
         failures += ctl2.failures
         lost = [{**c, "why": c["why"] + "; lost again on the retry"} for c in ctl2.lost]
+    if interrupted:
+        with interrupts.deferred(raise_after=False):  # (a second Ctrl-C does not cut this short)
+            for d in _flushed_chunks(ctl.root, ctl.done):
+                ctl.done.add(f"gradspec-campaign::chunk-{d['chunk']}")
+                on_chunk(d)
     # Workers on this machine whose crash no replacement picked up (xdist starts none when nothing is
     # pending): their in-flight cases are in the worker-local folder here.
     crashes += _crash_records(cfg)
@@ -447,6 +542,13 @@ def run_distributed(cfg: Config, progress: Callable | None = None, on_found: Cal
         emit(d, verdict, {"note": "the worker process died on this case", "shard": None})
         merged.crashed.append({"pid": rec["pid"], "report": discrepancy_id_of(d)})
     merged.interrupted |= interrupted
+    if not interrupted:
+        # A worker alone was interrupted (a signal sent to its pid): the run was not, but that worker's share of
+        # the budget did not all run -- not a clean bill of health, and no "interrupted" run either (chaos L7).
+        plan = {c["chunk"]: c for c in chunks}
+        for c in cut:
+            lost.append({**plan.get(c["chunk"], {"chunk": c["chunk"], "budget": 0, "seconds": None}),
+                         "why": f"its worker (pid {c['pid']}) was interrupted by a signal sent to it alone"})
     merged.lost = [{"chunk": c["chunk"], "cases": c["budget"] if c["seconds"] is None else None,
                     "seconds": c["seconds"], "why": c["why"]} for c in lost]
     for c in merged.lost:
