@@ -174,8 +174,14 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     where = config._gradspec_report_dir
     from ._private.inert import printable
 
-    terminalreporter.write_sep("-", f"gradspec: {len(mine)} gradient discrepancy report(s)")
-    for r in mine:  # records read back from the report dir: printed inert, as gradspec fuzz's summary
-        terminalreporter.write_line(printable(f"{os.path.join(where, r['id'], 'index.html')}  {r.get('kind')} "
-                                              f"({' vs '.join(map(str, r.get('oracles') or []))}) {r.get('test') or ''}"))
+    # an inconclusive run (nothing ran, nothing compared) has a report but is no discrepancy (tryout7 #13f)
+    found = [r for r in mine if r.get("kind") != "inconclusive"]
+    unsure = [r for r in mine if r.get("kind") == "inconclusive"]
+    head = [f"{len(found)} gradient discrepancy report(s)"] if found else []
+    head += [f"{len(unsure)} inconclusive run(s)"] if unsure else []
+    terminalreporter.write_sep("-", f"gradspec: {', '.join(head)}")
+    for r in found + unsure:  # records read back from the report dir: printed inert, as gradspec fuzz's summary
+        what = (f"inconclusive: {str(r.get('message') or '')[:200]}" if r in unsure
+                else f"{r.get('kind')} ({' vs '.join(map(str, r.get('oracles') or []))})")
+        terminalreporter.write_line(printable(f"{os.path.join(where, r['id'], 'index.html')}  {what} {r.get('test') or ''}"))
     terminalreporter.write_line(f"index: {os.path.join(where, 'index.html')}")

@@ -171,8 +171,10 @@ class Result:
             return "inconclusive", self.cut
         if status == "inconclusive" and self.cut:  # the cut first: it is why (tryout5 #10: "no pair ... compared")
             return status, f"{self.cut}; {reason}"
-        if status != "disagree" and self.stopped:  # the rest of the budget never ran (tryout7 #6: OK with 12 of 40)
-            return "inconclusive", self.stopped if status == "agree" else f"{self.stopped}; {reason}"
+        if status == "agree" and self.stopped:  # the rest of the budget never ran (tryout7 #6: OK with 12 of 40)
+            return "inconclusive", self.stopped
+        if status == "inconclusive" and self.stopped and not self.unran:  # (the code's own error first: it is why)
+            return status, f"{reason}; {self.stopped}"
         if status == "agree" and self.unran_precision():
             return "inconclusive", self.unran_precision()
         unrun = [f"{k} ({v[len('skipped: '):]})" for k, v in self.checks.items() if isinstance(v, str)

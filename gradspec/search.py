@@ -487,9 +487,10 @@ class _Runner:
             f.discrepancy.cases_showing = f.cases
         for e in drv.errors:
             R.note(e)
-        if drv.stop_reason == "error" and drv.errors:  # no OK from the cases before it (tryout7 #6)
-            left = "" if drv._spent() else "; the rest of the budget never ran"
-            R.stopped = f"{drv.errors[-1]} (the search stopped there, after {drv.cases} case{'s' * (drv.cases != 1)}{left})"
+        if drv.stop_reason == "error" and drv.errors and not drv._spent():  # no OK from the cases before it
+            # (tryout7 #6; a round stopped once the budget was spent lost nothing: the cut rules judge that case)
+            R.stopped = (f"{drv.errors[-1]} (the search stopped there, after {drv.cases} case{'s' * (drv.cases != 1)}; "
+                         "the rest of the budget never ran)")
         if drv.stop_reason == "hang":
             R.note("the search stopped at the first case that hung (a timeout finding): every later case that hangs "
                    "would cost the per-case timeout again; fix the hang and run again")

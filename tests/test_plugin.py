@@ -400,3 +400,35 @@ def test_an_inner_session_leaves_the_outer_sessions_profile_loaded(pytester):
     res = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--gradspec-profile", "dev")
     res.assert_outcomes(passed=1)
     assert settings.get_current_profile_name() == before
+
+
+def test_an_inconclusive_run_is_not_listed_as_a_discrepancy(pytester, restore_hypothesis_profile, clean_env):
+    # tryout7 #13f: "gradspec: 3 gradient discrepancy report(s)" listed a run where nothing ran as "inconclusive ()"
+    pytester.makepyfile(test_user=USER_TESTS + '''
+
+import torch
+
+
+class F64Only(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        if x.dtype != torch.float64:
+            raise TypeError("float64 only")
+        return torch.sin(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        raise AssertionError("never reached: the forward refuses float32, the only precision asked for")
+
+
+def test_nothing_ran():
+    gs.assert_torch_function(F64Only.apply, arity=1, max_examples=3, seed=1, dtypes=("float32",))
+''')
+    rep = pytester.path / "rep"
+    result = pytester.runpytest("--gradspec-profile", "ci", f"--gradspec-report-dir={rep}", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, failed=3)
+    out = result.stdout.str()
+    assert "gradspec: 2 gradient discrepancy report(s), 1 inconclusive run(s)" in out, out[-2000:]
+    assert "inconclusive ()" not in out
+    result.stdout.fnmatch_lines(["*rep/d-*/index.html  inconclusive: *TypeError: float64 only* "
+                                 "test_user.py::test_nothing_ran"])
