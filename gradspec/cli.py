@@ -3,7 +3,7 @@
 Exit codes: 0 no discrepancy, 1 discrepancies found (each written as a report), 2 usage error
 (bad arguments, an engine or case that cannot be loaded, a report dir that cannot be written),
 3 inconclusive (no case ran, or no pair of oracles was compared; the reason is printed),
-130 interrupted (Ctrl-C) before any discrepancy was found.
+130 interrupted (Ctrl-C) before any discrepancy was found (SIGTERM / SIGHUP: 143 / 129, the same way).
 
 Examples::
 
@@ -764,6 +764,7 @@ def _print_summary(cfg, s: dict, index: str | None, ops: list[str]) -> None:
         for r in s["reports"][:10]:
             where = f"culprit {r['culprit']}" if r.get("culprit") else f"ops {', '.join(r['ops'])}"
             seen = f" ({r['cases']} cases)" if r.get("cases", 1) > 1 else ""
+            seen += " (shrinking interrupted: not shrunk)" if str(r.get("note", "")).startswith("shrinking interr") else ""
             print(f"    {r['id']}  {r['kind']:<16} {' vs '.join(r['oracles']):<36} {where}{seen}", file=out)
             print(f"      {caseio.replay_command(os.path.join(cfg.report_dir, r['id'], 'case.json'), s['engine'])}",
                   file=out)

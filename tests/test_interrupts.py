@@ -66,7 +66,8 @@ def test_a_finding_being_shrunk_is_kept_unshrunk(tmp_path, sig):
     assert {"case.json", "repro.py", "index.html"} <= {p.name for p in folder.iterdir()}
     rec = json.loads((folder / "discrepancy.json").read_text())
     assert rec["note"].startswith("shrinking interrupted"), rec["note"]
-    assert "what ran agreed" not in run.stdout and folder.name in run.stdout
+    assert "what ran agreed" not in run.stdout and f"{folder.name}  " in run.stdout
+    assert "(shrinking interrupted: not shrunk)" in run.stdout
     assert (tmp_path / "j.xml").exists()
 
 
