@@ -184,7 +184,6 @@ def _chunk_stats(cfg: Config, chunk: dict, on_found: Callable) -> Stats:
         # Interrupted in an earlier chunk: this one does not start (the controller counts it as not run).
         stats = Stats(shards=1)
         stats.interrupted, stats.stop_reason = True, "interrupted"
-        stats.errors.append(f"chunk {chunk['chunk']} did not start: its worker was interrupted")
     elif cfg.seconds is not None and cfg.seconds <= 0:
         stats = Stats(shards=1)
         stats.stop_reason = "time"
