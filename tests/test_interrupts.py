@@ -222,3 +222,19 @@ def test_a_signal_to_one_worker_alone_is_no_interrupted_run(tmp_path):
     s = _summary(out)
     assert s["interrupted"] is False and s["status"] == "inconclusive" and s["lost"], s
     assert any("signal sent to it alone" in e for e in s["errors"]), s["errors"]
+
+
+@pytest.mark.parametrize("lost, said", [
+    pytest.param({"chunk": 3, "cases": 25, "seconds": None}, "25 cases", id="cases-budget"),
+    pytest.param({"chunk": 3, "cases": None, "seconds": 7.5}, "7.5 s", id="seconds-budget"),
+])
+def test_a_lost_chunk_of_either_budget_is_said(lost, said):
+    """A --seconds chunk lost (its worker interrupted alone, or dead) has no case count: the summary said
+    'internal error: TypeError' (chaos repro 06 with KSIG=INT) instead of what was lost."""
+    from gradspec import fuzz
+
+    stats = fuzz.Stats(shards=2)
+    stats.cases, stats.lost = 10, [{**lost, "why": "its worker was interrupted by a signal sent to it alone"}]
+    stats.pair_counts["reference vs jacobian"] = stats.pair_agree["reference vs jacobian"] = 10  # (all agreed)
+    s = fuzz.summary_json(fuzz.Config(max_examples=10), stats)
+    assert s["status"] == "inconclusive" and said in s["reason"], s["reason"]

@@ -272,8 +272,10 @@ def summary_json(cfg: Config, stats: Stats, previous: list | None = None, ops: l
     if unfit:  # a user op whose output changes between calls: what the other cases agreed on is no clean bill
         status, reason = "inconclusive", unfit
     if stats.lost and status == "agree":  # a dead worker's share never ran: no clean bill of health
-        status, reason = "inconclusive", (f"part of the budget never ran ({sum(x.get('cases', 0) for x in stats.lost)} "
-                                          "cases lost with a worker that died)")
+        n, secs = sum(x.get("cases") or 0 for x in stats.lost), sum(x.get("seconds") or 0 for x in stats.lost)
+        what = " and ".join(([f"{n} cases"] if n else []) + ([f"{secs:.1f} s"] if secs else [])) or "a part"
+        status, reason = "inconclusive", (f"part of the budget never ran ({what} lost with a worker that died or "
+                                          "was interrupted alone: see the problems listed)")
     if stats.stopped and status == "agree":  # the search stopped on an error: no OK from the cases before it
         status, reason = "inconclusive", (f"{stats.stopped[0]} (the search stopped there, after {stats.cases} "
                                           f"case{'' if stats.cases == 1 else 's'}; the rest of the budget never ran)")
