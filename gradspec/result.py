@@ -155,7 +155,8 @@ class Result:
     not_a_function: str = ""  # why the code under test is not a function of its inputs (_private.determinism)
     interrupted: str = ""  # a KeyboardInterrupt (Ctrl-C) stopped the run: what it found so far is all there is
     stopped: str = ""  # the search stopped on an error (a Hypothesis round raised): the rest of the budget never ran
-    # cases per precision ("float64" / "float32" / "mixed" -> [cases, judged, cases whose forward raised, first error]):
+    # cases per precision ("float64" / "float32" / "mixed" -> [cases, judged, cases whose forward raised, first error,
+    # cases whose forward overflowed where float64's is finite, the first]):
     # a precision whose forward raised on every case was never checked (tryout7 #5: "OK" with the float32 half unrun)
     precisions: dict = dataclasses.field(default_factory=dict)
 
@@ -186,14 +187,19 @@ class Result:
         return status, reason
 
     def unran_precision(self) -> str:
-        """Why a precision was never checked, or "": the forward raised on every case drawn in it (a float64-only
-        solver refusing float32) while the other precision agreed."""
-        for dtype, (cases, judged, raised, error) in self.precisions.items():
-            if cases and not judged and raised == cases and len(self.precisions) > 1:
-                fix = ("if fn is meant for float64 only, pass dtypes=('float64',)" if dtype == "float32" and self.what
-                       in ("torch function", "module") else f"fix the forward for {dtype} inputs")
-                return (f"{dtype} was never checked: the forward raised on every {dtype} case ({cases} of "
-                        f"{self.cases_run} cases; {error}) and only the other cases were judged: {fix}")
+        """Why a precision was never checked, or "": the forward raised (a float64-only solver refusing float32) or
+        overflowed (naive log-sum-exp in float32) on every case drawn in it while the other precision agreed."""
+        for dtype, (cases, judged, raised, error, over, first, *_rest) in self.precisions.items():
+            if not cases or judged or raised + over < cases or len(self.precisions) < 2:
+                continue
+            fix = ("if fn is meant for float64 only, pass dtypes=('float64',)" if dtype == "float32" and self.what
+                   in ("torch function", "module") else "")
+            what = (f"raised on every {dtype} case ({cases} of {self.cases_run} cases; {error})" if raised == cases else
+                    f"was not finite where the float64 forward is (an overflow) on every {dtype} case ({cases} of "
+                    f"{self.cases_run} cases; first: {first})" if over == cases else
+                    f"raised or overflowed on every {dtype} case ({cases} of {self.cases_run}; {error or first})")
+            return (f"{dtype} was never checked: the forward {what} and only the other cases were judged: "
+                    + (f"{fix}, or fix the forward" if fix else f"fix the forward for {dtype} inputs"))
         return ""
 
     def thinly_judged(self) -> str:
@@ -257,6 +263,10 @@ class Result:
         if self.judged is not None and 2 * self._judged() < self.cases_run and status != "disagree":
             lines.append(f"  only {self._judged()} of {self.cases_run} cases were judged ({self._unjudged_text()}): "
                          "raise max_examples (or seconds), or draw inputs away from the non-differentiable points (domain=)")
+        for dtype, (cases, _judged, _raised, _error, over, first, *_rest) in self.precisions.items():
+            if over:
+                lines.append(f"  the {dtype} forward was not finite where the float64 forward is (an overflow) on {over} "
+                             f"of {cases} {dtype} cases, not judged there; first: {first}")
         if self.accuracy:
             lines.append(f"  claimed accuracy: rtol={self.accuracy['rtol']:g}, atol={self.accuracy['atol']:g}")
         if self.time_to_first is not None:

@@ -107,3 +107,18 @@ def test_a_case_cut_by_the_budget(durations, inconclusive):
     assert bool(r.cut) == inconclusive, (r.cut, r.notes)
     if not inconclusive:
         assert any("started late" in n for n in r.notes), r.notes
+
+
+def test_a_float32_overflow_is_said_in_the_summary():
+    """#13a: the float32 forward overflowed to inf on some cases (not judged there): the summary says so above the
+    notes, and the note no longer reads "(the output's largest value 0)"."""
+    import torch
+
+    r = gs.verify_torch_function(T.lse_naive, example_inputs=(torch.full((3, 4), 90.0, dtype=torch.float64),),
+                                 domain=gs.domains.interval(80.0, 100.0), max_examples=40, seed=15)
+    head = r.summary().split("notes:")[0]
+    assert "float32" in head and "not finite" in head and "overflow" in head, r.summary()
+    # every float32 case drawn there overflowed: float32 was never checked, so no "OK"
+    assert r.status == "inconclusive" and "float32 was never checked" in r.reason, r.summary()
+    assert not any("largest value 0)" in n for n in r.notes), r.notes
+    assert sum(n.startswith("float32 forward vs float64 forward") for n in r.notes) <= 1, r.notes

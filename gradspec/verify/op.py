@@ -455,13 +455,17 @@ _RAISED = "the forward raised on this case ("
 
 def _note_precision(result: Result, case, judged: bool, verdicts) -> None:
     """Cases, judged cases and cases whose forward raised, per precision (Result.unran_precision)."""
-    entry = result.precisions.setdefault(_precision(case), [0, 0, 0, ""])
+    entry = result.precisions.setdefault(_precision(case), [0, 0, 0, "", 0, ""])
     entry[0] += 1
     entry[1] += judged
     why = next((w for v in verdicts for w in v.excused.values() if w.startswith(_RAISED)), "")
     if why:
         entry[2] += 1
         entry[3] = entry[3] or why[len(_RAISED):].partition("): no gradient")[0]
+    over = next((str(n) for v in verdicts for n in v.notes if _outcome.OVERFLOW32 in str(n)), "")
+    if over:  # the forward overflowed in this precision (Result.summary says it above the notes)
+        entry[4] += 1
+        entry[5] = entry[5] or over[len(_outcome.FORWARD32):].split(f" ({_outcome.OVERFLOW32})")[0]
 
 
 def _budget_text(max_examples, seconds) -> str:
