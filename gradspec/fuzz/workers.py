@@ -171,8 +171,16 @@ def run_chunk(item, campaign: dict, chunk: dict) -> None:
                          "discrepancy": d.to_json(), "info": info})
 
     _register_worker(cfg.run_id)
-    # One signal stops this worker's chunks (the terminal's Ctrl-C and the controller's word both come): a
-    # second SIGINT must not cut the chunk's results on their way out (interrupts.graceful once=True).
+    if interrupts.received() is not None and not os.path.exists(_stopped_mark(cfg.run_id)):
+        # A signal this worker got alone (kill -INT of its pid) cut the chunk it was on (sent back: lost), not the
+        # run.  The process is not reused: the signal may have cut an import half-way (a torch import cut so
+        # made every later case of the worker a check-error).  It ends here, before this chunk: xdist's
+        # replacement worker and the controller's retry run it, as for a worker that died.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(interrupts.exit_code())
+    # One signal stops this chunk (the terminal's Ctrl-C and the controller's word both come): a second
+    # SIGINT must not cut the chunk's results on their way out (interrupts.graceful once=True).
     with interrupts.graceful(once=True):
         stats = _chunk_stats(cfg, chunk, on_found)
         with interrupts.deferred(raise_after=False):
@@ -181,7 +189,7 @@ def run_chunk(item, campaign: dict, chunk: dict) -> None:
 
 def _chunk_stats(cfg: Config, chunk: dict, on_found: Callable) -> Stats:
     if interrupts.received() is not None:
-        # Interrupted in an earlier chunk: this one does not start (the controller counts it as not run).
+        # The run was interrupted (the controller said so): this chunk does not start.
         stats = Stats(shards=1)
         stats.interrupted, stats.stop_reason = True, "interrupted"
     elif cfg.seconds is not None and cfg.seconds <= 0:
@@ -226,6 +234,11 @@ _FLUSHED = "chunks"  # worker-local folder of the results of interrupted chunks
 _WORKERS = "workers"  # worker-local folder: a file per worker process (its pid), for the controller's signal
 
 
+def _stopped_mark(run_id: str) -> str:
+    """The file an interrupted controller makes on this machine before it tells the workers."""
+    return os.path.join(worker_local_root(run_id), STATE, _WORKERS, "interrupted")
+
+
 def _register_worker(run_id: str) -> None:
     if _FOUND_HERE.get(("pid", run_id)) == os.getpid():
         return
@@ -242,7 +255,9 @@ def _signal_workers(root: str) -> list:
     told them (SIGINT), so each stops and hands in what its chunk has; their pids."""
     told = []
     try:
-        names = os.listdir(os.path.join(root, STATE, _WORKERS))
+        folder = gradspec_dir(root, STATE, _WORKERS)
+        atomic_write(os.path.join(folder, "interrupted"), "")  # (first: a chunk starting now does not run)
+        names = os.listdir(folder)
     except OSError:
         return told
     for name in names:
