@@ -5,7 +5,8 @@ harness, chaos_int.py / chaos_cli_int_on_write.py, kept as fixtures).
 process the first time its VJP runs while gradspec's search Driver is in mode ``$GS_TEST_MODE`` (default ``shrink``:
 Ctrl-C while a found discrepancy is being shrunk; ``generate`` with ``$GS_TEST_SKIP=N``: after N cases).
 ``$GS_TEST_ONCE`` (a path): only the first process of the run to get there signals; ``$GS_TEST_MARK``: each
-shrink call appends the pid to that file, then sleeps ``$GS_TEST_SLOW`` s.  ``good`` is a correct op that does the same in ``generate`` mode.  ``sleepy`` sleeps ``$GS_TEST_SLEEP`` s in its
+shrink call appends the pid to that file, then sleeps ``$GS_TEST_SLOW`` s.  ``good`` is a correct op that does the same in ``generate`` mode.  ``swallow`` is correct but swallows the KeyboardInterrupt of the call the signal cuts and returns 0 from it.
+``sleepy`` sleeps ``$GS_TEST_SLEEP`` s in its
 forward (a case whose replay hangs), after it appends its pid to ``$GS_TEST_MARK``.  ``engine`` (an --engine factory: the reference engine) signals on its
 ``$GS_TEST_ENGINE_CALL``-th construction (the campaign's own set-up, after the run's header and "running" summary).
 """
@@ -73,6 +74,15 @@ def _good_vjp(g, x, out):
     return (2 * g,)
 
 
+def _swallowing_vjp(g, x, out):
+    """Correct, except the call a signal cuts: it swallows the KeyboardInterrupt and returns what it had (0)."""
+    try:
+        _maybe_signal("generate")
+    except KeyboardInterrupt:
+        return (0 * g,)
+    return (2 * g,)
+
+
 def _sleepy_forward(x):
     if os.environ.get("GS_TEST_MARK"):  # (a test waits for this before it signals)
         with open(os.environ["GS_TEST_MARK"], "a") as fh:
@@ -83,6 +93,7 @@ def _sleepy_forward(x):
 
 int_bad = gs.Op("int_bad", forward=lambda x: 2 * x, vjp=_bad_vjp)
 good = gs.Op("int_good", forward=lambda x: 2 * x, vjp=_good_vjp)
+swallow = gs.Op("int_swallow", forward=lambda x: 2 * x, vjp=_swallowing_vjp)
 sleepy = gs.Op("int_sleepy", forward=_sleepy_forward, vjp=lambda g, x, out: (2 * g,))
 
 

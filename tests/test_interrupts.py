@@ -99,6 +99,18 @@ def test_a_signal_mid_campaign_writes_everything(tmp_path, sig, code):
     assert "did not finish" not in again.stderr  # the interrupted run finished its bookkeeping
 
 
+def test_a_case_cut_by_the_signal_is_no_finding(tmp_path):
+    """Code under test that swallows the KeyboardInterrupt returns what it had when the signal cut it: that
+    case's verdict is not trusted (never cry wolf); the run is interrupted with nothing found."""
+    out = tmp_path / "r"
+    # (40 cases: one value set per graph, so no prefetch: the signal cuts the check itself)
+    run = _run(["fuzz", "--ops", f"{OPS}:swallow", "--oracles", ORACLES, "--max-examples", 40, "--seed", 1,
+                "--report-dir", out], tmp_path, GS_TEST_SKIP=5)
+    assert run.returncode == 130, run.stdout + run.stderr
+    s = _summary(out)
+    assert s["interrupted"] is True and s["discrepancies"] == 0 and not _folders(out), s
+
+
 def test_a_signal_while_a_report_is_written_keeps_the_folder(tmp_path):
     """M2: Ctrl-C right after a finding's repro.py was staged: the folder the summary lists exists, whole."""
     out = tmp_path / "r"

@@ -277,6 +277,10 @@ class _Campaign:
             warm_up(case, self.oracles, cap=min(120.0, max(5.0, 10 * self.cfg.case_timeout)), isolate=self.cfg.isolate)
         verdict = guarded_check(case, self.oracles, self.cfg.case_timeout, under_test=self.cfg.engine,
                                 isolate=self.cfg.isolate)
+        if self.interrupt_requested:
+            # A signal came while this case was checked and something swallowed its KeyboardInterrupt (an engine's
+            # except, an oracle's guard): what it computed may be cut short, so it is no finding (never cry wolf).
+            raise KeyboardInterrupt
         self._inflight.end()  # only a case being checked is "in flight" (see report_crashes)
         if self._prefetch is not None:
             self._prefetch.release(case)
