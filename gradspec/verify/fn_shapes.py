@@ -474,9 +474,7 @@ def _build(spec: OpSpec, model, layout, multi, kind: str):
         params = draw(spec.param_strategy(tuple(shapes))) if spec.param_strategy is not None else {}
         rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
         doms = spec.domains_for(len(shapes))
-        spread = any(map(_wide, doms)) and draw(st.integers(0, 2)) == 2  # (shrinks to the tame values)
-        leaves = {f"x{i}": _spread_array(rng, s, d) if spread and _wide(d) else _values.tame_array(rng, s, [d])
-                  for i, (s, d) in enumerate(zip(shapes, doms, strict=True))}
+        leaves = _leaf_values(draw, shapes, doms)
         rg = {k: draw(st.integers(0, 3)) != 0 for k in leaves}
         if not any(rg.values()):
             rg[draw(st.sampled_from(sorted(leaves)))] = True
@@ -506,15 +504,14 @@ def _build(spec: OpSpec, model, layout, multi, kind: str):
             rg[min(leaves)] = True
         out = spec.out_shape(shapes, params)  # every root is fn of inputs of these shapes
         assume(out is not None)
-        try:
-            case = Case.build(leaves, nodes, roots, [np.ones(out)] * len(roots), requires_grad={k: rg[k] for k in leaves})
-            env = case.evaluate()
-        except Exception:  # noqa: BLE001 - fn refuses these values/params: not a case
-            assume(False)
-        outs = [np.asarray(env[r]) for r in roots]
-        if spread and not all(np.all(np.isfinite(o)) for o in outs):
-            _skipped(spec, leaves)  # values of the user's domain not checked: the run says so (nonfinite_note)
-        assume(all(np.all(np.isfinite(o)) for o in outs))
+        user_wide = any(map(_wide, doms))
+        case, outs = _evaluated(leaves, nodes, roots, out, rg, user_wide)
+        if case is None:  # the drawn values overflow fn (or it refuses them): repaired with tame ones, as verify_op's
+            if user_wide:
+                _skipped(spec, leaves)  # values of the user's domain not checked: the run says so (nonfinite_note)
+            leaves = {k: _values.tame_array(rng, v.shape, [doms[int(k[1:])]]) for k, v in leaves.items()}
+            case, outs = _evaluated(leaves, nodes, roots, out, rg, True)
+        assume(case is not None)
         case.seeds = [_seed(draw, rng, o, spec, shapes, params, multi) for o in outs]
         case.validate()
         case.meta["generator"] = f"gradspec.verify_torch_function ({kind}, learnt shapes)"
@@ -523,17 +520,44 @@ def _build(spec: OpSpec, model, layout, multi, kind: str):
     return build()
 
 
+def _leaf_values(draw, shapes, doms) -> dict:
+    """The leaves' values, drawn as ``verify_op`` draws them (``strategies._cases.draw_array``: one bytes choice
+    per leaf through ``values.Decoder``): simple values, moderate ones, log-uniform magnitudes 1e-3 to 1e3 (or
+    to the ends of an interval ``domain=``) and exact repeats, shrinking towards 1.0.  Before, these cases were
+    drawn with magnitudes 0.25 to 2 only, and a backward wrong only past |x| = 4 was never reached."""
+    from ..strategies._cases import draw_array
+
+    return {f"x{i}": draw_array(draw, tuple(s), (d,), "float64", 1e-3, _top(d))
+            for i, (s, d) in enumerate(zip(shapes, doms, strict=True))}
+
+
+def _top(d) -> float:
+    """The largest magnitude drawn for domain ``d``: 1e3 (as ``verify_op``), or an interval's farther end."""
+    if d is None:
+        return 1e3
+    return max([1e3] + [abs(e) for e in (d.lo, d.hi) if math.isfinite(e)])
+
+
+def _evaluated(leaves, nodes, roots, out, rg, big_ok: bool):
+    """``(case, outputs)`` at these values, or ``(None, None)`` where fn raises, is not finite, or (unless
+    ``big_ok``) exceeds ``strategies._cases``' bound on intermediate values (past it finite differences
+    mean nothing; a user's interval domain may ask for such values, and is then checked as asked)."""
+    from ..strategies._cases import _tame
+
+    try:
+        case = Case.build(leaves, nodes, roots, [np.ones(out)] * len(roots), requires_grad={k: rg[k] for k in leaves})
+        env = case.evaluate()
+    except Exception:  # noqa: BLE001 - fn refuses these values/params: not a case
+        return None, None
+    outs = [np.asarray(env[r]) for r in roots]
+    ok = all(np.all(np.isfinite(o)) for o in outs) if big_ok else all(_tame(o) for o in outs if o.size)
+    return (case, outs) if ok else (None, None)
+
+
 def _wide(d) -> bool:
     """An interval domain reaching past the tame magnitudes (0.25 to 2) the cases are otherwise drawn with: the
     user said which values fn is called with (interval(-1000, 1000)), and before only [-2, 2] of it was checked."""
     return d is not None and math.isfinite(d.lo) and math.isfinite(d.hi) and (d.hi > 2 or d.lo < -2)
-
-
-def _spread_array(rng, shape, d) -> np.ndarray:
-    """Values uniform over the whole of interval domain ``d`` (minus its margins)."""
-    top = max(1e3, abs(d.lo), abs(d.hi))
-    n = int(np.prod(shape, dtype=np.int64))
-    return _values.Allowed.of([d], 1e-3, top).sample(rng, n).reshape(shape)
 
 
 def _skipped(spec, leaves: dict) -> None:
@@ -552,7 +576,7 @@ def nonfinite_note(spec) -> str:
     n, (lo, hi) = getattr(spec, "_gs_spread_nonfinite", None) or (0, (0.0, 0.0))
     if not n:
         return ""
-    return (f"domain=: on {n} case(s) drawn over the whole interval the forward was not finite (inf or NaN; the "
+    return (f"domain=: on {n} case(s) drawn over the whole interval the forward was not finite (inf or NaN) or raised (the "
             f"first with inputs in [{lo:.4g}, {hi:.4g}]), so those values were not checked: a limit of the forward "
             "(an overflow, a value outside where it is defined), not a gradient bug; narrow domain= to where the "
             "forward is finite for every value of it to be checked")
@@ -564,9 +588,10 @@ def spread_note(domain) -> str:
     wide = sorted({d.describe() for d in doms if _wide(d)})
     if not wide:
         return ""
-    return (f"values: domain= {', '.join(wide)}: a third of the cases draw their values over the whole interval, "
-            "the others from its moderate part (magnitudes 0.25 to 2, where rounding and finite differences are "
-            "best behaved)")
+    return (f"values: domain= {', '.join(wide)}: drawn over the whole interval, as verify_op draws them (simple "
+            "values, uniform over its part within [-10, 10], log-uniform magnitudes, anything up to its ends, "
+            "exact repeats); where the forward is not finite on such values the case is redrawn from the "
+            "interval's moderate part (magnitudes 0.25 to 2 where it has one) and a note counts them")
 
 
 def _seed(draw, rng, out, spec, shapes, params, multi):
