@@ -80,3 +80,36 @@ def _deq_vjp(g, x, out):
 
 
 deq = gs.Op("t7r_np_deq", forward=_deq_fwd, vjp=_deq_vjp)
+
+
+# ---- findings 12 and 13g: soft-thresholding (kinks at |x| = 0.5), checked at chosen points -------------------------
+
+
+class SoftThreshold(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return torch.sign(x) * torch.clamp(x.abs() - 0.5, min=0)
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return g * (x.abs() > 0.5).to(g.dtype)
+
+
+class SoftThresholdBug(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return torch.sign(x) * torch.clamp(x.abs() - 0.5, min=0)
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return g * (x > 0.5).to(g.dtype)  # BUG: the x < -0.5 side gets no gradient
+
+
+# ---- finding 13d: an op without a jvp, whose J gs.explain estimates by finite-difference JVPs ------------------------
+
+smooth_nojvp = gs.Op("t7r_smooth_nojvp", forward=lambda x: np.sin(x) * x,
+                     vjp=lambda g, x, out: (g * (np.cos(x) * x + np.sin(x)),))

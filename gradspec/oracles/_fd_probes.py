@@ -293,9 +293,9 @@ def hidden_float32(case, parts, flat, probe) -> tuple[str, str]:
     every probe (tanh saturated: float32's quanta are 0.3 wide in x at x = 8) nothing local can show it, yet
     its rounding is still there.  What the probes below see is remembered only inside a ``verify_*`` run
     (``float32_line.learning``, reset when the run starts), not by a bare ``gs.check``: one mistaken sighting
-    would compare every later case at float32 precision.  Where the noise line saw
-    noise (``sigma``, FD_NOISE_SIGMAS x it above the rounding model) FD's float64 bound already holds that
-    noise, and nothing is probed: its floats stay.  Else the forward runs on
+    would compare every later case at float32 precision.  Noise the noise line saw
+    (``sigma``) raises the floor s's steps must exceed (FD's float64 bound holds that noise) but does not skip
+    the probe: small elements' float32 noise hides nothing of a large element's wider steps.  The forward runs on
     ``float32_line``'s probe lines (``float32_line.steps``: 16 points within 8-16 float32 cells of every
     input, the half line, a line inside one cell), and steps are looked for in s (above the rounding bound
     of one value that FD's error estimate assumes, max(ROUNDING_DEPTH eps (S0 + |s0|), the value floor):
@@ -315,8 +315,11 @@ def hidden_float32(case, parts, flat, probe) -> tuple[str, str]:
             if node.name in moved:
                 return node.op, seen
     s0, S0, vfloor, sigma = parts()  # (asked for only here: S and sigma are computed when first needed)
-    if _tol.FD_NOISE_SIGMAS * sigma > max(ROUNDING_DEPTH * EPS * (S0 + abs(s0)), vfloor):
-        return "", ""  # the noise line saw noise already: FD's float64 bound holds it (an ill-conditioned solve)
+    # Noise the noise line saw is in FD's float64 bound already, so s's steps must stand above it too.  It is no
+    # reason to skip the probe: float32 noise of small elements (1e-3, crossing many float32 cells on the noise
+    # line) says nothing of a large element's wider steps, which FD's float64 step turned into an error 18x its
+    # bound (tryout7 #3).  An ill-conditioned float64 solve's noise is left alone by steps()'s in-cell test.
+    s_floor = max(ROUNDING_DEPTH * EPS * (S0 + abs(s0)), vfloor, _tol.FD_NOISE_SIGMAS * sigma)
     s_env, args = probe
     parts_of: list = []  # (node, spec, first column, columns) of the user ops' outputs in the matrix
 
@@ -342,7 +345,7 @@ def hidden_float32(case, parts, flat, probe) -> tuple[str, str]:
     with np.errstate(all="ignore"):
         first = evaluate(_line.line_offsets)
         floor = np.empty(first.shape[1])
-        floor[0] = max(ROUNDING_DEPTH * EPS * (S0 + abs(s0)), vfloor)
+        floor[0] = s_floor
         for _, _, a, k in parts_of:
             v = first[:, a : a + k]  # (its size, and the inputs' float64 rounding |x f'| eps: the rise / 16 eps32)
             floor[a : a + k] = HIDDEN32_NAME_ULPS * EPS * (float(np.max(np.abs(v), initial=0.0))
