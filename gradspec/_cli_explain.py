@@ -59,8 +59,25 @@ def _explain_run(args, rest: list):
 
         with imports.allowing(list(args.allow_import)):
             return _explain_case_file(args.what, list(args.allow_import))
+    for mod in args.allow_import:  # the user's modules named on this command line: importing them registers their ops
+        _import_ops_module(mod)
     seed = None if args.seed is None else parse_array(args.seed, f"--seed {args.seed}")
     return explain(args.what, seed=seed, requires_grad={c: False for c in args.const}, **inputs)
+
+
+def _import_ops_module(mod: str) -> None:
+    """Import ``mod`` (or the module of ``mod:attr``) so that the gs.Op objects it defines are known to an
+    expression: before, `gradspec explain "t7_lse(x)" --allow-import np_ops` said "unknown op" (tryout7 #13e)."""
+    import importlib
+
+    from .explain import ExplainError
+
+    name = mod.partition(":")[0]
+    try:
+        importlib.import_module(name)
+    except ImportError as e:
+        raise ExplainError(f"--allow-import {mod}: cannot import module {name!r}: {e}. Run from the folder that holds "
+                           "it, or put it on PYTHONPATH") from None
 
 
 def _explain_case_file(path: str, allow: list):

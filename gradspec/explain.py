@@ -106,7 +106,7 @@ class Explanation:
                          "its error estimate per element, as gs.check compares it:)")
             for l in c.grad_leaves():
                 if self.error and self.error.get(l.name) is not None:
-                    lines.append(f"  {l.name}.grad error estimate = {_arr(self.error[l.name])}")
+                    lines.append(f"  {l.name}.grad error estimate = {_err_arr(self.error[l.name])}")
         lines += self._code_lines()
         lines.append("each element's contributions (J[k, i]·seed[k], summed over the output elements k):")
         shown = 0
@@ -444,6 +444,13 @@ def _arr(a) -> str:
     a = np.asarray(a)
     with np.printoptions(precision=6, threshold=60, edgeitems=4, suppress=True):
         return " ".join(np.array2string(a, separator=", ", max_line_width=10**6).split()) if a.ndim else _n(float(a))
+
+
+def _err_arr(a) -> str:
+    """Error estimates, 3 significant digits each: ``_arr``'s fixed 6 decimals print 4e-12 as "0." (tryout7 #13d)."""
+    a = np.asarray(a, dtype=np.float64)
+    with np.printoptions(threshold=60, edgeitems=4, formatter={"float_kind": lambda v: f"{v:.3g}"}):
+        return " ".join(np.array2string(a, separator=", ", max_line_width=10**6).split()) if a.ndim else f"{float(a):.3g}"
 
 
 def _n(v) -> str:

@@ -63,6 +63,20 @@ def _tiny_relative(rel: float) -> str:
             "code is iterative, declare its accuracy (rtol=...)")
 
 
+def _iterated(rel: float) -> str:
+    """The words for a small relative error of user code that may iterate (tryout7 #9, #10): a forward or backward
+    stopped at a tolerance (a solver, a fixed point) leaves errors of that size, which a formula's factor cannot
+    be told from at one point.  A forward stopped at an absolute tolerance has the slope of its truncated
+    iteration, most visibly where its output is near 0.  ``rtol=`` suggested: the 1-2-5 value above 2 ``rel``."""
+    e = int(np.floor(np.log10(2 * rel)))
+    rtol = next(m * 10.0**k for k in (e, e + 1) for m in (1, 2, 5) if m * 10.0**k >= 2 * rel)
+    return (f", or the tolerance of an iteration: a forward that stops at a tolerance (a solver, a fixed point) has "
+            "the slope of its truncated iteration, not of the exact solution your vjp differentiates (most visibly "
+            "where its output is near 0 and the tolerance is absolute), and an iterative vjp stops short likewise; "
+            f"if the code iterates, declare the accuracy it reaches (rtol={rtol:.0e}) or tighten the forward's "
+            "tolerance (relative, not absolute)")
+
+
 def classify(mini, node, spec, leaves, u: dict, t: dict, J, g) -> tuple[str, float | None, str]:
     """(pattern, factor, a sentence with the fix direction) for a gradient ``u`` that should be ``t``.
 
@@ -146,15 +160,16 @@ def _classify(mini, node, spec, leaves, u: dict, t: dict, J, g) -> tuple[str, fl
             # A relative error the size of float32's rounding is what a float32 computation inside float64 code
             # leaves (a .float() in a backward), not a factor in a formula.
             return "other", None, f"it is off by {_tiny_relative(abs(c - 1))}"
+        iterated = _iterated(abs(c - 1)) if small and getattr(spec, "user", False) else ""
         if small and np.count_nonzero(tt) < 2:
             # At one input point a factor in the formula and precision lost computing the derivative there
             # (cancellation) look the same; several points tell them apart.
             return "scale", float(c), (f"it is (1 {'+' if c > 1 else '-'} {abs(c - 1):.2g}) times J^T·g on its one "
                                        "element: a factor in the formula, or precision lost computing the derivative "
-                                       "there (cancellation); a case of several elements tells them apart")
+                                       f"there (cancellation){iterated}; a case of several elements tells a factor apart")
         text = f"it is (1 {'+' if c > 1 else '-'} {abs(c - 1):.2g}) times J^T·g: a small relative error in the formula" \
             if small else f"it is {c:.6g} × J^T·g{' (' + f'{c:.6g}' + ' = ' + name + ')' if name and name != f'{c:g}' else ''}"
-        return "scale", float(c), text + "; remove that factor"
+        return "scale", float(c), text + iterated + "; remove that factor"
     flip = np.abs(uu + tt) < np.abs(err)
     if flip.any() and explains(uu, np.where(flip, -tt, tt), tt):
         return "sign", None, f"it has the wrong sign on {int(flip.sum())} of {uu.size} elements{_where_neg(mini, leaves, flip)}; " \
