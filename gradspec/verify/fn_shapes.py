@@ -48,7 +48,7 @@ from ..spec.opspec import OpSpec
 from .torch_call import CallLayout, outputs
 
 __all__ = ["Plan", "plan", "model_cases", "out_rules", "op_example_cases", "spread_note", "nonfinite_note",
-           "interruptible"]
+           "interruptible", "at_cases"]
 
 MAX_FN_SIDE = 5  # sizes drawn for a learnt model: up to this or 2x the example's (ShapeModel.side_limit); the example's own in a quarter of draws
 
@@ -640,3 +640,40 @@ def _frames(tb):
     while tb is not None:
         yield tb
         tb = tb.tb_next
+
+
+# ---------------------------------------------------------------------------------------------
+# cases at points the user chose (verify_torch_function(at=...))
+# ---------------------------------------------------------------------------------------------
+
+def at_cases(spec: OpSpec, layout: CallLayout, points, seed: int) -> list:
+    """One case per call in ``points`` (a list of argument tuples laid out as ``example_inputs``: fn's float
+    tensors at ``layout.tensor_pos``), fn alone at exactly those values, its upstream gradient random (signs
+    and sizes 0.5-1.5, from ``seed``: a seed of ones hides a backward that ignores it).  ValueError names a
+    point that does not fit the layout."""
+    import torch
+
+    if not isinstance(points, (list, tuple)) or not points:
+        raise ValueError("at= must be a non-empty list of calls' arguments, e.g. at=[(x1,), (x2,)] "
+                         f"(each laid out as example_inputs=); got {type(points).__name__}")
+    rng = np.random.default_rng(seed)
+    cases = []
+    for k, call in enumerate(points):
+        call = (call,) if isinstance(call, torch.Tensor) else tuple(call)
+        if len(call) != layout.n_args or not all(isinstance(call[p], torch.Tensor) and call[p].is_floating_point()
+                                                 for p in layout.tensor_pos):
+            raise ValueError(f"at=[{k}] does not fit fn's call layout: it needs {layout.n_args} arguments with float "
+                             f"tensors at positions {layout.tensor_pos} (as in example_inputs=); got {len(call)}")
+        leaves = {f"x{i}": call[p].detach().cpu().numpy().copy() for i, p in enumerate(layout.tensor_pos)}
+        shapes = [v.shape for v in leaves.values()]
+        out = spec.out_shape(shapes, {})
+        if out is None:
+            raise ValueError(f"at=[{k}]: fn's shape rule refuses input shapes {shapes}")
+        case = Case.build(leaves, [("y", spec.name, list(leaves), {})], ["y"], [np.ones(out)])
+        y = np.asarray(case.evaluate()["y"])
+        seed_arr = rng.uniform(0.5, 1.5, y.shape) * rng.choice([-1.0, 1.0], y.shape)
+        case.seeds = [seed_arr.astype(y.dtype)]
+        case.validate()
+        case.meta["generator"] = f"gradspec.verify_torch_function (at=[{k}])"
+        cases.append(case)
+    return cases

@@ -310,7 +310,8 @@ def verify_torch_function(fn, *, arity: int | None = None, signature: str | None
                           params: dict | None = None, max_examples: int | None = None, seconds: float | None = None,
                           seed: int | None = None, companions=COMPANIONS, example_inputs=None, args: dict | None = None,
                           broadcast: str = "auto", rtol: float | None = None, atol: float | None = None,
-                          kink_distance=None, dtypes=None, double_backward: bool = True, surrogate=None) -> Result:
+                          kink_distance=None, dtypes=None, double_backward: bool = True, surrogate=None,
+                          at=None) -> Result:
     """Verify the backward of torch code ``fn`` (typically ``MyFunction.apply``) in float64 and float32.
 
     Its gradients are compared with finite differences of its own forward, the jacobian oracle
@@ -341,6 +342,10 @@ def verify_torch_function(fn, *, arity: int | None = None, signature: str | None
     estimator: ``lambda x: x.clamp(-1, 1)``; gradient reversal: ``lambda x: -lam * x``; a stop-gradient:
     ``lambda x: 0 * x``): fn's backward is checked against it instead (:mod:`gradspec.verify.torch_surrogate`).
 
+    ``at``: a list of calls' arguments (each laid out as ``example_inputs``; the first is the example when
+    that is not given): fn is checked at exactly those values, one case each, instead of random draws -- a kink,
+    a tie, a value you know is hard (:func:`gradspec.verify.fn_shapes.at_cases`).
+
     ``rtol`` / ``atol``: the accuracy fn claims (see ``verify_op``).  Points where fn is not
     differentiable are detected numerically and skipped (``Result.nondifferentiable``);
     ``kink_distance(*inputs, **params) -> float`` (torch tensors in) says where the kinks are when
@@ -365,6 +370,8 @@ def verify_torch_function(fn, *, arity: int | None = None, signature: str | None
         raise TypeError("verify_torch_function: surrogate must be a callable on torch tensors taking fn's arguments "
                         f"(its derivative is the intended gradient), got {type(surrogate).__name__}")
     params = dict(params or {})
+    if at is not None and example_inputs is None and isinstance(at, (list, tuple)) and at:
+        example_inputs = at[0]  # (the layout and shapes of fn's calls: at= is checked exactly, no draws)
     layout = _layout(fn, arity, signature, params, example_inputs, args)
     _check_signature_arity(fn, signature, layout)
     try:
@@ -501,7 +508,11 @@ def verify_torch_function(fn, *, arity: int | None = None, signature: str | None
     strategy = torch_float32.in_dtypes(strategy, dtypes)
     t0 = time.perf_counter()
     with _f32line.learning():  # (what this run's cases show of float32 inside: _private.float32_line)
-        _num.run_within_budget(runner, strategy, _num.with_deadline(evaluate, result, seconds, target, run_replay), seconds)
+        if at is not None:  # the user's points, exactly: each is one case (a finding shrinks only to another of them)
+            cases = _at_points(spec, layout, at, s, result)
+            _Runner(result, len(cases), None, explain=torch_float32.explain_kept).run(_at_strategy(cases), evaluate)
+        else:
+            _num.run_within_budget(runner, strategy, _num.with_deadline(evaluate, result, seconds, target, run_replay), seconds)
     if spec.inplace.seen:
         result.note(f"{label} modifies its input in place (ctx.mark_dirty): it was given non-leaf copies of its inputs, "
                     "as a caller must (torch refuses an in-place change of a leaf that requires grad)")
@@ -527,6 +538,21 @@ def verify_torch_function(fn, *, arity: int | None = None, signature: str | None
     _det.set_aside(result)
     result_sink.emit(result)
     return result
+
+
+def _at_points(spec, layout, at, seed, result) -> list:
+    try:
+        cases = fn_shapes.at_cases(spec, layout, at, seed)
+    except ValueError as e:
+        raise UserOpError(f"verify_torch_function: {e}") from None
+    result.note(f"checked at the {len(cases)} point(s) given by at= only (no random draws)")
+    return cases
+
+
+def _at_strategy(cases):
+    from hypothesis import strategies as st
+
+    return st.sampled_from(cases)
 
 
 @fn_shapes.interruptible("module")
