@@ -113,3 +113,20 @@ class SoftThresholdBug(torch.autograd.Function):
 
 smooth_nojvp = gs.Op("t7r_smooth_nojvp", forward=lambda x: np.sin(x) * x,
                      vjp=lambda g, x, out: (g * (np.cos(x) * x + np.sin(x)),))
+
+
+# ---- finding 13c: a solve whose backward solves with A where A^T belongs, b broadcast against a batch of A ----------
+
+
+class SolveBugA(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, A, b):
+        x = torch.linalg.solve(A, b.unsqueeze(-1)).squeeze(-1)
+        ctx.save_for_backward(A, x)
+        return x
+
+    @staticmethod
+    def backward(ctx, g):
+        A, x = ctx.saved_tensors
+        lam = torch.linalg.solve(A, g.unsqueeze(-1)).squeeze(-1)  # BUG: A, not A.mT
+        return -lam.unsqueeze(-1) * x.unsqueeze(-2), lam

@@ -60,3 +60,31 @@ def test_explain_of_an_expression_imports_the_allowed_module(tmp_path, monkeypat
     out = capsys.readouterr()
     assert code == 0, out.err
     assert "x.grad = [12.]" in out.out, out.out  # 3 x^2 at x = 2
+
+
+SOLVE_SHAPES = {
+    # id: (A's shape, b's shape) -- tryout7 #13c: the batched A with a broadcast b was "no simple pattern"
+    "unbatched": ((3, 3), (3,)),
+    "both-batched": ((2, 3, 3), (2, 3)),
+    "A-batched-b-broadcast": ((2, 3, 3), (3,)),
+}
+
+
+@pytest.mark.parametrize("a_shape, b_shape", SOLVE_SHAPES.values(), ids=list(SOLVE_SHAPES))
+def test_a_transposed_solve_is_named_batched_or_not(a_shape, b_shape):
+    from gradspec.verify.torch_function import _torch_fn_name
+
+    apply = _SOLVE.setdefault("apply", T.SolveBugA.apply)  # (one bound method: the op is registered under it)
+    gs.verify_torch_function(apply, signature="(n,n),(n)->(n)", max_examples=1, seed=0, dtypes=("float64",))
+    rng = np.random.default_rng(0)
+    a = rng.normal(size=a_shape) + 3 * np.eye(3)  # well conditioned: a wrong answer is the code's, not rounding
+    b = rng.normal(size=b_shape)
+    out = np.broadcast_shapes(a_shape[:-1], b_shape)
+    case = gs.Case.build({"x0": a, "x1": b}, [("y", _torch_fn_name(apply), ["x0", "x1"], {})], ["y"],
+                         [rng.normal(size=out)])
+    v = gs.check(case)
+    causes = [d.cause.summary for d in v.discrepancies if d.cause is not None]
+    assert causes and all("A where A^T" in c for c in causes), causes
+
+
+_SOLVE: dict = {}

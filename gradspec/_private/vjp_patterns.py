@@ -483,16 +483,22 @@ def transposed(leaves, u: dict, t: dict, J, g) -> str | None:
     uu, tt = flat(u, leaves), flat(t, leaves)
     for l in leaves:
         Jl = M[:, columns(J, [l])]
-        if Jl.shape[0] != Jl.shape[1] or Jl.shape[0] < 2 or np.allclose(Jl, Jl.T, rtol=1e-9, atol=0):
+        n = Jl.shape[1]
+        # l broadcast against a batch (b of shape (n,) beside A of shape (B, n, n)): Jl stacks B square blocks,
+        # one per batch element, and l's gradient is the sum of the per-block adjoints (tryout7 #13c)
+        if n < 2 or Jl.shape[0] % n:
             continue
+        blocks = [slice(k, k + n) for k in range(0, Jl.shape[0], n)]
+        if all(np.allclose(Jl[b], Jl[b].T, rtol=1e-9, atol=0) for b in blocks):
+            continue  # symmetric blocks: J g is J^T g, nothing to name
         if np.all(np.count_nonzero(np.abs(Jl) > 1e-6 * np.max(np.abs(Jl)), axis=1) <= 1):
             continue  # a permutation (or selection): J g is J^T g rearranged, which _permuted names as such
-        lam = Jl @ gf  # what a solve with A where A^T belongs gives as l's gradient
-        h = {l.name: lam.reshape(np.shape(t[l.name]))}
+        lams = [Jl[b] @ gf[b] for b in blocks]  # what a solve with A where A^T belongs gives, per batch element
+        h = {l.name: np.sum(lams, axis=0).reshape(np.shape(t[l.name]))}
         others = [m for m in leaves if m.name != l.name]
         if others:
-            try:
-                gt = np.linalg.solve(Jl.T, lam)  # the seed under which the right rule gives that adjoint vector
+            try:  # the seed under which the right rule gives that adjoint vector, per batch element
+                gt = np.concatenate([np.linalg.solve(Jl[b].T, lam) for b, lam in zip(blocks, lams)])
             except np.linalg.LinAlgError:
                 continue
             for m in others:
