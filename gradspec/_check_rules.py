@@ -18,6 +18,7 @@ import numpy as np
 from . import outcome as _outcome
 from . import tolerances as _tol
 from ._private.kinks import EXCLUDED as _EXCLUDED
+from ._private.kinks import OTHERS_UNJUDGED as _OTHERS
 
 __all__: list[str] = []  # (private: gradspec.check's rules)
 
@@ -68,7 +69,7 @@ def _discount_numerical_kinks(case, kinds, comparisons, discrepancies) -> str:
     comparisons[:] = []
     discrepancies[:] = [d for d in discrepancies if d.kind == "raised"]
     return (f"{_EXCLUDED} detected numerically at {'; '.join(at[:3])}{' ...' if len(at) > 3 else ''}: the op is not "
-            "differentiable at this point (one-sided slopes differ), so no gradient is compared on this case")
+            "differentiable at this point (one-sided slopes differ), so no gradient is compared on this case" + _OTHERS)
 
 
 

@@ -44,6 +44,7 @@ from ._private import float32_line as _f32line
 from ._private import percase as _percase
 from ._private import structure as _structure
 from ._private.kinks import EXCLUDED as _EXCLUDED
+from ._private.kinks import OTHERS_UNJUDGED as _OTHERS
 from ._private.pairs import _allowed, _fast_pairs, _pair_claim, _path_scale, _per_leaf
 from ._private.threads import oracle_threads
 from .case import Case, CaseError
@@ -574,7 +575,7 @@ def _unjudged(case, leaves, kinds, nondiff, comparisons, discrepancies, skipped,
         at = _outcome.numerical_kinks(case)  # name the node where one can be named
         where = f"at {'; '.join(at[:3])}{' ...' if len(at) > 3 else ''}" if at else f"({nondiff})"
         unjudged = (f"{_EXCLUDED} detected numerically {where}: not differentiable at this point, so no gradient "
-                    "is compared on this case")
+                    "is compared on this case" + _OTHERS)
     if not leaves and not unjudged:
         why = "; ".join(f"{n}: {w}" for n, w in excused.items())  # (torch's own refusal, say)
         unjudged = "no leaf requires grad: nothing to compare" + (f" ({why})" if why else "")

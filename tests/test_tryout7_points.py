@@ -36,6 +36,7 @@ def test_a_function_is_checked_at_the_points_given(fn, points, status, n):
     assert any("at=" in str(note) for note in r.notes), r.notes
     if status == "inconclusive":
         assert r.nondifferentiable >= 1 and "kink" in r.reason, r.reason
+        assert "other elements go unjudged" in r.reason and "at=" in r.reason, r.reason  # (tryout7 #13g: said)
 
 
 def test_a_point_that_does_not_fit_the_call_is_a_clear_error():

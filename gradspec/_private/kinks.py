@@ -24,9 +24,15 @@ import numpy as np
 
 from . import percase
 
-__all__ = ["exact_kinks", "exclusion", "tally", "summarise", "EXCLUDED", "center_kink_distances", "snapshot"]
+__all__ = ["exact_kinks", "exclusion", "tally", "summarise", "EXCLUDED", "OTHERS_UNJUDGED", "center_kink_distances",
+           "snapshot"]
 
 EXCLUDED = "exact tie/kink"
+# What a case with one element at a kink leaves unjudged (tryout7 #13g): every element, not only that one -- finite
+# differences and the jacobian's directions cross the kink; a sound per-element judgement needs FD to tell which
+# elements' lines cross it, which it does not yet.
+OTHERS_UNJUDGED = ("; the case's other elements go unjudged with it: to judge them, check a point with that element "
+                   "moved off the kink (gs.Case.build, or verify_torch_function(at=...))")
 
 
 def exact_kinks(case) -> list[str]:
