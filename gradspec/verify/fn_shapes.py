@@ -588,10 +588,10 @@ def spread_note(domain) -> str:
     wide = sorted({d.describe() for d in doms if _wide(d)})
     if not wide:
         return ""
-    return (f"values: domain= {', '.join(wide)}: drawn over the whole interval, as verify_op draws them (simple "
-            "values, uniform over its part within [-10, 10], log-uniform magnitudes, anything up to its ends, "
-            "exact repeats); where the forward is not finite on such values the case is redrawn from the "
-            "interval's moderate part (magnitudes 0.25 to 2 where it has one) and a note counts them")
+    return (f"values: domain= {', '.join(wide)}: drawn over the whole interval, as verify_op draws them (its "
+            "simple values, uniform values, log-uniform magnitudes, values up to its ends, exact repeats); where "
+            "the forward is not finite on such values the case is redrawn from the interval's moderate part "
+            "(magnitudes 0.25 to 2, else 0.01 to 10, else the whole interval) and a note counts them")
 
 
 def _seed(draw, rng, out, spec, shapes, params, multi):
