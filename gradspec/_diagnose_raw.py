@@ -69,7 +69,7 @@ def _returned_shapes(mini, node, spec, suspect, hidden: bool = False) -> Cause |
         return None
     want = [right.get(f"{i}__use{k}") for k, i in enumerate(node.inputs)]
     named = shape_pattern(list(node.inputs), raw, want, reducible=_is_torch_function(spec),
-                          out_shape=np.shape(mini.evaluate()[node.name]))
+                          out_shape=np.shape(mini.evaluate()[node.name]), g=g)
     if named is None:
         return None
     pattern, detail = named

@@ -88,3 +88,13 @@ def test_a_transposed_solve_is_named_batched_or_not(a_shape, b_shape):
 
 
 _SOLVE: dict = {}
+
+
+def test_a_bias_gradient_summed_over_the_wrong_axis_is_named_when_its_shape_is_wrong_too():
+    # AddBiasWrongAxis's backward returns g.sum(1) for a bias broadcast over axis 0; with one row (output (1, 4)) that
+    # is shape (1,) where (4,) belongs, and the cause said only "comes back in shape (1,)".  (The values: g's own.)
+    from gradspec._private.vjp_patterns import shape_pattern
+
+    g = np.array([[1.0, 2.0, 3.0, 4.5]])
+    _, text = shape_pattern(["x0", "x1"], [g, g.sum(1)], [g, g.sum(0)], reducible=True, out_shape=(1, 4), g=g)
+    assert "axis 1" in text and "g.sum(0)" in text, text

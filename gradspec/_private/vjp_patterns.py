@@ -632,7 +632,23 @@ def _sum_to(a: np.ndarray, shape: tuple) -> np.ndarray | None:
     return s if s.shape == tuple(shape) else None
 
 
-def shape_pattern(names, raw, right, reducible: bool = False, out_shape=()) -> tuple[str, str] | None:
+def _summed_g(r, w, g) -> str | None:
+    """Words for a gradient ``r`` that is the upstream ``g`` summed over other axes than those ``w`` (J^T·g, itself
+    ``g`` summed over its broadcast axes: a bias added) needs: ``g.sum(1)`` for a bias broadcast over axis 0 of a
+    (1, 4) output comes back in shape (1,) (tryout7, on tryout5's AddBiasWrongAxis drawn with one row)."""
+    if g is None or g.ndim < 2 or r.size == w.size:
+        return None
+    subs = [c for k in range(1, g.ndim) for c in itertools.combinations(range(g.ndim), k)]
+    got = next((c for c in subs if g.sum(axis=c).size == r.size and _same(g.sum(axis=c).ravel(), r.ravel())), None)
+    want = next((c for c in subs if g.sum(axis=c).size == w.size and _same(g.sum(axis=c).ravel(), w.ravel())), None)
+    if got is None or want is None or got == want:
+        return None
+    ax = lambda c: f"axis {c[0]}" if len(c) == 1 else f"axes {c}"  # noqa: E731
+    return (f"its gradient is g summed over {ax(got)} (shape {r.shape}) where the input {w.shape} needs g summed over "
+            f"{ax(want)}: the backward reduces over the wrong axis; use g.sum({_dim(list(want))}) there")
+
+
+def shape_pattern(names, raw, right, reducible: bool = False, out_shape=(), g=None) -> tuple[str, str] | None:
     """(pattern, a sentence with the fix direction) for gradients returned in the wrong shapes, or None
     when every shape is right.  ``raw[k]``: what the code under test returned for input position ``k``
     (before any shape check; None when it returned none), ``right[k]``: J^T·g for that position.
@@ -672,6 +688,11 @@ def shape_pattern(names, raw, right, reducible: bool = False, out_shape=()) -> t
         return "permuted", ("the gradients hold the right numbers (those of J^T·g) in the wrong places: "
                             + "; ".join(f"{n} gets shape {r.shape} where the input is {w.shape}"
                                         for n, r, w in (pairs[k] for k in wrong)) + "; check the index mapping")
+    for k in wrong:
+        n, r, w = pairs[k]
+        axis = _summed_g(r, w, None if g is None else np.asarray(g, dtype=np.float64))
+        if axis is not None:
+            return "other", f"input {n}'s gradient comes back in shape {r.shape}, not the input's {w.shape}: {axis}"
     n, r, w = pairs[wrong[0]]
     return "other", f"input {n}'s gradient comes back in shape {r.shape}, but the input's shape is {w.shape}"
 
