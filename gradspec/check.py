@@ -26,6 +26,7 @@ from . import oracles as _oracles
 from . import outcome as _outcome
 from . import tolerances as _tol
 from . import _check_lazy as _lazy
+from . import _check_precision as _precision
 from ._check_noise import Unmeasured, rounding_noise  # (measured on a failing comparison; report_views imports it from here)
 from ._check_rules import (
     _compared_with_itself,
@@ -281,6 +282,13 @@ def _precision_flow(case: Case, values: dict, diff: list, out: dict) -> dict:
             rounded.add(n.name)
             for leaf in up:
                 out[leaf] = "float32"
+        elif up and _precision.mixed_float([dt[i] for i in n.inputs]):
+            # a float64 node whose rule computes its float32 operand's terms in float32 (_check_precision)
+            arrays = [np.asarray(values[i], dtype=dt.get(i, np.float64)) for i in n.inputs]
+            out_value = np.asarray(values[n.name], dtype=dt[n.name])
+            for k in _precision.float32_grads(spec, arrays, out_value, n.params):
+                for leaf in upstream.get(n.inputs[k], ()):
+                    out[leaf] = "float32"
     return out
 
 
