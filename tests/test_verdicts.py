@@ -347,7 +347,7 @@ def test_an_internal_error_of_finite_differences_is_named_as_gradspecs_own(monke
     # which reads like the user's forward failing at a perturbed point.
     from gradspec.oracles import fd
 
-    monkeypatch.setattr(fd, "line_sigma", None)  # a TypeError raised in fd.py's own frame
+    monkeypatch.setattr(fd, "_steps", None)  # a TypeError raised in fd.py's own frame (fd_gradient calls it first)
     v = gs.check(_sin_case("sin"), oracles=["reference", "finite-differences", "jacobian"])
     assert "failed inside gradspec itself" in v.excused["finite-differences"], v.excused
 
