@@ -74,3 +74,10 @@ def lse_naive(x):
     """log-sum-exp over the last axis without subtracting the max: right in float64 on [80, 100], but exp overflows
     to inf in float32 there (float32's largest value is 3.4e38 ~ exp(88.7))."""
     return torch.log(torch.exp(x).sum(-1))
+
+
+def f64_only_np(x):
+    """A numpy op's forward that refuses float32 (a float64-only library call); sin otherwise."""
+    if x.dtype != np.float64:
+        raise TypeError("float64 only")
+    return np.sin(x)

@@ -122,3 +122,12 @@ def test_a_float32_overflow_is_said_in_the_summary():
     assert r.status == "inconclusive" and "float32 was never checked" in r.reason, r.summary()
     assert not any("largest value 0)" in n for n in r.notes), r.notes
     assert sum(n.startswith("float32 forward vs float64 forward") for n in r.notes) <= 1, r.notes
+
+
+def test_verify_op_says_when_no_float32_case_ran():
+    """#5 in verify_op: the generator drops the float32 draws of an op whose forward refuses them; the run says so."""
+    import numpy as np
+
+    op = gs.Op("t7_f64only", forward=T.f64_only_np, vjp=lambda g, x, out: (g * np.cos(x),))
+    r = gs.verify_op(op, max_examples=20, seed=3)
+    assert any("no case of this run was float32" in n and "TypeError: float64 only" in n for n in r.notes), r.notes
