@@ -440,6 +440,7 @@ def _fuzz(args) -> int:
     stats = fuzz.Stats(shards=cfg.workers)
     previous = _fuzz_earlier_runs(cfg, oracles, stats, err)
     hooks = _FuzzHooks(cfg, stats, previous, ops, last, None if args.quiet else fuzz.progress_printer(err, total_ops=len(ops)))
+    hooks.worker_ops = args.worker_ops
     try:
         run, rule_status = _fuzz_run(cfg, oracles, ops, engine, hooks, err)
     except KeyboardInterrupt:
@@ -477,6 +478,7 @@ def _fuzz_config(args):
         oracles, ops, engine = fuzz.resolve(cfg)
     except ValueError as e:
         raise _UsageError(str(e)) from None
+    args.worker_ops = _worker_ops(cfg.ops, ops)
     cfg.ops = cfg.ops and ops  # user ops given by import path are recorded by name
     _check_report_dir(cfg.report_dir, default_db=not cfg.database)
     if cfg.workers > 1 and not cfg.tx:  # (remote workers check theirs, and say so in the chunk's failure)
@@ -488,6 +490,17 @@ def _fuzz_config(args):
         except UnsafePath as e:
             raise _UsageError(f"--workers: {e}") from None
     return cfg, oracles, ops, engine
+
+
+def _worker_ops(given, names) -> list | None:
+    """The op list xdist workers resolve: a user op given as ``module:attr`` stays an import path, since a
+    worker's op table has only what it imported itself (chaos H4: a name alone was "no op named ...")."""
+    from ._private.imports import import_object
+
+    if not given:
+        return None
+    paths = {import_object(o).name: o for o in given if ":" in o}  # (imported already: resolve checked them)
+    return [paths.get(n, n) for n in names]
 
 
 def _fuzz_earlier_runs(cfg, oracles, stats, err) -> list:
@@ -581,7 +594,11 @@ def _fuzz_run(cfg, oracles, ops, engine, hooks: _FuzzHooks, err):
     if cfg.workers > 1 or cfg.tx:
         # Workers share nothing with this process but the xdist channel: findings (and the cases
         # dead workers were on) come back here and are written by on_found, in this process only.
-        run = fuzz.run_distributed(cfg, progress=hooks.printer, on_found=hooks.on_found, oracles=oracles)
+        names, cfg.ops = cfg.ops, getattr(hooks, "worker_ops", None) or cfg.ops
+        try:
+            run = fuzz.run_distributed(cfg, progress=hooks.printer, on_found=hooks.on_found, oracles=oracles)
+        finally:
+            cfg.ops = names  # (the summary names the ops)
     else:
         freeze_heap()  # this process is gradspec's own: see _private.memory.freeze_heap
         run = fuzz._Campaign(cfg, 0, progress=hooks.progress, on_found=hooks.on_found, oracles=oracles,

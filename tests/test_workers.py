@@ -173,3 +173,17 @@ def test_sigint_to_the_controller_alone_is_an_interruption_not_a_crash(tmp_path)
     assert s["interrupted"] is True and s["reports"] == [] and s["crashed"] == [], s["reports"]
     assert not folders(out)
     assert "exit 130" in stdout and "exit 3" not in stdout, stdout
+
+
+def test_user_ops_given_by_import_path_reach_the_workers(tmp_path):
+    """chaos H4: `--workers 2 --ops module:attr` sent the op's name, which the workers' op table never had
+    (every chunk: "no op named 'soft_threshold'", exit 3); the workers import the module as one process does."""
+    import shutil
+    from pathlib import Path
+
+    shutil.copy(Path(__file__).resolve().parent.parent / "examples" / "user_op.py", tmp_path / "user_op.py")
+    r = gradspec("fuzz", "--ops", "user_op:soft_threshold,add", "--oracles", FAST_ORACLES, "--max-examples", 8,
+                 "--seed", 1, "--workers", 2, "--report-dir", tmp_path / "reports", "-q", cwd=tmp_path, timeout=300)
+    s = summary(tmp_path / "reports")
+    assert s["errors"] == [] and s["cases"] == 8, r.stdout + r.stderr
+    assert r.returncode == 0, r.stdout + r.stderr
