@@ -36,7 +36,7 @@ from ._private.safefs import read_regular
 from ._private.skips import word_cut
 from .case import Case, CaseError
 
-__all__ = ["load", "engine_for", "replay_command", "allow_flags", "BUILTIN_ENGINES"]
+__all__ = ["load", "engine_for", "replay_command", "allow_flags", "saved_user_ops", "BUILTIN_ENGINES"]
 
 BUILTIN_ENGINES = ("reference", "torch-cpu", "torch-cuda")
 # A file may have at most max_elements bytes (128 MiB by default): JSON text takes at least 2
@@ -151,7 +151,19 @@ def replay_command(path: str, engine: str | None = None, user_ops=None) -> str:
     """
     import shlex
 
+    if user_ops is None:  # a saved case names its user ops' modules (chaos M1: the printed line lacked them)
+        user_ops = saved_user_ops(path)
     return " ".join(["gradspec replay", shlex.quote(path)]) + allow_flags(engine, user_ops)
+
+
+def saved_user_ops(path: str) -> dict:
+    """The ``user_ops`` (op name -> ``module:attr``) a case file records, read as JSON (no code runs); ``{}``
+    when the file is missing or unreadable (the replay then says what is wrong)."""
+    try:  # (a FIFO planted as case.json must not block the printing of a run's end)
+        ops = json.loads(read_regular(path)).get("user_ops")
+    except (OSError, ValueError, AttributeError):
+        return {}
+    return {str(k): v for k, v in ops.items() if isinstance(v, str)} if isinstance(ops, dict) else {}
 
 
 def allow_flags(engine: str | None = None, user_ops=None) -> str:

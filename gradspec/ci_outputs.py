@@ -180,7 +180,13 @@ def summary_markdown(s: dict, report_dir: str = "reports", link_base: str | None
             shown = f"`{rid}`" if _ID.fullmatch(rid) else _md(rid)
             link = quote(f"{base.rstrip('/')}/{rid}/index.html", safe="/-._~")
             out.append(f"| {shown} | {_md(_cause(r))} | {_md(', '.join(r.get('ops') or []))} | [report]({link}) |")
-        out += ["", "Replay a finding: `gradspec replay " + f"{base.rstrip('/')}/<id>/case.json`", ""]
+        from .caseio import allow_flags, saved_user_ops
+
+        user_ops: dict = {}  # the modules the findings' user ops live in: the line runs as shown (chaos M1)
+        for r in reports:
+            user_ops.update(saved_user_ops(os.path.join(report_dir, str(r.get("id", "")), "case.json")))
+        flags = allow_flags(s.get("engine"), user_ops)
+        out += ["", "Replay a finding: `gradspec replay " + f"{base.rstrip('/')}/<id>/case.json{flags}`", ""]
     pairs = s.get("oracles") or {}
     if pairs:
         out += ["| oracle pair | agreed / compared |", "| --- | ---: |"]

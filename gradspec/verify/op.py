@@ -366,9 +366,10 @@ def verify_op(op, *, max_examples: int | None = None, seconds: float | None = No
     budget = _budget_text(max_examples, seconds) + _num.claim_text(claim)
     if path:
         mod, _, attr = path.partition(":")
-        run_replay = f"from {mod} import {attr}; gs.verify_op({attr}, seed={s}, {budget})"
+        # (pasted as printed: the gs it calls is imported too -- chaos M1 hit a NameError)
+        run_replay = f"import gradspec as gs; from {mod} import {attr}; gs.verify_op({attr}, seed={s}, {budget})"
     else:
-        run_replay = f"gs.verify_op({spec.name}, seed={s}, {budget})  # with your op object"
+        run_replay = f"import gradspec as gs; gs.verify_op({spec.name}, seed={s}, {budget})  # with your op object"
     result = Result(target=target, what="op", seed=s, max_examples=max_examples, budget_seconds=seconds)
     result.replay = run_replay
     result.accuracy = claim
