@@ -525,8 +525,9 @@ def _fuzz_earlier_runs(cfg, oracles, stats, err) -> list:
               f"{os.path.join(cfg.report_dir, cr['id'], 'index.html')}", file=err)
     if previous:
         still = sum(p["status"] == "still present" for p in previous)
-        print(f"gradspec fuzz: {len(previous)} report(s) from earlier runs in {cfg.report_dir}: {still} still present",
-              file=err)
+        blocked = sum(str(p["status"]).startswith("not re-checked") for p in previous)
+        print(f"gradspec fuzz: {len(previous)} report(s) from earlier runs in {cfg.report_dir}: {still} still present"
+              + (f", {blocked} not re-checked (see the end of the run)" if blocked else ""), file=err)
     return previous
 
 
@@ -649,6 +650,11 @@ def _fuzz_finish(args, cfg, run, stats, previous, ops, last, rule_status) -> int
         return EXIT_FOUND
     if run.interrupted:
         return interrupts.exit_code()  # 130 for Ctrl-C; 128 + N for signal N (143: SIGTERM)
+    blocked = [p for p in previous or [] if str(p.get("status", "")).startswith("not re-checked")]
+    if blocked:  # never read as fixed (chaos M6): CONTRACT §6, exit 2 naming the module and the flag
+        return _err(f"{len(blocked)} report(s) from earlier runs in {cfg.report_dir} could not be re-checked "
+                    f"({blocked[0]['id']}: {blocked[0]['status']}); allow the module with --allow-import, or use "
+                    "another --report-dir")
     if run.lost:
         # Part of the budget never ran (a worker died twice on it): not a clean bill of health.
         print("gradspec fuzz: INCONCLUSIVE: part of the campaign did not run (see 'problem' above)", file=sys.stderr)

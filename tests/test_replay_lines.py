@@ -43,3 +43,18 @@ def test_verify_ops_whole_run_replay_runs_when_pasted_into_a_fresh_interpreter()
     assert not result.ok and result.replay.startswith("import gradspec as gs; from tests._chaos_user_ops import")
     namespace: dict = {}
     exec(result.replay, namespace)  # a NameError (gs) before the fix
+
+
+def test_an_earlier_report_that_cannot_be_rechecked_is_exit_2_naming_module_and_flag(tmp_path):
+    """chaos M6 / CONTRACT §6: a rerun without the user op's module read "0 still present", exit 0 (as if fixed)."""
+    shutil.copy(HERE / "_chaos_user_ops.py", tmp_path / "chaosops.py")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    common = ("--oracles", FAST_ORACLES, "--seed", 1, "--shrink-seconds", 2, "--report-dir", tmp_path / "rep", "-q")
+    r = gradspec("fuzz", "--ops", "chaosops:bad_double", "--max-examples", 10, *common, cwd=tmp_path, env=env)
+    assert r.returncode == 1, r.stdout + r.stderr
+    r = gradspec("fuzz", "--ops", "add", "--max-examples", 4, *common, cwd=tmp_path, env=env)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "chaosops" in r.stderr and "--allow-import" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    r = gradspec("fuzz", "--ops", "add", "--max-examples", 4, "--allow-import", "chaosops", *common, cwd=tmp_path,
+                 env=env)
+    assert r.returncode == 1 and "1 still present" in r.stderr, r.stdout + r.stderr  # re-checked: still there

@@ -93,7 +93,7 @@ def test_a_campaign_does_not_run_code_planted_in_its_report_dir(hostile):
     p = gradspec("fuzz", "--ops", "exp,mul", "--max-examples", 3, "--oracles", FAST_ORACLES, "--seed", 1,
                  "--report-dir", out, cwd=root, env=env, timeout=120)
     assert not (root / "MARKER").exists(), p.stderr
-    assert p.returncode == 0, p.stdout + p.stderr
+    assert p.returncode == 2, p.stdout + p.stderr  # a report not re-checked never reads as fixed (CONTRACT §6)
     (prev,) = [x for x in summary(out)["previous"] if x["id"] == rid]
     assert "not re-checked" in prev["status"] and "--allow-import evilmod" in prev["status"], prev
     assert "--allow-import evilmod" in p.stdout + p.stderr  # the left-over in-flight case, refused and said so
