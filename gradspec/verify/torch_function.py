@@ -394,7 +394,7 @@ def verify_torch_function(fn, *, arity: int | None = None, signature: str | None
                        _num.torch_kinks(kink_distance), keep32="float32" in dtypes)
     how = _call_record(layout, plan.model is not None, sig, rule, domain)
     if surrogate is None:  # F.embedding(..., padding_idx=p) in plain code: row p held, as nn.Embedding's in a module
-        rows = torch_surrogate.padding_lookups(fn, layout, example_inputs)
+        rows = torch_surrogate.padding_lookups(fn, layout, example_inputs, domain)
         surrogate = torch_surrogate.function_surrogate(fn, rows) if rows else None
     declared = surrogate is not None and not getattr(surrogate, "_gs_auto", False)  # (else recognised: no keyword)
     if surrogate is not None:  # fn's backward checked against the declared gradient (torch_surrogate)

@@ -36,6 +36,7 @@ Example::
 from __future__ import annotations
 
 import copy
+import math
 
 import numpy as np
 
@@ -251,12 +252,16 @@ def _lookups(on_call):
     return Lookups()
 
 
-def padding_lookups(fn, layout: CallLayout, example_inputs) -> list:
+def padding_lookups(fn, layout: CallLayout, example_inputs, domain=None) -> list:
     """The padding row of each ``F.embedding(..., padding_idx=p)`` lookup fn makes on its example (a plain
-    function's own, or an ``nn.Embedding``'s it calls), in call order; [] without an example or when fn raises."""
+    function's own, or an ``nn.Embedding``'s it calls), in call order; [] without an example, when fn raises, or
+    when the example lies outside ``domain`` (fn is never called outside the domain the user declared for it)."""
     import torch
 
     if example_inputs is None:
+        return []
+    if domain is not None and not _inside(domain, [x for x in example_inputs
+                                                   if isinstance(x, torch.Tensor) and x.is_floating_point()]):
         return []
     rows: list = []
 
@@ -271,6 +276,17 @@ def padding_lookups(fn, layout: CallLayout, example_inputs) -> list:
     except Exception:  # noqa: BLE001 - fn's own failure is the run's to report
         return []
     return rows
+
+
+def _inside(domain, xs) -> bool:
+    """Whether every value of the float inputs ``xs`` lies in ``domain`` (one Domain, or one per input)."""
+    per = domain if isinstance(domain, (list, tuple)) else [domain] * len(xs)
+    for d, x in zip(per, xs):
+        if d is None or (d.lo == -math.inf and d.hi == math.inf and not d.points):
+            continue
+        if not all(d.contains(float(v)) for v in x.detach().reshape(-1).tolist()):
+            return False
+    return True
 
 
 def function_surrogate(fn, rows: list):
