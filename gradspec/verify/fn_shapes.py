@@ -477,13 +477,14 @@ def _build(spec: OpSpec, model, layout, multi, kind: str):
         # A third of the cases draw as verify_op draws (large magnitudes, exact simple values, repeats), the others
         # tame values: user code declares no kinks, and the simple values (0, +-1, 0.5) sit on many (clamp, relu,
         # round) -- all of a small budget's cases drawn so would be mostly unjudged.  (Shrinks to the tame values.)
-        if draw(st.integers(0, 2)) == 2:
+        wide = draw(st.integers(0, 2)) == 2
+        rg = {f"x{i}": draw(st.integers(0, 3)) != 0 for i in range(len(shapes))}
+        if not any(rg.values()):
+            rg[draw(st.sampled_from(sorted(rg)))] = True
+        if wide:
             leaves = _leaf_values(draw, shapes, doms)
         else:
             leaves = {f"x{i}": _values.tame_array(rng, s, [d]) for i, (s, d) in enumerate(zip(shapes, doms, strict=True))}
-        rg = {k: draw(st.integers(0, 3)) != 0 for k in leaves}
-        if not any(rg.values()):
-            rg[draw(st.sampled_from(sorted(leaves)))] = True
         ins, nodes = list(leaves), []
         if kind == "fed":
             for i, name in enumerate(list(ins)):
