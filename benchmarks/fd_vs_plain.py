@@ -50,9 +50,8 @@ def worker(corpus_path):
     sys.path.insert(0, HERE)
     import run as R
 
-    from gradspec.oracles.fd import fd_gradient
-
     import gradspec as gs
+    from gradspec.oracles.fd import fd_gradient
 
     def full():  # the estimate and its error bound (read: computed now where it is deferred)
         res = fd_gradient(case)

@@ -21,12 +21,12 @@ import traceback
 
 import numpy as np
 
+from . import _check_lazy as _lazy
+from . import _check_precision as _precision
 from . import engine as _engine
 from . import oracles as _oracles
 from . import outcome as _outcome
 from . import tolerances as _tol
-from . import _check_lazy as _lazy
-from . import _check_precision as _precision
 from ._check_noise import Unmeasured, rounding_noise  # (measured on a failing comparison; report_views imports it from here)
 from ._check_rules import (
     _compared_with_itself,

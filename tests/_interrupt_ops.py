@@ -5,9 +5,12 @@ harness, chaos_int.py / chaos_cli_int_on_write.py, kept as fixtures).
 process the first time its VJP runs while gradspec's search Driver is in mode ``$GS_TEST_MODE`` (default ``shrink``:
 Ctrl-C while a found discrepancy is being shrunk; ``generate`` with ``$GS_TEST_SKIP=N``: after N cases).
 ``$GS_TEST_ONCE`` (a path): only the first process of the run to get there signals; ``$GS_TEST_MARK``: each
-shrink call appends the pid to that file, then sleeps ``$GS_TEST_SLOW`` s.  ``good`` is a correct op that does the same in ``generate`` mode.  ``swallow`` is correct but swallows the KeyboardInterrupt of the call the signal cuts and returns 0 from it.
+shrink call appends the pid to that file, then sleeps ``$GS_TEST_SLOW`` s.  ``good`` is a correct op that does the
+same in ``generate`` mode.  ``swallow`` is correct but swallows the KeyboardInterrupt of the call the signal cuts and
+returns 0 from it.
 ``sleepy`` sleeps ``$GS_TEST_SLEEP`` s in its
-forward (a case whose replay hangs), after it appends its pid to ``$GS_TEST_MARK``.  ``engine`` (an --engine factory: the reference engine) signals on its
+forward (a case whose replay hangs), after it appends its pid to ``$GS_TEST_MARK``.  ``engine`` (an --engine factory:
+the reference engine) signals on its
 ``$GS_TEST_ENGINE_CALL``-th construction (the campaign's own set-up, after the run's header and "running" summary).
 """
 

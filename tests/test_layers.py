@@ -12,7 +12,8 @@ The table is the layout documented in the README ("Layout"), lowest layer first:
  3    ops           gradspec.ops.* (the op families fill the table), functional, engines (adapters)
  4    oracles       gradspec.oracles.* (reference, FD, jacobian, FD-jacobian, torch, engine oracle),
                     _private.prologue
- 5    comparison    check (one case through oracles: a Verdict; its private parts _check_rules, _check_noise, _check_lazy, _check_precision), guard (check with timeouts),
+ 5    comparison    check (one case through oracles: a Verdict; its private parts _check_rules, _check_noise,
+                    _check_lazy, _check_precision), guard (check with timeouts),
                     diagnose (the cause of a finding; its private parts _diagnose_*), explain (J, the seed
                     and J^T·seed spelled out), outcome (the verdict rules: what is a discrepancy, what is
                     excused, why inconclusive)
@@ -60,8 +61,8 @@ MODULES = {
     "gradspec.check": COMPARISON,
     "gradspec._check_rules": COMPARISON,  # check's private parts: the verdict rules that discount a comparison,
     "gradspec._check_noise": COMPARISON,  # the rounding-noise floor measured on a failing comparison
-    "gradspec._check_lazy": COMPARISON,
-    "gradspec._check_precision": COMPARISON,  # the inputs a mixed-precision node's rule rounds in float32  # the pairs compared before an estimate's deferred error bound is computed
+    "gradspec._check_lazy": COMPARISON,  # the pairs compared before an estimate's deferred error bound is computed
+    "gradspec._check_precision": COMPARISON,  # the inputs a mixed-precision node's rule rounds in float32
     "gradspec.guard": COMPARISON,
     "gradspec.diagnose": COMPARISON,
     "gradspec._diagnose_text": COMPARISON,  # diagnose's private parts: wording, engine hypotheses,

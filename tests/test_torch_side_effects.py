@@ -148,8 +148,8 @@ def _square_scratch():
 def test_a_check_keeps_the_cases_values_when_fn_writes_into_its_input():
     import numpy as np
 
-    from gradspec.verify.torch_function import _torch_fn_name, _torch_wrap
     from gradspec.verify.torch_call import CallLayout
+    from gradspec.verify.torch_function import _torch_fn_name, _torch_wrap
 
     apply = _square_scratch().apply
     spec = _torch_wrap(apply, _torch_fn_name(apply), CallLayout.plain(1), None, None, None, {})

@@ -6,7 +6,8 @@ A check calls the user's ``fn`` thousands of times.  Where fn holds a module of 
 ``num_batches_tracked`` at 1461.  :func:`kept` finds the modules and tensors fn reaches by name (its closure, the
 globals its code names, a bound method's ``self``, a ``functools.partial``'s arguments, a few levels of helper
 functions): each module's buffers are copies in the module's place while the check runs (the user's tensor
-objects are never written), and any other tensor reached gets its values back when the check ends.  Parameters keep their values (autograd refuses an in-place change of
+objects are never written), and any other tensor reached gets its values back when the check ends.  Parameters keep
+their values (autograd refuses an in-place change of
 one that requires grad); their ``.grad`` is the backward's business (:mod:`gradspec._private.torch_grad`).
 
 Example::

@@ -41,8 +41,7 @@ from typing import Callable
 
 from .._private import interrupts
 from .._private.memory import freeze_heap
-from .._private.records import discrepancy_id
-from .._private.records import atomic_write
+from .._private.records import atomic_write, discrepancy_id
 from .._private.safefs import gradspec_dir, private_dir, read_regular
 from ..case import Case
 from ..causes import Cause, process_died

@@ -62,6 +62,13 @@ from .._private.prologue import oracle_call
 from ..spec import registry as _registry
 from . import _fd_probes as _probes
 from ._base import NonDifferentiable, Oracle, OracleError
+from ._fd_lazy import LazyErrors
+from ._fd_lazy import Pass as _Pass
+from ._fd_lazy import Rounding as _Rounding
+from ._fd_lazy import error as _lazy_error
+from ._fd_lazy import error_small as _error_small
+from ._fd_lazy import settled as _settled
+from ._fd_lazy import settled_small as _settled_small
 from ._fd_reach import check_reach as _check_reach
 from ._fd_reach import watch_plan as _watch_plan
 from ._fd_reach import watched as _watched
@@ -82,15 +89,7 @@ from ._fd_stencil import (
     _repeat,
     _stencil,
 )
-from ._fd_lazy import LazyErrors
-from ._fd_lazy import Pass as _Pass
-from ._fd_lazy import Rounding as _Rounding
-from ._fd_lazy import settled as _settled
-from ._fd_lazy import settled_small as _settled_small
-from ._fd_lazy import error as _lazy_error
-from ._fd_lazy import error_small as _error_small
 from ._fd_values import (
-    _S_only,
     _as64,
     _at_center,
     _batch_seeds64,
@@ -99,6 +98,7 @@ from ._fd_values import (
     _floor,
     _inputs,
     _row0_scale,
+    _S_only,
     _s_only,
     _s_values,
     _scale,

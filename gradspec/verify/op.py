@@ -29,9 +29,9 @@ from .. import outcome as _outcome
 from .._private import determinism as _determinism
 from .._private import float32_line as _f32line
 from .._private import result_sink
-from .._private.torch_owned import keeping
 from .._private.skips import key as skip_key
 from .._private.skips import word_cut
+from .._private.torch_owned import keeping
 from ..case import Case, Leaf, NodeDef
 from ..check import Discrepancy, _has_fd_jvp, check
 from ..ops.user import ERROR_KINDS, FD_JVP_SOURCE, import_path_of

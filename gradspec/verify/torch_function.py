@@ -36,9 +36,8 @@ from ..ops.user import Op, UserOpError
 from ..result import Result
 from ..search import _check_budget, _resolve_seed, _Runner
 from ..spec import registry as _registry
-from . import fn_shapes, torch_double, torch_float32, torch_grad_shapes, torch_layouts, torch_surrogate
+from . import fn_shapes, torch_call, torch_double, torch_float32, torch_grad_shapes, torch_layouts, torch_surrogate
 from . import numerics as _num
-from . import torch_call
 from .op import COMPANIONS, _budget_text, _check_op_case, _count, _op_cases, _wrap
 from .torch_call import ARG_PREFIX, CallLayout, InPlace, _decode, blocks, flat, jitter_float32, label_of, outputs, schema_of
 from .torch_replay import _not_doubled, _twice_check, replay_checks  # noqa: F401 - cli, tests
