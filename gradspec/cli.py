@@ -525,7 +525,7 @@ def _fuzz_earlier_runs(cfg, oracles, stats, err) -> list:
               f"{os.path.join(cfg.report_dir, cr['id'], 'index.html')}", file=err)
     if previous:
         still = sum(p["status"] == "still present" for p in previous)
-        blocked = sum(str(p["status"]).startswith("not re-checked") for p in previous)
+        blocked = sum(_module_not_allowed(p) for p in previous)
         print(f"gradspec fuzz: {len(previous)} report(s) from earlier runs in {cfg.report_dir}: {still} still present"
               + (f", {blocked} not re-checked (see the end of the run)" if blocked else ""), file=err)
     return previous
@@ -610,6 +610,14 @@ def _fuzz_run(cfg, oracles, ops, engine, hooks: _FuzzHooks, err):
     return run, _fuzz_rules(cfg, engine, run, ops, err)  # with --engine, every §5 rule too (CONTRACT §6)
 
 
+def _module_not_allowed(rec) -> bool:
+    """An earlier report not re-checked because its case names a module nobody allowed (the import gate's error
+    names --allow-import), not one whose case file is unreadable: only the first can be re-checked by the user's
+    flag, so only it ends the run with exit 2 (CONTRACT §6)."""
+    status = str(rec.get("status", ""))
+    return status.startswith("not re-checked") and "--allow-import" in status
+
+
 def _fuzz_finish(args, cfg, run, stats, previous, ops, last, rule_status) -> int:
     """Merge, write the summary and the index (a second Ctrl-C cannot lose them), print, and pick the exit code."""
     from . import fuzz, report
@@ -650,7 +658,7 @@ def _fuzz_finish(args, cfg, run, stats, previous, ops, last, rule_status) -> int
         return EXIT_FOUND
     if run.interrupted:
         return interrupts.exit_code()  # 130 for Ctrl-C; 128 + N for signal N (143: SIGTERM)
-    blocked = [p for p in previous or [] if str(p.get("status", "")).startswith("not re-checked")]
+    blocked = [p for p in previous or [] if _module_not_allowed(p)]
     if blocked:  # never read as fixed (chaos M6): CONTRACT §6, exit 2 naming the module and the flag
         return _err(f"{len(blocked)} report(s) from earlier runs in {cfg.report_dir} could not be re-checked "
                     f"({blocked[0]['id']}: {blocked[0]['status']}); allow the module with --allow-import, or use "
