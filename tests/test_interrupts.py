@@ -69,6 +69,10 @@ def test_a_finding_being_shrunk_is_kept_unshrunk(tmp_path, sig):
     assert "what ran agreed" not in run.stdout and f"{folder.name}  " in run.stdout
     assert "(shrinking interrupted: not shrunk)" in run.stdout
     assert (tmp_path / "j.xml").exists()
+    # The unshrunk case file is whole: a new process replays it (the user op imported only as allowed) and it
+    # still disagrees (exit 1), as a shrunk one would.
+    replay = _run(["replay", folder / "case.json", "--allow-import", OPS], tmp_path)
+    assert replay.returncode == 1, replay.stdout + replay.stderr
 
 
 STOP_CASES = [
