@@ -41,7 +41,15 @@ IMPLICIT = None  # the seed of a numel-1 root given implicitly (backward() with 
 
 
 class CaseError(ValueError):
-    """A case (or case file) that is malformed; the message names the part and the fix."""
+    """A case (or case file) that is malformed; the message names the part and the fix.
+
+    ``reason``: a code for what callers decide on, never the message's wording (None: malformed).
+    ``"import-not-allowed"``: the case names a module the user did not allow (the import gate).
+    """
+
+    def __init__(self, *args, reason: str | None = None) -> None:
+        super().__init__(*args)
+        self.reason = reason
 
 
 @dataclasses.dataclass(eq=False)
@@ -183,7 +191,7 @@ class Case:
                 try:
                     spec = load_from_case(self.user_ops[op], f"user op {op!r} at", expect=(OpSpec, type))
                 except ImportSpecError as e:
-                    raise CaseError(str(e)) from None
+                    raise CaseError(str(e), reason=getattr(e, "reason", None)) from None
                 if not isinstance(spec, OpSpec):  # e.g. a torch Function (gradspec.verify.torch_function)
                     spec = _registry.resolve(op, spec, next((n for n in self.nodes if n.op == op), None), self.meta) or spec
                 if not isinstance(spec, OpSpec):

@@ -78,7 +78,7 @@ def load(path: str, *, allow_import=(), max_elements: int | None = None) -> Case
             with allowing(allow_import):
                 return Case.from_json(d)
         except CaseError as e:
-            raise CaseError(f"{path}: {e}") from None
+            raise CaseError(f"{path}: {e}", reason=e.reason) from None
         except RecursionError:
             raise CaseError(f"{path}: the case nests too deeply to be a gradspec case") from None
         except Exception as e:  # noqa: BLE001 - a user op whose own code fails while the case is built
@@ -139,7 +139,7 @@ def engine_for(case: Case, engine: str | None = None, *, allow_import=(), source
         with allowing(allow_import):
             load_from_case(name, "engine")
     except ImportSpecError as e:
-        raise CaseError(f"{source}: {e}") from None
+        raise CaseError(f"{source}: {e}", reason=getattr(e, "reason", None)) from None
     return name
 
 

@@ -85,6 +85,7 @@ MODULES = {
     "gradspec.cli": FRONT,
     "gradspec._cli_args": FRONT,  # the command line's shared parts (exit codes, argument types, loading a case)
     "gradspec._cli_explain": FRONT,  # gradspec explain and gradspec ops
+    "gradspec._cli_finish": FRONT,  # how gradspec fuzz ends: summary, CI outputs, printing, the exit code
     "gradspec.__main__": FRONT,
     "gradspec.pytest_plugin": FRONT,
     "gradspec.testing": FRONT,

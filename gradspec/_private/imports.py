@@ -36,7 +36,10 @@ class ImportSpecError(ValueError):
 
 
 class ImportNotAllowed(ImportSpecError):
-    """A case file names a module the user did not allow; the message names the module and the flag."""
+    """A case file names a module the user did not allow; the message names the module and the flag.
+    ``reason`` is what callers decide on (the command line's exit 2), never the message's wording."""
+
+    reason = "import-not-allowed"
 
     def __init__(self, path: str, what: str) -> None:
         self.path = path

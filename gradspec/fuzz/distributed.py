@@ -223,7 +223,8 @@ def _forget(item) -> None:
 def replay_previous(cfg: Config, oracles, stats: Stats, limit: int = 50) -> list[dict]:
     """Re-check the saved cases of earlier runs' reports (same engine); mark them still present or fixed.
 
-    Returns one ``{"id", "status"}`` per earlier report.  A report still disagreeing counts as
+    Returns one ``{"id", "status"}`` per earlier report (with ``"code": "import-not-allowed"`` when the import
+    gate refused its case: the command line's exit 2 reads the code).  A report still disagreeing counts as
     found in this run too (its signatures are known from the start).
     """
 
@@ -235,7 +236,7 @@ def replay_previous(cfg: Config, oracles, stats: Stats, limit: int = 50) -> list
         if rec.get("run_id") == cfg.run_id:
             continue
         rid = rec.get("id")
-        status = "from an earlier run"
+        status, code = "from an earlier run", None
         if rec.get("engine", "reference") == cfg.engine and rec.get("kind") not in ("crash",) and len(out) < limit:
             try:
                 case = caseio.load(os.path.join(cfg.report_dir, rid, "case.json"))
@@ -255,12 +256,12 @@ def replay_previous(cfg: Config, oracles, stats: Stats, limit: int = 50) -> list
                 else:
                     status = "no longer reproduces"
             except CaseError as e:  # a case file is data: one naming a module nobody allowed is not run
-                status = f"not re-checked: {e}"
+                status, code = f"not re-checked: {e}", e.reason  # (the gate's refusal: "import-not-allowed")
             except Exception as e:  # noqa: BLE001 - a report we cannot replay is still listed
                 status = f"cannot be replayed: {type(e).__name__}: {str(e)[:120]}"
         try:
             update_record(cfg.report_dir, rid, {"status": status, "status_checked": time.time()})
         except OSError:
             pass
-        out.append({"id": rid, "status": status})
+        out.append({"id": rid, "status": status, **({"code": code} if code else {})})
     return out
