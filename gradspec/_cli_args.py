@@ -6,6 +6,7 @@ Private to :mod:`gradspec.cli` and its subcommands (``_cli_explain``); nothing h
 from __future__ import annotations
 
 import argparse
+import codecs
 import sys
 
 __all__: list[str] = []
@@ -78,6 +79,29 @@ def _data_flags(p) -> None:
     p.add_argument("--max-elements", type=_positive_int, default=None, metavar="N",
                    help="refuse a case file whose tensors need more array elements than this "
                         "(default: 2**27, less on a machine with under 8 GiB)")
+
+
+def _escape(err: UnicodeEncodeError):
+    """The codec error handler of gradspec's output streams: a character the stream cannot encode is written
+    as an escape (``\\xb7``) instead of crashing the command (an ASCII-only stdout: ``PYTHONIOENCODING=ascii``,
+    a C locale); a lone surrogate, i.e. a byte of a file name the locale could not decode (surrogateescape),
+    is written as that byte, so a non-ASCII path prints as the user typed it."""
+    bad = err.object[err.start:err.end]
+    if all("\udc80" <= c <= "\udcff" for c in bad):
+        return bytes(ord(c) - 0xDC00 for c in bad), err.end
+    return codecs.backslashreplace_errors(err)
+
+
+codecs.register_error("gradspec.escape", _escape)
+
+
+def _safe_streams() -> None:
+    """stdout and stderr never raise UnicodeEncodeError: what they cannot encode is escaped (``_escape``)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.reconfigure(errors="gradspec.escape")
+        except (AttributeError, ValueError, OSError):  # (not a TextIOWrapper: pytest's capture, a StringIO)
+            pass
 
 
 def _err(msg: str) -> int:

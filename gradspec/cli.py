@@ -41,6 +41,7 @@ from ._cli_args import (
     _Parser,
     _positive_float,
     _positive_int,
+    _safe_streams,
     _seed,
     _split,
     _UsageError,
@@ -141,15 +142,16 @@ def main(argv=None) -> int:
     from ._private.imports import cwd_importable
 
     raw = list(sys.argv[1:] if argv is None else argv)
+    _safe_streams()  # an ASCII-only stdout (a C locale, PYTHONIOENCODING=ascii): escapes, never a crash (M4)
     cwd_importable()  # like `python -m`: modules in the current directory import (--engine mymod:engine)
-    if raw[:1] == ["explain"]:  # its inputs are options named by the expression (--x SPEC): parsed on their own
-        return _explain(raw[1:])
-    args = _parser().parse_args(argv)
-    args.argv = list(sys.argv[1:] if argv is None else argv)
     from ._private import interrupts
 
     interrupts.reset()
     try:
+        if raw[:1] == ["explain"]:  # its inputs are options named by the expression (--x SPEC): parsed on their own
+            return _explain(raw[1:])
+        args = _parser().parse_args(argv)
+        args.argv = raw
         if args.cmd == "ops":
             return _ops(args)
         from ._private import imports, isolate, limits

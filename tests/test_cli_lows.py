@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 
 import gradspec as gs
 from tests.test_cli import FAST_ORACLES, gradspec, plant, summary
@@ -69,3 +70,44 @@ def test_the_import_gate_refusal_exits_2_whatever_its_message_says(tmp_path, mon
     (prev,) = [x for x in summary(out)["previous"] if x["id"] == "d-0123456789"]
     assert prev["code"] == "import-not-allowed", prev
     assert "could not be re-checked" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------------
+# M4: an ASCII-only stdout, a non-ASCII report dir
+# ---------------------------------------------------------------------------------------------
+
+ASCII_ENVS = {
+    "ascii-stdout": {"PYTHONIOENCODING": "ascii"},
+    # a C locale without PEP 538/540 (no coercion, no UTF-8 mode): file names decode with surrogateescape
+    "c-locale": {"LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"},
+}
+
+
+@pytest.mark.parametrize("which", sorted(ASCII_ENVS))
+def test_explain_ops_and_replay_print_on_an_ascii_stdout(tmp_path, which):
+    env = {**plant(tmp_path), **ASCII_ENVS[which]}
+    ex = gradspec("explain", "mm(x, a)", "--x", "ones:2,3", "--a", "ones:3,4", "--seed", "[[1,2,3,4],[5,6,7,8]]",
+                  cwd=tmp_path, env=env, timeout=120)
+    assert ex.returncode == 0 and "Traceback" not in ex.stderr, ex.stderr[-2000:]
+    assert "J^T" in ex.stdout and "\\xb7" in ex.stdout, ex.stdout[-500:]  # the middle dot, escaped
+    ops = gradspec("ops", cwd=tmp_path, env=env, timeout=120)
+    assert ops.returncode == 0 and "internal error" not in ops.stderr, ops.stderr[-2000:]
+    assert "\\u2026" in ops.stdout  # a cut column's ellipsis, escaped
+    (tmp_path / "case.json").write_text(json.dumps(_good()))
+    rp = gradspec("replay", "case.json", "--oracles", FAST_ORACLES, cwd=tmp_path, env=env, timeout=120)
+    assert rp.returncode == 0 and "Traceback" not in rp.stderr and "internal error" not in rp.stderr, rp.stderr
+
+
+@pytest.mark.parametrize("which", sorted(ASCII_ENVS))
+def test_a_non_ascii_report_dir_works_on_an_ascii_locale(tmp_path, which):
+    env = {**plant(tmp_path), **ASCII_ENVS[which]}
+    out = tmp_path / "r\u00e9p\u00f6rts"
+    p = gradspec("fuzz", "--engine", "gsplant:bug", "--ops", "exp,mul", "--max-examples", 20, "--oracles",
+                 FAST_ORACLES, "--seed", 1, "--report-dir", out.name, "--shrink-seconds", 5, cwd=tmp_path, env=env)
+    assert p.returncode == 1 and "internal error" not in p.stderr and "Traceback" not in p.stderr, p.stderr[-2000:]
+    s = summary(out)
+    assert s["discrepancies"] >= 1 and (out / "index.html").is_file(), s
+    rid = s["reports"][0]["id"]
+    assert (out / rid / "case.json").is_file() and (out / rid / "index.html").is_file()
+    # the path printed: escaped on an ASCII stdout, as its own bytes where the locale could not decode them
+    assert out.name.encode("ascii", "backslashreplace").decode() in p.stdout or out.name in p.stdout, p.stdout

@@ -10,6 +10,7 @@ double quotes used to close the docstring and put its own code into the script).
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 
@@ -79,8 +80,24 @@ def printable(text: str, keep: str = "") -> str:
     text = str(text)
     if text.isprintable():
         return text
-    return "".join(c if c == " " or c in keep or unicodedata.category(c) not in UNPRINTED else repr(c)[1:-1]
-                   for c in text)
+    return _ESCAPED_BYTES.sub(_bytes_run, "".join(
+        c if c == " " or c in keep or unicodedata.category(c) not in UNPRINTED or "\udc80" <= c <= "\udcff"
+        else repr(c)[1:-1] for c in text))
+
+
+_ESCAPED_BYTES = re.compile("[\udc80-\udcff]+")
+
+
+def _bytes_run(m) -> str:
+    """A run of surrogateescape'd bytes (a file name the locale could not decode: a non-ASCII report dir in a C
+    locale) kept as it is when its bytes are UTF-8 for printable text, so the path prints as the user typed it
+    (the command line's streams write those bytes back); any other run is shown escaped."""
+    run = m.group()
+    try:
+        ok = run.encode("utf-8", "surrogateescape").decode("utf-8").isprintable()
+    except UnicodeDecodeError:
+        ok = False
+    return run if ok else "".join(repr(c)[1:-1] for c in run)
 
 
 class OneLinePrints:

@@ -47,7 +47,9 @@ def atomic_write(path: str, text: str) -> None:
     os.makedirs(d, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-", suffix="-" + os.path.basename(path))
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
+        # surrogateescape: a file name the locale could not decode (a non-ASCII report dir in a C locale) is
+        # written back as its own bytes, never a UnicodeEncodeError that loses the report (M4)
+        with os.fdopen(fd, "w", encoding="utf-8", errors="surrogateescape") as f:
             f.write(text)
         os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
