@@ -25,6 +25,8 @@ Example::
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ._private import structure as _structure
@@ -121,6 +123,11 @@ def _open_reach(case) -> dict | None:
 
 def user_gated_leaves(case) -> set:
     """Leaves requiring grad whose every path to a root passes through a user op's node."""
+    try:
+        if not has_user_ops(case):  # (known once per structure: _open_reach's walk would find no user op)
+            return set()
+    except Exception:  # noqa: BLE001 - an op that cannot be looked up: _open_reach passes over it
+        pass
     reach = _open_reach(case)
     if reach is None:
         return set()
@@ -545,6 +552,8 @@ def nothing_finite(case, results: dict) -> str:
     """Why an agreement judges nothing ("" when it does): every gradient element every oracle gave is NaN or
     infinite (a NaN input: tanh(nan) has gradient nan), and NaN agreeing with NaN proves nothing about the
     rule.  Elements where some oracle is finite are compared as usual (a NaN pattern that differs is found)."""
+    if _first_small_finite(results):  # (the common case, without an array call per gradient)
+        return ""
     grads = [np.asarray(g) for r in results.values() for g in r.values() if g is not None]
     if not grads or any(g.dtype.kind == "f" and g.size and np.isfinite(g).any() for g in grads):
         return ""
@@ -555,6 +564,19 @@ def nothing_finite(case, results: dict) -> str:
     where = f" ({'; '.join(bad[:3])})" if bad else ""
     return (f"every gradient is NaN or infinite at this point{where}: the oracles' NaNs agree, which says nothing "
             "about the gradient rules, so nothing is judged; check a point with finite values")
+
+
+_FINITE_SUM = 32  # elements (larger gradients: numpy's isfinite)
+
+
+def _first_small_finite(results: dict) -> bool:
+    """Whether the first gradient of at most ``_FINITE_SUM`` floats is finite throughout (its Python sum is finite
+    only where every element is): then some gradient element is finite."""
+    for r in results.values():
+        for g in r.values():
+            if type(g) is np.ndarray and g.dtype.kind == "f" and 0 < g.size <= _FINITE_SUM:
+                return math.isfinite(sum(g.ravel().tolist()))
+    return False
 
 
 def _nonfinite_kinds(v) -> str:

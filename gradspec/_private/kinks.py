@@ -143,8 +143,8 @@ def _distance(spec, args, params) -> tuple[float, float | None]:
         if not (a.size and a.dtype.kind == "f"):
             continue
         if a.size <= _SMALL and a.dtype in _CAST:
-            pts = [_CAST[a.dtype](p) for p in dom.points]
-            if math.isfinite(sum(pts)):  # (a point at inf: inf - inf is NaN, not 0; numpy below)
+            pts = _cast_points(a.dtype, dom.points)
+            if pts is not None:  # (a point at inf: inf - inf is NaN, not 0; numpy below)
                 vals = a.ravel().tolist()
                 total = sum(vals)
                 if total != total and any(x != x for x in vals):  # (a NaN sum may be inf - inf: look)
@@ -160,6 +160,26 @@ def _distance(spec, args, params) -> tuple[float, float | None]:
     return d, kd
 
 
+def _cast_points(dtype, points: tuple) -> list | None:
+    """The domain's points as ``_CAST`` makes them for ``dtype``, or None where one is not finite (kept per
+    dtype and points: the same few domains are asked about for every node of every check)."""
+    key = (dtype, points)
+    try:
+        return _POINTS[key]
+    except KeyError:
+        pass
+    except TypeError:  # (points that are not a tuple of floats: not kept)
+        key = None
+    pts = [_CAST[dtype](p) for p in points]
+    pts = pts if math.isfinite(sum(pts)) else None
+    if key is not None:
+        if len(_POINTS) > 1024:
+            _POINTS.clear()
+        _POINTS[key] = pts
+    return pts
+
+
+_POINTS: dict = {}
 _SMALL = 16  # elements
 # a domain point as numpy casts it to the array's dtype (a Python float is a "weak" scalar: it takes the
 # array's dtype), as a Python float; points are finite, so the cast and the comparison are exact

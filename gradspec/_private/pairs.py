@@ -103,6 +103,19 @@ def _flat(per_leaf: dict, leaves) -> np.ndarray:
     return parts[0].astype(np.float64, copy=False) if len(parts) == 1 else np.concatenate(parts).astype(np.float64, copy=False)
 
 
+def _flat_list(per_leaf: dict, layout) -> list:
+    """``_flat(per_leaf, leaves).tolist()`` for ``layout`` = [(leaf name, shape, size)], without the concatenation."""
+    out: list = []
+    for leaf, shape, size in layout:
+        a = per_leaf.get(leaf)
+        if a is None:
+            out += [0.0] * size
+        else:
+            # (tolist gives Python floats: a float32 array's values as astype(float64) would, exactly)
+            out += (a if getattr(a, "shape", None) == shape else np.broadcast_to(a, shape)).ravel().tolist()
+    return out
+
+
 def _fast_pairs(case, leaves, names, results, kinds, dtype, M, fd_errs, noise, gated=frozenset(), claim=None) -> dict:
     """The common case for every pair at once: same None-ness, right shapes, all finite, agreeing.
 
@@ -204,9 +217,10 @@ def _small_pairs(leaves, names, results, kinds, dtype, M, fd_errs, noise, claim,
     max).  None where that does not hold (the numpy path then decides, and explains)."""
     if noise is not None or claim is not None:
         return None
+    layout = [(l.name, l.value.shape, l.value.size) for l in leaves]  # (ndarray.shape builds a tuple per access)
     N = 0
-    for l in leaves:
-        N += l.value.size
+    for _, _, size in layout:
+        N += size
     if not 0 < N <= SMALL_PAIRS:
         return None
     isfinite = math.isfinite
@@ -214,21 +228,27 @@ def _small_pairs(leaves, names, results, kinds, dtype, M, fd_errs, noise, claim,
     for name in names:
         res = results[name]
         row, top, none = [], [], None
-        for l in leaves:
-            g = res.get(l.name)
+        for leaf, shape, size in layout:
+            g = res.get(leaf)
             if g is None:  # compared as zeros (below: unless None itself is the disagreement)
-                none = {l.name} if none is None else none | {l.name}
-                row += [0.0] * l.value.size
-                top += [0.0] * l.value.size
+                none = {leaf} if none is None else none | {leaf}
+                row += [0.0] * size
+                top += [0.0] * size
                 continue
-            if getattr(g, "shape", None) != l.value.shape or g.dtype.kind != "f" or g.dtype.itemsize > 8:
+            if getattr(g, "shape", None) != shape or g.dtype.kind != "f" or g.dtype.itemsize > 8:
                 return None
             vals = g.ravel().tolist()
-            if vals:
+            if size == 1:  # (a finite value's |v|: the leaf max below, up to the sign of a zero, which no
+                v = vals[0]  # use of the scale sees: it is compared and enters r * s + floor, floor > 0)
+                if not isfinite(v):
+                    return None
+                row.append(v)
+                top.append(abs(v))
+            elif vals:
                 if not isfinite(sum(vals)):  # (a finite sum has no inf or NaN term)
                     return None
                 row += vals
-                top += [max(max(vals), -min(vals))] * len(vals)
+                top += [max(max(vals), -min(vals))] * size
         rows.append(row)
         tops.append(top)
         nones.append(none)
@@ -242,7 +262,7 @@ def _small_pairs(leaves, names, results, kinds, dtype, M, fd_errs, noise, claim,
     if fd_errs:
         for i, n in enumerate(names):
             if n in fd_errs:
-                e = _flat(fd_errs[n], leaves).tolist()
+                e = _flat_list(fd_errs[n], layout)
                 if not isfinite(sum(e)):
                     return None
                 est.append(i)

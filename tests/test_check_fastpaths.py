@@ -1,0 +1,87 @@
+"""gs.check's shortcuts answer exactly as the general code they stand in for (issue 15: check's own cost).
+
+The Python-float comparison of tiny cases (``pairs._small_pairs``) against the vectorised one, bit for bit;
+``outcome.nothing_finite``'s Python-sum test against its numpy test; the kink test's cached domain points.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import numpy as np
+import pytest
+
+import gradspec as gs
+from gradspec import outcome
+from gradspec._private import kinks, pairs
+from gradspec._private.sampling import sample
+
+CPU_ORACLES = ["reference", "finite-differences", "jacobian", "torch-cpu"]
+
+
+def _inputs(case, v):
+    """_fast_pairs' arguments as check computes them, the FD error bound read in full."""
+    C = importlib.import_module("gradspec.check")  # the module: gs.check is the function
+    kinds = {n: gs.oracles.get(n) for n in v.results}
+    M = None if v.jacobian is None else C._path_scale(v.jacobian)
+    fd = {"finite-differences": dict(v.fd_error)} if v.fd_error is not None else {}
+    return case.grad_leaves(), list(v.results), kinds, C._case_dtype(case), M, fd
+
+
+@pytest.mark.parametrize("scale", [0.0, 1e-13, 1e-9], ids=["as-computed", "1e-13", "1e-9"])
+def test_small_pairs_are_the_vectorised_comparison_bit_for_bit(scale, monkeypatch):
+    """On tiny cases (a one-element leaf among them) every pair's ratio from the Python-float path equals the
+    numpy path's to the last bit, with torch's gradient moved by ``scale`` of its size (ratios that are not 0)."""
+    rng = np.random.default_rng(7)
+    compared = 0
+    for case in sample(gs.strategies.cases(max_nodes=3, max_leaves=2), 40, seed=11):
+        v = gs.check(case, oracles=CPU_ORACLES)
+        leaves, names, kinds, dtype, M, fd = _inputs(case, v)
+        if len(names) < 2 or not 0 < case.n_inputs <= pairs.SMALL_PAIRS:
+            continue
+        results = {k: dict(r) for k, r in v.results.items()}
+        for leaf, g in list(results.get("torch-cpu", {}).items()):
+            if g is not None and g.size:
+                results["torch-cpu"][leaf] = g + scale * np.abs(g).max() * rng.standard_normal(g.shape)
+        small = pairs._fast_pairs(case, leaves, names, results, kinds, dtype, M, fd, None)
+        monkeypatch.setattr(pairs, "SMALL_PAIRS", 0)  # the numpy path
+        wide = pairs._fast_pairs(case, leaves, names, results, kinds, dtype, M, fd, None)
+        monkeypatch.undo()
+        assert {p: repr(r) for p, r in small.items()} == {p: repr(r) for p, r in wide.items()}, case.to_text()
+        compared += len(small)
+    assert compared > 50
+
+
+def test_small_pairs_take_a_negative_zero_gradient_as_zero():
+    """A one-element leaf's scale is |g| (-0.0 there is 0.0: the scale enters r * s + floor only)."""
+    case = gs.Case.build({"x": np.array([0.5])}, [("y", "mul", ["x", "x"], {})], ["y"], [np.array([1.0])])
+    leaves = case.grad_leaves()
+    kinds = {n: gs.oracles.get(n) for n in ("reference", "torch-cpu")}
+    for g in (-0.0, 0.0, -1e-300):
+        results = {"reference": {"x": np.array([g])}, "torch-cpu": {"x": np.array([0.0])}}
+        small = pairs._fast_pairs(case, leaves, list(results), results, kinds, "float64", None, {}, None)
+        assert small == {("reference", "torch-cpu"): pytest.approx(abs(g) / gs.tolerances.SUBNORMAL_FLOOR)
+                         if g else 0.0}
+
+
+@pytest.mark.parametrize("grads, judged", [
+    ([[1.0, 2.0]], True),
+    ([[np.nan, 2.0]], True),  # (the sum is NaN: numpy's test finds 2.0)
+    ([[1e308, 1e308]], True),  # (the sum overflows: numpy's test finds them finite)
+    ([[np.nan, np.inf], [np.nan]], False),
+    ([[np.nan], [3.0]], True),
+    ([np.zeros(40) + np.nan, [1.0]], True),  # (a large gradient first: numpy's test)
+])
+def test_nothing_finite_fast_test_answers_as_numpy_does(grads, judged):
+    case = gs.Case.build({"x": np.array([np.nan, 1.0])}, [("y", "exp", ["x"], {})], ["y"], [np.ones(2)])
+    results = {f"o{i}": {"x": np.asarray(g, dtype=np.float64)} for i, g in enumerate(grads)}
+    assert (outcome.nothing_finite(case, results) == "") is judged
+
+
+def test_kink_points_cached_per_dtype_and_points():
+    """The same domain points cast for float32 and float64 are kept apart; points not in a tuple still work."""
+    f32 = kinks._cast_points(np.dtype(np.float32), (0.1,))
+    f64 = kinks._cast_points(np.dtype(np.float64), (0.1,))
+    assert f32 == [float(np.float32(0.1))] and f64 == [0.1] and f32 != f64
+    assert kinks._cast_points(np.dtype(np.float64), [0.5, 1.0]) == [0.5, 1.0]
+    assert kinks._cast_points(np.dtype(np.float64), (np.inf,)) is None
