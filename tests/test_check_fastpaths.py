@@ -85,3 +85,23 @@ def test_kink_points_cached_per_dtype_and_points():
     assert f32 == [float(np.float32(0.1))] and f64 == [0.1] and f32 != f64
     assert kinks._cast_points(np.dtype(np.float64), [0.5, 1.0]) == [0.5, 1.0]
     assert kinks._cast_points(np.dtype(np.float64), (np.inf,)) is None
+
+
+def test_leaf_precisions_skip_the_flow_only_where_it_cannot_add_float32(monkeypatch):
+    """Every differentiated leaf float32 already: the answer without following the graph (the flow only marks
+    leaves float32).  A float64 differentiated leaf beside float32 data: the flow runs and marks it."""
+    C = importlib.import_module("gradspec.check")
+    x32, c64 = np.float32([0.5, 1.5]), np.array([2.0, 3.0])
+    all32 = gs.Case.build({"x": x32, "c": c64}, [("y", "mul", ["x", "c"], {})], ["y"], [np.ones(2)],
+                          requires_grad={"c": False})
+    # (a 0-dim float64 beside a dimensioned float32 is computed in float32, as torch promotes: w's gradient too)
+    mixed = gs.Case.build({"x": x32, "w": np.array(2.0)}, [("y", "mul", ["x", "w"], {})], ["y"], [np.ones(2)])
+    assert C._leaf_precisions(mixed) == {"x": "float32", "w": "float32"}
+
+    def boom(*a):
+        raise AssertionError("the flow ran")
+
+    monkeypatch.setattr(C, "_precision_flow", boom)
+    assert C._leaf_precisions(all32) == {"x": "float32"}
+    with pytest.raises(AssertionError, match="the flow ran"):
+        C._leaf_precisions(mixed)
