@@ -105,3 +105,24 @@ def test_leaf_precisions_skip_the_flow_only_where_it_cannot_add_float32(monkeypa
     assert C._leaf_precisions(all32) == {"x": "float32"}
     with pytest.raises(AssertionError, match="the flow ran"):
         C._leaf_precisions(mixed)
+
+
+def test_unpromoted_runs_the_forward_up_to_the_last_op_that_refuses(monkeypatch):
+    """Only ops without type promotion refuse mixed dtypes: the engine forward stops after the last of them
+    (the answer is the same: a later node could only end the run with None, which is also the answer when
+    nothing refused), and a refusal before it is still found."""
+    C = importlib.import_module("gradspec.check")
+    from gradspec import engine
+
+    x, w, k = np.ones((2, 3)), np.ones((3, 2)), np.ones((3, 2), dtype=np.float32)
+    ran = []
+    apply = engine.apply
+    monkeypatch.setattr(engine, "apply", lambda spec, *a: ran.append(spec.name) or apply(spec, *a))
+    ok = gs.Case.build({"x": x, "w": w, "k": k}, [("a", "exp", ["x"], {}), ("b", "mm", ["a", "w"], {}),
+                                                 ("c", "tanh", ["b"], {}), ("d", "mul", ["c", "c"], {})],
+                       ["d"], [np.ones((2, 2))])
+    assert C.unpromoted(ok) is None and ran == ["exp", "mm"]
+    ran.clear()
+    bad = gs.Case.build({"x": x, "w": w, "k": k}, [("a", "mm", ["x", "w"], {}), ("b", "mm", ["x", "k"], {}),
+                                                  ("c", "tanh", ["b"], {})], ["c"], [np.ones((2, 2))])
+    assert "node 'b' = mm(x, k): torch refuses" in C.unpromoted(bad) and ran == ["mm", "mm"]
