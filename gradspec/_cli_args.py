@@ -22,7 +22,31 @@ class _UsageError(Exception):
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # argparse exits 2 on usage errors, as the contract wants
         self.print_usage(sys.stderr)
-        self.exit(EXIT_USAGE, f"gradspec: error: {message}\n")
+        self.exit(EXIT_USAGE, f"gradspec: error: {message}{_did_you_mean(self, message)}\n")
+
+
+def _did_you_mean(parser: argparse.ArgumentParser, message: str) -> str:
+    """"; did you mean --max-examples?" for a misspelt flag in argparse's "unrecognized arguments" (Python 3.11's
+    argparse has no suggestions).  The flags of every subcommand are candidates: the top-level parser reports
+    a subcommand's unknown flag, and a flag of another subcommand is a hint too."""
+    import difflib
+
+    if not message.startswith("unrecognized arguments:"):
+        return ""
+    known, todo = set(), [parser]
+    while todo:
+        p = todo.pop()
+        for action in p._actions:
+            known.update(o for o in action.option_strings if o.startswith("--"))
+            if isinstance(action, argparse._SubParsersAction):
+                todo.extend(action.choices.values())
+    hints = []
+    for word in message.split(":", 1)[1].split():
+        flag = word.split("=", 1)[0]
+        if flag.startswith("-") and flag not in known:
+            close = difflib.get_close_matches("--" + flag.lstrip("-").replace("_", "-"), sorted(known), n=1, cutoff=0.75)
+            hints += [f"{flag}: did you mean {close[0]}?"] if close else []
+    return "; " + "; ".join(hints) if hints else ""
 
 
 def _int_at_least(lo: int):
@@ -62,6 +86,20 @@ def _nonneg_float(text: str) -> float:
     if not v >= 0 or v == float("inf"):
         raise argparse.ArgumentTypeError(f"{text!r} must be a finite number >= 0 (e.g. 1e-6)")
     return v
+
+
+WORKERS_PER_CPU = 4  # workers spend time in Hypothesis and numpy, not waiting: more per CPU only thrashes
+
+
+def _max_local_workers() -> int:
+    """The --workers bound on this machine (without --tx): WORKERS_PER_CPU per CPU this process may run on."""
+    import os
+
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    return max(WORKERS_PER_CPU, WORKERS_PER_CPU * cpus)
 
 
 def _isolate_flag(p) -> None:

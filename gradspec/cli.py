@@ -1,7 +1,8 @@
 """The ``gradspec`` command line: ``fuzz``, ``replay``, ``ops``.
 
-Exit codes: 0 no discrepancy, 1 discrepancies found (each written as a report), 2 usage error
-(bad arguments, an engine or case that cannot be loaded, a report dir that cannot be written),
+Exit codes: 0 no discrepancy, 1 discrepancies found (each written as a report; one whose report could not be
+written is printed whole, with the write error), 2 usage error (bad arguments, an engine or case that cannot be
+loaded, a report dir that cannot be written and no discrepancy),
 3 inconclusive (no case ran, or no pair of oracles was compared; the reason is printed),
 130 interrupted (Ctrl-C) before any discrepancy was found (SIGTERM / SIGHUP: 143 / 129, the same way).
 
@@ -33,10 +34,12 @@ from ._cli_args import (
     EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_USAGE,
+    WORKERS_PER_CPU,
     _data_flags,
     _err,
     _isolate_flag,
     _load_case,
+    _max_local_workers,
     _nonneg_float,
     _Parser,
     _positive_float,
@@ -459,6 +462,11 @@ def _fuzz_config(args):
     if args.tx and args.workers == 1:  # one shard per xdist node: "3*ssh=host" is three
         args.workers = sum(int(t.split("*", 1)[0]) if "*" in t and t.split("*", 1)[0].isdigit() else 1
                            for t in args.tx)
+    _check_lists(args)
+    if args.workers > _max_local_workers() and not args.tx:  # (--workers 10000 forked 10000 processes)
+        raise _UsageError(f"--workers {args.workers}: at most {_max_local_workers()} worker processes on this "
+                          f"machine ({WORKERS_PER_CPU} per CPU it may use); to run more shards, spread them over "
+                          "machines with --tx")
     if args.workers > 1:
         try:
             import xdist  # noqa: F401
@@ -488,6 +496,15 @@ def _fuzz_config(args):
         except UnsafePath as e:
             raise _UsageError(f"--workers: {e}") from None
     return cfg, oracles, ops, engine
+
+
+def _check_lists(args) -> None:
+    """An empty --ops / --oracles (``--ops ""``: a variable that expanded to nothing) is a usage error, never
+    "every op": a CI job meant to check three ops must not silently check the whole table instead."""
+    for flag, text in (("--ops", args.ops), ("--oracles", args.oracles)):
+        if text is not None and not _split(text):
+            raise _UsageError(f"{flag} is empty ({text!r}): give comma-separated names (see `gradspec ops`), or "
+                              f"leave {flag} out for every one")
 
 
 def _worker_ops(given, names) -> list | None:

@@ -647,7 +647,10 @@ def campaign_writer(cfg):
         try:
             write_discrepancy_report(cfg.report_dir, d, verdict, info=info)
         except OSError as e:
-            raise ReportDirError(f"cannot write the report of a discrepancy into {cfg.report_dir}: "
-                                 f"{e.strerror or e}") from e
+            err = ReportDirError(f"cannot write the report of a discrepancy into {cfg.report_dir}: {e.strerror or e}")
+            # the case as case.json would have held it (user ops by import path), for the run to print: the
+            # finding stays replayable without its folder (M3: the bare case had "user_ops": {})
+            err.case_json = _safe(lambda: _case_for_file(d.case, info.get("engine")).to_json(indent=None))
+            raise err from e
 
     return write

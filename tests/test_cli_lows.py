@@ -37,6 +37,14 @@ def _with_op(case: dict, path: str) -> dict:
     return d
 
 
+BUGGY_OP_SRC = '''
+import gradspec as gs
+
+# d(3x)/dx is 3: this vjp says 2
+triple = gs.Op("clilows_triple", forward=lambda x: 3.0 * x, vjp=lambda g, x, out: (2.0 * g,))
+'''
+
+
 FUZZ = ("fuzz", "--ops", "exp,mul", "--max-examples", 3, "--oracles", FAST_ORACLES, "--seed", 1, "-q")
 
 
@@ -101,9 +109,10 @@ def test_explain_ops_and_replay_print_on_an_ascii_stdout(tmp_path, which):
 @pytest.mark.parametrize("which", sorted(ASCII_ENVS))
 def test_a_non_ascii_report_dir_works_on_an_ascii_locale(tmp_path, which):
     env = {**plant(tmp_path), **ASCII_ENVS[which]}
+    (tmp_path / "clilows_ops.py").write_text(BUGGY_OP_SRC)
     out = tmp_path / "r\u00e9p\u00f6rts"
-    p = gradspec("fuzz", "--engine", "gsplant:bug", "--ops", "exp,mul", "--max-examples", 20, "--oracles",
-                 FAST_ORACLES, "--seed", 1, "--report-dir", out.name, "--shrink-seconds", 5, cwd=tmp_path, env=env)
+    p = gradspec("fuzz", "--ops", "clilows_ops:triple,sum", "--max-examples", 10, "--oracles", FAST_ORACLES,
+                 "--seed", 1, "--report-dir", out.name, "--shrink-seconds", 5, "-q", cwd=tmp_path, env=env)
     assert p.returncode == 1 and "internal error" not in p.stderr and "Traceback" not in p.stderr, p.stderr[-2000:]
     s = summary(out)
     assert s["discrepancies"] >= 1 and (out / "index.html").is_file(), s
@@ -111,3 +120,83 @@ def test_a_non_ascii_report_dir_works_on_an_ascii_locale(tmp_path, which):
     assert (out / rid / "case.json").is_file() and (out / rid / "index.html").is_file()
     # the path printed: escaped on an ASCII stdout, as its own bytes where the locale could not decode them
     assert out.name.encode("ascii", "backslashreplace").decode() in p.stdout or out.name in p.stdout, p.stdout
+
+
+# ---------------------------------------------------------------------------------------------
+# M3: a report dir that fills up mid-run
+# ---------------------------------------------------------------------------------------------
+
+def test_a_finding_whose_report_cannot_be_written_is_printed_whole_and_exits_1(tmp_path, monkeypatch, capsys):
+    """Disk full while the report is written (simulated: ENOSPC from every write of a case.json): the printed
+    case records the user op's import path (it had ``"user_ops": {}`` and could not be replayed), the run says
+    what failed and exits 1, a discrepancy was found (it exited 2, a usage error)."""
+    import errno
+
+    from gradspec import cli, report
+
+    (tmp_path / "clilows_ops.py").write_text(BUGGY_OP_SRC)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    real = report.atomic_write
+
+    def full(path, text):
+        if path.endswith("case.json"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(path, text)
+
+    monkeypatch.setattr(report, "atomic_write", full)
+    rc = cli.main(["fuzz", "--ops", "clilows_ops:triple,sum", "--max-examples", "20", "--oracles", FAST_ORACLES,
+                   "--seed", "1", "--report-dir", str(tmp_path / "reports"), "-q", "--shrink-seconds", "5"])
+    out, err = capsys.readouterr()
+    assert rc == 1, (out, err)
+    assert "No space left on device" in err, err
+    line = next(ln for ln in out.splitlines() if ln.startswith("{"))
+    case = json.loads(line)
+    assert case["user_ops"] == {"clilows_triple": "clilows_ops:triple"}, case
+    (tmp_path / "saved.json").write_text(line)
+    monkeypatch.undo()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert cli.main(["replay", str(tmp_path / "saved.json"), "--allow-import", "clilows_ops", "--oracles",
+                     FAST_ORACLES]) == 1, capsys.readouterr()
+
+
+# ---------------------------------------------------------------------------------------------
+# usage mistakes found before the run: --workers 10000, --ops "", a misspelt flag
+# ---------------------------------------------------------------------------------------------
+
+
+def test_workers_beyond_what_the_machine_can_run_is_a_usage_error(tmp_path, monkeypatch, capsys):
+    from gradspec import cli
+
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["fuzz", "--workers", "10000", "--max-examples", "2", "--report-dir", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert "--workers 10000" in err and "--tx" in err, err
+    assert not (tmp_path / "r").exists()  # refused before anything was made
+
+
+@pytest.mark.parametrize("flag", ["--ops", "--oracles"])
+def test_an_empty_list_is_a_usage_error_naming_the_flag(tmp_path, monkeypatch, capsys, flag):
+    from gradspec import cli
+
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["fuzz", flag, " , ", "--max-examples", "2", "--report-dir", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert f"{flag} is empty" in err, err
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("argv, hint", [
+    (["fuzz", "--max-exampels", "5"], "--max-examples"),
+    (["fuzz", "--report_dir", "x"], "--report-dir"),
+    (["replay", "case.json", "--jsn"], "--json"),
+])
+def test_a_misspelt_flag_gets_a_did_you_mean(capsys, argv, hint):
+    from gradspec import cli
+
+    with pytest.raises(SystemExit) as e:
+        cli.main(argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert f"did you mean {hint}?" in err, err

@@ -243,19 +243,20 @@ class _Campaign:
             "cause": None if d.cause is None else d.cause.to_json(),
         }
         self.stats.found[rid] = rec
-        if self.on_found is not None and not self.report_failed:
+        if self.on_found is not None:
             try:
                 # Listed in the stats from here on, so written whole: a Ctrl-C that comes meanwhile acts after
                 # (chaos M2: the summary listed a finding whose folder was never moved into place).
                 with interrupts.deferred():
                     self.on_found(d, verdict, info)
             except ReportDirError as e:
-                # Nothing found may be lost: keep the case in the results, printed at the end.
+                # Nothing found may be lost: keep the case in the results, printed at the end, as case.json would
+                # have held it (the writer's copy records user ops by import path: replayable).
                 self.report_failed = True
-                self.stats.errors.append(str(e))
+                if str(e) not in self.stats.errors:
+                    self.stats.errors.append(str(e))
                 rec["report_error"] = str(e)
-        if self.report_failed:
-            rec["case"] = d.case.to_json(indent=None) if d.case is not None else None
+                rec["case"] = getattr(e, "case_json", None) or (d.case.to_json(indent=None) if d.case else None)
         self.snapshot(force=True)
 
     # -- what the driver calls ---------------------------------------------------------------

@@ -87,6 +87,7 @@ def run_rules(cfg: Config, engine, stats: Stats, write: Callable | None = None,
                 write(d, None, info)
             except Exception as e:  # noqa: BLE001 - the finding stays in the summary, with why it has no folder
                 rec["report_error"] = f"{type(e).__name__}: {e}"
+                rec["case"] = getattr(e, "case_json", None)  # (printed at the end of the run: still replayable)
                 stats.errors.append(f"the report of rule finding {rid} could not be written: {e}")
         if announce is not None:
             announce(rid, d)
