@@ -30,13 +30,22 @@ def _no_plans():
         _plan.plan = original
 
 
+def _bits(a):
+    return None if a is None else (a.dtype.str, a.shape, a.tobytes())
+
+
 def _answer(oracle, case):
-    """The oracle's answer as bytes (dtype, shape, bits) per leaf, or its exception's type and message."""
+    """The oracle's answer as bytes (dtype, shape, bits) per leaf, or its exception's type and message; the
+    jacobian's J, seed vector and blocks too."""
     try:
-        got = oracle.vjp(case)
+        if oracle.name == "jacobian":
+            j = oracle.jacobian(case)
+            got, extra = j.vjp, (_bits(j.matrix), _bits(j.seed_vector), j.row_blocks, j.col_blocks)
+        else:
+            got, extra = oracle.vjp(case), None
     except Exception as e:  # noqa: BLE001 - the error is part of the answer
         return ("raised", type(e).__name__, str(e))
-    return {k: None if v is None else (v.dtype.str, v.shape, v.tobytes()) for k, v in got.items()}
+    return extra, {k: _bits(v) for k, v in got.items()}
 
 
 def _same_answers(case, names=EXACT):

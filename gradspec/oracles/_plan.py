@@ -44,10 +44,10 @@ _ONCE_KEY = "oracle-plan"  # (its key in a structure memo)
 class Plan:
     """What the exact oracles share for one structure.  ``specs``: each node's op spec; ``inputs``: each
     node's input positions (leaves first, 0..nleaves-1, then nodes in order); ``roots``: the roots' positions;
-    ``grad_leaves``: positions of the differentiable leaves.  The other slots are each oracle's own,
+    ``grad_leaves``: positions of the differentiable leaves; ``names``: the name at each position.  The other slots are each oracle's own,
     filled on its first call (None until then)."""
 
-    __slots__ = ("specs", "inputs", "nleaves", "roots", "grad_leaves", "reference", "torch", "jacobian")
+    __slots__ = ("names", "specs", "inputs", "nleaves", "roots", "grad_leaves", "reference", "torch", "jacobian")
 
     def __init__(self, case) -> None:
         table = _registry.all_specs()
@@ -61,6 +61,7 @@ class Plan:
             self.inputs.append(tuple([pos[i] for i in n.inputs]))
             pos[n.name] = self.nleaves + k
         self.roots = [pos[r] for r in case.roots]
+        self.names = [l.name for l in case.leaves] + [n.name for n in case.nodes]
         self.grad_leaves = [i for i, l in enumerate(case.leaves) if l.differentiable]
         self.reference = self.torch = self.jacobian = None
 

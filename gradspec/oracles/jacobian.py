@@ -17,9 +17,11 @@ import functools
 import numpy as np
 
 from .._private import limits as _limits
+from .._private import percase as _percase
 from .._private import structure as _structure
 from .._private.kinks import exclusion
 from .._private.prologue import oracle_call
+from . import _plan
 from ._base import Oracle, OracleError
 
 __all__ = ["JacobianOracle", "jacobian"]
@@ -63,6 +65,9 @@ MAX_DENSE_ELEMENTS = 2**25
 
 @oracle_call
 def jacobian(case, max_inputs: int = 4096) -> Jacobian:
+    p = _plan.plan(case)
+    if p is not None:  # (what the structure fixes worked out once: _JacPlan)
+        return _planned(case, p, max_inputs)
     leaves = case.grad_leaves()
     n = int(sum(l.value.size for l in leaves))
     if n > max_inputs:
@@ -72,14 +77,7 @@ def jacobian(case, max_inputs: int = 4096) -> Jacobian:
     row_blocks = [(r, values[r].shape) for r in case.roots]  # (evaluate gives arrays)
     col_blocks = [(l.name, l.shape) for l in leaves]
     sizes = [values[r].size for r in case.roots]
-    # A command line's --max-elements (a case read from a file) lowers the dense limit with it.
-    dense = min(MAX_DENSE_ELEMENTS, _limits.current() or MAX_DENSE_ELEMENTS)
-    if sum(sizes) * n > dense:
-        raise OracleError(
-            f"jacobian: J would be {sum(sizes)} x {n} = {sum(sizes) * n:,} elements "
-            f"({sum(sizes) * n * 8 / 2**30:.1f} GiB), above the dense limit of {dense:,}"
-            + (" (--max-elements)" if dense < MAX_DENSE_ELEMENTS else "")
-        )
+    _check_dense(sum(sizes), n)
     J = np.zeros((sum(sizes), n))
     biggest = max([v.size for v in values.values()] + [1])
     chunk = max(1, MAX_TANGENT_ELEMENTS // biggest)
@@ -102,6 +100,122 @@ def jacobian(case, max_inputs: int = 4096) -> Jacobian:
         out[l.name] = g[off : off + l.value.size].reshape(l.shape).astype(l.value.dtype)
         off += l.value.size
     return Jacobian(J, row_blocks, col_blocks, v, out)
+
+
+def _check_dense(rows: int, n: int) -> None:
+    # A command line's --max-elements (a case read from a file) lowers the dense limit with it.
+    dense = min(MAX_DENSE_ELEMENTS, _limits.current() or MAX_DENSE_ELEMENTS)
+    if rows * n > dense:
+        raise OracleError(
+            f"jacobian: J would be {rows} x {n} = {rows * n:,} elements "
+            f"({rows * n * 8 / 2**30:.1f} GiB), above the dense limit of {dense:,}"
+            + (" (--max-elements)" if dense < MAX_DENSE_ELEMENTS else "")
+        )
+
+
+class _JacPlan:
+    """What ``jacobian`` derives from a structure alone: ``n`` (columns), the grad leaves' positions, sizes,
+    shapes and dtypes, the row and column blocks, the chunks of directions with each leaf's identity block
+    (``_block``'s arguments), and the propagation steps: per node that receives a tangent, its index, spec,
+    input positions and which of them carry one into the JVP rule (``_propagate``'s masking)."""
+
+    __slots__ = ("n", "leaves", "row_blocks", "col_blocks", "sizes", "chunks", "steps")
+
+    def __init__(self, case, p, vals: list) -> None:
+        self.leaves = [(i, vals[i].size, case.leaves[i].shape, case.leaves[i].value.dtype, case.leaves[i].name)
+                       for i in p.grad_leaves]
+        self.n = n = int(sum(size for _, size, _, _, _ in self.leaves))
+        self.row_blocks = [(case.roots[k], vals[r].shape) for k, r in enumerate(p.roots)]
+        self.col_blocks = [(name, shape) for _, _, shape, _, name in self.leaves]
+        self.sizes = [vals[r].size for r in p.roots]
+        chunk = max(1, MAX_TANGENT_ELEMENTS // max([v.size for v in vals] + [1]))
+        self.chunks = []
+        for start in range(0, max(n, 1), chunk):
+            stop = min(n, start + chunk)
+            blocks, off = [], 0
+            for i, size, shape, _, _ in self.leaves:  # (_identity_block, per leaf)
+                lo, hi = max(start, off), min(stop, off + size)
+                blocks.append((i, (stop - start, size, lo - start, lo - off, hi - lo), (stop - start,) + shape,
+                               (stop - start) * size <= 4096))
+                off += size
+            self.chunks.append((start, stop, blocks))
+        carries = [False] * len(vals)
+        for i in p.grad_leaves:
+            carries[i] = True
+        self.steps = []
+        for k, (spec, ins) in enumerate(zip(p.specs, p.inputs)):
+            if any(carries[j] for j in ins):  # (else: no tangent, as _propagate)
+                carries[p.nleaves + k] = True
+                diff = spec.differentiable
+                self.steps.append((k, spec, ins, tuple(diff is None or diff[i] for i in range(len(ins)))))
+
+
+def _planned(case, p, max_inputs: int) -> Jacobian:
+    """``jacobian`` of a case with a structure plan: the same arithmetic in the same order, by positions."""
+    jp = p.jacobian
+    n = jp.n if jp is not None else int(sum(l.value.size for l in case.grad_leaves()))
+    if n > max_inputs:
+        raise OracleError(f"jacobian: {n} input elements exceed the dense limit of {max_inputs}")
+    if _percase.active(case) is not None:  # (gs.check: the forward shared with the other oracles and rules)
+        values = case._evaluate(None, 0)
+        vals = [values[name] for name in p.names]
+    else:
+        vals = [l.value for l in case.leaves]
+        for k, (spec, node) in enumerate(zip(p.specs, case.nodes)):  # (Case._forward, by positions)
+            vals.append(np.asarray(spec.forward(*[vals[j] for j in p.inputs[k]], **node.params)))
+    seeds = [np.ones_like(vals[r]) if s is None else np.asarray(s).astype(vals[r].dtype)  # (Case.seed_arrays)
+             for s, r in zip(case.seeds, p.roots)]
+    if jp is None:
+        jp = p.jacobian = _JacPlan(case, p, vals)
+    sizes = jp.sizes
+    rows = sum(sizes)
+    _check_dense(rows, n)
+    J = np.zeros((rows, n))
+    for start, stop, blocks in jp.chunks:
+        tangents = _propagate_planned(case, p, jp, vals, blocks, stop - start)
+        row = 0
+        for r, size in zip(p.roots, sizes):
+            t = tangents[r]
+            if t is not None:
+                J[row : row + size, start:stop] = t.reshape(stop - start, size).T
+            row += size
+    v = np.concatenate([np.asarray(s, dtype=np.float64).ravel() for s in seeds]) if seeds else np.zeros(0)
+    g = J.T @ v if J.size else np.zeros(n)
+    if np.isnan(g).any():
+        _refuse_at_infinity(case, dict(zip(p.names, vals)))
+    out = {}
+    off = 0
+    for _, size, shape, dtype, name in jp.leaves:
+        out[name] = g[off : off + size].reshape(shape).astype(dtype)
+        off += size
+    return Jacobian(J, list(jp.row_blocks), list(jp.col_blocks), v, out)
+
+
+def _propagate_planned(case, p, jp, vals: list, blocks, k: int) -> list:
+    """``_propagate`` by positions: the tangent of every position (None where none flows)."""
+    tangents = [None] * len(vals)
+    for i, args, shape, small in blocks:  # (_identity_block: a copy, a JVP rule may write to it)
+        tangents[i] = (_block if small else _block.__wrapped__)(*args).copy().reshape(shape)
+    f64 = np.float64
+    nodes = case.nodes
+    base = p.nleaves
+    for j, spec, ins, use in jp.steps:
+        node = nodes[j]
+        if spec.jvp is None:
+            raise OracleError(f"jacobian: op {node.op!r} declares no JVP rule")
+        prim = []
+        for i in ins:
+            v = vals[i]
+            prim.append(v if v.dtype.kind != "f" or v.dtype is _F64 and type(v) is np.ndarray else np.asarray(v, dtype=f64))
+        v = vals[base + j]
+        out = v if v.dtype is _F64 and type(v) is np.ndarray else np.asarray(v, dtype=f64)
+        t = spec.jvp([tangents[i] if u else None for i, u in zip(ins, use)], *prim, out=out, **node.params)
+        t = np.asarray(t, dtype=f64)
+        want = (k,) + v.shape
+        if t.shape != want:
+            raise OracleError(f"jacobian: JVP of {node.op!r} (node {node.name}) returned shape {t.shape}, expected {want}")
+        tangents[base + j] = t
+    return tangents
 
 
 def _refuse_at_infinity(case, values) -> None:
