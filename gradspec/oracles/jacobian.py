@@ -163,7 +163,8 @@ def _planned(case, p, max_inputs: int) -> Jacobian:
         vals = [l.value for l in case.leaves]
         for k, (spec, node) in enumerate(zip(p.specs, case.nodes)):  # (Case._forward, by positions)
             vals.append(np.asarray(spec.forward(*[vals[j] for j in p.inputs[k]], **node.params)))
-    seeds = [np.ones_like(vals[r]) if s is None else np.asarray(s).astype(vals[r].dtype)  # (Case.seed_arrays)
+    # (Case.seed_arrays; an implicit seed's ones_like is np.ones of the root's shape and dtype: the same array)
+    seeds = [np.ones(vals[r].shape, vals[r].dtype) if s is None else np.asarray(s).astype(vals[r].dtype)
              for s, r in zip(case.seeds, p.roots)]
     if jp is None:
         jp = p.jacobian = _JacPlan(case, p, vals)
@@ -179,7 +180,10 @@ def _planned(case, p, max_inputs: int) -> Jacobian:
             if t is not None:
                 J[row : row + size, start:stop] = t.reshape(stop - start, size).T
             row += size
-    v = np.concatenate([np.asarray(s, dtype=np.float64).ravel() for s in seeds]) if seeds else np.zeros(0)
+    if len(seeds) == 1:  # (a fresh array either way: seeds above are new arrays, ravel a view of one)
+        v = np.asarray(seeds[0], dtype=np.float64).ravel()
+    else:
+        v = np.concatenate([np.asarray(s, dtype=np.float64).ravel() for s in seeds]) if seeds else np.zeros(0)
     g = J.T @ v if J.size else np.zeros(n)
     if np.isnan(g).any():
         _refuse_at_infinity(case, dict(zip(p.names, vals)))
