@@ -33,7 +33,7 @@ import numpy as np
 
 from .. import engine as _engine
 from .._private.fdstep import line_sigma
-from ._fd_stencil import COARSE, EPS, ROUNDING_DEPTH
+from ._fd_stencil import _RD_EPS, COARSE, _parts, _parts_small, error, error_small
 
 __all__ = ["LazyErrors", "Pass", "Rounding", "settled", "settled_small", "error", "error_small"]
 
@@ -154,99 +154,38 @@ def settled_small(sl, s0: float, hl, vfloor: float):
     coarse: max trunc <= COARSE * max(max |r|, 1e-300)), ``lower`` a lower bound of each element's error
     estimate, and per element the truncation term and the largest |s| (``error_small`` makes the error bound of
     them).  Then ``_estimate_small``'s refine flag is False whatever the error is, and ``_noise_blocked``
-    finds nothing (it needs trunc_j > COARSE * max(|r_j|, scale) >= max trunc).  ``r``: the same operations
-    in the same order as ``_estimate_small``, so the same floats.
+    finds nothing (it needs trunc_j > COARSE * max(|r_j|, scale) >= max trunc).  ``r``: ``_parts_small``, the
+    loop ``_estimate_small`` runs, so the same floats.
 
     ``lower``: the error estimate is ``t + 2.4 max(RD_EPS (max S + top), floor) / h`` with S >= 0 (sums of
     products of absolute values) and floor >= ``vfloor`` (the noise line can only raise it); leaving S out
     and taking ``vfloor`` gives ``t + 2.4 max(RD_EPS top, vfloor) / h``, no larger in floating point either
     (each operation is monotone and rounds monotonically), and needs neither S nor the noise line."""
     sp_, sm_, s2_ = sl
-    isfinite = math.isfinite
-    if not isfinite(s0 + sum(hl) + sum(sp_) + sum(sm_) + sum(s2_)):
+    if not (sp_ and math.isfinite(s0 + sum(hl) + sum(sp_) + sum(sm_) + sum(s2_))):
         return None
-    s03, a0 = 3 * s0, abs(s0)
-    r, lower, trunc, tops, tmax = [], [], [], [], 0.0
-    for sp, sm, s2, hj in zip(sp_, sm_, s2_, hl):
-        correction = (s2 - 3 * sp + s03 - sm) / (6 * hj)
-        r.append((sp - sm) / (2 * hj) - correction)
-        t = abs(correction)
-        if t > tmax:
-            tmax = t
-        top = abs(sp)
-        x = abs(sm)
-        if x > top:
-            top = x
-        x = abs(s2)
-        if x > top:
-            top = x
-        if a0 > top:
-            top = a0
-        delta = _RD_EPS * top
-        if vfloor > delta:
-            delta = vfloor
-        lower.append(t + 2.4 * delta / hj)
-        trunc.append(t)
-        tops.append(top)
-    if not r:
-        return None
+    r, lower, trunc, tops, tmax = _parts_small(sl, s0, hl, vfloor)
     rmax = max(map(abs, r))
-    if not isfinite(rmax + tmax) or tmax > COARSE * (rmax if rmax > 1e-300 else 1e-300):
+    if not math.isfinite(rmax + tmax) or tmax > COARSE * (rmax if rmax > 1e-300 else 1e-300):
         return None
     return r, lower, (trunc, tops)
 
 
-def error_small(kept, S, S0: float, hl, floor: float):
-    """The error bound ``_estimate_small`` gives a settled estimate (``kept`` = (trunc, top) of ``settled_small``,
-    ``S`` its three rows as lists), without computing the estimate again: the same operations on the same
-    values.  None where ``_estimate_small`` would be None (S, S0 or the floor not finite: the caller takes
-    ``_combine_all``, as the eager path does); s0 and the steps are finite here (``settled_small``)."""
-    Sp_, Sm_, S2_ = S
-    isfinite = math.isfinite
-    if not isfinite(S0 + floor + sum(Sp_) + sum(Sm_) + sum(S2_)):
-        if not (isfinite(S0) and isfinite(floor)):
-            return None
-        for row in S:
-            if not all(map(isfinite, row)):
-                return None
-    err = []
-    for t, top, Sp, Sm, S2, hj in zip(*kept, Sp_, Sm_, S2_, hl):
-        x = Sp if Sp > Sm else Sm
-        if S2 > x:
-            x = S2
-        if S0 > x:
-            x = S0
-        delta = _RD_EPS * (x + top)
-        if floor > delta:
-            delta = floor
-        err.append(t + 2.4 * delta / hj)
-    return err
-
-
 def settled(s, s0: float, h, vfloor: float):
     """``settled_small`` on arrays (``s``: the (3, n) stencil values): the estimate as ``_combine_all``
-    computes it, the same lower bound of its error and (trunc, top), where every value is finite and no element
-    is too coarse, else None."""
-    if not h.size or not math.isfinite(s0):
+    computes it (``_parts``), the same lower bound of its error and (trunc, top), where every value is finite
+    and no element is too coarse, else None.  A value of s that is not finite makes its element's correction,
+    so the largest truncation term, inf or NaN (an inf or NaN in a sum or difference with finite steps and s0
+    never cancels to a finite value): testing that maximum tests s.  The steps are tested on their sum (each is
+    at least STEP > 0, so the sum is finite exactly where every step is, short of an overflow, which only
+    sends the case down the eager path)."""
+    if not h.size or not math.isfinite(s0) or not math.isfinite(_SUM(h)):
         return None
-    sp, sm, s2 = s
-    num = np.empty((2, h.size))
-    np.subtract(sp, sm, out=num[0])
-    c = num[1]
-    np.multiply(3, sp, out=c)
-    np.subtract(s2, c, out=c)
-    c += 3 * s0
-    c -= sm
-    num /= np.multiply.outer(_TWO_SIX, h)
-    r = num[0] - c
-    trunc = np.abs(c)
-    tmax = float(np.maximum.reduce(trunc, axis=None))
-    rmax = float(np.maximum.reduce(np.abs(r), axis=None))
-    if not (math.isfinite(tmax + rmax) and np.isfinite(s).all() and np.isfinite(h).all()):
+    r, a, top = _parts(s, s0, h)
+    rmax, tmax = _MAX(a, axis=1).tolist()
+    if not math.isfinite(tmax + rmax) or tmax > COARSE * max(rmax, 1e-300):
         return None
-    if tmax > COARSE * max(rmax, 1e-300):
-        return None
-    top = np.maximum.reduce(np.abs(s), axis=0, initial=abs(s0))
+    trunc = a[1]
     delta = top * _RD_EPS
     np.maximum(delta, vfloor, out=delta)
     delta *= 2.4
@@ -255,19 +194,4 @@ def settled(s, s0: float, h, vfloor: float):
     return r, delta, (trunc, top)
 
 
-def error(kept, S, S0: float, h, floor: float):
-    """``_combine_all``'s error bound of a settled estimate (``kept`` = (trunc, top) of ``settled``) without the
-    estimate: the same numpy operations on the same values in the same order."""
-    trunc, top = kept
-    delta = np.maximum.reduce(S, axis=0, initial=S0)
-    delta += top
-    delta *= _RD_EPS
-    np.maximum(delta, floor, out=delta)
-    delta *= 2.4
-    delta /= h
-    delta += trunc
-    return delta
-
-
-_TWO_SIX = np.array([2.0, 6.0])  # (as _fd_stencil._combine_all's)
-_RD_EPS = float(ROUNDING_DEPTH * EPS)
+_MAX, _SUM = np.maximum.reduce, np.add.reduce

@@ -98,6 +98,45 @@ def _combine(s, s0, Smax, S0, h, floor=0.0):
 
 
 _TWO_SIX = np.array([2.0, 6.0])
+_RD_EPS = float(ROUNDING_DEPTH * EPS)
+_MAX = np.maximum.reduce
+
+
+# The estimate and its error bound come in two parts, each written once and shared by the eager path
+# (``_combine_all``, ``_estimate_small``) and the lazy one (``_fd_lazy.settled``/``settled_small``, which
+# defer the second part): ``_parts`` / ``_parts_small`` give the estimate r, its truncation term and the
+# largest |s| of each element (what needs only the stencil's values s), ``error`` / ``error_small`` the
+# error bound from those and the rounding model's S (``t + 2.4 max(RD_EPS (max S + top), floor) / h``).
+# Composed, they are ``_combine``'s operations in ``_combine``'s order, so the same floats.
+
+def _parts(s, s0, h):
+    """``(r, |[r; trunc]|, top)`` of the (3, n) stencil values ``s``: the estimate, a (2, n) array whose rows are
+    |r| and the truncation term (one ``abs`` for both: the settled test reduces both rows at once), and the
+    largest |s| per element (``initial`` |s0|).  ``r`` is row 0 of a (2, n) buffer (a view)."""
+    num = np.empty((2, h.size))
+    np.subtract(s[0], s[1], out=num[0])
+    c = num[1]
+    np.multiply(3, s[0], out=c)
+    np.subtract(s[2], c, out=c)
+    c += 3 * s0
+    c -= s[1]
+    num /= np.multiply.outer(_TWO_SIX, h)  # num[0] = d, num[1] = correction
+    num[0] -= c  # (d - correction, in place: the same subtraction)
+    return num[0], np.abs(num), _MAX(np.abs(s), axis=0, initial=abs(s0))
+
+
+def error(kept, S, S0: float, h, floor: float):
+    """The error bound of each element from ``kept`` = (trunc, top) of ``_parts`` and the rounding model's
+    (3, n) S and S0."""
+    trunc, top = kept
+    delta = _MAX(S, axis=0, initial=S0)
+    delta += top
+    delta *= _RD_EPS
+    np.maximum(delta, floor, out=delta)
+    delta *= 2.4
+    delta /= h
+    delta += trunc
+    return delta
 
 
 def _combine_all(s, s0, S, S0, h, floor):
@@ -105,27 +144,9 @@ def _combine_all(s, s0, S, S0, h, floor):
     ~0.6 us on the arrays of a few dozen elements where this runs): the same operations on the
     same values in the same order (stacked, in place, maxima folded into one reduction with an
     initial value), so the same floats."""
-    sp, sm, s2 = s
-    num = np.empty((2, h.size))
-    np.subtract(sp, sm, out=num[0])
-    c = num[1]
-    np.multiply(3, sp, out=c)
-    np.subtract(s2, c, out=c)
-    c += 3 * s0
-    c -= sm
-    num /= np.multiply.outer(_TWO_SIX, h)  # num[0] = d, num[1] = correction
-    delta = np.maximum.reduce(S, axis=0, initial=S0)
-    delta += np.maximum.reduce(np.abs(s), axis=0, initial=abs(s0))
-    delta *= ROUNDING_DEPTH * EPS
-    np.maximum(delta, floor, out=delta)
-    trunc = np.abs(c)
-    delta *= 2.4
-    delta /= h
-    delta += trunc
-    return num[0] - c, delta, trunc
-
-
-_RD_EPS = float(ROUNDING_DEPTH * EPS)
+    r, a, top = _parts(s, s0, h)
+    trunc = a[1]
+    return r, error((trunc, top), S, S0, h, floor), trunc
 
 
 # Up to this many input elements the per-element arithmetic after the batched pass (finiteness,
@@ -134,37 +155,21 @@ _RD_EPS = float(ROUNDING_DEPTH * EPS)
 SMALL_N = 20
 
 
-def _estimate_small(s, S, s0, S0, h, floor):
-    """The finiteness test, ``_combine`` and the coarse-step test of ``fd_gradient`` on Python
-    floats (lists: ``s`` and ``S`` of 3 rows, ``h``): the same operations in the same order, so
-    the same floats.  Returns ``("not finite", j)`` for the first element j whose stencil is not
-    finite (row-major, as ``np.argwhere``); None where Python's ``max`` would order a NaN
-    differently from ``np.maximum`` (a non-finite S, step or centre: the caller uses the numpy
-    path); else ``(r, err, trunc, refine)``.
-
-    Finiteness is tested on sums first (a sum is finite only if every term is; one that is not,
-    which may be an overflow, goes through the element-wise tests)."""
-    isfinite = math.isfinite
-    sp_, sm_, s2_ = s
-    if not isfinite(sum(sp_) + sum(sm_) + sum(s2_)):
-        for row in s:
-            if not all(map(isfinite, row)):
-                return "not finite", next(j for j, v in enumerate(row) if not isfinite(v))
-    Sp_, Sm_, S2_ = S
-    if not isfinite(s0 + S0 + floor + sum(h) + sum(Sp_) + sum(Sm_) + sum(S2_)):
-        if not (isfinite(s0) and isfinite(S0) and isfinite(floor) and all(map(isfinite, h))):
-            return None
-        for row in S:
-            if not all(map(isfinite, row)):
-                return None
-    a0, s03 = abs(s0), 3 * s0
-    r, err, trunc = [], [], []
-    # max() spelled as comparisons (a builtin call per max is most of the loop's time); the
-    # values are finite, so the order of a comparison cannot change the result
-    for sp, sm, s2, Sp, Sm, S2, hj in zip(sp_, sm_, s2_, Sp_, Sm_, S2_, h):
+def _parts_small(sl, s0: float, hl, vfloor: float):
+    """``_parts`` on Python floats (``sl``: the three rows of s as lists, ``hl`` the steps; every value finite):
+    ``(r, lower, trunc, top, max trunc)``, with ``lower`` the error bound without S and at the floor ``vfloor``
+    (``t + 2.4 max(RD_EPS top, vfloor) / h``: ``_fd_lazy.settled_small``'s lower bound).  The same operations in
+    the same order as ``_parts``, so the same floats; max() spelled as comparisons (a builtin call per max was
+    most of the loop's time), which on finite values cannot change the result."""
+    sp_, sm_, s2_ = sl
+    s03, a0 = 3 * s0, abs(s0)
+    r, lower, trunc, tops, tmax = [], [], [], [], 0.0
+    for sp, sm, s2, hj in zip(sp_, sm_, s2_, hl):
         correction = (s2 - 3 * sp + s03 - sm) / (6 * hj)
         r.append((sp - sm) / (2 * hj) - correction)
         t = abs(correction)
+        if t > tmax:
+            tmax = t
         top = abs(sp)
         x = abs(sm)
         if x > top:
@@ -174,6 +179,29 @@ def _estimate_small(s, S, s0, S0, h, floor):
             top = x
         if a0 > top:
             top = a0
+        delta = _RD_EPS * top
+        if vfloor > delta:
+            delta = vfloor
+        lower.append(t + 2.4 * delta / hj)
+        trunc.append(t)
+        tops.append(top)
+    return r, lower, trunc, tops, tmax
+
+
+def error_small(kept, S, S0: float, hl, floor: float):
+    """``error`` on Python floats (``kept`` = (trunc, top) of ``_parts_small``, ``S`` three rows as lists): the same
+    operations on the same values.  None where S, S0 or the floor is not finite (numpy's max would order a NaN
+    differently: the caller takes the numpy path); the steps are finite here."""
+    Sp_, Sm_, S2_ = S
+    isfinite = math.isfinite
+    if not isfinite(S0 + floor + sum(Sp_) + sum(Sm_) + sum(S2_)):
+        if not (isfinite(S0) and isfinite(floor)):
+            return None
+        for row in S:
+            if not all(map(isfinite, row)):
+                return None
+    err = []
+    for t, top, Sp, Sm, S2, hj in zip(*kept, Sp_, Sm_, S2_, hl):
         x = Sp if Sp > Sm else Sm
         if S2 > x:
             x = S2
@@ -183,7 +211,31 @@ def _estimate_small(s, S, s0, S0, h, floor):
         if floor > delta:
             delta = floor
         err.append(t + 2.4 * delta / hj)
-        trunc.append(t)
+    return err
+
+
+def _estimate_small(s, S, s0, S0, h, floor):
+    """The finiteness test, ``_combine`` and the coarse-step test of ``fd_gradient`` on Python
+    floats (lists: ``s`` and ``S`` of 3 rows, ``h``): ``_parts_small`` and ``error_small``, the same operations
+    in the same order as ``_combine``, so the same floats.  Returns ``("not finite", j)`` for the first element j
+    whose stencil is not finite (row-major, as ``np.argwhere``); None where Python's ``max`` would order a NaN
+    differently from ``np.maximum`` (a non-finite S, step or centre: the caller uses the numpy path); else
+    ``(r, err, trunc, refine)``.
+
+    Finiteness is tested on sums first (a sum is finite only if every term is; one that is not,
+    which may be an overflow, goes through the element-wise tests)."""
+    isfinite = math.isfinite
+    sp_, sm_, s2_ = s
+    if not isfinite(sum(sp_) + sum(sm_) + sum(s2_)):
+        for row in s:
+            if not all(map(isfinite, row)):
+                return "not finite", next(j for j, v in enumerate(row) if not isfinite(v))
+    if not isfinite(s0 + sum(h)) and not (isfinite(s0) and all(map(isfinite, h))):
+        return None  # (S, S0 and the floor: error_small's test)
+    r, _, trunc, tops, _ = _parts_small(s, s0, h, 0.0)
+    err = error_small((trunc, tops), S, S0, h, floor)
+    if err is None:
+        return None
     # numpy's rules: a NaN in |r| or trunc makes scale or trunc.max() NaN, and the test False (a
     # finite sum says there is none; without NaN, max() is numpy's max)
     if not isfinite(sum(r) + sum(trunc)) and (any(v != v for v in r) or any(v != v for v in trunc)):

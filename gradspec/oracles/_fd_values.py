@@ -42,48 +42,36 @@ def _inputs(case):
     return leaves, x64, (np.concatenate(parts) if parts else np.zeros(0))
 
 
+def _root_rows(v, seed, nb: int):
+    """A root's batched values as (nb, -1) float64 rows (a root that is an unperturbed leaf, without the batch
+    axis, seen nb times: a stride-0 view)."""
+    if v.dtype != _F64:
+        v = v.astype(np.float64)
+    if v.shape != (nb,) + seed.shape:  # a root that is an unperturbed leaf
+        v = _repeat(v, nb)
+    return v.reshape(nb, -1)
+
+
 def _s_values(env, roots, seeds64, nb: int, abs_seeds=None):
     """s = sum_r <seed_r, f_r> and S = sum_r <|seed_r|, |f_r|> at each of the nb batched points
     (``abs_seeds``: the raveled |seed_r|, when the caller has them already)."""
-    s = S = None
-    for i, (r, seed) in enumerate(zip(roots, seeds64)):
-        v = env[r]
-        if v.dtype != _F64:
-            v = v.astype(np.float64)
-        if v.shape != (nb,) + seed.shape:  # a root that is an unperturbed leaf
-            v = _repeat(v, nb)
-        v = v.reshape(nb, -1)
-        sv = seed.ravel()
-        asv = np.abs(sv) if abs_seeds is None else abs_seeds[i]
-        if v.flags.c_contiguous:
-            # ndarray.dot: the same BLAS gemv as ``@`` on C-contiguous float64 operands (numpy hands
-            # both to cblas_dgemv as one row-major product: 0 of 27,000 random products up to 300 x 500
-            # differed, sign bits included; tests/test_fd_fast.py keeps a table), without matmul's gufunc
-            # machinery: ~2 us less per root.  A strided v (a repeated leaf) keeps ``@``, whose loop
-            # there is numpy's own and sums in another order.
-            sr, Sr = v.dot(sv), np.abs(v).dot(asv)
-        else:
-            sr, Sr = v @ sv, np.abs(v) @ asv
-        if s is None:
-            s, S = sr, Sr
-        else:
-            s, S = s + sr, S + Sr
-    return s, S
+    s, rows = _s_only(env, roots, seeds64, nb)
+    return s, _S_only(rows, seeds64, abs_seeds)
 
 
 def _s_only(env, roots, seeds64, nb: int):
-    """``_s_values``' s alone, and the root rows it contracted (for ``_S_only``): the same products in the
-    same order, so the same floats; S is then computed only where the error bound is asked for."""
+    """``_s_values``' s alone, and the root rows it contracted (for ``_S_only``): S is then computed only where
+    the error bound is asked for."""
     s, rows = None, []
     for r, seed in zip(roots, seeds64):
-        v = env[r]
-        if v.dtype != _F64:
-            v = v.astype(np.float64)
-        if v.shape != (nb,) + seed.shape:  # a root that is an unperturbed leaf
-            v = _repeat(v, nb)
-        v = v.reshape(nb, -1)
+        v = _root_rows(env[r], seed, nb)
         sv = seed.ravel()
-        sr = v.dot(sv) if v.flags.c_contiguous else v @ sv  # (as _s_values: BLAS gemv on C-contiguous rows)
+        # ndarray.dot: the same BLAS gemv as ``@`` on C-contiguous float64 operands (numpy hands both to
+        # cblas_dgemv as one row-major product: 0 of 27,000 random products up to 300 x 500 differed, sign
+        # bits included; tests/test_fd_fast.py keeps a table), without matmul's gufunc machinery: ~2 us less
+        # per root.  A strided v (a repeated leaf) keeps ``@``, whose loop there is numpy's own and sums in
+        # another order.
+        sr = v.dot(sv) if v.flags.c_contiguous else v @ sv
         rows.append(v)
         s = sr if s is None else s + sr
     return s, rows
