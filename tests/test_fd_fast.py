@@ -219,3 +219,21 @@ def test_s_values_dot_is_matmul_bit_for_bit(name):
     want_s, want_S = flat @ seed.ravel(), np.abs(flat) @ np.abs(seed.ravel())  # (what the old oracle computed)
     for got, want in ((s, want_s), (S, want_S)):
         assert np.array_equal(got.view(np.int64), want.view(np.int64))  # the same bits, signed zeros too
+
+
+def test_leaf_reach_small_is_the_max_of_the_three_points():
+    # the Python form takes |(x + 2h) - x| alone below REACH_2H_BELOW: the same floats as numpy's max of the
+    # three (|x + f h - x| for f = 1, -1, 2), on the edges of that argument (tiny, zero, exact powers of two,
+    # just below 1 where h = STEP, the largest |x| the shortcut takes) and past it, where x - h or x + 2h overflow
+    rng = np.random.default_rng(11)
+    edges = [0.0, -0.0, 5e-324, -1e-300, 1.0, -1.0, 1.0 - 2**-53, 1.0 + 2**-52, 2.0**52, -(2.0**1000), 9.99e299,
+             -9.99e299, 1.7e308, -1.7e308, np.finfo(float).max, -np.finfo(float).max]
+    wide = list(rng.standard_normal(200) * 10.0 ** rng.uniform(-300, 300, 200))
+    flat = np.array(edges + wide)
+    h = fd.STEP * np.maximum(1.0, np.abs(flat))
+    leaf = gs.Case.build({"x": flat}, [("y", "exp", ["x"], {})], ["y"], [np.ones(flat.size)]).leaves
+    want = fd._leaf_reach(leaf, flat, h, {"x"})["x"]
+    tops: dict = {}
+    got = fd._leaf_reach_small(leaf, flat, h.tolist(), {"x"}, tops)["x"]
+    assert np.array_equal(got.view(np.int64), want.view(np.int64))
+    assert tops["x"] == float(want.max())

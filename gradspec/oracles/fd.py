@@ -160,6 +160,7 @@ def _reach(batch, center):
 _REACH_DIRECT = 2048
 
 
+
 def _leaf_reach(leaves, flat, h, watch) -> dict:
     """``_reach`` of the watched differentiable leaves without their batches: element j of a leaf
     moves only in its own three stencil rows, to ``x_j + f h_j`` (the same float as in the batch),
@@ -181,7 +182,13 @@ def _leaf_reach_small(leaves, flat, hl, watch, tops) -> dict:
     """``_leaf_reach`` on Python floats for a few elements with finite steps (``hl``: h as a list),
     and the largest reach of each watched leaf in ``tops`` (what a kink test takes).  The same
     operations (``f h``, ``x + f h``, ``- x``, ``abs``, the max of three): with x and h finite no
-    NaN arises, so Python's max is numpy's."""
+    NaN arises, so Python's max is numpy's.
+
+    Where |x| < REACH_2H_BELOW the max of the three is the third, |(x + 2h) - x|, and only it is computed: each
+    difference is its exact value f h off by at most u (|x| + |f| h) (u = 2^-53: one rounding in the sum, one in
+    the difference, both relative), and h = STEP max(1, |x|) >= 6e-6 |x| makes 2h - 3u (|x| + 2h) > h + 2u (|x| +
+    h): the 2h point is strictly the farthest (``tests/test_fd_fast.py`` checks it on the edges).  Near float64's
+    largest values x - h or x + 2h may overflow, and an inf can come from either side: there all three."""
     out, off, moved = {}, 0, None
     for l in leaves:
         size = l.value.size
@@ -189,6 +196,9 @@ def _leaf_reach_small(leaves, flat, hl, watch, tops) -> dict:
             if moved is None:
                 moved = []
                 for x, hj in zip(flat.tolist(), hl):
+                    if -REACH_2H_BELOW < x < REACH_2H_BELOW:
+                        moved.append(abs((x + 2.0 * hj) - x))
+                        continue
                     a, b, c = abs((x + hj) - x), abs((x + -1.0 * hj) - x), abs((x + 2.0 * hj) - x)
                     if b > a:
                         a = b
@@ -198,6 +208,9 @@ def _leaf_reach_small(leaves, flat, hl, watch, tops) -> dict:
             tops[l.name] = max(mine)
         off += size
     return out
+
+
+REACH_2H_BELOW = 1e300  # |x| below this: x + 2h is the stencil's farthest point from x (_leaf_reach_small)
 
 
 # Up to this many stencil rows the centre is evaluated in the same batched pass: below 64 rows no
