@@ -13,8 +13,14 @@ Example::
 
 from __future__ import annotations
 
+from . import (
+    _cli_entry,  # noqa: F401  (first: a Ctrl-C while the rest imports ends the gradspec command quietly)
+    domains,
+    engines,
+    ops,
+    oracles,
+)
 from . import diagnose as _diagnose  # noqa: E402,F401  (registers the localisation with check())
-from . import domains, engines, ops, oracles
 from . import functional as _functional
 from . import guard as _guard  # noqa: E402,F401  (registers guarded_check with check(timeout=))
 from ._private.version import __version__  # noqa: E402,F401  (gs.__version__)

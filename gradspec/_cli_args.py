@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import argparse
 import codecs
+import os
 import sys
+import tempfile
 
 __all__: list[str] = []
 
@@ -93,8 +95,6 @@ WORKERS_PER_CPU = 4  # workers spend time in Hypothesis and numpy, not waiting: 
 
 def _max_local_workers() -> int:
     """The --workers bound on this machine (without --tx): WORKERS_PER_CPU per CPU this process may run on."""
-    import os
-
     try:
         cpus = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
@@ -140,6 +140,39 @@ def _safe_streams() -> None:
             stream.reconfigure(errors="gradspec.escape")
         except (AttributeError, ValueError, OSError):  # (not a TextIOWrapper: pytest's capture, a StringIO)
             pass
+
+
+def _check_lists(args) -> None:
+    """An empty --ops / --oracles (``--ops ""``: a variable that expanded to nothing) is a usage error, never
+    "every op": a CI job meant to check three ops must not silently check the whole table instead."""
+    for flag, text in (("--ops", args.ops), ("--oracles", args.oracles)):
+        if text is not None and not _split(text):
+            raise _UsageError(f"{flag} is empty ({text!r}): give comma-separated names (see `gradspec ops`), or "
+                              f"leave {flag} out for every one")
+
+
+def _check_output_paths(args) -> None:
+    """The files written at the end of the run (summary.json and index.html in the report dir, --junitxml,
+    --summary-md), checked before it starts: a folder in the way or a parent that cannot be written was found
+    only after the whole run (and left a .tmp-PID file)."""
+    for name in ("summary.json", "index.html"):
+        p = os.path.join(args.report_dir, name)
+        if os.path.isdir(p):
+            raise _UsageError(f"report dir {args.report_dir!r}: {name} is a folder; gradspec writes the run's {name} "
+                              "there: remove it, or use another --report-dir")
+    for flag, path in (("--junitxml", args.junitxml), ("--summary-md", args.summary_md)):
+        if not path:
+            continue
+        if os.path.isdir(path):
+            raise _UsageError(f"{flag} {path!r} is a folder: give a file name (e.g. {os.path.join(path, 'x')})")
+        parent = os.path.dirname(os.path.abspath(path))
+        try:
+            os.makedirs(parent, exist_ok=True)
+            fd, probe = tempfile.mkstemp(dir=parent, prefix=".write-test-")  # a new file: never one planted there
+            os.close(fd)
+            os.unlink(probe)
+        except OSError as e:
+            raise _UsageError(f"{flag} {path!r}: cannot write into {parent!r}: {e.strerror or e}") from None
 
 
 def _err(msg: str) -> int:

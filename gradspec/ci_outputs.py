@@ -27,8 +27,11 @@ Example::
 
 from __future__ import annotations
 
+import datetime
 import os
+import platform
 import re
+import time
 import xml.etree.ElementTree as ET
 from urllib.parse import quote
 
@@ -73,9 +76,13 @@ def junit_xml(s: dict, report_dir: str = "reports") -> str:
     """The JUnit XML text for run summary ``s`` (see the module docstring for the layout)."""
     status, reason = run_status(s)
     reports = list(s.get("reports") or [])
-    suite = ET.Element("testsuite", name="gradspec fuzz", timestamp="", hostname="")
+    # timestamp and hostname as pytest's junitxml fills them: the run's start in local time with its offset, the
+    # machine that ran it (CI pages sort and group by them; empty, they showed no time)
+    started = s.get("started") or time.time()
+    suite = ET.Element("testsuite", name="gradspec fuzz", hostname=platform.node(),
+                       timestamp=datetime.datetime.fromtimestamp(started).astimezone().isoformat(timespec="seconds"))
     props = ET.SubElement(suite, "properties")
-    for k in ("engine", "seed", "cases", "run_id", "workers"):
+    for k in ("status", "reason", "engine", "seed", "cases", "run_id", "workers"):
         if s.get(k) is not None:
             ET.SubElement(props, "property", name=k, value=str(s[k]))
 
@@ -83,7 +90,9 @@ def junit_xml(s: dict, report_dir: str = "reports") -> str:
     if status == "disagree":
         _fail(tc, f"{len(reports)} finding(s)", "\n".join(_cause(r) for r in reports))
     elif status == "inconclusive":
-        ET.SubElement(tc, "skipped", message=f"inconclusive: {reason}"[:1000])
+        # a skip with its own type (as pytest writes type="pytest.skip" / "pytest.xfail"): an inconclusive run is
+        # no plain skip, and a CI reading the type (or the "status" property) tells the two apart (exit 3)
+        ET.SubElement(tc, "skipped", type="gradspec.inconclusive", message=f"inconclusive: {reason}"[:1000])
     errors = list(s.get("errors") or []) + [f"a worker died: {c}" for c in (s.get("crashed") or []) if isinstance(c, str)]
     if errors:
         tc = _case(suite, "gradspec.run", "problems")
@@ -217,9 +226,16 @@ def _write(path: str, text: str) -> str:
     d = os.path.dirname(os.path.abspath(path))
     os.makedirs(d, exist_ok=True)
     tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:  # (a full disk, a folder at ``path``: no stray .tmp-PID file beside it)
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
     return path
 
 

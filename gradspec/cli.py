@@ -35,6 +35,8 @@ from ._cli_args import (
     EXIT_OK,
     EXIT_USAGE,
     WORKERS_PER_CPU,
+    _check_lists,
+    _check_output_paths,
     _data_flags,
     _err,
     _isolate_flag,
@@ -427,10 +429,18 @@ def _check_report_dir(path: str, default_db: bool = False) -> None:
 
 
 def _fuzz(args) -> int:
+    cfg, oracles, ops, engine = _fuzz_config(args)
+    fd = _lock_report_dir(cfg.report_dir)
+    try:
+        return _fuzz_campaign(args, cfg, oracles, ops, engine)
+    finally:
+        os.close(fd)  # (the lock goes with it; in a process that runs more than one campaign, as tests do)
+
+
+def _fuzz_campaign(args, cfg, oracles, ops, engine) -> int:
     from . import fuzz
     from .fuzz import liveness
 
-    cfg, oracles, ops, engine = _fuzz_config(args)
     last = liveness.last_run(cfg.report_dir)  # before this run replaces its summary
     try:
         cfg.open_database(check=True)  # a wrong path or an unreachable server is a usage error now, not mid-run
@@ -439,6 +449,11 @@ def _fuzz(args) -> int:
     err = sys.stderr
     if last is not None:
         print(f"gradspec fuzz: {last['message']}", file=err)
+    from ._private.database import unwritable
+
+    for where in unwritable(cfg.database):  # (said once, here: every save into it would fail silently)
+        print(f"gradspec fuzz: --database {where} is not writable: failures saved there are replayed, but what this "
+              "run finds is not saved there (give ro:DIR to say so, or a folder you can write)", file=err)
     budget = cfg.describe()["budget"]
     print(f"gradspec fuzz: engine {cfg.engine}, {len(ops)} ops, oracles {', '.join(o.name for o in oracles)}; "
           f"{budget}, {cfg.workers} worker{'s' if cfg.workers > 1 else ''}, seed {cfg.seed}; "
@@ -455,6 +470,20 @@ def _fuzz(args) -> int:
     return _fuzz_finish(args, cfg, run, stats, previous, ops, last, rule_status)
 
 
+def _lock_report_dir(path: str) -> int:
+    """One campaign per report dir at a time: a second one would replace the first's summary and index and
+    clean up its state mid-run.  Refused naming the first (exit 2); the descriptor that holds the lock."""
+    from ._private.safefs import InUse, report_dir_lock
+
+    try:
+        return report_dir_lock(path)
+    except InUse as e:
+        raise _UsageError(f"report dir {path!r} is in use by another gradspec fuzz run ({e.holder}): wait for it to "
+                          "finish, or give this run another --report-dir") from None
+    except OSError as e:
+        raise _UsageError(f"report dir {path!r}: cannot lock it for this run: {e}") from None
+
+
 def _fuzz_config(args):
     """The campaign's Config, oracles, ops and engine from the command line; usage errors say what is wrong."""
     from . import fuzz
@@ -463,6 +492,7 @@ def _fuzz_config(args):
         args.workers = sum(int(t.split("*", 1)[0]) if "*" in t and t.split("*", 1)[0].isdigit() else 1
                            for t in args.tx)
     _check_lists(args)
+    _check_output_paths(args)
     if args.workers > _max_local_workers() and not args.tx:  # (--workers 10000 forked 10000 processes)
         raise _UsageError(f"--workers {args.workers}: at most {_max_local_workers()} worker processes on this "
                           f"machine ({WORKERS_PER_CPU} per CPU it may use); to run more shards, spread them over "
@@ -496,15 +526,6 @@ def _fuzz_config(args):
         except UnsafePath as e:
             raise _UsageError(f"--workers: {e}") from None
     return cfg, oracles, ops, engine
-
-
-def _check_lists(args) -> None:
-    """An empty --ops / --oracles (``--ops ""``: a variable that expanded to nothing) is a usage error, never
-    "every op": a CI job meant to check three ops must not silently check the whole table instead."""
-    for flag, text in (("--ops", args.ops), ("--oracles", args.oracles)):
-        if text is not None and not _split(text):
-            raise _UsageError(f"{flag} is empty ({text!r}): give comma-separated names (see `gradspec ops`), or "
-                              f"leave {flag} out for every one")
 
 
 def _worker_ops(given, names) -> list | None:

@@ -200,3 +200,216 @@ def test_a_misspelt_flag_gets_a_did_you_mean(capsys, argv, hint):
     assert e.value.code == 2
     err = capsys.readouterr().err
     assert f"did you mean {hint}?" in err, err
+
+
+# ---------------------------------------------------------------------------------------------
+# JUnit: an inconclusive run
+# ---------------------------------------------------------------------------------------------
+
+
+def test_junit_of_an_inconclusive_run_has_time_and_host_and_says_inconclusive():
+    """pytest's junitxml fills timestamp (ISO 8601, local time with its offset) and hostname on <testsuite>; an
+    inconclusive run was written with both empty and as an ordinary skip, which a CI page shows as green."""
+    import datetime
+    import platform
+    import xml.etree.ElementTree as ET
+
+    from gradspec.ci_outputs import junit_xml
+
+    s = {"status": "inconclusive", "reason": "no case ran", "cases": 0, "discrepancies": 0, "seconds": 1.0,
+         "ops": {"exp": 0}, "oracles": {}, "reports": [], "engine": "reference", "seed": 1, "started": 1.7e9}
+    suite = ET.fromstring(junit_xml(s)).find("testsuite")
+    assert suite.get("hostname") == platform.node()
+    assert datetime.datetime.fromisoformat(suite.get("timestamp")).timestamp() == 1.7e9
+    verdict = next(tc for tc in suite.iter("testcase") if tc.get("name") == "verdict")
+    skipped = verdict.find("skipped")
+    assert skipped.get("type") == "gradspec.inconclusive" and "no case ran" in skipped.get("message")
+    props = {p.get("name"): p.get("value") for p in suite.find("properties")}
+    assert props["status"] == "inconclusive" and props["reason"] == "no case ran", props
+    agree = ET.fromstring(junit_xml({**s, "status": "agree", "reason": "", "started": None})).find("testsuite")
+    assert agree.get("timestamp")  # (a summary without "started": the time the file is written)
+
+
+# ---------------------------------------------------------------------------------------------
+# a --database directory the process cannot write
+# ---------------------------------------------------------------------------------------------
+
+
+def _unprivileged() -> list:
+    """A command prefix under which file modes bind (root ignores a 0555 folder): none for a normal user,
+    setpriv without the DAC-override capabilities for root."""
+    import os
+    import shutil
+    import subprocess
+
+    if os.geteuid() != 0:
+        return []
+    prefix = ["setpriv", "--bounding-set=-dac_override,-dac_read_search"]
+    if shutil.which("setpriv") is None or subprocess.run([*prefix, "true"], capture_output=True).returncode:
+        pytest.skip("running as root without setpriv: a folder's mode does not bind, so none is unwritable")
+    return prefix
+
+
+def test_an_unwritable_database_dir_is_said_once(tmp_path):
+    import subprocess
+    import sys
+
+    prefix = _unprivileged()
+    db = tmp_path / "db"
+    db.mkdir()
+    db.chmod(0o555)
+    try:
+        p = subprocess.run([*prefix, sys.executable, "-m", "gradspec.cli", "fuzz", "--engine", "gsplant:bug", "--ops",
+                            "exp,mul", "--max-examples", "10", "--oracles", FAST_ORACLES, "--seed", "1",
+                            "--shrink-seconds", "5", "--database", str(db), "--report-dir", str(tmp_path / "r"),
+                            "-q"], cwd=tmp_path, env=plant(tmp_path), capture_output=True, text=True, timeout=300)
+    finally:
+        db.chmod(0o755)
+    assert p.returncode == 1, p.stderr[-2000:]  # the finding is still reported
+    assert not any(db.iterdir())  # nothing could be saved ...
+    assert p.stderr.count("is not writable") == 1 and str(db) in p.stderr, p.stderr  # ... and it says so, once
+
+
+# ---------------------------------------------------------------------------------------------
+# output paths that cannot be written: found before the run, no temp file left
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("where", ["summary-md-is-a-folder", "junitxml-under-a-file", "summary-json-is-a-folder"])
+def test_an_output_path_that_cannot_be_written_is_a_usage_error_before_the_run(tmp_path, monkeypatch, capsys, where):
+    from gradspec import cli
+
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "r"
+    (tmp_path / "afile").write_text("x")
+    flags, named = {
+        "summary-md-is-a-folder": (["--summary-md", str(tmp_path)], "--summary-md"),
+        "junitxml-under-a-file": (["--junitxml", str(tmp_path / "afile" / "junit.xml")], "--junitxml"),
+        "summary-json-is-a-folder": ([], "summary.json"),
+    }[where]
+    if where == "summary-json-is-a-folder":
+        (out / "summary.json").mkdir(parents=True)
+    rc = cli.main([str(a) for a in FUZZ] + ["--report-dir", str(out), *flags])
+    err = capsys.readouterr().err
+    assert rc == 2 and named in err, err
+    assert "cases in" not in err and not (out / "index.html").exists()  # refused before the run
+    assert not list(tmp_path.rglob("*.tmp-*")), list(tmp_path.rglob("*.tmp-*"))
+
+
+def test_a_ci_output_that_fails_leaves_no_temp_file(tmp_path):
+    from gradspec import ci_outputs
+
+    (tmp_path / "junit.xml").mkdir()  # (os.replace of a file onto a folder fails after the temp file is written)
+    s = {"cases": 1, "discrepancies": 0, "seconds": 0.1, "ops": {}, "oracles": {}, "reports": []}
+    with pytest.raises(OSError):
+        ci_outputs.write_junit(str(tmp_path / "junit.xml"), s)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["junit.xml"]
+
+
+# ---------------------------------------------------------------------------------------------
+# two runs on one report dir
+# ---------------------------------------------------------------------------------------------
+
+HOLDER = """
+import sys
+from gradspec._private.safefs import report_dir_lock
+fd = report_dir_lock(sys.argv[1])
+print("locked", flush=True)
+sys.stdin.read()  # held until the test closes our stdin
+"""
+
+
+def test_a_second_run_on_a_report_dir_in_use_is_refused_naming_the_first(tmp_path):
+    """Two campaigns writing one report dir replace each other's summary and index and clean each other's state:
+    the second is refused (exit 2) naming the first's pid; once the first is gone (its lock goes with its
+    process, however it ended) the dir is free again."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "r"
+    env = plant(tmp_path)
+    first = subprocess.Popen([sys.executable, "-c", HOLDER, str(out)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             text=True, env=env)
+    try:
+        assert first.stdout.readline().strip() == "locked"
+        p = gradspec(*FUZZ, "--report-dir", out, cwd=tmp_path, env=env)
+        assert p.returncode == 2, p.stdout + p.stderr
+        assert f"pid {first.pid}" in p.stderr and "--report-dir" in p.stderr, p.stderr
+        assert not (out / "summary.json").exists()  # refused before it wrote anything
+    finally:
+        first.stdin.close()
+        first.wait(timeout=60)
+    p = gradspec(*FUZZ, "--report-dir", out, cwd=tmp_path, env=env)  # (the lock file is still there: no matter)
+    assert p.returncode == 0, p.stdout + p.stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# Ctrl-C while `import gradspec` runs
+# ---------------------------------------------------------------------------------------------
+
+CTRL_C_IN_IMPORT = """
+import sys
+
+
+class CtrlC:
+    '''Ctrl-C at the moment gradspec's import reaches gradspec.engine (deterministic: no timing).'''
+
+    def find_spec(self, name, path=None, target=None):
+        if name == "gradspec.engine":
+            raise KeyboardInterrupt
+        return None
+
+
+sys.meta_path.insert(0, CtrlC())
+"""
+
+
+@pytest.mark.parametrize("how", ["python -m gradspec.cli", "console script"])
+def test_ctrl_c_while_gradspec_imports_exits_130_quietly(tmp_path, how):
+    import subprocess
+    import sys
+
+    (tmp_path / "sitecustomize.py").write_text(CTRL_C_IN_IMPORT)
+    env = plant(tmp_path)  # (tmp_path first on PYTHONPATH: its sitecustomize runs at start-up)
+    cmd = {"python -m gradspec.cli": [sys.executable, "-m", "gradspec.cli", "ops"],
+           # what the installed `gradspec` script does, under its name
+           "console script": [sys.executable, "-c", "import sys; sys.argv[0] = 'gradspec'; from gradspec.cli import "
+                              "main; sys.exit(main())", "ops"]}[how]
+    p = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 130, (p.returncode, p.stderr)
+    assert "Traceback" not in p.stderr and "interrupted" in p.stderr, p.stderr
+    # a library user's `import gradspec` is no command line: its Ctrl-C stays a KeyboardInterrupt
+    lib = subprocess.run([sys.executable, "-c", "import gradspec"], cwd=tmp_path, env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert "KeyboardInterrupt" in lib.stderr and lib.returncode == -2, (lib.returncode, lib.stderr[-500:])
+
+
+FULL_DISK_SRC = BUGGY_OP_SRC + '''
+import errno
+import os
+
+if not os.environ.get("PYTEST_XDIST_WORKER"):  # the controller, which writes the reports: its disk is full
+    from gradspec import report
+
+    _real = report.atomic_write
+
+    def _full(path, text):
+        if path.endswith("case.json"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return _real(path, text)
+
+    report.atomic_write = _full
+'''
+
+
+def test_with_workers_a_finding_whose_report_cannot_be_written_is_printed_whole_and_exits_1(tmp_path):
+    """As above, with the findings coming back from xdist workers (the controller writes them): the write error
+    escaped into the xdist hook, and the summary listed a finding with no folder and no case printed anywhere."""
+    pytest.importorskip("xdist")
+    (tmp_path / "clilows_ops.py").write_text(FULL_DISK_SRC)
+    p = gradspec("fuzz", "--ops", "clilows_ops:triple,sum", "--max-examples", 20, "--oracles", FAST_ORACLES, "--seed",
+                 1, "--report-dir", tmp_path / "reports", "-q", "--shrink-seconds", 5, "--workers", 2, cwd=tmp_path,
+                 env=plant(tmp_path), timeout=600)
+    assert p.returncode == 1 and "No space left on device" in p.stderr, (p.stdout, p.stderr)
+    case = json.loads(next(ln for ln in p.stdout.splitlines() if ln.startswith("{")))
+    assert case["user_ops"] == {"clilows_triple": "clilows_ops:triple"}, case

@@ -86,6 +86,7 @@ MODULES = {
     "gradspec._cli_args": FRONT,  # the command line's shared parts (exit codes, argument types, loading a case)
     "gradspec._cli_explain": FRONT,  # gradspec explain and gradspec ops
     "gradspec._cli_finish": FRONT,  # how gradspec fuzz ends: summary, CI outputs, printing, the exit code
+    "gradspec._cli_entry": FRONT,  # Ctrl-C while `import gradspec` runs, in the gradspec command: exit 130
     "gradspec.__main__": FRONT,
     "gradspec.pytest_plugin": FRONT,
     "gradspec.testing": FRONT,

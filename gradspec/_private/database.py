@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["DatabaseSpecError", "normalise", "open_database", "describe", "is_url", "REDIS_SCHEMES"]
+__all__ = ["DatabaseSpecError", "normalise", "open_database", "describe", "is_url", "unwritable", "REDIS_SCHEMES"]
 
 REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 READ_ONLY = "ro:"
@@ -120,6 +120,25 @@ def open_database(specs, default: str | None = None, check: bool = False):
         raise DatabaseSpecError("no example database: give --database DIR or a redis:// URL")
     dbs = [_one(s, check) for s in specs]
     return dbs[0] if len(dbs) == 1 else MultiplexedDatabase(*dbs)
+
+
+def unwritable(specs) -> list[str]:
+    """The writable-by-spec directories (no ``ro:``) this process cannot write, each with why: Hypothesis saves
+    into such a folder nothing, silently (its ``save`` swallows the OSError), so the command line says so."""
+    import tempfile
+
+    out = []
+    for spec in normalise(specs):
+        ro, target = _split(spec)
+        if ro or is_url(target):
+            continue
+        try:
+            fd, probe = tempfile.mkstemp(dir=target, prefix=".write-test-")  # a new file: never one planted there
+            os.close(fd)
+            os.unlink(probe)
+        except OSError as e:
+            out.append(f"{target} ({e.strerror or e})")
+    return out
 
 
 def describe(specs, default: str | None = None) -> str:

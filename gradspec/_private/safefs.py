@@ -43,7 +43,8 @@ import fcntl
 import os
 import stat
 
-__all__ = ["UnsafePath", "real_dir", "gradspec_dir", "read_regular", "open_private", "private_dir"]
+__all__ = ["UnsafePath", "InUse", "real_dir", "gradspec_dir", "read_regular", "open_private", "private_dir",
+           "report_dir_lock"]
 
 
 class UnsafePath(OSError):
@@ -150,6 +151,46 @@ def open_private(path: str, flags: int = os.O_RDWR | os.O_CREAT, mode: int = 0o6
     except BaseException:
         os.close(fd)
         raise
+    return fd
+
+
+class InUse(OSError):
+    """The report dir is locked by another running campaign; ``holder`` is what its lock file says."""
+
+    def __init__(self, path: str, holder: str) -> None:
+        super().__init__(errno.EBUSY, f"{path} is in use by another gradspec run ({holder})")
+        self.holder = holder
+
+
+LOCK = "lock"  # in the report dir's .gradspec folder
+
+
+def report_dir_lock(top: str) -> int:
+    """Lock report dir ``top`` for this process: an open descriptor on ``top/.gradspec/lock`` holding an
+    exclusive ``flock`` (keep it open for the run: closing it, or the process ending, releases the lock).  :class:`InUse` when another process holds
+    it, naming that process (its pid and host, which it wrote into the file).
+
+    ``flock``, not a pid file: the lock goes with its process however that ends (SIGKILL, out of memory), so a
+    crashed run never blocks the next one, and a pid reused by an unrelated process is never mistaken for it.
+    The file itself stays (removing it would race with a run taking the lock meanwhile).
+    """
+    import socket
+
+    path = os.path.join(gradspec_dir(top, ".gradspec"), LOCK)
+    fd = open_private(path)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.read(fd, 200).decode("utf-8", "replace").strip() or "a process that wrote nothing yet"
+        os.close(fd)
+        from .inert import printable
+
+        raise InUse(top, printable(holder)) from None
+    except BaseException:
+        os.close(fd)
+        raise
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
     return fd
 
 

@@ -292,6 +292,7 @@ def summary_json(cfg: Config, stats: Stats, previous: list | None = None, ops: l
         "cases": stats.cases,
         "discrepancies": len(active),
         "seconds": round(stats.seconds, 3),
+        "started": round(cfg.started, 3),  # (epoch seconds: JUnit's timestamp)
         "ops": dict(sorted(op_counts.items())),
         "oracles": dict(sorted(stats.pair_counts.items())),
         "agreement": {k: stats.pair_agree.get(k, 0) for k in sorted(stats.pair_counts)},

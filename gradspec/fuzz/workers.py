@@ -49,7 +49,7 @@ from ..check import Discrepancy, Verdict
 from ..guard import guarded_check
 from .campaign import _Campaign
 from .distributed import _forget, stale_inflight
-from .state import STATE, Config, Stats, _sig_key
+from .state import STATE, Config, ReportDirError, Stats, _sig_key
 
 __all__ = ["CHUNKS_PER_WORKER", "chunk_plan", "run_distributed", "worker_local_root", "WORKERINPUT_KEY"]
 
@@ -493,8 +493,15 @@ def run_distributed(cfg: Config, progress: Callable | None = None, on_found: Cal
                                       "shard": info.get("shard"),
                                       "cause": None if d.cause is None else d.cause.to_json()})
         if on_found is not None:
-            with interrupts.deferred():  # listed in merged.found: written whole (chaos M2)
-                on_found(d, verdict, info)
+            try:
+                with interrupts.deferred():  # listed in merged.found: written whole (chaos M2)
+                    on_found(d, verdict, info)
+            except ReportDirError as e:  # (as a campaign in one process: the case printed at the end, exit 1)
+                rec = merged.found[rid]
+                rec["report_error"] = str(e)
+                rec["case"] = getattr(e, "case_json", None) or (d.case.to_json(indent=None) if d.case else None)
+                if str(e) not in merged.errors:
+                    merged.errors.append(str(e))
 
     def on_chunk(d):
         st = Stats.from_json(d["stats"])
