@@ -37,7 +37,7 @@ from ..spec import registry as _registry
 __all__ = ["Plan", "plan", "structure_key"]
 
 _PLANS: dict = {}
-_MAX_PLANS = 1024  # (cleared when full: a fuzz run meets new structures all the time, old ones rarely again)
+_MAX_PLANS = 512  # (cleared when full: a fuzz run meets new structures all the time, old ones rarely again)
 _ONCE_KEY = "oracle-plan"  # (its key in a structure memo)
 
 

@@ -39,7 +39,7 @@ __all__ = ["vjp"]
 # re-run), the engine runs instead.
 _HOOKS = ("apply", "backward", "_make_seeds", "_run", "_execute", "_call_vjp", "_reduce_to", "_accumulate",
           "_to_leaf", "_flush_leaf", "_retain", "_canonical")
-_ORIGINAL = tuple((name, E.__dict__[name]) for name in _HOOKS)
+_ORIGINAL = tuple(E.__dict__[name] for name in _HOOKS)
 _NODE_INIT = E.Node.__init__
 
 _RAW, _DYN = "raw", "dynamic"  # a node's params: the case's own (no normalizer) / canonicalized on every call
@@ -68,11 +68,8 @@ class _RefPlan:
 
 
 def _intact() -> bool:
-    d = E.__dict__
-    for name, fn in _ORIGINAL:
-        if d.get(name) is not fn:
-            return False
-    return E.Node.__init__ is _NODE_INIT
+    # (functions compare by identity: one C-level tuple comparison)
+    return tuple(map(E.__dict__.get, _HOOKS)) == _ORIGINAL and E.Node.__init__ is _NODE_INIT
 
 
 def vjp(case, p):
@@ -102,14 +99,18 @@ def _forward(case, p, rp):
     ts = []
     rg = []
     used = []
+    datas = []  # (each tensor's array, by position: no attribute lookups in the loop)
     for leaf in case.leaves:
-        t = Tensor(np.array(leaf.value, copy=True))
+        a = np.array(leaf.value, copy=True)
+        t = Tensor(a)
         t._requires_grad = d = bool(leaf.differentiable)
         ts.append(t)
         rg.append(d)
+        datas.append(a)
     canon, cand, nodes = rp.canon, rp.cand, case.nodes
-    for k, spec in enumerate(p.specs):
-        arrays = [ts[j].data for j in p.inputs[k]]
+    get = datas.__getitem__
+    for k, (spec, ins) in enumerate(zip(p.specs, p.inputs)):
+        arrays = list(map(get, ins))
         if len(arrays) > 1:
             dt = arrays[0].dtype
             for a in arrays:
@@ -135,6 +136,7 @@ def _forward(case, p, rp):
                     break
         ts.append(t)
         rg.append(r)
+        datas.append(data)
     return ts, rg, used
 
 
@@ -186,18 +188,16 @@ def _backward(case, p, rp, ts, rg, used) -> dict:
     pending = [None] * len(ts)  # per position: its incoming gradient so far
     for s, r in zip(_seeds(case, p, ts), p.roots):
         pending[r] = s  # (no root twice: see _order)
-    nleaves, specs, inputs = p.nleaves, p.specs, p.inputs
+    tensor = ts.__getitem__
     prev_mode = E._GRAD_ENABLED
     E._GRAD_ENABLED = False  # (backward without create_graph: the rules' ops record nothing)
     try:
-        for k, edges in order:
-            pos = nleaves + k
+        for k, pos, spec, ins, edges in order:
             g = pending[pos]
             if g is None:
                 continue
             pending[pos] = None
-            spec = specs[k]
-            grads = _rule(spec, g, [ts[j] for j in inputs[k]], ts[pos], used[k])
+            grads = _rule(spec, g, list(map(tensor, ins)), ts[pos], used[k])
             for i, j in edges:
                 gi = grads[i]
                 if gi is None:
@@ -258,8 +258,9 @@ class _Named:
 
 
 def _order(p, rp, rg):
-    """The engine's backward schedule for this requires-grad pattern: [(node index, [(input index, input
-    position)])] in the order ``engine._execute`` runs them, or False when this path does not replay it."""
+    """The engine's backward schedule for this requires-grad pattern: [(node index, its position, spec, input
+    positions, [(input index, input position)] of the inputs gradients flow into)] in the order
+    ``engine._execute`` runs them, or False when this path does not replay it."""
     nleaves = p.nleaves
     roots = p.roots
     if len(set(roots)) != len(roots) or not all(rg[r] for r in roots):
@@ -291,7 +292,7 @@ def _order(p, rp, rg):
     order = []
     while ready:
         _, k = heapq.heappop(ready)
-        order.append((k, edges[k]))
+        order.append((k, nleaves + k, p.specs[k], p.inputs[k], edges[k]))
         for _, j in edges[k]:
             if j >= nleaves:
                 c = j - nleaves

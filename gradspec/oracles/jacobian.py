@@ -116,7 +116,7 @@ def _check_dense(rows: int, n: int) -> None:
 class _JacPlan:
     """What ``jacobian`` derives from a structure alone: ``n`` (columns), the grad leaves' positions, sizes,
     shapes and dtypes, the row and column blocks, the chunks of directions with each leaf's identity block
-    (``_block``'s arguments), and the propagation steps: per node that receives a tangent, its index, spec,
+    (tiny ones kept, else ``_block``'s arguments), and the propagation steps: per node that receives a tangent, its index, spec,
     input positions and which of them carry one into the JVP rule (``_propagate``'s masking)."""
 
     __slots__ = ("n", "leaves", "row_blocks", "col_blocks", "sizes", "chunks", "steps")
@@ -135,8 +135,11 @@ class _JacPlan:
             blocks, off = [], 0
             for i, size, shape, _, _ in self.leaves:  # (_identity_block, per leaf)
                 lo, hi = max(start, off), min(stop, off + size)
-                blocks.append((i, (stop - start, size, lo - start, lo - off, hi - lo), (stop - start,) + shape,
-                               (stop - start) * size <= 4096))
+                args, shape_k = (stop - start, size, lo - start, lo - off, hi - lo), (stop - start,) + shape
+                # a tiny block kept here (read-only, copied per call: <= 4 KiB a leaf, whatever the number of
+                # plans kept), others from _block's cache or built per call, as _identity_block does
+                tiny = _block(*args).reshape(shape_k) if (stop - start) * size <= 512 else None
+                blocks.append((i, tiny, args, shape_k, (stop - start) * size <= 4096))
                 off += size
             self.chunks.append((start, stop, blocks))
         carries = [False] * len(vals)
@@ -198,8 +201,9 @@ def _planned(case, p, max_inputs: int) -> Jacobian:
 def _propagate_planned(case, p, jp, vals: list, blocks, k: int) -> list:
     """``_propagate`` by positions: the tangent of every position (None where none flows)."""
     tangents = [None] * len(vals)
-    for i, args, shape, small in blocks:  # (_identity_block: a copy, a JVP rule may write to it)
-        tangents[i] = (_block if small else _block.__wrapped__)(*args).copy().reshape(shape)
+    for i, tiny, args, shape, small in blocks:  # (_identity_block: a copy, a JVP rule may write to it)
+        tangents[i] = tiny.copy() if tiny is not None else \
+            (_block if small else _block.__wrapped__)(*args).copy().reshape(shape)
     f64 = np.float64
     nodes = case.nodes
     base = p.nleaves
