@@ -137,7 +137,8 @@ def binary(
             term = d * bcast_tangent(t, out.ndim)
             acc = term if acc is None else acc + term
         n = max(t.shape[0] for t in tangents if t is not None)
-        return np.broadcast_to(acc, (n,) + out.shape)
+        want = (n,) + out.shape
+        return acc if acc.shape == want else np.broadcast_to(acc, want)  # (the same numbers, without a view)
 
     import inspect
 
