@@ -384,6 +384,27 @@ def test_ctrl_c_while_gradspec_imports_exits_130_quietly(tmp_path, how):
     assert "KeyboardInterrupt" in lib.stderr and lib.returncode == -2, (lib.returncode, lib.stderr[-500:])
 
 
+def test_a_report_dir_path_too_long_for_a_report_folder_prints_the_finding_whole(tmp_path):
+    """A real write failure, not a simulated one: a report dir whose path is so long (4040 of Linux's 4096) that
+    its own files fit but a report folder's staging path (about 70 characters more) does not: ENAMETOOLONG."""
+    import os
+
+    out = str(tmp_path)
+    while len(out) < 4040 - 201:
+        out = os.path.join(out, "a" * 200)
+    out = os.path.join(out, "b" * (4040 - len(out) - 1))
+    os.makedirs(os.path.dirname(out))
+    (tmp_path / "clilows_ops.py").write_text(BUGGY_OP_SRC)
+    env = plant(tmp_path)
+    p = gradspec("fuzz", "--ops", "clilows_ops:triple,sum", "--max-examples", 10, "--oracles", FAST_ORACLES, "--seed",
+                 1, "--report-dir", out, "-q", "--shrink-seconds", 5, cwd=tmp_path, env=env)
+    assert p.returncode == 1 and "File name too long" in p.stderr, (p.stdout, p.stderr[-1000:])
+    (tmp_path / "saved.json").write_text(next(ln for ln in p.stdout.splitlines() if ln.startswith("{")))
+    replay = gradspec("replay", "saved.json", "--allow-import", "clilows_ops", "--oracles", FAST_ORACLES, cwd=tmp_path,
+                      env=env)
+    assert replay.returncode == 1, replay.stdout + replay.stderr  # the printed case still shows the bug
+
+
 FULL_DISK_SRC = BUGGY_OP_SRC + '''
 import errno
 import os
