@@ -12,9 +12,14 @@ failures are not replayed against another function (a foreign saved example woul
 
 Example::
 
+    >>> from hypothesis import settings
+    >>> from gradspec.profiles import register_profiles
     >>> from gradspec._private.saved_failures import database_for
-    >>> database_for("torch function", "MyFn.apply")  # no gradspec profile loaded: no database
+    >>> register_profiles(); previous = settings.get_current_profile_name()
+    >>> settings.load_profile("ci")
+    >>> database_for("torch function", "MyFn.apply")  # ci carries nothing between runs: no database
     (None, None)
+    >>> settings.load_profile(previous)
 """
 
 from __future__ import annotations
