@@ -95,7 +95,15 @@ def _is_user_op(spec) -> bool:
 
 def has_user_ops(case) -> bool:
     """Whether a node of ``case`` runs a user op (code gradspec cannot see inside)."""
-    return _structure.once(case, "has_user_ops", lambda: any(_is_user_op(case.spec(n.op)) for n in case.nodes))
+    return _structure.once(case, "has_user_ops", lambda: _any_user_op(case))
+
+
+def _any_user_op(case) -> bool:
+    specs = case._node_specs()  # (looked up once per check, for every rule and oracle; None outside one)
+    user_op = _classes()[1]
+    if specs is not None:
+        return any(isinstance(spec, user_op) for spec in specs)
+    return any(isinstance(case.spec(n.op), user_op) for n in case.nodes)
 
 
 def _open_reach(case) -> dict | None:
