@@ -257,7 +257,10 @@ def interleaving(cases):
     # more) between two calls slows the next call as much as another oracle does; pure-Python work in
     # between does not (measured: the reference oracle 83 -> 175 us after the sweep, 86 us after JSON
     # work, 101 us after the torch oracle).  Four implementations of the gradient (engine, numpy
-    # stencils, JVP rules, torch's dispatcher and autograd) do not fit the caches together.
+    # stencils, JVP rules, torch's dispatcher and autograd) do not fit the caches together.  Not work
+    # (session 13): back to back the calls make the very Python calls they make alone (cProfile's
+    # counts), and neither the collector, torch's thread count nor page faults change the ratio; each
+    # oracle runs 1.3-1.9x slower between the others than alone (torch the most).
     sweep = np.ones(2**20)
     evicted = "reference after reading 8 MB (evicts the caches)"
     out[evicted] = []
