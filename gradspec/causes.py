@@ -44,6 +44,11 @@ ENGINE_IDS = {
     "error-type": "the engine raises where torch does not, or not where torch does",
     "shared-broadcast-reduction": "the engine's shared code that reduces a broadcast input's gradient to the input's "
                                   "shape is wrong (a mean or a slice where the sum belongs), on every broadcasting op",
+    "retain-graph-ignored": "a backward raised after an earlier one kept the graph (retain_graph=True): the engine "
+                            "freed its buffers anyway",
+    "backward-raises": "backward() raises on every call, even on a one-node graph with an explicit seed (the engine's "
+                       "backward itself, not one op's rule)",
+    "grad-on-constant": "a leaf created with requires_grad=False got a gradient (torch leaves its grad None)",
     "unexplained": "a backward() rule is broken and no known wrong semantics reproduces the engine's numbers",
 }
 

@@ -13,7 +13,12 @@ the backward by a depth-first pre-order (tryout4's diamond engine: a node used t
 on before every use has added to it; ``dfs-preorder-leaves``: leaves are in that order too, so a leaf's
 later uses are lost, as in tryout4's myengine.DiamondOrder), ``broadcast-mean`` reduces every broadcast gradient over the leading
 axes with a mean (tryout4's BadBroadcast: one shared helper, every op), ``tanh-raises-0d`` has a tanh
-backward that raises numpy's AxisError on a 0-d input (tryout4's matmul raising for 1-D @ 1-D).
+backward that raises numpy's AxisError on a 0-d input (tryout4's matmul raising for 1-D @ 1-D),
+``grad-on-constant`` also writes ``.grad`` into leaves created with ``requires_grad=False`` (tryout8's minigrad:
+torch leaves them None), ``retain-ignored`` frees the graph after every backward, whatever retain_graph
+says, ``backward-raises`` is a half-written engine whose backward() always raises, ``inplace-add`` has an add that
+writes into its first operand's buffer when that operand is an intermediate (exp's saved output is then
+corrupted: all three tryout8's).
 """
 
 from __future__ import annotations
@@ -76,7 +81,10 @@ class Mini:
 
     def apply(self, op, *args, **params):
         v = [a.value for a in args]
-        if op == "add":
+        if op == "add" and "inplace-add" in self.bugs and not args[0].is_leaf and v[0].shape == np.broadcast_shapes(
+                v[0].shape, v[1].shape):
+            out, fns = np.add(v[0], v[1], out=v[0]), [lambda g: g, lambda g: g]  # reuses the input's buffer
+        elif op == "add":
             out, fns = v[0] + v[1], [lambda g: g, lambda g: g]
         elif op == "sub":
             out, fns = v[0] - v[1], [lambda g: g, lambda g: -g]
@@ -110,8 +118,10 @@ class Mini:
             raise TypeError(f"mini: {op} does not take {sorted(params)}")
         out = np.asarray(out, dtype=np.float64)
         un = _unbroadcast_mean if "broadcast-mean" in self.bugs else _unbroadcast
+        # grad-on-constant: a constant leaf is an input of the backward too (its gradient is stored)
+        wrong = "grad-on-constant" in self.bugs and any(a.requires_grad for a in args)
         parents = tuple((a, (lambda g, f=f, s=a.shape: un(np.asarray(f(g)), s)))
-                        for a, f in zip(args, fns) if a.requires_grad)
+                        for a, f in zip(args, fns) if a.requires_grad or (wrong and a.is_leaf))
         return T(out, parents, requires_grad=bool(parents), op=op)
 
     def _seed(self, t, gradient):
@@ -129,6 +139,8 @@ class Mini:
     def backward(self, tensor, gradient=None, retain_graph=False):
         if not tensor.requires_grad:
             raise RuntimeError("element 0 of tensors does not require grad and does not have a grad_fn")
+        if "backward-raises" in self.bugs:
+            raise RuntimeError("backward not implemented")
         seed = self._seed(tensor, gradient)
         topo, seen = [], set()
 
@@ -186,7 +198,7 @@ class Mini:
                 # use-overwrite: each use assigns the leaf's gradient of this call (tryout3's NoLeafAccum)
                 total = cs[-1] if "use-overwrite" in self.bugs else np.sum(cs, axis=0)
                 p.grad = total if p.grad is None else p.grad + total
-        if not retain_graph:
+        if not retain_graph or "retain-ignored" in self.bugs:
             for t in topo:
                 if t.op in SAVES:
                     t.freed = True
@@ -267,3 +279,19 @@ def broadcast_mean():
 
 def tanh_raises_0d():
     return Mini("tanh-raises-0d")
+
+
+def grad_on_constant():
+    return Mini("grad-on-constant")
+
+
+def retain_ignored():
+    return Mini("retain-ignored")
+
+
+def backward_raises():
+    return Mini("backward-raises")
+
+
+def inplace_add():
+    return Mini("inplace-add")

@@ -46,6 +46,7 @@ PLANTED = {
     "repeated-args": (P.RepeatedArgs, "repeated-input-dropped", "repeated-arguments"),
     "zeros-not-none": (P.ZerosBeforeBackward, "none-vs-zeros", "implicit-seed-scalar"),
     "sum-relative-1e-6": (P.SumScaled, "wrong-vjp", "implicit-seed-scalar"),  # sum to () is drawn there
+    "grad-on-constant": (M.grad_on_constant, "grad-on-constant", "constant-leaves"),  # tryout8 F3: was silent
 }
 
 
@@ -176,7 +177,7 @@ def test_fuzz_engine_default_budget_finds_and_diagnoses_a_broken_rule(tmp_path):
     values = [r for r in s["superseded"] if r["kind"] == "value"]
     assert values and {r["cause"]["id"] for r in values} == {"root-grad-assigned"}
     assert {r["superseded_by"] for r in values} == {rule[0]["id"]}
-    assert "backward() rules (§5): 10 passed; failed: accumulate-roots (root-grad-assigned)" in proc.stdout
+    assert "backward() rules (§5): 11 passed; failed: accumulate-roots (root-grad-assigned)" in proc.stdout
 
 
 def test_fuzz_engine_correct_twin_has_no_finding(tmp_path):

@@ -48,7 +48,7 @@ class RuleDiscrepancy(Discrepancy):
 
 
 def _key(cause, rule) -> tuple:
-    if cause.id == "wrong-vjp":
+    if cause.id == "wrong-vjp" or (cause.id == "error-type" and cause.op):  # one op's crash: that op's finding
         return (cause.id, cause.op or "")
     if cause.id == "unexplained":
         return (cause.id, rule)

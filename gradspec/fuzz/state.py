@@ -232,6 +232,11 @@ def _json_default(o):
 # ---------------------------------------------------------------------------------------------
 
 
+_OWN_RAISE = {"error-type", "unexplained"}  # a raised report with these causes is a bug of its own
+# causes a §5 rule report can stand for: the engine-level ones, and an op writing into a buffer another tensor owns
+_RULE_CAUSES = set(ENGINE_IDS) | {"forward-mutates-input"}
+
+
 def supersede(found: dict) -> tuple[list, list]:
     """Split report records into (distinct, superseded).
 
@@ -249,8 +254,10 @@ def supersede(found: dict) -> tuple[list, list]:
         key = (r.get("kind"), tuple(sorted(r.get("oracles") or [])))
         ops = set(r.get("ops") or [])
         cause = (r.get("cause") or {}).get("id")
-        # (value reports only: a raise or a wrong shape keeps its own report, with its traceback)
-        by = None if r.get("rule") or r.get("kind") != "value" or cause not in ENGINE_IDS else rule_by_cause.get(cause)
+        # (value reports, and raises whose cause is a broken §5 rule: a graph freed although retain_graph=True, a
+        # gradient on a constant; a raise of its own (error-type) or a wrong shape keeps its report, with its traceback)
+        merges = r.get("kind") == "value" or (r.get("kind") == "raised" and cause not in _OWN_RAISE)
+        by = None if r.get("rule") or not merges or cause not in _RULE_CAUSES else rule_by_cause.get(cause)
         by = by or next((o for o in recs if o is not r and (o.get("kind"), tuple(sorted(o.get("oracles") or []))) == key
                          and set(o.get("ops") or []) < ops and r.get("kind") not in ("crash",)), None)
         if by is None:

@@ -4,9 +4,9 @@ One class for every entry point (``gradspec fuzz --engine``, ``verify_engine``,
 ``assert_gradients(engine=...)``): each case is built in the engine with ``leaf`` and
 ``apply(op, *args, **params)`` (canonical params), each root is back-propagated with its seed
 (``retain_graph=True`` except for the last root, so shared subgraphs survive), and ``grad(leaf)``
-is read for every leaf that requires grad.  What comes back is validated: anything that is not
-a numeric array (or None) raises a ``TypeError`` naming the leaf, which ``gs.check`` records as
-a ``raised`` discrepancy.
+is read for every leaf that requires grad (and for every other leaf: a constant must read back None).
+What comes back is validated: anything that is not a numeric array (or None) raises a ``TypeError`` naming the
+leaf, which ``gs.check`` records as a ``raised`` discrepancy.
 
 Example::
 
@@ -74,9 +74,23 @@ class EngineOracle(Oracle):
             for leaf in case.grad_leaves():
                 g = eng.grad(env[leaf.name])
                 out[leaf.name] = None if g is None else _as_gradient(g, self.name, leaf.name)
+            _constants_untouched(eng, env, case, self.name)
             return out
         except (SystemExit, GeneratorExit) as e:  # an engine must not end the campaign
             raise RuntimeError(f"engine {self.name!r} raised {type(e).__name__}({e})") from e
+
+
+def _constants_untouched(eng, env, case, engine: str) -> None:
+    """A leaf created with requires_grad=False must read back no gradient (torch's grad stays None there): the
+    values compared are the trainable leaves', so a gradient stored into a constant would pass unseen (tryout8
+    F3).  Zeros are let through, as the oracle lets zeros stand for None elsewhere (``reports_none``)."""
+    for leaf in case.leaves:
+        if leaf.differentiable:
+            continue
+        g = eng.grad(env[leaf.name])
+        if g is not None and np.any(np.asarray(_as_gradient(g, engine, leaf.name)) != 0):
+            raise RuntimeError(f"engine {engine!r}: grad({leaf.name}) is not None after backward() although "
+                               f"{leaf.name} was created with requires_grad=False (torch leaves it None)")
 
 
 def _as_gradient(g, engine: str, leaf: str) -> np.ndarray:

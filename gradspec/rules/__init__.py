@@ -46,7 +46,8 @@ KIND = {"implicit-seed-non-scalar": "implicit-seed", "implicit-seed-refused": "i
         "stale-intermediate-grads": "accumulation",
         "root-grad-assigned": "accumulation", "grad-not-updated": "accumulation", "reset-ignored": "reset",
         "no-freeing": "freeing", "repeated-input-dropped": "repeated-argument", "none-vs-zeros": "none-vs-zeros",
-        "error-type": "error-type", "wrong-vjp": "value", "unexplained": "value"}
+        "error-type": "error-type", "wrong-vjp": "value", "unexplained": "value", "grad-on-constant": "requires-grad",
+        "retain-graph-ignored": "freeing", "backward-raises": "error-type"}
 # torch-specific details: failures with strict=True, notes with strict=False
 STRICT_ONLY = {"no-freeing", "none-vs-zeros", "error-type"}
 # The causes each rule is about.  A rule's scenarios can fail for another rule's reason (an engine that drops
@@ -58,8 +59,9 @@ OWNS = {"implicit-seed-scalar": {"implicit-seed-refused"}, "implicit-seed-non-sc
         "seed-shape": {"seed-shape-accepted"}, "seed-values": {"seed-ignored", "seed-misapplied", "grad-not-updated"},
         "accumulate-calls": _ACCUMULATION, "accumulate-roots": _ACCUMULATION,
         "accumulate-uses": {"accumulation-overwrite", "uses-overwrite", "grad-not-updated", "backward-order"}, "reset": {"reset-ignored"},
-        "freeing": {"no-freeing"}, "repeated-arguments": {"repeated-input-dropped"}, "requires-grad-root": set()}
-ANY_RULE = {"error-type", "none-vs-zeros", "unexplained", "wrong-vjp"}  # a failure of whichever rule meets it
+        "freeing": {"no-freeing"}, "repeated-arguments": {"repeated-input-dropped"}, "requires-grad-root": set(),
+        "constant-leaves": {"grad-on-constant"}}
+ANY_RULE = {"error-type", "none-vs-zeros", "unexplained", "wrong-vjp", "backward-raises"}  # a failure of whichever rule meets it
 OTHER_BUG = "other-bug"  # a rule status: its only failures were another rule's cause (see OWNS)
 
 
@@ -95,7 +97,7 @@ class RuleFinding:
     @property
     def key(self) -> tuple:
         c = self.cause
-        if c.id == "wrong-vjp":
+        if c.id == "wrong-vjp" or (c.id == "error-type" and c.op):  # a crash of one op is that op's finding
             return (c.id, c.op)
         if c.id == "unexplained":
             return (c.id, self.rule)
@@ -388,6 +390,35 @@ def _s_no_grad_root(V):
     return draw()
 
 
+def _s_constant_leaves(V):
+    """Trainable and constant leaves in one graph (x0 requires grad, c does not; an op takes both): after every
+    backward c's grad stays None, as torch leaves it (an engine that stores a gradient for every input of
+    the backward, whatever requires_grad says, passes every other rule: tryout8 F3)."""
+    from hypothesis import strategies as st
+
+    @st.composite
+    def draw(draw):
+        shape = draw(st.sampled_from(SHAPES))
+        leaves, nodes, rng = _graph(draw, V, shape, max_nodes=3)
+        leaves["c"] = _values(rng, shape)
+        # c joins the chain (first or second operand) at a drawn place: the op then has one input of each kind
+        at = draw(st.integers(0, len(nodes)))
+        prev = nodes[at - 1][0] if at else "x0"
+        pair = (prev, "c") if draw(st.booleans()) else ("c", prev)
+        name = f"h{len(nodes) + 1}"
+        nodes.insert(at, (name, draw(st.sampled_from(V.binary)), pair, {}))
+        if at < len(nodes) - 1:  # the next node takes the new one in place of the one it replaced
+            n2, op2, ins2, p2 = nodes[at + 1]
+            nodes[at + 1] = (n2, op2, tuple(name if i == prev else i for i in ins2), p2)
+        _assume_well_conditioned(leaves, nodes)
+        root = nodes[-1][0]
+        n = draw(st.integers(1, 2))
+        steps = [Step("backward", root, _seed(rng, shape), j < n - 1) for j in range(n)]
+        return Scenario(leaves, nodes, steps, "constant-leaves", {"c": False})
+
+    return draw()
+
+
 def _needs_binary(fn):
     return lambda V: fn(V) if V.binary else None
 
@@ -410,6 +441,8 @@ RULES: dict[str, Rule] = {r.name: r for r in [
          needs="a binary elementwise op (mul, add or sub)"),
     Rule("requires-grad-root", "backward on a root that does not require grad raises", _s_no_grad_root,
          strict_only=True),
+    Rule("constant-leaves", "a leaf that does not require grad never gets a gradient (its grad stays None)",
+         _needs_binary(_s_constant_leaves), needs="a binary elementwise op (mul, add or sub)"),
 ]}
 
 

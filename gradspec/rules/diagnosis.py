@@ -30,7 +30,7 @@ import numpy as np
 
 from .._private.skips import word_cut
 from ..causes import Cause
-from .scenario import Scenario, Step, Trace, first_difference, fmt, raise_reason
+from .scenario import Scenario, Step, Trace, close, first_difference, fmt, raise_reason
 from .simulation import FLAGS, VALUE_FLAGS, TooBig, grad_scales, jacobians, matches, simulate
 
 __all__ = ["FLAGS", "simulate", "diagnose", "jacobians", "TooBig"]
@@ -82,6 +82,31 @@ class Context:
         if timed_out(got):
             raise ScenarioTimeout("the engine hung on a diagnosis probe")
         return got, run(sc, self.ref)
+
+    def backward_always_raises(self) -> tuple | None:
+        """(the graphs, their calls) when backward() raises on one-node graphs of every probe op (a unary and a
+        binary one where supported, shape (2,), an explicit seed) where the reference runs, else None; cached."""
+        if "_always" not in self.__dict__:
+            self._always = None
+            ops = self.ops | self._supported()
+            picks = [o for o in (next((u for u in UNARY if u in ops), None), next((b for b in BINARY if b in ops), None))
+                     if o is not None]
+            rng = np.random.default_rng(11)
+            scs = [Scenario({f"x{i}": rng.uniform(0.5, 1.5, 2) for i in range(1 if op in UNARY else 2)},
+                            [("y", op, ("x0",) if op in UNARY else ("x0", "x1"), {})],
+                            [Step("backward", "y", rng.uniform(0.5, 1.5, 2), False)], "probe") for op in picks]
+            from .scenario import ScenarioTimeout
+
+            try:
+                runs = [self.trace(sc) for sc in scs]
+            except ScenarioTimeout:
+                raise
+            except Exception:  # noqa: BLE001 - a probe that cannot run tells nothing
+                runs = []
+            if len(runs) == 2 and all(g.build is None and r.build is None and g.obs[1].raised is not None
+                                      and r.obs[1].raised is None for g, r in runs):
+                self._always = (" and ".join(f"{op}(x, ...)" for op in picks), scs[0].code())
+        return self._always
 
     def probes(self) -> list:
         """Small fixed scenarios that tell the wrong semantics apart: (scenario, engine, reference)."""
@@ -156,8 +181,15 @@ def diagnose(sc: Scenario, got: Trace, ref: Trace, ctx: Context | None = None, s
     if got.build is not None:
         if ref.build is not None:
             return None
-        return Cause("error-type", f"the engine raised {type(got.build).__name__} while building the graph, where torch "
-                     "builds it", evidence=f"{type(got.build).__name__}: {got.build}\n{sc.code()}")
+        # the call that raised names the bug: two ops crashing are two findings (tryout8 F5), keyed by the op
+        name, op = got.build_at or (None, None)
+        call = f": {'eng.leaf' if op == 'leaf' else f'eng.apply({op!r}, ...)'} for {name}" if name else ""
+        return Cause("error-type", f"the engine raised {type(got.build).__name__} while building the graph{call}, where "
+                     "torch builds it", evidence=f"{type(got.build).__name__}: {got.build}\n{sc.code()}",
+                     node=name, op=op)
+    mutated = _forward_mutation(sc, ctx)
+    if mutated is not None:  # every later number is off for that reason: no backward() rule is to blame
+        return mutated
     scales = grad_scales(sc, ref, [frozenset()])
     diff = first_difference(sc, got, ref, scales, none_is_zeros=True, types=strict)
     if diff is not None and diff[1] == "error-type":
@@ -182,6 +214,9 @@ def diagnose(sc: Scenario, got: Trace, ref: Trace, ctx: Context | None = None, s
                      f"torch has {'None (no gradient yet, or reset by zero_grad)' if t == 'None' else 'zeros'}",
                      evidence=f"engine: {e}; torch: {t}\n{sc.code()}")
     k, what, leaf = diff
+    constant = _constant_grad(sc, got, ref, k) if what == "grad" else None
+    if constant is not None:
+        return constant
     if what == "raised":
         return _raise_cause(sc, got, ref, k, ctx)
     if strict:
@@ -192,6 +227,61 @@ def diagnose(sc: Scenario, got: Trace, ref: Trace, ctx: Context | None = None, s
                          f"{type(t).__name__}: raise RuntimeError (or torch's type) for backward() rule violations",
                          evidence=f"engine: {type(e).__name__}: {e}; torch: {type(t).__name__}: {t}\n{sc.code()}")
     return _value_cause(sc, got, ref, k, leaf, ctx)
+
+
+def _forward_mutation(sc, ctx) -> Cause | None:
+    """The first tensor whose value (``to_numpy``) changes while the forward goes on: right when it was made,
+    different after a later ``apply`` -- that op wrote into a buffer another tensor owns (an add reusing its
+    input's array), corrupting what the backward saved.  One cause at the op that ran (tryout8 F2: it read as
+    seven 'unexplained' rule findings); None when every value stays put (or the forward cannot be re-run)."""
+    if ctx is None:
+        return None
+    from .scenario import forward_values
+
+    eng, env, made = ctx.engine, {}, []
+    try:
+        want = forward_values(sc)
+
+        def wrong(n) -> bool:
+            a = np.asarray(eng.to_numpy(env[n]), dtype=np.float64)
+            return a.shape != np.shape(want[n]) or not close(a, np.asarray(want[n], dtype=np.float64))
+
+        for n, v in sc.leaves.items():
+            env[n] = eng.leaf(np.array(v, copy=True), requires_grad=sc.rg(n))
+            made.append(n)
+        for name, op, ins, params in sc.nodes:
+            env[name] = eng.apply(op, *[env[i] for i in ins], **params)
+            changed = next((m for m in made if wrong(m)), None)
+            if changed is not None:
+                call = f"{name} = {op}({', '.join(ins)})"
+                return Cause("forward-mutates-input", f"{changed}'s value changed when {call} ran: the engine's {op} "
+                             f"wrote into a buffer {changed} owns (an in-place result), and whatever saved {changed} "
+                             "for the backward now holds other numbers", node=name, op=op,
+                             evidence=f"{changed} = {fmt(want[changed])} when made; after {call}: "
+                                      f"{fmt(eng.to_numpy(env[changed]))}\n{sc.code()}",
+                             fix=f"give {op} a fresh output array (never write into an input's buffer)")
+            if not wrong(name):
+                made.append(name)  # (a node wrong when made is a forward bug, not a mutation: not watched)
+    except Exception:  # noqa: BLE001 - an engine or a graph the check cannot run: the rules decide
+        return None
+    return None
+
+
+def _constant_grad(sc, got, ref, k) -> Cause | None:
+    """A leaf created with requires_grad=False that reads back a nonzero gradient after call ``k`` (torch
+    never gives it one: its grad stays None); a gradient of zeros there is the none-vs-zeros question."""
+    for n in sc.leaves:
+        g = got.obs[k].grads.get(n)
+        if sc.rg(n) or g is None or not np.any(g != 0) or ref.obs[k].grads.get(n) is not None:
+            continue
+        used = [f"{name} = {op}({', '.join(ins)})" for name, op, ins, _p in sc.nodes if n in ins]
+        return Cause("grad-on-constant", f"leaf {n} was created with requires_grad=False, yet the engine gives it a "
+                     f"gradient ({'used by ' + '; '.join(used[:2]) if used else 'a leaf'}); torch never does: its grad "
+                     "stays None", evidence=f"{_where(sc, k)}: engine {n}.grad = {_obs_text(sc, got, k, n)}; torch: "
+                     f"None\n{sc.code()}",
+                     fix="store gradients only for inputs that require grad (skip a leaf created with "
+                         "requires_grad=False in the backward pass)")
+    return None
 
 
 def _raise_cause(sc, got, ref, k, ctx=None) -> Cause:
@@ -223,6 +313,9 @@ def _raise_cause(sc, got, ref, k, ctx=None) -> Cause:
                + (f" (exactly what {'a seed of ones' if why == 'implicit' else 'the broadcast seed' if why == 'shape' else 'a retained graph'} gives)"
                   if same and why != "freeing" else ""))
         return Cause(cid, summary, evidence=ev + "\n" + sc.code())
+    whole = _engine_raise(sc, got, k, ctx) if step.kind == "backward" else None
+    if whole is not None:  # backward() itself raises, or the earlier calls freed what retain_graph kept
+        return whole
     own = _own_node_raise(sc, got, k, ctx) if step.kind == "backward" else None
     if own is not None:  # an op's backward raises whatever the seed: the op, not a backward() rule
         return own
@@ -236,6 +329,57 @@ def _raise_cause(sc, got, ref, k, ctx=None) -> Cause:
     else:
         cid, summary = "error-type", f"{step.text()} raised where torch does not"
     return Cause(cid, summary, evidence=ev + "\n" + sc.code())
+
+
+def _explicit(sc, k) -> Scenario:
+    """``sc`` with call ``k``'s implicit seed given explicitly (np.ones of the root's shape)."""
+    step = sc.steps[k - 1]
+    seed = np.ones(sc.shapes()[step.target]) if step.seed is None else step.seed
+    return Scenario(sc.leaves, sc.nodes, [Step(s.kind, s.target, seed, s.retain) if i == k - 1 else s
+                                          for i, s in enumerate(sc.steps)], sc.rule, sc.requires_grad)
+
+
+def _raises_alone(ctx, sc) -> bool | None:
+    """Whether the engine raises on ``sc``'s last call where the reference does not (None: cannot tell)."""
+    try:
+        g, r = ctx.trace(sc)
+    except Exception:  # noqa: BLE001 - a hang or a probe the simulator cannot take: no answer
+        return None
+    if g.build is not None or r.build is not None or len(g.obs) < len(sc.steps) + 1 or r.obs[-1].raised is not None:
+        return None
+    return g.obs[-1].raised is not None
+
+
+def _engine_raise(sc, got, k, ctx) -> Cause | None:
+    """Call ``k`` (a backward the engine raised on, torch not) explained by the engine as a whole, before a seed
+    rule or one op is blamed: backward() raises on every graph, even a one-node one with an explicit seed
+    (``backward-raises``), or the call runs on a fresh graph and raised only after earlier calls that asked to
+    keep the graph (``retain-graph-ignored``).  None when the call runs with an explicit seed (the implicit
+    seed is what it refuses) or neither holds."""
+    if ctx is None:
+        return None
+    step, e = sc.steps[k - 1], got.obs[k].raised
+    explicit = _explicit(sc, k)
+    if step.seed is None and not _raises_alone(ctx, Scenario(sc.leaves, sc.nodes, explicit.steps[:k], sc.rule,
+                                                             sc.requires_grad)):
+        return None
+    said = f"{type(e).__name__}: {word_cut(str(e).splitlines()[0] if str(e) else '', 160)}"
+    always = ctx.backward_always_raises()
+    if always is not None:
+        return Cause("backward-raises", f"backward() raises on every call, even on a one-node graph with an explicit "
+                     f"seed ({always[0]}): the engine's backward itself, not one op's rule or the seed",
+                     evidence=f"{_where(sc, k)}: engine raised {said}\non one node:\n{always[1]}\n"
+                              f"the graph where it showed:\n{sc.code()}",
+                     fix="make backward() run: it raises before any op's rule is reached")
+    earlier = [s for s in sc.steps[:k - 1] if s.kind == "backward"]
+    kept = [s for s in earlier if s.retain]
+    if not kept or _raises_alone(ctx, Scenario(sc.leaves, sc.nodes, [explicit.steps[k - 1]], sc.rule,
+                                               sc.requires_grad)) is not False:
+        return None
+    return Cause("retain-graph-ignored", f"{step.text()} raised after an earlier backward() through this graph asked "
+                 f"to keep it ({kept[-1].text()}): the engine freed its buffers although retain_graph=True; the same "
+                 "call on a fresh graph runs", evidence=f"{_where(sc, k)}: engine raised {said}; torch does not "
+                 f"raise\n{sc.code()}", fix="free the saved tensors only when retain_graph is False")
 
 
 def _own_node_raise(sc, got, k, ctx) -> Cause | None:

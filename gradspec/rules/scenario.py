@@ -145,6 +145,7 @@ class Trace:
     build: BaseException | None
     obs: list
     dtype: str = "float64"
+    build_at: tuple | None = None  # (name, op) of the leaf or node whose leaf()/apply() raised ("leaf" for a leaf)
 
 
 def _step_json(s: Step) -> dict:
@@ -265,13 +266,16 @@ def timed_out(trace: Trace) -> bool:
 
 def _run(sc: Scenario, eng) -> Trace:
     env: dict[str, Any] = {}
+    at = None
     try:
         for n, v in sc.leaves.items():
+            at = (n, "leaf")
             env[n] = eng.leaf(np.array(v, copy=True), requires_grad=sc.rg(n))
         for name, op, ins, params in sc.nodes:
+            at = (name, op)
             env[name] = eng.apply(op, *[env[i] for i in ins], **params)
-    except Exception as e:  # noqa: BLE001 - the engine's failure is what is recorded
-        return Trace(e, [])
+    except Exception as e:  # noqa: BLE001 - the engine's failure is what is recorded, with the call that raised
+        return Trace(e, [], build_at=at)
     dtypes = set()
 
     def snapshot() -> dict:

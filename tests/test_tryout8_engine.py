@@ -1,0 +1,128 @@
+"""tryout8: what a new engine author found in the engine rules and their causes (F3, F1, F6, F5, F2).
+
+Each engine here is planted (tests/_planted_engines.py: a numpy engine written from scratch, one switch per
+bug); the expected cause ids come from how it was planted, never from running gradspec.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+import gradspec as gs
+from gradspec.oracles.engine_oracle import EngineOracle
+from tests import _planted_engines as M
+
+
+def _mixed_case():
+    # y = x * c with c a constant leaf (requires_grad=False): torch leaves grad(c) None
+    return gs.Case.build({"x": np.array([1.0, -2.0]), "c": np.array([3.0, 0.5])}, [("y", "mul", ["x", "c"], {})],
+                         ["y"], [np.array([1.0, 2.0])], requires_grad={"c": False})
+
+
+def test_value_oracle_reads_the_constant_leaves_too():
+    # F3: the engine oracle read grad() of the leaves that require grad only, so a gradient written into a
+    # constant leaf was never seen by a value check
+    v = gs.check(_mixed_case(), oracles=[EngineOracle(M.grad_on_constant(), name="mini"), "reference"])
+    assert not v.ok, v
+    d = v.discrepancies[0]
+    assert d.kind == "raised" and "requires_grad=False" in d.message, d.message
+    from gradspec.rules import explain_engine_finding
+    explain_engine_finding(M.grad_on_constant(), d)
+    assert d.cause.id == "grad-on-constant", d.cause
+    assert gs.check(_mixed_case(), oracles=[EngineOracle(M.correct(), name="mini"), "reference"]).ok
+
+
+def test_a_raised_value_report_with_a_rule_cause_is_listed_under_the_rule_report():
+    # F3/F1: the engine oracle raises on the same bug a §5 rule finds (a gradient on a constant leaf, a graph
+    # freed although retain_graph=True): one bug, one report; a raise of its own (error-type) keeps its report
+    from gradspec.fuzz.state import supersede
+
+    rule = {"id": "d-1", "kind": "semantics:grad-on-constant", "oracles": ["mini", "§5 backward() rules"],
+            "ops": ["mul"], "rule": "constant-leaves", "cause": {"id": "grad-on-constant"}}
+    raised = {"id": "d-2", "kind": "raised", "oracles": ["mini", "reference"], "ops": ["add"],
+              "cause": {"id": "grad-on-constant"}}
+    own = {"id": "d-3", "kind": "raised", "oracles": ["mini", "reference"], "ops": ["exp"],
+           "cause": {"id": "error-type"}}
+    active, gone = supersede({r["id"]: r for r in (rule, raised, own)})
+    assert [r["id"] for r in active] == ["d-1", "d-3"]
+    assert [(r["id"], r["superseded_by"]) for r in gone] == [("d-2", "d-1")]
+
+
+def _rule_ids(engine, **kw):
+    from gradspec import rules as R
+
+    res = R.check_rules(engine, max_examples=15, seed=0, **kw)
+    return res, [f.cause.id for f in res.findings]
+
+
+def test_retain_graph_ignored_is_named_not_the_implicit_seed():
+    # F1: an engine freeing its graph although retain_graph=True got 'error-type' and 'implicit-seed-refused'
+    # (the explicit seed raised just the same: the second call met freed buffers)
+    res, ids = _rule_ids(M.retain_ignored())
+    assert ids == ["retain-graph-ignored"], [(f.rule, f.cause.id, f.cause.summary) for f in res.findings]
+    assert "retain_graph=True" in res.findings[0].cause.summary
+
+
+def test_a_backward_that_always_raises_is_one_engine_finding():
+    # F6: every rule (implicit-seed-refused, error-type) and every op (wrong-vjp per op) blamed for a backward()
+    # that raises whatever it is given
+    res, ids = _rule_ids(M.backward_raises())
+    assert ids == ["backward-raises"], [(f.rule, f.cause.id, f.cause.summary) for f in res.findings]
+    r = gs.verify_engine(M.backward_raises(), max_examples=60, seed=3)
+    causes = [d.cause for d in r.discrepancies]
+    assert not r.ok and causes and {c.id for c in causes} == {"backward-raises"}, [str(c) for c in causes]
+
+
+def test_an_op_whose_backward_raises_alone_is_still_that_op():
+    # the other side of F6: tanh's backward raising on 0-d inputs only is tanh's (wrong-vjp), not the engine's
+    res, ids = _rule_ids(M.tanh_raises_0d())
+    assert "backward-raises" not in ids and "implicit-seed-refused" not in ids, ids
+
+
+class _RaiseTwo(M.Mini):
+    """two unrelated forward crashes (tryout8 F5): exp of a 0-d tensor raises ValueError, sin of a 2-d one KeyError"""
+
+    def apply(self, op, *args, **params):
+        if op == "exp" and args[0].value.ndim == 0:
+            raise ValueError("exp: 0-d input not handled")
+        if op == "sin" and args[0].value.ndim == 2:
+            raise KeyError("sin: 2-d input not handled")
+        return super().apply(op, *args, **params)
+
+
+def test_two_engine_crashes_in_two_ops_are_two_findings():
+    # F5: the dedup key of 'the engine raised while building the graph' held neither the op nor the exception,
+    # so the second crash was merged into the first and never shown
+    from gradspec.rules import diagnose_case
+
+    def case(op, shape):
+        return gs.Case.build({"x": np.full(shape, 0.5)}, [("y", op, ["x"], {})], ["y"], [np.ones(shape)])
+
+    eng = _RaiseTwo()
+    sigs = []
+    for op, shape in (("exp", ()), ("sin", (2, 2)), ("exp", ())):
+        v = gs.check(case(op, shape), oracles=[EngineOracle(eng, name="mini"), "reference"])
+        d = v.discrepancies[0]
+        d.cause = diagnose_case(eng, d.case)
+        assert d.cause.id == "error-type" and d.cause.op == op, d.cause
+        sigs.append(d.signature)
+    assert sigs[0] != sigs[1] and sigs[0] == sigs[2], sigs
+    res, ids = _rule_ids(eng)
+    assert sorted(f.cause.op for f in res.findings if f.cause.id == "error-type") == ["exp", "sin"], \
+        [(f.cause.id, f.cause.op, f.cause.summary) for f in res.findings]
+
+
+def test_an_add_writing_into_a_saved_buffer_is_one_finding_naming_the_node_and_the_op():
+    # F2: an add reusing its first operand's buffer (exp's saved output) gave 7 'unexplained' rule findings, or
+    # 'backward-order'; the engine's node values after the forward show it directly
+    res, ids = _rule_ids(M.inplace_add())
+    assert ids == ["forward-mutates-input"], [(f.rule, f.cause.id, f.cause.summary[:120]) for f in res.findings]
+    c = res.findings[0].cause
+    assert c.op == "add" and "changed" in c.summary, c
+    from gradspec.rules import diagnose_case
+
+    case = gs.Case.build({"x": np.array([0.5, -1.0])}, [("h", "exp", ["x"], {}), ("y", "add", ["h", "x"], {})],
+                         ["y"], [np.array([1.0, 2.0])])
+    c = diagnose_case(M.inplace_add(), case)
+    assert c is not None and c.id == "forward-mutates-input" and c.node == "y" and "h" in c.summary, c
+    assert diagnose_case(M.correct(), case) is None
