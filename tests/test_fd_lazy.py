@@ -116,3 +116,49 @@ def test_a_lazy_verdict_pickles_and_copies_as_plain_values():
     assert type(err) is dict and all(type(c) is Comparison for c in comps)
     assert comps == v.comparisons and err.keys() == v.fd_error.keys()
     assert repr(comps) == repr(v.comparisons)  # (the lazy subclass prints as the plain comparison)
+
+
+_INF, _NAN, _BIG = np.inf, np.nan, 1e308
+_SP, _SM, _S2 = [1.00001, 1.00002, 1.00003], [0.99999, 0.99998, 0.99997], [1.00002, 1.00004, 1.00006]  # s0 + f h g
+
+
+def _with(row: int, j: int, v: float):
+    s = [list(_SP), list(_SM), list(_S2)]
+    s[row][j] = v
+    return s
+
+
+# (s rows, s0, h): a smooth function's values (settled), a coarse one (not), a value that is not finite in each
+# of the three rows, in the centre and in a step, and finite values whose correction overflows
+SETTLED = {
+    "smooth": ([_SP, _SM, _S2], 1.0, [1e-5] * 3),
+    "coarse": ([[1.1, 2.0, 3.0], [0.9, 2.0, 3.0], [1.5, 2.0, 3.0]], 1.0, [0.1] * 3),
+    "inf in s+": (_with(0, 1, _INF), 1.0, [1e-5] * 3),
+    "inf in s-": (_with(1, 2, -_INF), 1.0, [1e-5] * 3),
+    "inf in s2": (_with(2, 0, _INF), 1.0, [1e-5] * 3),
+    "inf in every row": ([[_INF] + _SP[1:], [_INF] + _SM[1:], [_INF] + _S2[1:]], 1.0, [1e-5] * 3),
+    "nan in s": (_with(0, 2, _NAN), 1.0, [1e-5] * 3),
+    "s overflows": ([[_BIG, -_BIG, 1.0], [-_BIG, _BIG, 1.0], [_BIG, _BIG, 1.0]], 1.0, [1e-5] * 3),
+    "inf centre": ([_SP, _SM, _S2], _INF, [1e-5] * 3),
+    "inf step": ([_SP, _SM, _S2], 1.0, [1e-5, _INF, 1e-5]),
+    "nan step": ([_SP, _SM, _S2], 1.0, [1e-5, _NAN, 1e-5]),
+}
+
+
+@pytest.mark.parametrize("name", list(SETTLED), ids=list(SETTLED))
+def test_settled_on_arrays_is_settled_on_floats(name):
+    # settled() tests the stencil's values through the largest truncation term alone (a value of s that is not
+    # finite makes its element's correction inf or NaN) and the steps through their sum: None exactly where
+    # settled_small, which tests every value, says None; else the same estimate and lower bound, bit for bit
+    from gradspec.oracles import _fd_lazy
+
+    s, s0, h = SETTLED[name]
+    with np.errstate(all="ignore"):
+        got = _fd_lazy.settled(np.array(s), s0, np.array(h), 1e-15)
+        want = _fd_lazy.settled_small(s, s0, h, 1e-15)
+    if not np.isfinite(np.array([*np.ravel(s), s0, *h])).all() or name in ("coarse", "s overflows"):
+        assert got is None and want is None
+        return
+    assert got is not None and want is not None
+    for a, b in zip(got[:2], want[:2]):
+        assert np.array_equal(np.asarray(a).view(np.int64), np.asarray(b).view(np.int64))
