@@ -181,9 +181,56 @@ def _engine_shared_broadcast(op: str, suspect: str, twin: str, run, found: Cause
                      f"{how} where the sum over the broadcast axes belongs, on {op} and on {other} alike (every "
                      "broadcasting op shows it); fix the helper that sums a gradient back to an input's shape "
                      "(sum over the leading axes added and over the size-1 axes, never a mean or a slice)",
-                     evidence=f"{found.summary}; probe {other}(a (3,), b (2, 3)) with a non-constant upstream g: "
+                     evidence=f"{found}; probe {other}(a (3,), b (2, 3)) with a non-constant upstream g: "
                               f"{detail}", pattern="broadcast-reduction", factor=found.factor if found.pattern == pattern else None,
                      fix="sum the gradient over the broadcast axes in the engine's shared unbroadcast helper")
+    return None
+
+
+# Ops whose VJP cannot produce a non-finite value from finite numbers (neg: -g; add: g, g; mul: g*y, g*x):
+# probed at the failing node's inputs to tell the engine's shared code from one op's rule.
+_FINITE_PROBES = ("neg", "add", "sub", "mul")
+
+
+def _engine_shared_non_finite(op: str | None, leaves: dict, suspect: str, twin: str, run, found: str) -> Cause | None:
+    """One engine-level cause for a node whose gradient the engine gives non-finite where J^T·g is finite
+    (``found`` says so; ``op``: the node's op, None for a leaf root) when a one-node graph of another op, at the
+    same input values, is non-finite too although its
+    VJP cannot be (neg's is -g): the engine's shared backward code (the backward loop, accumulation, ``grad()``)
+    is at fault, one bug whichever op a case shows it on, not one per op (tryout8 F6: 13 findings, each with a
+    false per-op guess).  ``leaves``: the one-node case's leaf values; ``run(case)`` checks a case with the
+    finding's oracles."""
+    x = next((np.asarray(v, dtype=np.float64) for v in leaves.values() if np.size(v)), None)
+    if x is None:
+        return None
+    rng = np.random.default_rng(6)
+    g = rng.uniform(0.5, 1.5, x.shape) * rng.choice([-1.0, 1.0], x.shape)
+    for other in _FINITE_PROBES:
+        if other == op:
+            continue
+        ins = {"a": x} if other == "neg" else {"a": x, "b": rng.uniform(0.5, 1.5, x.shape)}
+        probe = Case.build(ins, [("p", other, list(ins), {})], ["p"], seeds=[g])
+        try:
+            v = run(probe)
+        except Exception:  # noqa: BLE001 - the engine does not take this op: try the next
+            continue
+        u, t = v.results.get(suspect), v.results.get(twin)
+        if u is None or t is None or u.get("a") is None or t.get("a") is None:
+            continue
+        ua, ta = np.asarray(u["a"], dtype=np.float64), np.asarray(t["a"], dtype=np.float64)
+        if ua.shape != ta.shape or not np.all(np.isfinite(ta)):
+            continue
+        if np.all(np.isfinite(ua)):
+            return None  # another op is finite at these inputs: the node's own rule
+        return Cause("shared-non-finite",
+                     f"the engine's gradients are non-finite where J^T·g is finite on {op or 'a leaf root'} and also on "
+                     f"{other}, "
+                     f"whose VJP cannot overflow (its gradient needs no division or exp), at the same inputs: the "
+                     "engine's shared backward code (the backward loop, the accumulation into .grad, grad()) makes "
+                     "them, not one op's rule",
+                     evidence=f"{found}; probe {other}(a{', b' if other != 'neg' else ''}) at a = {_fmt(x)}: "
+                              f"engine {_fmt(ua)}, J^T·g {_fmt(ta)}",
+                     fix="look for the non-finite step in the engine's shared backward code, not in an op's rule")
     return None
 
 

@@ -49,6 +49,8 @@ ENGINE_IDS = {
     "backward-raises": "backward() raises on every call, even on a one-node graph with an explicit seed (the engine's "
                        "backward itself, not one op's rule)",
     "grad-on-constant": "a leaf created with requires_grad=False got a gradient (torch leaves its grad None)",
+    "shared-non-finite": "the engine's gradients are non-finite where torch's are finite on every op tried at the "
+                         "same inputs, also on ops whose VJP cannot overflow (neg, add): its shared backward code",
     "unexplained": "a backward() rule is broken and no known wrong semantics reproduces the engine's numbers",
 }
 

@@ -58,6 +58,7 @@ from ._diagnose_engine import (
     _engine_overwrite,
     _engine_seed_ignored,
     _engine_shared_broadcast,
+    _engine_shared_non_finite,
     empty_broadcast,
 )
 from ._diagnose_findings import _raised_cause, drawing_backward_cause, explain_finding
@@ -252,6 +253,15 @@ def localise(case: Case, d, oracles: dict, verdict=None) -> Cause | None:
     c = _mutation_cause(case, values) or _forward_mutation_cause(case, values)
     if c is not None:
         return c
+    if d.kind == "nan-inf-pattern" and _is_engine(suspect) and verdict is not None and suspect in oracles:
+        # (no node is wrong on its own, e.g. a leaf root: the same probe as a node's, on the leaves the engine failed on)
+        u = verdict.results.get(suspect) or {}
+        bad = {l.name: l.value for l in case.leaves if u.get(l.name) is not None
+               and not np.all(np.isfinite(np.asarray(u[l.name], dtype=np.float64)))}
+        c = _engine_shared_non_finite(None, bad, suspect, "reference", lambda m: _run_check(
+            m, oracles=[oracles[suspect], "reference"]), d.message) if bad else None
+        if c is not None:
+            return c
     if d.kind == "raised":
         c = _raised_cause(case, d)
         # no node raises on its own: the graph raises only when a Function is called several times (state)
@@ -450,6 +460,14 @@ def _node_cause(mini, node, spec, suspect, v, twin, first, run=None) -> Cause:
     if _is_engine(suspect) and (c.pattern == "broadcast-reduction" or empty) and run is not None:
         shared = _engine_shared_broadcast(node.op, suspect, twin, run, c, mean=empty or c.factor is not None)
         if shared is not None:  # the same mistake on another op: the engine's shared helper, one finding
+            return shared
+    if _is_engine(suspect) and first.kind == "nan-inf-pattern" and run is not None and twin is not None:
+        u = v.results.get(suspect) or {}
+        bad = [l.name for l in mini.leaves if u.get(l.name) is not None and not np.all(np.isfinite(
+            np.asarray(u[l.name], dtype=np.float64)))]  # the probe takes the inputs the engine failed on
+        shared = _engine_shared_non_finite(node.op, {l.name: l.value for l in mini.leaves if l.name in bad}, suspect,
+                                           twin, run, c.summary)
+        if shared is not None:  # another op non-finite at the same inputs: the engine's shared code, one finding
             return shared
     if _is_torch_function(spec):  # computing from a saved tensor it modified in place: that is the cause
         m = _mutation_cause(mini, wrong=c.summary.split(" is wrong — ", 1)[-1])

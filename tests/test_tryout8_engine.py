@@ -126,3 +126,45 @@ def test_an_add_writing_into_a_saved_buffer_is_one_finding_naming_the_node_and_t
     c = diagnose_case(M.inplace_add(), case)
     assert c is not None and c.id == "forward-mutates-input" and c.node == "y" and "h" in c.summary, c
     assert diagnose_case(M.correct(), case) is None
+
+
+class _NaNGrads(M.Mini):
+    """grad() reads NaN for a leaf holding |x| > 5 (tryout8 F6's edge:nans): the engine's shared code, every op"""
+
+    def grad(self, leaf):
+        g = super().grad(leaf)
+        if g is not None and g.size and np.abs(leaf.value).max() > 5:
+            g = np.full(g.shape, np.nan)
+        return g
+
+
+class _SinNaN(M.Mini):
+    """sin's own backward gives NaN where |x| > 5: one op's rule, not the engine's"""
+
+    def apply(self, op, *args, **params):
+        out = super().apply(op, *args, **params)
+        if op == "sin":
+            out.parents = tuple((a, (lambda g, f=f, a=a: np.where(np.abs(a.value) > 5, np.nan, f(g))))
+                                for a, f in out.parents)
+        return out
+
+
+def _nan_finding(eng, op):
+    case = gs.Case.build({"x": np.array([7.0, 0.5])}, [("y", op, ["x"], {})], ["y"], [np.array([1.0, -2.0])])
+    v = gs.check(case, oracles=[EngineOracle(eng, name="mini"), "reference"])
+    assert not v.ok and v.discrepancies, v
+    return v.discrepancies[0]
+
+
+def test_nan_gradients_on_every_op_are_one_engine_finding():
+    # F6: an engine whose grad() reads NaN for large leaves got one wrong-vjp per op (13 findings), each with a
+    # per-op guess ("a 0/0", "exp overflows") that was false
+    found = [_nan_finding(_NaNGrads(), op) for op in ("exp", "tanh", "square")]
+    assert {d.cause.id for d in found} == {"shared-non-finite"}, [str(d.cause) for d in found]
+    assert len({d.signature for d in found}) == 1
+    leaf_root = gs.Case.build({"x": np.array([7.0, 0.5])}, [], ["x"], [np.array([1.0, -2.0])])  # no node to blame
+    v = gs.check(leaf_root, oracles=[EngineOracle(_NaNGrads(), name="mini"), "reference"])
+    assert [d.cause.id for d in v.discrepancies] == ["shared-non-finite"], [str(d.cause) for d in v.discrepancies]
+    assert v.discrepancies[0].signature == found[0].signature
+    d = _nan_finding(_SinNaN(), "sin")  # one op's own NaN stays that op's
+    assert d.cause.id == "wrong-vjp" and d.cause.op == "sin", d.cause
