@@ -365,10 +365,11 @@ class Case:
     __hash__ = None  # type: ignore[assignment]
 
     # -- text ------------------------------------------------------------------------------------
-    def to_text(self, values: bool = True) -> str:
-        """A readable listing: leaves, nodes (with shapes), roots and seeds."""
+    def to_text(self, values: bool = True, evaluated: bool = True) -> str:
+        """A readable listing: leaves, nodes (with shapes and, when ``evaluated``, their outputs' dtypes:
+        the case is run for them), roots and seeds."""
         shapes = self.shapes()
-        env = self.evaluate()
+        env = self.evaluate() if evaluated else {}
         lines = []
         for l in self.leaves:
             flag = "requires_grad" if l.requires_grad else "constant"
@@ -378,7 +379,7 @@ class Case:
             args = ", ".join(n.inputs)
             p = ", ".join(f"{k}={_short_param(v)}" for k, v in n.params.items() if not k.startswith("_"))
             call = f"{n.op}({args}{', ' + p if p else ''})"
-            lines.append(f"  {n.name} = {call:<35s}  # {shapes[n.name]} {env[n.name].dtype}")
+            lines.append(f"  {n.name} = {call:<35s}  # {shapes[n.name]} {env[n.name].dtype if n.name in env else ''}".rstrip())
         for r, s in zip(self.roots, self.seeds):
             seed = "implicit (ones, numel 1)" if s is None else _short(np.asarray(s))
             lines.append(f"  root {r}: seed {seed}")

@@ -138,6 +138,9 @@ def attach(verdict, oracles: dict) -> None:
         for d in verdict.discrepancies:
             if d.cause is not None or d.case is None:
                 continue
+            if d.kind == "raised" and (verdict.errors.get(d.oracles[0]) or ("",))[0] == "CaseTimeout":
+                continue  # a hang (gradspec.guard makes it a timeout finding, which needs no cause): re-running
+                # the code to localise it would only meet the hang again (a forward that hangs: 30 s more a case)
             key = (tuple(_suspects(d.oracles)), d.kind == "raised")
             if key not in done:
                 try:

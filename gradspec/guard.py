@@ -56,7 +56,8 @@ from .case import Case
 from .causes import process_died
 from .check import Discrepancy, Verdict, check, register_guard
 
-__all__ = ["CaseTimeout", "guarded_check", "warm_up", "ALARM", "WATCHDOG", "GRACE", "Alarm"]
+__all__ = ["CaseTimeout", "guarded_check", "warm_up", "ALARM", "WATCHDOG", "GRACE", "Alarm", "Hung", "bounded",
+           "hangs_seen", "case_listing"]
 
 ALARM = "the alarm signal (SIGALRM, in-process)"
 WATCHDOG = "the watchdog (--isolate: the process checking the case was killed)"
@@ -271,6 +272,9 @@ def _timed(o, timeout: float, witness: bool, report, alarm=None):
     for meth in ("vjp", "result", "jacobian"):
         if callable(getattr(o, meth, None)):
             setattr(w, meth, arm(meth))
+    # check() stands another oracle in for this one on some cases (a user op without a jvp: the jacobian by
+    # finite differences): that one is timed the same way
+    w._gs_retime = lambda other: _timed(other, timeout, witness, report, alarm)
     return w
 
 
@@ -375,6 +379,68 @@ class Alarm:
 
 
 
+class Hung(BaseException):
+    """Code under test that gradspec called outside a case (a user op's forward probing shapes or repairing
+    values while a case is drawn, fn called to learn its shapes) did not return within the per-case timeout:
+    raised by :func:`bounded` once the call was cut.  A BaseException: the probes take an ``Exception`` as
+    "these shapes are refused", which a hang is not, and it must reach the caller that reports it."""
+
+    def __init__(self, what: str, seconds: float) -> None:
+        super().__init__(f"{what} did not return within {seconds:g} s (the per-case timeout): cut by {ALARM}")
+        self.what, self.seconds = what, seconds
+
+
+_HANGS: list = []  # every Hung raised in this process, in order (entry points read what came during their run)
+
+
+def hangs_seen(since: int = 0) -> list:
+    """The texts of the hangs :func:`bounded` cut in this process, from the ``since``-th on (``len(hangs_seen())``
+    before a run, to read that run's own afterwards)."""
+    return _HANGS[since:]
+
+
+def bounded(fn, what: str, timeout: float | None = None):
+    """``fn()``, cut by the alarm signal after ``timeout`` seconds (default: the per-case timeout in effect,
+    ``_private.case_budget.current()``; none: no bound) and then :class:`Hung` naming ``what``; a cut the code
+    swallowed (it caught the CaseTimeout and returned or raised its own error) is a hang too.  Off the main
+    thread, or inside an enclosing alarm due sooner (a ``verify_*`` time budget, which then cuts it as its own),
+    ``fn`` runs as it is.  Only for code under test that runs outside a case's timed check."""
+    t = _case_budget.current() if timeout is None else timeout
+    if not t or not _main_thread():
+        return fn()
+    outer = signal.getitimer(signal.ITIMER_REAL)[0]
+    if outer and outer <= t:
+        return fn()
+    alarm = Alarm(t, f"{what}: cut after {t:g} s", rearm=0.05)
+    try:
+        with alarm:
+            out = fn()
+    except Exception:
+        if not alarm.fired:
+            raise
+        out = None
+    if alarm.fired:
+        hung = Hung(what, t)
+        _HANGS.append(str(hung))
+        raise hung
+    return out
+
+
+# The bound of a listing's forward when no per-case timeout is in effect (a verify_* report written afterwards):
+# verify_*'s default per-case timeout (gradspec.verify.numerics.CASE_TIMEOUT).
+LISTING_TIMEOUT = 60.0
+
+
+def case_listing(case: Case) -> str:
+    """``case.to_text()``, whose forward (for the output dtypes) is cut after the per-case timeout in effect
+    (else :data:`LISTING_TIMEOUT`): a report of a forward that hangs is still written, its listing without them."""
+    try:
+        return bounded(case.to_text, "the case's forward (run for its listing)",
+                       _case_budget.current() or LISTING_TIMEOUT)
+    except Hung as e:
+        return case.to_text(evaluated=False) + f"\n  (outputs not shown: {e})"
+
+
 def _timed_check(case, chosen, timeout, mine, report=None) -> Verdict:
     ts = _timed_set(chosen, timeout, mine, report)
     alarm = ts.alarm
@@ -385,7 +451,8 @@ def _timed_check(case, chosen, timeout, mine, report=None) -> Verdict:
     overall = _case_budget.check_budget(timeout, len(chosen))
     signal.setitimer(signal.ITIMER_REAL, overall)
     try:
-        verdict = _check_safely(case, ts.timed)
+        with _case_budget.regions(lambda fn, default: _region(fn, default, timeout, alarm)):
+            verdict = _check_safely(case, ts.timed)
         if alarm.overall:  # cut outside an oracle's call, and the code under test swallowed it: still a hang
             verdict.discrepancies.append(_overall_timeout(case, chosen, mine, overall, timeout).discrepancies[0])
         swallowed = [n for n in dict.fromkeys(alarm.cut) if (verdict.errors.get(n) or ("",))[0] != CaseTimeout.__name__]
@@ -413,6 +480,27 @@ def _timed_check(case, chosen, timeout, mine, report=None) -> Verdict:
         ts.busy = False
         if enclosing:
             signal.setitimer(signal.ITIMER_REAL, max(enclosing - (time.monotonic() - t0), 1e-3))
+
+
+def _region(fn, default, timeout: float, alarm: _Alarm):
+    """``fn()`` under a timer of its own, as an oracle's call (``_timed``): ``default`` when it was cut."""
+    alarm.fired, alarm.in_call = False, True
+    t0 = time.monotonic()
+    outer = signal.setitimer(signal.ITIMER_REAL, timeout)[0]
+    if outer and outer < timeout:
+        signal.setitimer(signal.ITIMER_REAL, outer)
+    try:
+        out = fn()
+        return default if alarm.fired else out  # (a cut the code caught: what it returned then means nothing)
+    except CaseTimeout:
+        return default
+    except Exception:
+        if not alarm.fired:
+            raise
+        return default  # (the code re-raised the cut as its own error)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, max(outer - (time.monotonic() - t0), 1e-3) if outer else 0)
+        alarm.in_call = False
 
 
 def _overall_timeout(case, chosen, mine, overall, timeout) -> Verdict:

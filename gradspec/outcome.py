@@ -29,6 +29,7 @@ import math
 
 import numpy as np
 
+from ._private import case_budget as _case_budget
 from ._private import structure as _structure
 from ._private.fdstep import EPS32 as _EPS32
 from ._private.fdstep import float32_valued as _float32_valued
@@ -81,12 +82,17 @@ def _must_match_torch(oracle) -> bool:
 
 
 def forward_error(case) -> str | None:
-    """``"Type: message"`` when the case's forward raises (the code under test never ran), else None."""
-    try:
-        case.evaluate()
-    except Exception as e:  # noqa: BLE001 - any failure of the forward is the answer
-        return f"{type(e).__name__}: {e}"
-    return None
+    """``"Type: message"`` when the case's forward raises (the code under test never ran), else None (also when
+    the forward was cut by the per-case timeout: it did not raise, it hung, which the oracles' timeouts report)."""
+
+    def run():
+        try:
+            case.evaluate()
+        except Exception as e:  # noqa: BLE001 - any failure of the forward is the answer
+            return f"{type(e).__name__}: {e}"
+        return None
+
+    return _case_budget.timed_region(run, None)
 
 
 def _is_user_op(spec) -> bool:

@@ -137,3 +137,67 @@ def test_hypothesis_stopping_a_round_is_said_in_gradspecs_words(spent, words):
     assert d._round(prop) == "error"
     (text,) = d.errors
     assert words in text and "give more time" in text and "external state" not in text, text
+
+
+# A user forward that hangs where gradspec calls it before any case exists (reliability review H5a): the graph
+# generator's shape probe and value repair, and the shape learning of verify_torch_function / verify_op(example_inputs=).
+FORWARD_SCENARIOS = {
+    # the probe is cut, the node kept: the case's own check meets the hang (a timeout finding on the op)
+    "verify_op-probe": "from tests import _hangs_forward as H\n"
+                       "show(gs.verify_op(H.forward_hangs, max_examples=3, seed=0))",
+    # learning the shapes from the example: no case can run; inconclusive, naming the op and the probe
+    "verify_op-example": "from tests import _hangs_forward as H\n"
+                         "show(gs.verify_op(H.forward_hangs, example_inputs=(np.ones(3),), max_examples=3, seed=0))",
+    "verify_torch_function-arity": "from tests import _hangs_forward as H\n"
+                                   "show(gs.verify_torch_function(H.ForwardHangs.apply, arity=1, max_examples=3, seed=0))",
+    "verify_torch_function-example": "import torch\nfrom tests import _hangs_forward as H\n"
+                                     "show(gs.verify_torch_function(H.ForwardHangs.apply, example_inputs=(torch.ones(3),), "
+                                     "max_examples=3, seed=0))",
+    # a case whose forward hangs: each of its runs is cut by its own timer (the determinism probe and the forward's
+    # error check of check(), the jacobian's finite-difference stand-in), not by the whole check's bound (62 s at
+    # 1 s) after a localisation of the hang
+    "guarded-forward-hangs": "from tests import _hangs_forward\n"
+                             "v = guarded_check(case('my_forward_hangs', 3), ['reference', 'jacobian'], timeout=1.0)\n"
+                             "print(json.dumps([d.message for d in v.discrepancies]))\nshow(v)",
+}
+
+
+@pytest.mark.parametrize("name", list(FORWARD_SCENARIOS))
+def test_a_forward_that_hangs_before_any_case_is_cut_and_reported(name):
+    if "torch" in name:
+        pytest.importorskip("torch")
+    proc = _run_raw(FORWARD_SCENARIOS[name], bound=240)
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    if name.endswith(("-example", "-arity")):  # no case can exist: inconclusive, never agree, naming what hung
+        assert got["status"] == "inconclusive", got
+        assert "to learn its shapes" in got["reason"] and "did not return within 2 s" in got["reason"], got
+        assert ("my_forward_hangs" in got["reason"]) == name.startswith("verify_op"), got
+        return
+    assert got["status"] == "disagree" and "timeout" in got["kinds"], got
+    if name == "guarded-forward-hangs":
+        messages = json.loads(proc.stdout.strip().splitlines()[-2])
+        assert not any("in all" in m or "diagnosis" in m for m in messages), messages
+
+
+def _run_raw(snippet: str, bound: float) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=ROOT, PYTHONDONTWRITEBYTECODE="1")
+    proc = subprocess.run([sys.executable, "-c", PRELUDE + snippet], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=bound)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
+def test_fuzz_with_a_forward_that_hangs_in_the_shape_probe_ends_with_a_timeout_finding(tmp_path):
+    """H5a: the graph generator's shape probe ran the user's forward with no timeout: fuzz --case-timeout 1 never
+    ended (killed by the outer timeout after 0 cases)."""
+    out = tmp_path / "rep"
+    env = dict(os.environ, PYTHONPATH=ROOT, PYTHONDONTWRITEBYTECODE="1")
+    env.pop("GRADSPEC_REPORT_DIR", None)
+    env.pop("PYTEST_XDIST_WORKER", None)
+    proc = gradspec("fuzz", "--ops", "tests._hangs_forward:forward_hangs", "--oracles", "reference,jacobian",
+                    "--case-timeout", 1, "--max-examples", 3, "--seed", 1, "--report-dir", out, cwd=ROOT, env=env,
+                    timeout=400)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    reports = summary(out)["reports"]
+    assert [r["kind"] for r in reports] == ["timeout"], proc.stdout
+    assert reports[0]["ops"] == ["my_forward_hangs"], reports

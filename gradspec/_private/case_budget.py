@@ -22,9 +22,11 @@ from __future__ import annotations
 import contextlib
 import contextvars
 
-__all__ = ["case_timeout", "current", "diagnosis_budget", "check_budget", "DIAGNOSIS_FACTOR", "DIAGNOSIS_MIN"]
+__all__ = ["case_timeout", "current", "diagnosis_budget", "check_budget", "DIAGNOSIS_FACTOR", "DIAGNOSIS_MIN",
+           "timed_region", "regions"]
 
 _TIMEOUT: contextvars.ContextVar = contextvars.ContextVar("gradspec_case_timeout", default=None)
+_REGION: contextvars.ContextVar = contextvars.ContextVar("gradspec_timed_region", default=None)
 
 
 @contextlib.contextmanager
@@ -63,3 +65,22 @@ def check_budget(timeout: float, oracles: int) -> float:
     ``check()`` runs outside them (the rounding-noise re-runs of the code under test, the diagnosis), twice
     over.  Past that the code under test is taken to hang outside an oracle's timed call."""
     return oracles * float(timeout) + 2 * diagnosis_budget(timeout)
+
+
+def timed_region(fn, default):
+    """``fn()`` when it is code under test that ``check()`` runs before the oracles (the determinism probe calls
+    each user op's forward): inside a guarded check it gets the per-case timeout of its own, as an oracle's call
+    does (``gradspec.guard``), and ``default`` is returned when it was cut -- the oracles then meet the hang
+    themselves and report it as theirs.  Else (no guarded check) ``fn()`` as it is."""
+    runner = _REGION.get()
+    return fn() if runner is None else runner(fn, default)
+
+
+@contextlib.contextmanager
+def regions(runner):
+    """Inside, :func:`timed_region` runs its function through ``runner(fn, default)`` (set by ``gradspec.guard``)."""
+    token = _REGION.set(runner)
+    try:
+        yield
+    finally:
+        _REGION.reset(token)

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from .._private import graphwalk as _graphwalk
 from .._private import values as _values
 from ..case import Case
-from . import _hard
+from . import _bounded, _hard
 from ._graph import Graph, GraphLeaf, _Builder, _Cfg, _numel
 from ._shapes import ints
 
@@ -196,7 +196,11 @@ def _bad_at(node_plan: tuple, idx: int, n, env: dict, allow) -> list | None:
             kd = float(spec.kink_distance(*args, **n.params))
             if not kd >= CHECK_MARGIN * _input_scale(args):
                 return []
-        out = np.asarray(spec.forward(*args, **n.params))
+        out = _bounded.forward(spec, args, n.params, "the value repair of a case being drawn")
+        if out is None:  # a user forward that hung (cut by the per-case timeout): the case's own check meets it
+            env[n.name] = _bounded.placeholder(spec, args, n.params)
+            return None
+        out = np.asarray(out)
     except Exception:  # noqa: BLE001 - treat as invalid values; the repair redraws them
         return []
     if out.dtype.kind == "f" and out.size and not _tame(out):

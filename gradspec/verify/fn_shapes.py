@@ -44,6 +44,7 @@ from .._private import values as _values
 from .._private.signature import parse
 from .._private.torch_structs import NOT_A_TENSOR
 from ..case import Case
+from ..guard import Hung, hangs_seen
 from ..spec.opspec import OpSpec
 from .torch_call import CallLayout, outputs
 
@@ -115,7 +116,8 @@ class _FnProbe:
         try:
             with torch.no_grad(), warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                outs, multi = outputs(self.layout.call(self.fn, xs, self.kw))
+                # (a hang: guard.Hung, past every ``except Exception`` up to the entry point -- interruptible)
+                outs, multi = outputs(learn_call(lambda: self.layout.call(self.fn, xs, self.kw), shapes))
         except Exception as e:  # noqa: BLE001 - "not accepted"; the first error is kept for messages
             self.error = self.error or f"{type(e).__name__}: {e}"
             return False
@@ -132,6 +134,16 @@ class _FnProbe:
                                             f"{[tuple(x.shape) for x in xs]}")
                 return False
         return True
+
+
+def learn_call(call, shapes, why: str = "to learn its shapes", who: str = "fn"):
+    """``call()``, a call of the code under test before the search (learning its shapes), cut after the per-case
+    timeout of ``verify_*`` (``numerics.CASE_TIMEOUT``): ``gradspec.guard.Hung`` then, naming the shapes and why
+    (reliability review H5a: a forward that never returned hung ``verify_torch_function`` here for good)."""
+    from ..guard import bounded
+    from .numerics import CASE_TIMEOUT
+
+    return bounded(call, f"{who}, called on inputs of shapes {[tuple(s) for s in shapes]} {why},", CASE_TIMEOUT)
 
 
 def _shape_fn_probe(shape_fn, layout: CallLayout, kw: dict):
@@ -376,9 +388,12 @@ def out_rules(fn, layout: CallLayout, domain):
             try:
                 with torch.no_grad(), warnings.catch_warnings():
                     warnings.simplefilter("ignore")
-                    outs, multi = outputs(layout.call(fn, xs, params))
+                    outs, multi = outputs(learn_call(lambda: layout.call(fn, xs, params), shapes,
+                                                     "for its output shape while a case was drawn"))
                 memo[key] = (tuple(flat(outs, multi).shape), _blocks(outs))
             except Exception:  # noqa: BLE001 - shapes/params fn refuses
+                memo[key] = (None, [])
+            except Hung:  # not drawn (guard.hangs_seen: the run is no "agree" then, see interruptible)
                 memo[key] = (None, [])
         return memo[key]
 
@@ -423,7 +438,7 @@ def op_example_cases(spec: OpSpec, example_inputs, broadcast: str, wrap):
         xs = [_values.tame_array(rng, tuple(s), [d]) for s, d in zip(shapes, doms, strict=True)]
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            y = np.asarray(spec.forward(*xs, **canon))
+            y = np.asarray(learn_call(lambda: spec.forward(*xs, **canon), shapes, who=f"the forward of op {spec.name!r}"))
         return tuple(y.shape) == tuple(spec.out_shape(shapes, canon)) and bool(np.all(np.isfinite(y)))
 
     shapes = [a.shape for a in arrays]
@@ -549,13 +564,19 @@ def _evaluated(leaves, nodes, roots, out, rg, big_ok: bool):
     """``(case, outputs)`` at these values, or ``(None, None)`` where fn raises, is not finite, or (unless
     ``big_ok``) exceeds ``strategies._cases``' bound on intermediate values (past it finite differences
     mean nothing; a user's interval domain may ask for such values, and is then checked as asked)."""
+    from ..guard import bounded
     from ..strategies._cases import _tame
 
+    case = None
     try:
         case = Case.build(leaves, nodes, roots, [np.ones(out)] * len(roots), requires_grad={k: rg[k] for k in leaves})
-        env = case.evaluate()
+        env = bounded(case.evaluate, f"fn, called on a case's drawn values (inputs of shapes "
+                                     f"{[np.shape(v) for v in leaves.values()]}),")
     except Exception:  # noqa: BLE001 - fn refuses these values/params: not a case
         return None, None
+    except Hung:  # cut by the per-case timeout: the case is checked as it is, and its check meets the hang (a timeout)
+        dtype = np.result_type(*[np.asarray(v).dtype for v in leaves.values()])
+        return case, [np.zeros(out, dtype=dtype) for _ in roots]
     outs = [np.asarray(env[r]) for r in roots]
     ok = all(np.all(np.isfinite(o)) for o in outs) if big_ok else all(_tame(o) for o in outs if o.size)
     return (case, outs) if ok else (None, None)
@@ -619,28 +640,47 @@ def interruptible(what: str):
     """A ``verify_*`` entry point whose Ctrl-C outside its search (while it learns fn's shapes from the example, or
     sets up the run) raises ``gs.VerifyInterrupted`` as one inside the search does: a KeyboardInterrupt whose
     ``.result`` is inconclusive, saying where it came, not a bare traceback (the search keeps what it found)."""
+    from .._private import result_sink
     from ..result import Result, VerifyInterrupted
-    from .torch_call import label_of
 
     def wrap(entry):
         @functools.wraps(entry)
         def run(fn, *args, **kw):
+            since = len(hangs_seen())
             try:
-                return entry(fn, *args, **kw)
+                result = entry(fn, *args, **kw)
             except VerifyInterrupted:
                 raise
+            except Hung as e:  # the code under test hung while its shapes were learnt: no case ran (review H5a)
+                r = Result(target=_target(fn), what=what, seed=kw.get("seed"), max_examples=kw.get("max_examples"),
+                           budget_seconds=kw.get("seconds"))
+                r.unran.append(f"{e}: a hang, or code too slow for the per-case timeout of verify_* "
+                               "(gradspec.verify.numerics.CASE_TIMEOUT); nothing was checked")
+                result_sink.emit(r)
+                return r
             except KeyboardInterrupt as e:
                 files = {tb.tb_frame.f_code.co_filename.replace("\\", "/") for tb in _frames(e.__traceback__)}
                 stage = ("while learning fn's shapes from its example (gradspec/verify/fn_shapes.py)"
                          if any(f.endswith(("/fn_shapes.py", "/shapes_learn.py")) for f in files)
                          else "while setting the run up")
-                target = f"{fn.name!r}" if isinstance(fn, OpSpec) else repr(fn) if isinstance(fn, str) else label_of(fn)
-                r = Result(target=target, what=what, seed=kw.get("seed"), max_examples=kw.get("max_examples"),
+                r = Result(target=_target(fn), what=what, seed=kw.get("seed"), max_examples=kw.get("max_examples"),
                            budget_seconds=kw.get("seconds"),
                            interrupted=f"interrupted (KeyboardInterrupt) {stage}, before any case ran")
                 raise VerifyInterrupted(r).with_traceback(e.__traceback__) from None
+            hung = hangs_seen(since)
+            if hung and not result.discrepancies and not result.cut:  # shapes not drawn for a hang: no clean bill
+                result.cut = f"{hung[0]}; shapes where fn hung were not drawn" + (
+                    f" ({len(hung)} such calls)" if len(hung) > 1 else "")
+                result.note(result.cut)
+            return result
         return run
     return wrap
+
+
+def _target(fn) -> str:
+    from .torch_call import label_of
+
+    return f"{fn.name!r}" if isinstance(fn, OpSpec) else repr(fn) if isinstance(fn, str) else label_of(fn)
 
 
 def _frames(tb):

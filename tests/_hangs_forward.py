@@ -1,0 +1,66 @@
+"""Code under test whose *forward* hangs (reliability review H5a/H5b).
+
+gradspec calls a user op's forward before any case exists: the graph generator probes each planned
+node's shapes with it (``gradspec.strategies._graph``), and ``verify_torch_function`` learns fn's
+shapes by calling it (``gradspec.verify.fn_shapes``).  These hang there:
+
+* ``forward_hangs``: a user op whose forward never returns on any input (``time.sleep`` in Python);
+* ``forward_hangs_big``: a user op whose forward loops forever on more than 3 elements only, so
+  small probes pass and the hang comes later (in a case, or a larger probe);
+* ``forward_hangs_stubborn``: a user op whose forward never returns and swallows every exception, the
+  alarm's and Ctrl-C's too (only a kill stops it);
+* ``ForwardHangs``: a torch Function whose forward never returns.
+"""
+
+import time
+
+import numpy as np
+
+import gradspec as gs
+
+
+def _sleep_forward(x):
+    time.sleep(1e9)
+    return np.sin(x)
+
+
+def _big_forward(x):
+    if np.size(x) > 3:
+        while True:  # a fixed-point iteration that never converges
+            pass
+    return np.sin(x)
+
+
+def _stubborn_forward(x):
+    while True:
+        try:
+            time.sleep(1e9)
+        except BaseException:  # noqa: BLE001, S110 - the point: nothing but a kill stops it
+            pass
+
+
+def _vjp(g, x, out):
+    return (g * np.cos(x),)
+
+
+forward_hangs = gs.Op("my_forward_hangs", forward=_sleep_forward, vjp=_vjp)
+forward_hangs_big = gs.Op("my_forward_hangs_big", forward=_big_forward, vjp=_vjp)
+forward_hangs_stubborn = gs.Op("my_forward_hangs_stubborn", forward=_stubborn_forward, vjp=_vjp)
+
+try:
+    import torch
+except ImportError:  # the torch tests skip
+    torch = None
+
+if torch is not None:
+    class ForwardHangs(torch.autograd.Function):
+        """forward never returns."""
+
+        @staticmethod
+        def forward(ctx, x):
+            time.sleep(1e9)
+            return x.sin()
+
+        @staticmethod
+        def backward(ctx, g):
+            return g
