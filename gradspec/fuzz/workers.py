@@ -47,6 +47,7 @@ from ..case import Case
 from ..causes import Cause, process_died
 from ..check import Discrepancy, Verdict
 from ..guard import guarded_check
+from . import heartbeat
 from .campaign import _Campaign
 from .distributed import _forget, stale_inflight
 from .state import STATE, Config, ReportDirError, Stats, _sig_key
@@ -246,7 +247,8 @@ def _register_worker(run_id: str) -> None:
         atomic_write(os.path.join(folder, str(os.getpid())), socket.gethostname())
         _FOUND_HERE[("pid", run_id)] = os.getpid()
     except OSError:
-        pass
+        return
+    heartbeat.start_beating(os.path.join(folder, str(os.getpid())))  # (the controller's Watchdog reads it)
 
 
 def _signal_workers(root: str) -> list:
@@ -295,6 +297,10 @@ def worker_sessionfinish(session) -> None:
         return
     cfg = Config.from_json(json.loads(payload)["config"])
     session.config.workeroutput[CRASHES_KEY] = json.dumps(_crash_records(cfg))
+    try:  # this worker's beats end here: no stale beat of an exited worker for the controller's Watchdog
+        os.unlink(os.path.join(worker_local_root(cfg.run_id), STATE, _WORKERS, str(os.getpid())))
+    except OSError:
+        pass
 
 
 # ---------------------------------------------------------------------------------------------
@@ -320,6 +326,7 @@ class _Controller:
         self.why: dict = {}  # nodeid -> the error a chunk failed with in its worker
         self.down: list[str] = []  # what a worker that went down said (xdist's error text)
         self.first_report: float | None = None  # when the first chunk reported (time.time())
+        self.silenced: dict = {}  # pid -> seconds without a beat, of the workers the Watchdog killed (heartbeat)
 
     def pytest_configure_node(self, node):
         node.workerinput[WORKERINPUT_KEY] = self.payload
@@ -406,12 +413,16 @@ def _session(cfg: Config, chunks: list[dict], on_chunk: Callable) -> tuple[_Cont
         p.append(home)
     interrupted = False
     rc = None
+    # A worker of this machine that stops beating is killed (review H5c: a SIGSTOPped one was waited for for ever)
+    watch = heartbeat.Watchdog(os.path.join(ctl.root, STATE, _WORKERS), heartbeat.silence_bound(cfg.case_timeout))
     try:
-        rc = pytest.main(_session_args(cfg), plugins=[ctl])
+        with watch:
+            rc = pytest.main(_session_args(cfg), plugins=[ctl])
         interrupted = rc == pytest.ExitCode.INTERRUPTED
     except KeyboardInterrupt:
         interrupted = True
     finally:
+        ctl.silenced = dict(watch.killed)
         for p in paths:
             if home in p:
                 p.remove(home)
@@ -429,6 +440,12 @@ def _session(cfg: Config, chunks: list[dict], on_chunk: Callable) -> tuple[_Cont
                        f"it never reported (a worker went down: {ctl.down[-1]})" if ctl.down else
                        f"it never reported (the worker session ended with {rc!s})")
                 ctl.lost.append({**chunk, "why": why})
+    if ctl.silenced:  # xdist saw a crash; say why (its text names no pid: every chunk lost so is told)
+        pids = ", ".join(f"{pid} ({sec:.0f} s)" for pid, sec in ctl.silenced.items())
+        for c in ctl.lost:
+            if "crashed while running" in c.get("why", ""):
+                c["why"] += (f"; gradspec killed worker(s) that sent no heartbeat (pid, seconds silent: {pids}): stopped "
+                             "by a signal such as SIGSTOP, or wedged")
     return ctl, interrupted
 
 
@@ -454,10 +471,15 @@ def _rebuild(finding: dict, oracles, cfg: Config) -> tuple[Discrepancy, Verdict]
     return d, Verdict(case, {}, [], [d], {}, {})
 
 
-def _crash_finding(rec: dict, cfg: Config):
+def _crash_finding(rec: dict, cfg: Config, silenced: dict | None = None):
     case = Case.from_json(rec["case_json"])
     msg = (f"a campaign worker (pid {rec['pid']} on {rec.get('host', '?')}) died while checking this case: the "
            "engine or an oracle crashed the process (segmentation fault, abort, os._exit, out of memory or a kill)")
+    if rec["pid"] in (silenced or {}):
+        msg = (f"a campaign worker (pid {rec['pid']} on {rec.get('host', '?')}) stopped answering while checking this "
+               f"case: no heartbeat for {silenced[rec['pid']]:.0f} s (stopped by a signal such as SIGSTOP, or wedged "
+               "in code that holds the GIL, which the per-case timeout cannot cut), so the controller killed it "
+               "(gradspec/fuzz/heartbeat.py)")
     if (rec.get("fault") or "").strip():
         msg += "; the Python traceback at the fatal signal is below"
     d = Discrepancy(kind="crash", oracles=("process", case.engine or cfg.engine), message=msg, case=case,
@@ -529,11 +551,13 @@ def run_distributed(cfg: Config, progress: Callable | None = None, on_found: Cal
     ctl, interrupted = _session(cfg, chunks, on_chunk)
     crashes, lost, failures = list(ctl.crashes), list(ctl.lost), list(ctl.failures)
     dead = set(ctl.dead_at_interrupt)
+    silenced = dict(ctl.silenced)
     if lost and not interrupted and (cfg.deadline is None or time.time() < cfg.deadline):
         # One more try for what a dead worker did not run, on fresh workers, with other seeds.
         retry = [{**c, "chunk": c["chunk"] + len(chunks) * 1000} for c in lost]
         ctl2, interrupted = _session(cfg, retry, on_chunk)
         crashes += ctl2.crashes
+        silenced.update(ctl2.silenced)
         dead |= ctl2.dead_at_interrupt
         failures += ctl2.failures
         lost = [{**c, "why": c["why"] + "; lost again on the retry"} for c in ctl2.lost]
@@ -555,7 +579,7 @@ def run_distributed(cfg: Config, progress: Callable | None = None, on_found: Cal
         crashes = [r for r in crashes if (r.get("fault") or "").strip() or r.get("before_interrupt") or r["pid"] in dead]
     for rec in {r["pid"]: r for r in crashes}.values():
         try:
-            d, verdict = _crash_finding(rec, cfg)
+            d, verdict = _crash_finding(rec, cfg, silenced)
         except Exception as e:  # noqa: BLE001 - an unreadable in-flight case is still a crash
             merged.errors.append(f"worker pid {rec['pid']} died on a case that cannot be read back: {e}")
             continue
