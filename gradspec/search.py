@@ -40,18 +40,23 @@ import numpy as np
 from ._private.hypothesis_env import fixed_constants
 from ._private.seeds import resolve_seed as _resolve_seed  # noqa: F401 - verify_* import it from here
 from .case import Case
+from .causes import Cause
 from .diagnose import deferred, diagnosis_timeouts, explain
 from .findings import Localised, covered, covers, localise, search_signature
 from .result import Result, VerifyInterrupted
 from .strategies import CaseGroup
 
-__all__ = ["Driver", "Finding", "DEFAULT_MAX_EXAMPLES", "SHRINK_CALLS", "SHRINK_SECONDS", "LOCALISE_CALLS"]
+__all__ = ["Driver", "Finding", "DEFAULT_MAX_EXAMPLES", "SHRINK_CALLS", "SHRINK_SECONDS", "LOCALISE_CALLS", "TIME_NOTE"]
 
 DEFAULT_MAX_EXAMPLES = 60  # ~1-4 s for a user op, a few seconds for an engine
 SHRINK_CALLS = 120  # Hypothesis shrinking calls per finding; the smallest case so far is kept (deterministic)
 SHRINK_SECONDS = 10.0  # and a safety net in time, for very slow cases
 LOCALISE_CALLS = 40  # checks of the deterministic reduction after shrinking (one per node of a small case)
 LOCALISE_SECONDS = 5.0
+# A finding the time budget (``seconds=``, ``gradspec fuzz --seconds``) cut short: kept as it is, as an interrupted one
+TIME_NOTE = ("shrinking cut short: the time budget ran out while this discrepancy was being shrunk; the case is the "
+             "smallest seen so far, not shrunk further, localised nor diagnosed (replay it, or run again: the example "
+             "database replays it first)")
 _STOPS = ("time", "interrupted", "error", "report-dir", "budget", "hang")
 # Oracles that witness J^T·seed rather than run the code under test (see Driver._same_rule).
 _WITNESSES = frozenset({"finite-differences", "jacobian"})
@@ -171,7 +176,7 @@ class Driver:
                 self._shrink_exhausted = True
                 raise Stop("shrink-budget")
             if self.deadline is not None and time.perf_counter() > self.deadline:
-                self._shrink_exhausted = True
+                self._shrink_exhausted = "time"  # (reported unshrunk, with the note TIME_NOTE)
                 raise Stop("time")
             if len(cases) > 1:
                 # Sets checked before cost nothing (the memo): those first; then a set with the values
@@ -313,9 +318,11 @@ class Driver:
                 box["verdict"], box["found"] = v, got
             return same
 
+        left = LOCALISE_SECONDS if self.deadline is None else min(LOCALISE_SECONDS, self.deadline - time.perf_counter())
+        late = left <= 0  # the time budget is spent: kept as it is (review M5: --seconds 10 ran 38.8 s)
         with deferred():  # the reduction re-checks smaller cases: only the one kept is explained, below
-            loc = Localised(case, hit, None, 0, False) if target[0] == "timeout" else localise(
-                case, hit, reproduces, max_calls=LOCALISE_CALLS, seconds=LOCALISE_SECONDS)
+            loc = Localised(case, hit, None, 0, False) if target[0] == "timeout" or late else localise(
+                case, hit, reproduces, max_calls=LOCALISE_CALLS, seconds=left)
         if loc.case is not case:
             hit = loc.found
         found = box["found"] if loc.case is not case else found
@@ -325,13 +332,20 @@ class Driver:
         d = hit[0]
         if getattr(d, "verdict", None) is None and box["verdict"] is not None:
             d.verdict = box["verdict"]  # what the diagnosis re-checks (verify_* findings carry their own)
+        if late and d.cause is None and target[0] != "timeout":  # (a diagnosis re-runs the code: seconds to minutes)
+            d.cause = Cause("not-localised", "not diagnosed: the time budget ran out before this finding could be "
+                            "localised (replay its case for the diagnosis)", evidence=d.message)
         explain(d)  # CONTRACT §8, once per kept finding, on the localised case
-        if self.explain is not None:
+        if self.explain is not None and not late:
             self.explain(d)
         exhausted = getattr(self, "_shrink_exhausted", False) or loc.exhausted
+        if late and not exhausted:
+            exhausted = "time"
         if exhausted == "timeout":
             why = "not shrunk: each try of a case that hangs costs the whole per-case timeout"
             note = f"{note}; {why}" if note else why
+        elif exhausted == "time":
+            note = f"{note}; {TIME_NOTE}" if note else TIME_NOTE
         elif exhausted:
             why = (f"the shrink budget ran out ({self.shrink_calls} calls / {self.shrink_seconds:g} s of Hypothesis "
                    f"shrinking, {LOCALISE_CALLS} reduction checks): the case may not be minimal")

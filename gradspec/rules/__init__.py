@@ -527,8 +527,8 @@ class _Search:
                     self.examples += 1
                 else:
                     st["shrinks"] += 1
-                    if st["shrinks"] > SHRINK_CALLS or time.perf_counter() > st["until"]:
-                        raise _Stop()
+                    if st["shrinks"] > SHRINK_CALLS or time.perf_counter() > st["until"] or self._late():
+                        raise _Stop()  # (the time budget bounds the shrinking too: review M5)
                 f = self.evaluate(sc)
                 if f is None:
                     return
