@@ -25,6 +25,7 @@ import os
 import signal
 import sys
 import tempfile
+import time
 
 __all__ = ["main"]
 
@@ -230,10 +231,16 @@ def _replay(args) -> int:
         pid = os.fork()
         if pid == 0:  # pragma: no cover - the child
             _replay_child(args, case, engine, oracles)
-        status = _wait_replay_child(pid)
+        bound = _replay_bound(args.case_timeout, len(oracles))
+        status = _wait_replay_child(pid, bound)
         if interrupts.received() is not None:  # (M7: not "internal error", and never "still crashes")
             print(f"gradspec: interrupted{_by_signal()}", file=sys.stderr)
             return interrupts.exit_code()
+        if status is None:  # the watchdog killed it (review H5b)
+            print(f"the check of this case did not end within {bound:g} s (every part of it is bounded by "
+                  f"--case-timeout {args.case_timeout:g}: a hang the alarm signal cannot cut, in C code? --isolate cuts "
+                  f"those): engine {engine!r} still hangs on it (exit 1)")
+            return EXIT_FOUND
         if os.WIFSIGNALED(status):
             sig = os.WTERMSIG(status)
             try:
@@ -246,10 +253,22 @@ def _replay(args) -> int:
     return _replay_check(args, case, engine, oracles)
 
 
+def _replay_bound(case_timeout: float, oracles: int) -> float:
+    """Wall seconds the replay child may take in all: its warm-up, the check, the diagnosis, the listing and a
+    torch Function's own checks are each bounded by the per-case timeout; this is the net under them."""
+    from ._private.case_budget import check_budget, diagnosis_budget
+
+    return 3 * check_budget(case_timeout, oracles) + diagnosis_budget(case_timeout) + 4 * case_timeout
+
+
 def _replay_child(args, case, engine, oracles) -> None:  # pragma: no cover - runs in the forked child
     from ._private import interrupts
 
     interrupts.reset()  # (the parent's signals are not this process's)
+    try:  # a group of its own: the parent kills it with whatever it forked (--isolate's children), leaving no orphan
+        os.setpgid(0, 0)
+    except OSError:
+        pass
     rc = EXIT_USAGE
     try:
         rc = _replay_check(args, case, engine, oracles)
@@ -265,30 +284,63 @@ def _replay_child(args, case, engine, oracles) -> None:  # pragma: no cover - ru
             os._exit(rc)
 
 
-def _wait_replay_child(pid: int) -> int:
-    """The child's wait status.  A signal to this process (Ctrl-C to the group, or ``kill -INT`` / SIGTERM of
-    this pid alone) is passed on as SIGINT, which the child takes as Ctrl-C (never as a second, hard
-    signal); a second one kills a child that did not stop (a hang in C code cannot see a KeyboardInterrupt)."""
+# Seconds a replay child told to stop (a signal to replay) has before it is killed: a hang in C code, or code that
+# swallows KeyboardInterrupt, never stops (review H5b: `timeout` then killed replay and left the child running).
+STOP_GRACE = 5.0
+
+
+def _wait_replay_child(pid: int, bound: float | None = None) -> int | None:
+    """The child's wait status, or None when it ran past ``bound`` seconds and was killed.  A signal to this
+    process (Ctrl-C to the group, or ``kill -INT`` / SIGTERM of this pid alone) is passed on as SIGINT, which the
+    child takes as Ctrl-C (never as a second, hard signal); a second one, or :data:`STOP_GRACE` seconds without
+    an end, kills the child and its process group (a hang in C code cannot see a KeyboardInterrupt)."""
     from ._private import interrupts
 
-    told = []
+    told: list = []  # when the first signal was passed on
+
+    def kill() -> None:
+        for how in (os.killpg, os.kill):  # the group first (the child's own children); before it is reaped
+            try:
+                how(pid, signal.SIGKILL)
+            except OSError:
+                pass
 
     def forward(signum, hard):
-        try:
-            os.kill(pid, signal.SIGKILL if hard or told else signal.SIGINT)
-        except OSError:
-            pass
-        told.append(signum)
+        if hard or told:
+            kill()
+        else:
+            try:
+                os.kill(pid, signal.SIGINT)
+            except OSError:
+                pass
+        told.append(time.monotonic())
 
+    start = time.monotonic()
     with interrupts.graceful(forward):
         while True:
             try:
-                return os.waitpid(pid, 0)[1]
+                done, status = os.waitpid(pid, os.WNOHANG)
+                if done:
+                    return status
+                now = time.monotonic()
+                late = bound is not None and now - start > bound
+                if late or (told and now - told[0] > STOP_GRACE):
+                    kill()
+                    status = os.waitpid(pid, 0)[1]
+                    return None if late and not told else status
+                time.sleep(0.05)
             except KeyboardInterrupt:
                 continue
 
 
 def _replay_check(args, case, engine, oracles) -> int:
+    from ._private.case_budget import case_timeout
+
+    with case_timeout(args.case_timeout):  # the diagnosis and the case's listing bound themselves by it (H5b)
+        return _replay_checked(args, case, engine, oracles)
+
+
+def _replay_checked(args, case, engine, oracles) -> int:
     from . import fuzz
     from .guard import warm_up
 
@@ -325,13 +377,14 @@ def _replay_text(args, case, engine, verdict, rule, fn_found, fn_notes) -> None:
     """replay's human output.  It quotes the case file (names, an op's error quoting a param, the rule finding's
     calls): every text through inert.printable, its own line breaks kept (the case file is data: redteam #6, #7)."""
     from ._private.inert import printable
+    from .guard import case_listing
 
     def say(text="") -> None:
         print(printable(text, keep="\n"))
 
     say(f"case {printable(args.case)} (engine {printable(engine)}):")
     try:
-        say(case.to_text())
+        say(case_listing(case))  # (its forward cut by the per-case timeout: it may be what hangs)
     except Exception as e:
         say(f"  (cannot evaluate the case: {type(e).__name__}: {printable(e)})")
     say(verdict.summary())
@@ -354,9 +407,16 @@ def _replay_fn_checks(case) -> tuple[list, list]:
     """A torch Function's own checks beside gs.check (backward twice, layouts, double backward)."""
     if not case.meta.get("torch_functions"):
         return [], []
+    from ._private.case_budget import check_budget, current
+    from .guard import Hung, bounded
     from .verify.torch_function import replay_checks
 
-    return replay_checks(case)
+    timeout = current()
+    try:
+        return bounded(lambda: replay_checks(case), "the torch Function's own checks (backward twice, layouts, double "
+                       "backward)", check_budget(timeout, 4) if timeout else None)
+    except Hung as e:
+        return [], [f"{e}: not run"]
 
 
 def _fn_finding_text(d) -> str:

@@ -1,0 +1,93 @@
+"""``gradspec replay CASE.json --case-timeout S`` ends on a case whose forward hangs, and leaves no process behind
+(reliability review H5b).
+
+Before: the check was cut by the timeout, but replay then printed the case's listing, which runs its forward with
+no bound (it hung for good); and a replay told to stop (``timeout``'s SIGTERM) passed SIGINT on to its check
+process and waited for it for ever, so a hang that ignores KeyboardInterrupt kept replay and its processes alive
+(killed from outside, the check process was left running).  Now every part of the check process is bounded by
+the per-case timeout, its process group is killed when it does not stop within ``cli.STOP_GRACE`` of a signal (or
+runs past its whole bound), and replay exits as it would otherwise.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import gradspec as gs
+from tests import _hangs_forward
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork") or not hasattr(signal, "setitimer"),
+                                reason="replay's check process and the timeouts need fork and setitimer")
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _case_file(tmp_path, op) -> str:
+    case = gs.Case.build({"x": np.linspace(0.1, 0.9, 3)}, [("y", op.name, ["x"], {})], ["y"], [np.ones(3)])
+    case.engine = "reference"
+    case.user_ops[op.name] = f"tests._hangs_forward:{[k for k, v in vars(_hangs_forward).items() if v is op][0]}"
+    path = tmp_path / "case.json"
+    path.write_text(case.to_json())
+    return str(path)
+
+
+def _env() -> dict:
+    env = dict(os.environ, PYTHONPATH=ROOT, PYTHONDONTWRITEBYTECODE="1")
+    env.pop("GRADSPEC_REPLAY_IN_PROCESS", None)
+    return env
+
+
+def _left(path: str) -> list:
+    """Processes still running whose command line names ``path`` (replay and the processes it forked)."""
+    out = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if path.encode() in f.read():
+                    out.append(int(pid))
+        except OSError:
+            pass
+    return out
+
+
+def test_replay_of_a_forward_that_hangs_ends_with_a_timeout(tmp_path):
+    path = _case_file(tmp_path, _hangs_forward.forward_hangs)
+    proc = subprocess.run([sys.executable, "-m", "gradspec.cli", "replay", path, "--allow-import", "tests._hangs_forward",
+                           "--oracles", "reference,jacobian", "--case-timeout", "1"], cwd=ROOT, env=_env(),
+                          capture_output=True, text=True, timeout=300)  # (before: never ended)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "timeout" in proc.stdout and "still disagrees" in proc.stdout, proc.stdout
+    assert "outputs not shown" in proc.stdout, proc.stdout  # the listing, its forward cut
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="finds leftover processes in /proc")
+@pytest.mark.parametrize("isolate", [False, True], ids=["alarm", "isolate"])
+def test_replay_told_to_stop_ends_and_leaves_no_process_when_the_hang_ignores_it(tmp_path, isolate):
+    path = _case_file(tmp_path, _hangs_forward.forward_hangs_stubborn)
+    proc = subprocess.Popen([sys.executable, "-m", "gradspec.cli", "replay", path, "--allow-import",
+                             "tests._hangs_forward", "--oracles", "reference,jacobian", "--case-timeout", "1",
+                             *(["--isolate"] if isolate else [])], cwd=ROOT, env=_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline and len(_left(path)) < 2:  # replay has forked its check process
+            time.sleep(0.2)
+        time.sleep(3.0)  # the check process is in the stubborn forward by now (the alarm cannot stop it)
+        proc.send_signal(signal.SIGTERM)  # as `timeout` does
+        stdout, stderr = proc.communicate(timeout=120)  # (before: replay waited for its child for ever)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 128 + signal.SIGTERM, stdout + stderr
+    for _ in range(50):  # (a killed process disappears once its parent has waited for it)
+        if not _left(path):
+            break
+        time.sleep(0.1)
+    assert _left(path) == [], "processes left running"
