@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from ._diagnose_text import _fmt
-from ._private.vjp_patterns import disagrees, explains, fit, flat, split_wrong, swapped
+from ._private.vjp_patterns import columns, disagrees, explains, fit, flat, split_wrong, swapped
 from .case import Case, Leaf
 
 __all__: list = []
@@ -271,10 +271,12 @@ def overflow_words(mini: Case) -> str | None:
             "form that cannot overflow (sigmoid(x), exp(x - max), log1p(exp(-|x|)))")
 
 
-def flat_forward_words(leaves: list, u: dict, t: dict, g: np.ndarray) -> str | None:
-    """The words for a rule that returns a nonzero gradient where J^T·g is exactly 0 (the forward is flat at
-    these inputs: a constant output, floor or round between its jumps), else None: a straight-through or
-    other surrogate gradient, not the derivative gradspec checks."""
+def flat_forward_words(leaves: list, u: dict, t: dict, g: np.ndarray, J=None) -> str | None:
+    """The words for a rule that returns a nonzero gradient where J^T·g is exactly 0, else None.  Where the
+    forward is flat at these inputs (J = 0: a constant output, floor or round between its jumps): a
+    straight-through or other surrogate gradient, not the derivative gradspec checks.  Where J (``J``,
+    a ``Jacobian``; None: unknown, taken as flat) is not 0, g lies in J^T's null space (a seed of ones into a
+    softmax: tryout8 F8), and the words say only that."""
     if not leaves:
         return None
     uu, tt = flat(u, leaves), flat(t, leaves)
@@ -287,11 +289,28 @@ def flat_forward_words(leaves: list, u: dict, t: dict, g: np.ndarray) -> str | N
         return None
     mine = np.asarray(u[leaves[0].name])
     passes = len(leaves) == 1 and mine.shape == np.shape(g) and np.array_equal(mine, g)
+    rounding = '' if tiny == 0 else f' (up to finite differences rounding, {tiny:.2g})'
+    if J is not None and _moves(J, leaves, g, uu):
+        return (f"J^T·g is 0 for this upstream gradient{rounding}, although J is not 0 here (g lies in J^T's null "
+                "space, as a g constant along a softmax's dim does: its outputs sum to 1 there), but it returns "
+                f"{'g unchanged' if passes else 'nonzero values'}: a term that cancels such a g is missing or wrong "
+                "(a sum over the wrong axis, a term dropped or scaled?)")
     # g unchanged is what a straight-through estimator returns, and also a mask or derivative factor that is 1
     # where it should be 0 (a projection's backward that forgets a term): both said, neither guessed
-    return (f"J^T·g is 0 here{'' if tiny == 0 else f' (up to finite differences rounding, {tiny:.2g})'} (the "
+    return (f"J^T·g is 0 here{rounding} (the "
             "forward does not change at these inputs: a constant output, or floor/round "
             f"between its jumps) but it returns {'g unchanged' if passes else 'nonzero values'} (a mask or derivative "
             "factor that is 1 where it should be 0, a term of the derivative forgotten, or a deliberate surrogate "
             "gradient such as a straight-through estimator): a surrogate gradient is not the derivative, which is "
             "what gradspec checks; if it is deliberate, verify the code around it instead")
+
+
+def _moves(J, leaves: list, g: np.ndarray, uu: np.ndarray) -> bool:
+    """Whether the forward changes at these inputs: J's columns of ``leaves`` hold an entry that could give a
+    J^T·g within 1e-8 of the rule's own answer's scale (J is exact up to rounding: forward mode)."""
+    cols = columns(J, leaves)
+    M = np.asarray(J.matrix, dtype=np.float64)
+    if not cols.size or not M.size or not np.all(np.isfinite(M[:, cols])):
+        return False
+    top = float(np.max(np.abs(M[:, cols]))) * float(np.max(np.abs(g), initial=0.0))
+    return top > 1e-8 * float(np.max(np.abs(uu)))

@@ -490,7 +490,7 @@ def _wrong_vjp(mini: Case, node: NodeDef, spec, suspect: str, u: dict, t: dict, 
     pattern, factor, detail = classify(mini, node, spec, leaves, u, t, J, g)
     where = _where(node, spec)
     code = _whose(spec, suspect)
-    flat = first.kind != "nan-inf-pattern" and flat_forward_words(leaves, u, t, g)
+    flat = first.kind != "nan-inf-pattern" and flat_forward_words(leaves, u, t, g, J)
     if flat and _is_torch_function(spec):  # (a torch function can declare it: tryout6 #7)
         flat = flat.replace("verify the code around it instead", "declare the intended gradient with "
                             "verify_torch_function(..., surrogate=...) (e.g. lambda x: x.clamp(-1, 1) for a clipped "

@@ -651,6 +651,59 @@ class SumScaled(Small):
         return out
 
 
+class Wider(Small):
+    """The small engine with the ops of a typical first engine (tryout8's minigrad): the correct twin of
+    the two reduction bugs below."""
+
+    name = "wider"
+    OPS = Small.OPS + ("div", "log", "mm", "softmax")
+
+
+def _regrad(out, surrogate):
+    """``out``'s value with ``surrogate``'s gradient: out.detach() + (q - q.detach())."""
+    from gradspec import engine as E
+
+    return E.call("add", out.detach(), E.call("sub", surrogate, surrogate.detach()))
+
+
+class MeanAllN(Wider):
+    """mean's VJP divides by every element of the input, not the reduced ones (tryout8 F4): right
+    whenever the dims kept have one element in all, so only a partial mean over a tensor with
+    other dims > 1 shows it."""
+
+    name = "mean-all-n"
+
+    def apply(self, op, *args, **params):
+        out = super().apply(op, *args, **params)
+        n_all = int(np.prod(args[0].shape)) if op == "mean" else 0
+        dim = params.get("dim")  # canonical from cases; the rules' scenarios call mean(x) as a user would
+        if n_all and dim is not None:
+            from gradspec import engine as E
+
+            dim = (dim,) if isinstance(dim, int) else dim
+            n_red = int(np.prod([args[0].shape[d] for d in dim]))
+            out = _regrad(out, E.call("mul", out, E.tensor(n_red / n_all)))
+        return out
+
+
+class SoftmaxLastAxis(Wider):
+    """softmax's VJP sums g*s over the last axis instead of ``dim`` (tryout8 F4): right for a softmax
+    over the last axis, or where the last axis has one element."""
+
+    name = "softmax-last-axis"
+
+    def apply(self, op, *args, **params):
+        out = super().apply(op, *args, **params)
+        if op == "softmax" and params.get("dim") is not None and args[0].ndim:
+            from gradspec import engine as E
+
+            s, x = out.detach(), args[0]
+            sx = E.call("mul", s, x)  # J^T g of s*x - s*sum_last(s*x) is s*(g - sum_last(g*s))
+            q = E.call("sub", sx, E.call("mul", s, E.call("sum", sx, dim=(-1,), keepdim=True)))
+            out = _regrad(out, q)
+        return out
+
+
 # ---------------------------------------------------------------------------------------------
 # the table
 # ---------------------------------------------------------------------------------------------
