@@ -234,6 +234,35 @@ def _engine_shared_non_finite(op: str | None, leaves: dict, suspect: str, twin: 
     return None
 
 
+def _engine_shared_shape(op: str, suspect: str, run, found: Cause) -> Cause | None:
+    """One engine-level cause for a broadcast input's gradient returned in a wrong shape (``found``, on a node of
+    ``op``) when another broadcasting op does the same: a (1,) input broadcast against (2, 3) whose gradient is
+    not (1,) there too (tryout8 F7: one unbroadcast helper, one finding per op before)."""
+    rng = np.random.default_rng(5)
+    for other in _BROADCAST_PROBES:
+        if other == op:
+            continue
+        a, b = np.array([0.75]), rng.uniform(0.5, 1.5, (2, 3))
+        probe = Case.build({"a": a, "b": b}, [("p", other, ["a", "b"], {})], ["p"], seeds=[rng.uniform(0.5, 1.5, (2, 3))])
+        try:
+            u = run(probe).results.get(suspect) or {}
+        except Exception:  # noqa: BLE001 - the engine does not take this op: try the next
+            continue
+        got = None if u.get("a") is None else np.shape(u["a"])
+        if got is None or got == (1,):
+            continue
+        return Cause("shared-broadcast-reduction",
+                     f"the engine's shared reduction of broadcast gradients is wrong: a broadcast input's gradient "
+                     f"comes back in a wrong shape on {op} and on {other} alike (every broadcasting op shows it); fix "
+                     "the helper that sums a gradient back to an input's shape: over every broadcast axis, aligned "
+                     "from the right (the leading axes added and the size-1 ones)",
+                     evidence=f"{found.summary}; probe {other}(a (1,), b (2, 3)): a's gradient has shape {got}",
+                     pattern="broadcast-reduction",
+                     fix="sum the gradient over the broadcast axes, aligned from the right, in the engine's shared "
+                         "unbroadcast helper")
+    return None
+
+
 def empty_broadcast(mini: Case, node, u: dict) -> bool:
     """An input broadcast over an axis of size 0 whose gradient the engine gives as NaN: the mean of no copies
     (0/0) where their sum, 0, belongs."""

@@ -412,3 +412,29 @@ def _marks_dirty(spec, values: list, params: dict) -> bool:
         return node is not None and any(x.grad_fn is node for x in xs)
     except Exception:  # noqa: BLE001 - cannot tell: the in-place change alone decides
         return False
+
+
+def partial_broadcast_words(returned: tuple, shape: tuple, out: tuple, name: str) -> str | None:
+    """Words for a gradient returned in ``returned``, a partial reduction of the broadcast of an input of
+    ``shape`` to the output's ``out``: every axis, aligned from the right, is the output's or the input's, but
+    it is neither (tryout8 F7: a helper that looks the input's size-1 axes up from the left of the un-reduced
+    gradient returns (2,) for a (1,) input broadcast to (3, 2)); None otherwise."""
+    returned, shape, out = tuple(returned), tuple(shape), tuple(out)
+    if returned in (shape, out) or not len(shape) <= len(out) or len(returned) > len(out):
+        return None
+    kept = []
+    for k in range(1, len(returned) + 1):
+        r, o = returned[-k], out[-k]
+        s = shape[-k] if k <= len(shape) else None
+        if r == s:
+            continue
+        if r != o:
+            return None
+        kept.append(-k)
+    if not kept:
+        return None
+    where = ", ".join(f"axis {a} (size {out[a]}{', where ' + name + ' has size 1' if -a <= len(shape) else ''})"
+                      for a in sorted(kept))
+    return (f"returns input {name}'s gradient in shape {returned}: the output's broadcast shape {out} summed over "
+            f"only some of the broadcast axes, {where} kept; sum over every broadcast axis, aligned from the right "
+            f"(the leading axes and the size-1 ones), down to {shape} (e.g. sum_to(g, {name}.shape))")

@@ -59,11 +59,20 @@ from ._diagnose_engine import (
     _engine_seed_ignored,
     _engine_shared_broadcast,
     _engine_shared_non_finite,
+    _engine_shared_shape,
     empty_broadcast,
 )
 from ._diagnose_findings import _raised_cause, drawing_backward_cause, explain_finding
 from ._diagnose_points import factor_at_points, flat_forward_words, float32_only, not_linear_in_g, overflow_words, swapped_inputs
-from ._diagnose_raw import _forward_mutation_cause, _mutation_cause, _none_returned, _returned_dtype, _returned_shapes, _split_case
+from ._diagnose_raw import (
+    _forward_mutation_cause,
+    _mutation_cause,
+    _none_returned,
+    _returned_dtype,
+    _returned_shapes,
+    _split_case,
+    partial_broadcast_words,
+)
 from ._diagnose_text import ENGINES as _ENGINES
 from ._diagnose_text import _clip, _cut_from_graph, _evidence, _fmt, _is_engine, _is_torch_function, _twin_label, _where, _whose
 from ._private import case_budget as _case_budget
@@ -457,7 +466,10 @@ def _node_cause(mini, node, spec, suspect, v, twin, first, run=None) -> Cause:
     if c is not None:
         return c
     if first.kind == "shape":
-        return _shape_cause(mini, node, spec, suspect, first)
+        c = _shape_cause(mini, node, spec, suspect, first)
+        shared = _is_engine(suspect) and c.pattern == "broadcast-reduction" and run is not None and \
+            _engine_shared_shape(node.op, suspect, run, c)
+        return shared or c
     c = _wrong_vjp(mini, node, spec, suspect, v.results[suspect], v.results[twin], first, twin, run)
     empty = first.kind == "nan-inf-pattern" and _is_engine(suspect) and empty_broadcast(mini, node, v.results[suspect])
     if _is_engine(suspect) and (c.pattern == "broadcast-reduction" or empty) and run is not None:
@@ -615,6 +627,12 @@ def _shape_cause(mini, node, spec, suspect, d) -> Cause:
         return Cause("wrong-vjp", f"{_where(node, spec)}: {_whose(spec, suspect)} returns input {leaf.name}'s "
                      f"gradient in the output's broadcast shape {tuple(out)} instead of summing it down to "
                      f"{leaf.shape}", node=node.name, op=node.op, evidence=msg, pattern="broadcast-reduction")
+    shapes = [tuple(int(x) for x in m.split(",") if x.strip()) for m in re.findall(r"\(([\d, ]*)\)", msg)]
+    got = next((sh for sh in shapes if leaf is not None and sh != leaf.shape), None)
+    partial = got is not None and partial_broadcast_words(got, leaf.shape, tuple(out), leaf.name)
+    if partial:
+        return Cause("wrong-vjp", f"{_where(node, spec)}: {_whose(spec, suspect)} {partial}", node=node.name,
+                     op=node.op, evidence=msg, pattern="broadcast-reduction")
     return Cause("wrong-vjp", f"{_where(node, spec)}: {_whose(spec, suspect)} returns a gradient of the wrong shape "
                  f"({msg})", node=node.name, op=node.op, evidence=msg, pattern="other")
 

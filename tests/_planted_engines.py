@@ -63,6 +63,17 @@ def _unbroadcast_mean(g, shape):
     return g
 
 
+def _unbroadcast_left(g, shape):
+    # tryout8 F7 (minigrad's bcast): size-1 axes looked up on the un-reduced gradient from the left, so a
+    # (1,) input broadcast against (k, 2) sums axis 0 of g and keeps axis 1: a (2,) gradient
+    for i, n in enumerate(shape):
+        if n == 1 and i < g.ndim and g.shape[i] != 1:
+            g = g.sum(axis=i, keepdims=True)
+    while g.ndim > len(shape):
+        g = g.sum(axis=0)
+    return g
+
+
 class Mini:
     """Engine protocol (CONTRACT §4) over T; ``Mini(*bugs)`` plants the named bugs."""
 
@@ -117,7 +128,8 @@ class Mini:
         if params:
             raise TypeError(f"mini: {op} does not take {sorted(params)}")
         out = np.asarray(out, dtype=np.float64)
-        un = _unbroadcast_mean if "broadcast-mean" in self.bugs else _unbroadcast
+        un = _unbroadcast_mean if "broadcast-mean" in self.bugs else (
+            _unbroadcast_left if "broadcast-left" in self.bugs else _unbroadcast)
         # grad-on-constant: a constant leaf is an input of the backward too (its gradient is stored)
         wrong = "grad-on-constant" in self.bugs and any(a.requires_grad for a in args)
         parents = tuple((a, (lambda g, f=f, s=a.shape: un(np.asarray(f(g)), s)))
@@ -295,3 +307,7 @@ def backward_raises():
 
 def inplace_add():
     return Mini("inplace-add")
+
+
+def broadcast_left():
+    return Mini("broadcast-left")

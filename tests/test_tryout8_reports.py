@@ -39,3 +39,29 @@ def test_a_flat_forward_still_gets_the_flat_forward_words():
                          seeds=[np.array([1.0, 2.0])])
     c = gs.check(case).discrepancies[0].cause
     assert "forward does not change" in c.summary, c.summary
+
+
+def test_a_gradient_summed_over_some_broadcast_axes_is_named_broadcast_reduction():
+    # tryout8 F7: the engine's unbroadcast looks size-1 axes up from the left of the un-reduced gradient: x1 (1,)
+    # broadcast against (3, 2) gets a (2,) gradient, a partial reduction of the broadcast
+    from tests import _planted_engines as PE
+
+    case = gs.Case.build({"x0": np.arange(6.0).reshape(3, 2), "x1": np.array([0.5])},
+                         [("v0", "add", ["x1", "x0"], {})], ["v0"], seeds=[np.arange(6.0).reshape(3, 2) + 1])
+    c = _cause(case, PE.broadcast_left())
+    assert c.pattern == "broadcast-reduction", (c.pattern, c.summary)
+    # (the engine's helper does it on mul too: the cause is then the shared helper's, the node's words its evidence)
+    words = f"{c.summary} {c.evidence}"
+    assert "node v0 = add(x1, x0)" in words and "in shape (2,)" in words, words
+    assert "some of the broadcast axes, axis -1 (size 2, where x1 has size 1) kept" in words, words
+
+
+def test_a_wrong_shaped_broadcast_gradient_on_two_ops_is_one_engine_finding():
+    # tryout8 F7: one unbroadcast helper, used by add and mul, gave one finding per op; the cause names the helper
+    from tests import _planted_engines as PE
+
+    case = gs.Case.build({"x0": np.arange(6.0).reshape(3, 2), "x1": np.array([0.5])},
+                         [("v0", "mul", ["x1", "x0"], {})], ["v0"], seeds=[np.arange(6.0).reshape(3, 2) + 1])
+    c = _cause(case, PE.broadcast_left())
+    assert c.id == "shared-broadcast-reduction", (c.id, c.summary)
+    assert "mul and on add" in c.summary and "(3,)" in c.evidence, (c.summary, c.evidence)
