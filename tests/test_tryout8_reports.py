@@ -65,3 +65,35 @@ def test_a_wrong_shaped_broadcast_gradient_on_two_ops_is_one_engine_finding():
     c = _cause(case, PE.broadcast_left())
     assert c.id == "shared-broadcast-reduction", (c.id, c.summary)
     assert "mul and on add" in c.summary and "(3,)" in c.evidence, (c.summary, c.evidence)
+
+
+
+def test_rating_a_wrong_vjp_prints_no_numpy_warning():
+    # tryout8 F11: 'RuntimeWarning: overflow encountered in divide' (_private/vjp_patterns.py) on the user's stderr,
+    # rating a gradient whose error over |J^T·g| is beyond float64 (1e100 where J^T·g is 1e-300)
+    import warnings
+
+    from gradspec._private.vjp_patterns import classify
+    from gradspec.oracles import jacobian
+
+    case = gs.Case.build({"x0": np.array([0.5, -1.0, 2.0])}, [("v0", "exp", ["x0"], {})], ["v0"],
+                         seeds=[np.array([1.0, 2.0, -1.0])])
+    t, u = {"x0": np.array([1e-300, 2.0, 3.0])}, {"x0": np.array([1e100, 7.0, -3.0])}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        pattern = classify(case, case.nodes[0], case.spec("exp"), case.grad_leaves(), u, t, jacobian.jacobian(case),
+                           case.seeds[0])[0]
+    assert pattern == "other"
+    assert not [w for w in caught if issubclass(w.category, RuntimeWarning)], [str(w.message) for w in caught]
+
+
+def test_oracles_naming_the_engine_under_test_says_it_is_always_compared(tmp_path):
+    # tryout8 F11: `--oracles minigrad` (the engine's own name) said only "no oracle named 'minigrad'"
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-c", "import sys; from gradspec.cli import main; sys.exit(main())", "fuzz",
+                        "--engine", "tests._planted:Wider", "--oracles", "wider", "--max-examples", "5",
+                        "--report-dir", str(tmp_path / "r")], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert "engine under test" in r.stderr and "always" in r.stderr and "reference" in r.stderr, r.stderr

@@ -178,7 +178,8 @@ def _classify(mini, node, spec, leaves, u: dict, t: dict, J, g) -> tuple[str, fl
     if p is not None:
         return "permuted", None, p
     bad = np.abs(err) > EXPLAINED * np.max(np.abs(err))
-    rel = float(np.max(np.abs(err) / np.maximum(np.abs(tt), np.finfo(np.float64).tiny)))
+    with np.errstate(over="ignore"):  # an error beyond float64 over |J^T·g| is inf: far from rounding, as it should
+        rel = float(np.max(np.abs(err) / np.maximum(np.abs(tt), np.finfo(np.float64).tiny)))
     if rel <= _FLOAT32_ROUNDING:
         return "other", None, f"it differs from J^T·g by at most {_tiny_relative(rel)}"
     known = _symmetrised(leaves, u, t) or _masked(uu, tt)

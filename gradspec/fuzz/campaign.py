@@ -81,6 +81,10 @@ def resolve(cfg: Config) -> tuple[list, list[str], Any]:
         try:
             chosen.append(_oracles.get(name))
         except KeyError as e:
+            if name in (cfg.engine, getattr(engine_obj, "name", None)):  # (tryout8: the engine's own name)
+                raise ValueError(f"--oracles: {name!r} is the engine under test, which every campaign compares "
+                                 "always; --oracles names the witnesses it is compared with (known oracles: "
+                                 f"{', '.join(_oracles.names())})") from None
             raise ValueError(f"--oracles: {e.args[0]}") from None
     if cfg.engine in BUILTIN_ENGINES:
         if cfg.engine not in [o.name for o in chosen]:
