@@ -97,3 +97,14 @@ def test_oracles_naming_the_engine_under_test_says_it_is_always_compared(tmp_pat
                         "--report-dir", str(tmp_path / "r")], capture_output=True, text=True, timeout=300)
     assert r.returncode == 2, (r.returncode, r.stderr)
     assert "engine under test" in r.stderr and "always" in r.stderr and "reference" in r.stderr, r.stderr
+
+
+def test_a_case_at_the_floor_is_not_called_perhaps_not_minimal():
+    # tryout8 F11: "the case may not be minimal" on two 2-element vectors of one matmul, and on one (0, 1) leaf
+    from gradspec.search import at_floor
+
+    mm = gs.Case.build({"a": np.ones(2), "b": np.ones(2)}, [("v0", "matmul", ["a", "b"], {})], ["v0"])
+    empty = gs.Case.build({"x": np.ones((0, 1))}, [("v0", "softmax", ["x"], {"dim": -1})], ["v0"],
+                          seeds=[np.ones((0, 1))])
+    bigger = gs.Case.build({"a": np.ones(3)}, [("v0", "exp", ["a"], {}), ("v1", "sum", ["v0"], {})], ["v1"])
+    assert at_floor(mm) and at_floor(empty) and not at_floor(bigger)
