@@ -95,8 +95,15 @@ def _log_softmax_jvp(tangents, x, *, out, dim):
 
 
 def _softmax_params(shapes):
+    # Half the draws on a shape with two axes > 1 normalise over one of them but the last (the last is
+    # drawn often already, as -1): where a VJP's sum(g*s) over the wrong axis, often the last, shows
+    # (tryout8 F4); any dim otherwise.
     nd = max(len(shapes[0]), 1)
-    return _st().fixed_dictionaries({"dim": _st().integers(-nd, nd - 1)})
+    big = [i for i, s in enumerate(shapes[0]) if s > 1]
+    dims = _st().integers(-nd, nd - 1)
+    if len(big) >= 2:
+        dims = _st().one_of(dims, _st().sampled_from(big[:-1]))
+    return _st().fixed_dictionaries({"dim": dims})
 
 
 def _softmax_torch(fn):

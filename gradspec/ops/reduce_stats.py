@@ -35,6 +35,7 @@ from .reduce import (
     _reduced_last,
     _st,
     dim_params,
+    partial_axes,
     reduced_shape,
 )
 
@@ -83,11 +84,13 @@ def _logsumexp_params(shapes):
     nd = len(shapes[0])
     if nd == 0:
         return st.fixed_dictionaries({"dim": st.sampled_from([0, -1]), "keepdim": st.booleans()})
+    partial = partial_axes(shapes[0])  # as in dim_params: partial reductions over axes > 1, 2 draws in 4
     return st.fixed_dictionaries(
         {
             "dim": st.one_of(
                 st.integers(-nd, nd - 1),
                 st.lists(st.integers(0, nd - 1), min_size=1, max_size=nd, unique=True).map(tuple),
+                *([partial, partial] if partial is not None else []),
             ),
             "keepdim": st.booleans(),
         }

@@ -27,7 +27,7 @@ from ..spec.opspec import OpSpec
 from . import _args, _bounded, _hard
 from ._args import _check_int, _check_order
 from ._ops import _ranged, _resolve_ops, _shape_templates, _spec_of
-from ._shapes import BOOLS, _draw_side, ints
+from ._shapes import AXIS_OPS, BOOLS, _draw_side, ints, wide_shape
 
 _OUT_CAP = 1024  # elements of any node's output
 _ATTEMPTS = 3  # planning attempts per op before falling back to a simpler op
@@ -388,9 +388,14 @@ class _Builder:
         return self._clamp(shape, free, self._budget(plan))
 
     # -- planning by shape_fn (reductions, shape ops, variadic joins) -----------------------------
-    def _free_leaf_shape(self, plan: list[_Slot], ndims: Sequence[int] | None = None) -> tuple:
+    def _free_leaf_shape(self, plan: list[_Slot], ndims: Sequence[int] | None = None, wide: bool = False) -> tuple:
         c = self.cfg
-        if ndims is None:
+        # A reduction's new input: 3 times in 4 two axes > 1 (see AXIS_OPS); choice 0 is the plain
+        # shape, so shrinking still heads for it.
+        shape = wide and self.draw(_WIDE) and wide_shape(self.draw, c.min_dims, c.max_dims, c.min_side, c.max_side)
+        if shape:
+            shape = list(shape)
+        elif ndims is None:
             shape = list(self.free_shape(c.min_dims, c.max_dims))
         else:
             shape = [self.side() for _ in range(ndims[self.draw(ints(0, len(ndims) - 1))])]
@@ -400,6 +405,7 @@ class _Builder:
         """Slot 0 free; later slots related to slot 0's shape (same, broadcast, one axis resized, free)."""
         n = spec.arity if spec.arity is not None else self.draw(ints(1, 3))
         doms = spec.domains_for(n)
+        wide = spec.name in AXIS_OPS and not spec.user
         plan: list[_Slot] = []
         for i in range(n):
             if i == 0:
@@ -419,7 +425,7 @@ class _Builder:
             slot = self._choose(
                 plan, i, spec, doms[i],
                 lambda shape: target is None or tuple(shape) == target,
-                lambda: self._free_leaf_shape(plan) if target is None else tuple(target),
+                lambda: self._free_leaf_shape(plan, wide=wide) if target is None else tuple(target),
             )
             if slot is None:
                 return None
@@ -669,6 +675,7 @@ class _Builder:
         return roots
 
 
+_WIDE = st.integers(0, 3)  # 0 (the shrink target): a reduction's new input of any shape, else a wide one
 _MORE = st.integers(0, 7)  # 0 (the shrink target) stops adding nodes
 _MIX_PICK = st.integers(0, 15)  # which float leaf starts the float32 set of a mixed graph
 
