@@ -40,7 +40,7 @@ TABLE = [
                  {("gradspec.run", "verdict"): "passed", ("gradspec.oracles", "planted vs reference"): "passed",
                   ("gradspec.ops", "exp"): "passed"}, id="clean-run"),
     pytest.param({**BASE, "cases": 0, "oracles": {}, "agreement": {}, "discrepancies": 0, "reports": []},
-                 {("gradspec.run", "verdict"): "skipped"}, id="nothing-ran-is-inconclusive"),
+                 {("gradspec.run", "verdict"): "error"}, id="nothing-ran-is-inconclusive"),
     pytest.param({**BASE, "discrepancies": 0, "reports": [], "rules": {"implicit-seed": "passed",
                   "accumulation": "failed: overwrote .grad", "freeing": "skipped: strict=False"}},
                  {("gradspec.rules", "implicit-seed"): "passed", ("gradspec.rules", "accumulation"): "failure",

@@ -108,3 +108,20 @@ def test_a_case_at_the_floor_is_not_called_perhaps_not_minimal():
                           seeds=[np.ones((0, 1))])
     bigger = gs.Case.build({"a": np.ones(3)}, [("v0", "exp", ["a"], {}), ("v1", "sum", ["v0"], {})], ["v1"])
     assert at_floor(mm) and at_floor(empty) and not at_floor(bigger)
+
+
+def test_junit_counts_the_cases_that_raised_beside_the_comparisons():
+    # tryout8 F9: a pair blamed by a finding where the engine raised said "0 of 211816 comparisons disagreed"
+    import xml.etree.ElementTree as ET
+
+    from gradspec.ci_outputs import junit_xml
+
+    raised = {"id": "d-raise1", "kind": "raised", "oracles": ["minigrad", "reference"], "ops": ["softmax"], "cases": 1201,
+              "message": "minigrad raised ValueError", "cause": {"id": "error-type", "summary": "the engine raised"}}
+    s = {"cases": 211816, "seconds": 9.0, "engine": "minigrad", "seed": 7, "discrepancies": 1, "reports": [raised],
+         "ops": {"softmax": 10}, "oracles": {"minigrad vs reference": 211816},
+         "agreement": {"minigrad vs reference": 211816}}
+    suite = ET.fromstring(junit_xml(s)).find("testsuite")
+    pair = next(tc for tc in suite.iter("testcase") if tc.get("name") == "minigrad vs reference")
+    msg = pair.find("failure").get("message")
+    assert msg == "1201 cases raised, 0 of 211816 compared disagreed", msg
