@@ -29,6 +29,29 @@ def interrupted_run(hooks, cfg):
     return run, {"*": {"status": "skipped", "reason": "interrupted"}}
 
 
+def _superseded_line(gone: list) -> str:
+    """The final list's line for reports superseded by a smaller case, each with the report that replaced it
+    (the count and the ids listed agree: tryout4 #14; tryout8 F11: which one replaced it)."""
+    ids = [r["id"] for r in gone]
+    by = sorted({r["superseded_by"] for r in gone if r.get("superseded_by")})
+    return (f"  ({len(ids)} more report(s) superseded by a smaller case with the same disagreement: "
+            f"{', '.join(ids[:5])}{f' and {len(ids) - 5} more in summary.json' if len(ids) > 5 else ''}"
+            f"{'; replaced by ' + ', '.join(by) if by else ''})")
+
+
+def _mark_superseded(report_dir: str, gone: list) -> None:
+    """``superseded_by`` in the folder of each superseded report (its discrepancy.json), so the folder a live line
+    announced says it was replaced; its status stays what re-checks read.  A folder that cannot be updated (gone,
+    a symlink) keeps what it says: the summary lists it anyway."""
+    from ._private.records import update_record
+
+    for r in gone:
+        try:
+            update_record(report_dir, r["id"], {"superseded_by": r.get("superseded_by")})
+        except (OSError, ValueError, KeyError):
+            continue
+
+
 def _module_not_allowed(rec) -> bool:
     """An earlier report not re-checked because its case names a module nobody allowed (the import gate's
     reason code, carried from ImportNotAllowed by CaseError.reason), not one whose case file is unreadable: only
@@ -55,6 +78,7 @@ def _fuzz_finish(args, cfg, run, stats, previous, ops, last, rule_status) -> int
     with interrupts.deferred(raise_after=False):  # a second Ctrl-C (or a first SIGTERM) must not lose the summary
         try:
             fuzz.write_summary(cfg, summary)
+            _mark_superseded(cfg.report_dir, summary.get("superseded") or [])
             index = report.write_run_report(cfg.report_dir, summary)
             _write_ci_outputs(args, cfg, summary)
             write_error = None
@@ -194,10 +218,7 @@ def _print_summary(cfg, s: dict, index: str | None, ops: list[str]) -> None:
         print(f"  WARNING: {untested}", file=out)
     _print_skipped(s, out)
     if s.get("superseded"):
-        gone = [r["id"] for r in s["superseded"]]  # (the count and the ids listed agree: tryout4 #14)
-        print(f"  ({len(gone)} more report(s) superseded by a smaller case with the same disagreement: "
-              f"{', '.join(gone[:5])}{f' and {len(gone) - 5} more in summary.json' if len(gone) > 5 else ''})",
-              file=out)
+        print(_superseded_line(s["superseded"]), file=out)
     fixed = [p for p in s["previous"] if p["status"] == "no longer reproduces"]
     if fixed:
         print(f"  {len(fixed)} report(s) of earlier runs no longer reproduce: {', '.join(p['id'] for p in fixed[:5])}",

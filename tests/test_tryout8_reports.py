@@ -125,3 +125,20 @@ def test_junit_counts_the_cases_that_raised_beside_the_comparisons():
     pair = next(tc for tc in suite.iter("testcase") if tc.get("name") == "minigrad vs reference")
     msg = pair.find("failure").get("message")
     assert msg == "1201 cases raised, 0 of 211816 compared disagreed", msg
+
+
+def test_a_superseded_report_says_by_which_in_its_folder_and_in_the_final_list(tmp_path):
+    # tryout8 F11: superseded findings were announced live, their folders kept "status": "found", and the final
+    # list named them without the report that replaced them
+    import json
+
+    from gradspec._cli_finish import _mark_superseded, _superseded_line
+
+    (tmp_path / "d-old").mkdir()
+    (tmp_path / "d-old" / "discrepancy.json").write_text(json.dumps({"id": "d-old", "status": "found"}))
+    gone = [{"id": "d-old", "superseded_by": "d-new"}, {"id": "d-gone", "superseded_by": "d-new"}]
+    _mark_superseded(str(tmp_path), gone)  # (a folder that is not there is left alone)
+    rec = json.loads((tmp_path / "d-old" / "discrepancy.json").read_text())
+    assert rec["superseded_by"] == "d-new" and rec["status"] == "found", rec
+    line = _superseded_line(gone)
+    assert "d-old, d-gone; replaced by d-new)" in line, line
