@@ -142,3 +142,19 @@ def test_a_superseded_report_says_by_which_in_its_folder_and_in_the_final_list(t
     assert rec["superseded_by"] == "d-new" and rec["status"] == "found", rec
     line = _superseded_line(gone)
     assert "d-old, d-gone; replaced by d-new)" in line, line
+
+
+def test_the_progress_line_does_not_promise_the_end_when_the_cases_are_done():
+    # tryout8 F11: "about 1 s more for max_examples=300" printed for 90 s more: shrinking and the rules were not counted
+    import io
+    from types import SimpleNamespace
+
+    from gradspec.search import slow_hint
+
+    out = io.StringIO()
+    show = slow_hint("verify engine minigrad", 300, None, stream=out, after=0.0, every=0.0)
+    show(SimpleNamespace(cases=300, shrink_runs=40, localise_runs=5))
+    show(SimpleNamespace(cases=100, shrink_runs=0, localise_runs=0))
+    first, second = out.getvalue().splitlines()
+    assert "s more for max_examples" not in first and "shrinking" in first, first
+    assert "s more for the 200 cases left" in second and "shrinking" in second, second
