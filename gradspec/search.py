@@ -615,11 +615,12 @@ def slow_hint(what: str, max_examples: int | None, seconds: float | None, stream
             left = f"the run ends at seconds={seconds:g} (in {max(0.0, seconds - el):.0f} s)"
         elif max_examples is not None and drv.cases >= max_examples:
             # (tryout8 F11: "about 1 s more" for 90 s: shrinking, diagnosis and the backward() rules come after)
-            left = (f"the {max_examples} cases are done; shrinking and diagnosing findings (and an engine's "
-                    "backward() rules) follow, their time not known in advance")
+            left = (f"the max_examples={max_examples} cases are done; shrinking and diagnosing findings (and an "
+                    "engine's backward() rules) follow, their time not known in advance")
         elif max_examples is not None:
             left = (f"about {per * (max_examples - drv.cases):.0f} s more for the {max_examples - drv.cases} cases "
-                    "left, then shrinking and diagnosing findings (and an engine's backward() rules)")
+                    f"left of max_examples={max_examples}, then shrinking and diagnosing findings (and an engine's "
+                    "backward() rules)")
         else:
             left = ""
         line = (f"gradspec: {what}: {drv.cases} cases checked in {el:.0f} s, {per:.2g} s a case"
