@@ -48,6 +48,8 @@ ENGINE_IDS = {
                             "freed its buffers anyway",
     "backward-raises": "backward() raises on every call, even on a one-node graph with an explicit seed (the engine's "
                        "backward itself, not one op's rule)",
+    "backward-mutates-values": "a backward() call changed the value of a tensor of the graph (a gradient computed "
+                               "in place into a saved forward array): later backwards read other numbers",
     "grad-on-constant": "a leaf created with requires_grad=False got a gradient (torch leaves its grad None)",
     "shared-non-finite": "the engine's gradients are non-finite where torch's are finite on every op tried at the "
                          "same inputs, also on ops whose VJP cannot overflow (neg, add): its shared backward code",

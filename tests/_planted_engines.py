@@ -18,7 +18,8 @@ backward that raises numpy's AxisError on a 0-d input (tryout4's matmul raising 
 torch leaves them None), ``retain-ignored`` frees the graph after every backward, whatever retain_graph
 says, ``backward-raises`` is a half-written engine whose backward() always raises, ``inplace-add`` has an add that
 writes into its first operand's buffer when that operand is an intermediate (exp's saved output is then
-corrupted: all three tryout8's).
+corrupted: all three tryout8's), ``backward-inplace`` computes exp's VJP into exp's saved output (a second backward
+through the graph reads other numbers).
 """
 
 from __future__ import annotations
@@ -103,6 +104,9 @@ class Mini:
             out, fns = v[0] * v[1], [lambda g: g * v[1], lambda g: g * v[0]]
         elif op == "neg":
             out, fns = -v[0], [lambda g: -g]
+        elif op == "exp" and "backward-inplace" in self.bugs:  # the VJP computed into the saved output's array
+            e = np.array(np.exp(v[0]))  # (an array even for 0-d: np.exp gives a scalar there)
+            out, fns = e, [lambda g: np.multiply(g, e, out=e) if np.shape(g) == e.shape else g * e]
         elif op == "exp":
             e = np.exp(v[0])
             out, fns = e, [lambda g: g * e]
@@ -311,3 +315,7 @@ def inplace_add():
 
 def broadcast_left():
     return Mini("broadcast-left")
+
+
+def backward_inplace():
+    return Mini("backward-inplace")

@@ -168,3 +168,11 @@ def test_nan_gradients_on_every_op_are_one_engine_finding():
     assert v.discrepancies[0].signature == found[0].signature
     d = _nan_finding(_SinNaN(), "sin")  # one op's own NaN stays that op's
     assert d.cause.id == "wrong-vjp" and d.cause.op == "sin", d.cause
+
+
+def test_a_backward_writing_into_a_forward_buffer_is_named():
+    # F2's other half: the node values compared after each backward too (exp's VJP computed into its saved
+    # output: the first backward is right, the next one through the kept graph is not)
+    res, ids = _rule_ids(M.backward_inplace())
+    assert ids == ["backward-mutates-values"], [(f.rule, f.cause.id, f.cause.summary[:120]) for f in res.findings]
+    assert "exp" in res.findings[0].cause.summary, res.findings[0].cause

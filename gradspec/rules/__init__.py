@@ -47,7 +47,8 @@ KIND = {"implicit-seed-non-scalar": "implicit-seed", "implicit-seed-refused": "i
         "root-grad-assigned": "accumulation", "grad-not-updated": "accumulation", "reset-ignored": "reset",
         "no-freeing": "freeing", "repeated-input-dropped": "repeated-argument", "none-vs-zeros": "none-vs-zeros",
         "error-type": "error-type", "wrong-vjp": "value", "unexplained": "value", "grad-on-constant": "requires-grad",
-        "retain-graph-ignored": "freeing", "backward-raises": "error-type"}
+        "retain-graph-ignored": "freeing", "backward-raises": "error-type",
+        "forward-mutates-input": "value", "backward-mutates-values": "value"}
 # torch-specific details: failures with strict=True, notes with strict=False
 STRICT_ONLY = {"no-freeing", "none-vs-zeros", "error-type"}
 # The causes each rule is about.  A rule's scenarios can fail for another rule's reason (an engine that drops

@@ -262,8 +262,35 @@ def _forward_mutation(sc, ctx) -> Cause | None:
                              fix=f"give {op} a fresh output array (never write into an input's buffer)")
             if not wrong(name):
                 made.append(name)  # (a node wrong when made is a forward bug, not a mutation: not watched)
+        return _backward_mutation(sc, eng, env, made, wrong, want)
     except Exception:  # noqa: BLE001 - an engine or a graph the check cannot run: the rules decide
         return None
+
+
+def _backward_mutation(sc, eng, env, made, wrong, want) -> Cause | None:
+    """The scenario's calls run on the graph :func:`_forward_mutation` built: the first tensor whose value changes
+    during a call (a VJP computed in place into a saved forward array: the next backward through the kept graph
+    reads other numbers)."""
+    ops = {n: op for n, op, _i, _p in sc.nodes}
+    for s in sc.steps:
+        if s.kind == "backward":
+            try:
+                eng.backward(env[s.target], None if s.seed is None else np.array(s.seed, copy=True),
+                             retain_graph=s.retain)
+            except Exception:  # noqa: BLE001 - a call that raises changes nothing to look at; the rules judge it
+                continue
+        else:
+            eng.zero_grad(env[s.target])
+        changed = next((m for m in made if wrong(m)), None)
+        if changed is not None:
+            what = f"{changed} = {ops[changed]}(...)" if changed in ops else f"leaf {changed}"
+            saved = f", e.g. {ops[changed]}'s output" if changed in ops else ""
+            return Cause("backward-mutates-values", f"the value of {what} changed when {s.text()} ran: the engine's "
+                         f"backward wrote into a buffer of the forward (a gradient computed in place into a saved "
+                         f"tensor{saved}), so a later backward through the graph reads other numbers",
+                         evidence=f"{changed} = {fmt(want[changed])} when made; after {s.text()}: "
+                                  f"{fmt(eng.to_numpy(env[changed]))}\n{sc.code()}",
+                         fix="compute gradients into fresh arrays (never in place into a tensor the forward saved)")
     return None
 
 
