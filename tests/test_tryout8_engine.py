@@ -46,6 +46,16 @@ def test_a_raised_value_report_with_a_rule_cause_is_listed_under_the_rule_report
     active, gone = supersede({r["id"]: r for r in (rule, raised, own)})
     assert [r["id"] for r in active] == ["d-1", "d-3"]
     assert [(r["id"], r["superseded_by"]) for r in gone] == [("d-2", "d-1")]
+    # F5: one op's crash found by a rule search and by the value campaign is one report; another op's is not
+    crash = {"id": "d-4", "kind": "semantics:error-type", "oracles": ["mini", "§5 backward() rules"], "ops": ["exp"],
+             "rule": "seed-values", "cause": {"id": "error-type", "op": "exp"}}
+    exp = {"id": "d-5", "kind": "raised", "oracles": ["mini", "reference"], "ops": ["exp"],
+           "cause": {"id": "error-type", "op": "exp"}}
+    log = {"id": "d-6", "kind": "raised", "oracles": ["mini", "reference"], "ops": ["log"],
+           "cause": {"id": "error-type", "op": "log"}}
+    active, gone = supersede({r["id"]: r for r in (crash, exp, log)})
+    assert [r["id"] for r in active] == ["d-4", "d-6"]
+    assert [(r["id"], r["superseded_by"]) for r in gone] == [("d-5", "d-4")]
 
 
 def _rule_ids(engine, **kw):

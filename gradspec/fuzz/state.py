@@ -237,6 +237,12 @@ _OWN_RAISE = {"error-type", "unexplained"}  # a raised report with these causes 
 _RULE_CAUSES = set(ENGINE_IDS) | {"forward-mutates-input"}
 
 
+def _cause_key(rec: dict) -> tuple:
+    """What makes a report's cause one bug: its id, and for a crash while building the graph the op that raised."""
+    c = rec.get("cause") or {}
+    return (c.get("id"), c.get("op") if c.get("id") == "error-type" else None)
+
+
 def supersede(found: dict) -> tuple[list, list]:
     """Split report records into (distinct, superseded).
 
@@ -248,16 +254,18 @@ def supersede(found: dict) -> tuple[list, list]:
     recs = sorted(found.values(), key=lambda r: r["id"])
     # An engine-level cause (CONTRACT §8) found on value cases and by a §5 rule search is one bug: the
     # rule's report (the exact calls) stands for it, the value report is listed under it.
-    rule_by_cause = {(r.get("cause") or {}).get("id"): r for r in recs if r.get("rule")}
+    rule_by_cause = {_cause_key(r): r for r in recs if r.get("rule")}
     active, gone = [], []
     for r in recs:
         key = (r.get("kind"), tuple(sorted(r.get("oracles") or [])))
         ops = set(r.get("ops") or [])
         cause = (r.get("cause") or {}).get("id")
         # (value reports, and raises whose cause is a broken §5 rule: a graph freed although retain_graph=True, a
-        # gradient on a constant; a raise of its own (error-type) or a wrong shape keeps its report, with its traceback)
-        merges = r.get("kind") == "value" or (r.get("kind") == "raised" and cause not in _OWN_RAISE)
-        by = None if r.get("rule") or not merges or cause not in _RULE_CAUSES else rule_by_cause.get(cause)
+        # gradient on a constant, one op's crash a rule search met too; a raise of its own (no op named) or a wrong
+        # shape keeps its report, with its traceback)
+        merges = r.get("kind") == "value" or (r.get("kind") == "raised" and (
+            cause not in _OWN_RAISE or _cause_key(r)[1] is not None))
+        by = None if r.get("rule") or not merges or cause not in _RULE_CAUSES else rule_by_cause.get(_cause_key(r))
         by = by or next((o for o in recs if o is not r and (o.get("kind"), tuple(sorted(o.get("oracles") or []))) == key
                          and set(o.get("ops") or []) < ops and r.get("kind") not in ("crash",)), None)
         if by is None:
