@@ -21,6 +21,10 @@ in CPU time, the smallest of repeated warm calls (hot caches: the oracle alone, 
   (the JVP rules through ``_propagate``).
 
 Printed: medians per case (us) and, for each piece, its share of the oracle summed over the cases.
+
+Since the reference oracle replays its structure's plan (``gradspec/oracles/_reference_plan.py``), its row is
+that path, while ``build``, ``without rules`` (which replaces ``engine._call_vjp``: the oracle then runs the
+engine itself) and ``lean-apply bound`` describe the engine's general path.
 """
 
 from __future__ import annotations
