@@ -201,7 +201,9 @@ def test_a_value_bug_of_one_op_is_not_reported_as_broken_rules(tmp_path):
     import gradspec as gs
     from tests._pipeline_engines import ExpDoubled
 
-    r = gs.verify_engine(ExpDoubled(), max_examples=20, seed=0)
+    # (40: at 20 the value campaign draws no case that exposes exp since the F4 draw change, and the rule search
+    # alone reports it, as wrong-vjp of exp all the same; this test is about which copy stays when both see it)
+    r = gs.verify_engine(ExpDoubled(), max_examples=40, seed=0)
     rules = {k: v for k, v in r.checks.items() if not k.startswith("values")}
     assert "failed" not in rules.values(), r.checks
     apart = [k for k, v in rules.items() if v == "passed apart from the value bug of exp (wrong-vjp)"]
