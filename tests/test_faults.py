@@ -36,10 +36,14 @@ def test_engine_and_oracle_that_raise_are_discrepancies_with_tracebacks(tmp_path
     s = summary(out)
     assert s["cases"] == 20  # the campaign went on after each failure
     found = {(r["kind"], tuple(sorted(r["oracles"]))) for r in s["reports"]}
-    assert ("raised", ("raising", "reference")) in found
+    # The engine's crash on exp is one bug however it was met: the §5 rule search's report (the exact calls)
+    # stands for it and the value campaign's raised report is listed under it, its folder kept with the traceback
+    # (tryout8 F5); the witness oracle's crash on the same op is a bug of its own and keeps its report.
+    rule = next(r for r in s["reports"] if r["kind"] == "semantics:error-type" and r["ops"] == ["exp"])
     assert ("raised", ("flaky-oracle", "reference")) in found
     assert ("value", ("raising", "reference")) in found  # the planted mul bug
-    raised = next(r for r in s["reports"] if r["kind"] == "raised" and "raising" in r["oracles"])
+    raised = next(r for r in s["superseded"] if r["kind"] == "raised" and "raising" in r["oracles"])
+    assert raised["superseded_by"] == rule["id"]
     html = page(out, raised["id"])
     assert "Traceback" in html and "ValueError" in html and "in apply" in html
     assert "planted &lt;script&gt;" in html and "<script>" not in html

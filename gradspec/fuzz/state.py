@@ -243,6 +243,13 @@ def _cause_key(rec: dict) -> tuple:
     return (c.get("id"), c.get("op") if c.get("id") == "error-type" else None)
 
 
+def _same_engine(rule_rec: dict, rec: dict) -> bool:
+    """Whether the engine a §5 rule report blames is one of ``rec``'s oracles (a raise of another oracle, say a
+    witness that crashed on the same op, is a bug of its own and keeps its report)."""
+    engines = {o for o in rule_rec.get("oracles") or [] if not str(o).startswith("§5")}
+    return bool(engines) and engines <= set(rec.get("oracles") or [])
+
+
 def supersede(found: dict) -> tuple[list, list]:
     """Split report records into (distinct, superseded).
 
@@ -266,6 +273,8 @@ def supersede(found: dict) -> tuple[list, list]:
         merges = r.get("kind") == "value" or (r.get("kind") == "raised" and (
             cause not in _OWN_RAISE or _cause_key(r)[1] is not None))
         by = None if r.get("rule") or not merges or cause not in _RULE_CAUSES else rule_by_cause.get(_cause_key(r))
+        if by is not None and not _same_engine(by, r):  # a witness oracle's crash is not the engine's bug
+            by = None
         by = by or next((o for o in recs if o is not r and (o.get("kind"), tuple(sorted(o.get("oracles") or []))) == key
                          and set(o.get("ops") or []) < ops and r.get("kind") not in ("crash",)), None)
         if by is None:
