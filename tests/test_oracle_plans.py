@@ -163,3 +163,17 @@ def test_errors_are_the_engines_own():
     with _no_plans():
         want = _answer(ref, nograd)
     assert _answer(ref, nograd) == want
+
+
+@pytest.mark.parametrize("flags", [(np.False_, np.True_), (0, 1), (1, 0)], ids=["np.bool_", "int 0 then 1", "int 1 then 0"])
+def test_requires_grad_given_as_another_truthy_type_is_its_own_structure(flags):
+    """requires_grad=np.False_ / 0 then np.True_ / 1 on one structure (review F1: the key folded every non-bool
+    flag to one value, and the second case was answered with the first's leaves to differentiate: x's gradient
+    missing, gs.check raising in its comparison)."""
+    def mk(rg):
+        return gs.Case.build({"x": np.array([0.5, 2.0]), "w": np.array([1.5, -1.0])},
+                             [("y", "mul", ["x", "w"], {}), ("z", "sum", ["y"], {})], ["z"],
+                             requires_grad={"x": rg, "w": True})
+    for rg in flags:
+        _same_answers(mk(rg))
+    assert gs.check(mk(flags[-1]), oracles=["reference", "jacobian", "finite-differences"]).status == "agree"
