@@ -31,6 +31,9 @@ BEAT = 1.0  # seconds between a worker's beats
 # A beat this old means the worker no longer runs: 30 beats missed (a loaded machine delays a thread by seconds,
 # never by tens of them).  GRADSPEC_WORKER_SILENCE=S sets it (tests: a few seconds).
 SILENCE_MIN = 30.0
+# The watchdog's own tick this late (in periods) means it was stopped or suspended too: a loaded machine delays a
+# thread by a second or two, and re-arming the deadlines then only delays a kill by that much.
+_TICK_GAP = 3.0
 _BEATING: dict = {}  # path -> the thread beating it (one per worker process and run)
 
 
@@ -76,11 +79,20 @@ def _parent_of(pid: int) -> int | None:
 
 class Watchdog:
     """In the controller: every :data:`BEAT` seconds, the workers' beat files in ``folder`` (pid-named); a child
-    process of this one whose beat is older than ``bound`` seconds is killed.  ``killed``: pid -> seconds silent."""
+    process of this one whose beat has not changed for ``bound`` seconds is killed.  ``killed``: pid -> seconds
+    silent.
 
-    def __init__(self, folder: str, bound: float) -> None:
-        self.folder, self.bound = folder, bound
+    Silence is measured on the watchdog's own monotonic ``clock`` (review F2): per pid, the time it last saw the
+    file's mtime change.  Comparing the mtime with the wall clock killed every worker after the whole process group
+    was stopped (Ctrl-Z then ``fg``, a laptop's sleep, a VM pause) or the wall clock stepped forward: the workers'
+    beats looked silent for the length of the pause.  A gap in the watchdog's own ticks (its last tick older than
+    :data:`_TICK_GAP` periods) means it was stopped too, with the workers: every deadline is re-armed from now."""
+
+    def __init__(self, folder: str, bound: float, clock=time.monotonic) -> None:
+        self.folder, self.bound, self._clock = folder, bound, clock
         self.killed: dict = {}
+        self._seen: dict = {}  # pid -> (the beat file's last mtime seen, clock time it was first seen so)
+        self._last_tick: float | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="gradspec-watchdog", daemon=True)
 
@@ -95,20 +107,33 @@ class Watchdog:
 
     def _watch(self) -> None:
         while not self._stop.wait(BEAT):
+            self.tick()
+
+    def tick(self) -> None:
+        """One look at the beat files (the watchdog thread calls it every :data:`BEAT` seconds)."""
+        now = self._clock()
+        if self._last_tick is not None and now - self._last_tick > _TICK_GAP * BEAT:
+            self._seen = {pid: (mtime, now) for pid, (mtime, _) in self._seen.items()}  # stopped with them
+        self._last_tick = now
+        try:
+            names = os.listdir(self.folder)
+        except OSError:
+            return
+        seen = {}
+        for name in names:
+            if not name.isdigit() or int(name) in self.killed:
+                continue
+            pid = int(name)
             try:
-                names = os.listdir(self.folder)
+                mtime = os.stat(os.path.join(self.folder, name)).st_mtime_ns
             except OSError:
                 continue
-            now = time.time()
-            for name in names:
-                if not name.isdigit() or int(name) in self.killed:
-                    continue
-                try:
-                    silent = now - os.stat(os.path.join(self.folder, name)).st_mtime
-                except OSError:
-                    continue
-                if silent > self.bound:
-                    self._kill(int(name), silent)
+            last = self._seen.get(pid)
+            seen[pid] = last if last is not None and last[0] == mtime else (mtime, now)
+            silent = now - seen[pid][1]
+            if silent > self.bound:
+                self._kill(pid, silent)
+        self._seen = seen  # (the files of exited workers are forgotten)
 
     def _kill(self, pid: int, silent: float) -> None:
         if pid == os.getpid() or _parent_of(pid) != os.getpid():  # only this run's own local workers
