@@ -77,3 +77,18 @@ def test_a_float_constant_with_a_gradient_is_still_caught_when_indices_are_plain
                          requires_grad={"b": False})
     v = gs.check(case, oracles=[EngineOracle(Leaky(), name="npconst"), "reference"])
     assert not v.ok and "requires_grad=False" in v.discrepancies[0].message, v
+
+
+def test_a_float32_engine_ignoring_zero_grad_is_reset_ignored_not_a_mutation():
+    res = R.check_rules(F32NoReset(), max_examples=15, seed=0, rules=["reset"])
+    ids = [f.cause.id for f in res.findings]
+    assert ids == ["reset-ignored"], [(f.rule, f.cause.id, f.cause.summary[:120]) for f in res.findings]
+
+
+def test_a_correct_float32_engine_has_no_mutation_cause():
+    from gradspec.rules import diagnosis as W
+    from gradspec.rules.scenario import Scenario, Step
+
+    sc = Scenario({"x": np.array([0.3, -1.1])}, [("h", "exp", ["x"], {}), ("y", "tanh", ["h"], {})],
+                  [Step("backward", "y", np.array([1.0, 2.0]), retain=True), Step("backward", "y", None)])
+    assert W._forward_mutation(sc, W.Context(F32(), ["exp", "tanh"])) is None

@@ -230,47 +230,54 @@ def diagnose(sc: Scenario, got: Trace, ref: Trace, ctx: Context | None = None, s
 
 
 def _forward_mutation(sc, ctx) -> Cause | None:
-    """The first tensor whose value (``to_numpy``) changes while the forward goes on: right when it was made,
-    different after a later ``apply`` -- that op wrote into a buffer another tensor owns (an add reusing its
-    input's array), corrupting what the backward saved.  One cause at the op that ran (tryout8 F2: it read as
-    seven 'unexplained' rule findings); None when every value stays put (or the forward cannot be re-run)."""
+    """The first tensor whose value (``to_numpy``) changes while the forward goes on: compared with what the
+    engine itself read back right after making it (a float32 engine's leaves are rounded from the start: not a
+    change, review F7), different after a later ``apply`` -- that op wrote into a buffer another tensor owns (an
+    add reusing its input's array), corrupting what the backward saved.  One cause at the op that ran (tryout8
+    F2: it read as seven 'unexplained' rule findings); None when every value stays put (or the forward cannot
+    be re-run).  The reference values only decide which nodes are watched: a node wrong when made is a forward
+    bug, not a mutation."""
     if ctx is None:
         return None
     from .scenario import forward_values
 
-    eng, env, made = ctx.engine, {}, []
+    eng, env, own = ctx.engine, {}, {}
     try:
         want = forward_values(sc)
 
-        def wrong(n) -> bool:
-            a = np.asarray(eng.to_numpy(env[n]), dtype=np.float64)
-            return a.shape != np.shape(want[n]) or not close(a, np.asarray(want[n], dtype=np.float64))
+        def now(n) -> np.ndarray:
+            return np.array(eng.to_numpy(env[n]), dtype=np.float64, copy=True)
+
+        def changed(n) -> bool:
+            a = now(n)
+            return a.shape != own[n].shape or not np.array_equal(a, own[n], equal_nan=True)
 
         for n, v in sc.leaves.items():
             env[n] = eng.leaf(np.array(v, copy=True), requires_grad=sc.rg(n))
-            made.append(n)
+            own[n] = now(n)
         for name, op, ins, params in sc.nodes:
             env[name] = eng.apply(op, *[env[i] for i in ins], **params)
-            changed = next((m for m in made if wrong(m)), None)
-            if changed is not None:
+            hit = next((m for m in own if changed(m)), None)
+            if hit is not None:
                 call = f"{name} = {op}({', '.join(ins)})"
-                return Cause("forward-mutates-input", f"{changed}'s value changed when {call} ran: the engine's {op} "
-                             f"wrote into a buffer {changed} owns (an in-place result), and whatever saved {changed} "
+                return Cause("forward-mutates-input", f"{hit}'s value changed when {call} ran: the engine's {op} "
+                             f"wrote into a buffer {hit} owns (an in-place result), and whatever saved {hit} "
                              "for the backward now holds other numbers", node=name, op=op,
-                             evidence=f"{changed} = {fmt(want[changed])} when made; after {call}: "
-                                      f"{fmt(eng.to_numpy(env[changed]))}\n{sc.code()}",
+                             evidence=f"{hit} = {fmt(own[hit])} when made; after {call}: "
+                                      f"{fmt(eng.to_numpy(env[hit]))}\n{sc.code()}",
                              fix=f"give {op} a fresh output array (never write into an input's buffer)")
-            if not wrong(name):
-                made.append(name)  # (a node wrong when made is a forward bug, not a mutation: not watched)
-        return _backward_mutation(sc, eng, env, made, wrong, want)
+            a = now(name)
+            if a.shape == np.shape(want[name]) and close(a, np.asarray(want[name], dtype=np.float64)):
+                own[name] = a  # (a node wrong when made is a forward bug, not a mutation: not watched)
+        return _backward_mutation(sc, eng, env, own, changed)
     except Exception:  # noqa: BLE001 - an engine or a graph the check cannot run: the rules decide
         return None
 
 
-def _backward_mutation(sc, eng, env, made, wrong, want) -> Cause | None:
+def _backward_mutation(sc, eng, env, own, changed) -> Cause | None:
     """The scenario's calls run on the graph :func:`_forward_mutation` built: the first tensor whose value changes
     during a call (a VJP computed in place into a saved forward array: the next backward through the kept graph
-    reads other numbers)."""
+    reads other numbers), against the engine's own value when made (``own``)."""
     ops = {n: op for n, op, _i, _p in sc.nodes}
     for s in sc.steps:
         if s.kind == "backward":
@@ -281,15 +288,15 @@ def _backward_mutation(sc, eng, env, made, wrong, want) -> Cause | None:
                 continue
         else:
             eng.zero_grad(env[s.target])
-        changed = next((m for m in made if wrong(m)), None)
-        if changed is not None:
-            what = f"{changed} = {ops[changed]}(...)" if changed in ops else f"leaf {changed}"
-            saved = f", e.g. {ops[changed]}'s output" if changed in ops else ""
+        hit = next((m for m in own if changed(m)), None)
+        if hit is not None:
+            what = f"{hit} = {ops[hit]}(...)" if hit in ops else f"leaf {hit}"
+            saved = f", e.g. {ops[hit]}'s output" if hit in ops else ""
             return Cause("backward-mutates-values", f"the value of {what} changed when {s.text()} ran: the engine's "
                          f"backward wrote into a buffer of the forward (a gradient computed in place into a saved "
                          f"tensor{saved}), so a later backward through the graph reads other numbers",
-                         evidence=f"{changed} = {fmt(want[changed])} when made; after {s.text()}: "
-                                  f"{fmt(eng.to_numpy(env[changed]))}\n{sc.code()}",
+                         evidence=f"{hit} = {fmt(own[hit])} when made; after {s.text()}: "
+                                  f"{fmt(eng.to_numpy(env[hit]))}\n{sc.code()}",
                          fix="compute gradients into fresh arrays (never in place into a tensor the forward saved)")
     return None
 
