@@ -228,9 +228,10 @@ def _replay(args) -> int:
         # must be able to crash it again without taking replay's answer with it.
         sys.stdout.flush()
         sys.stderr.flush()
+        parent = os.getpid()
         pid = os.fork()
         if pid == 0:  # pragma: no cover - the child
-            _replay_child(args, case, engine, oracles)
+            _replay_child(args, case, engine, oracles, parent)
         bound = _replay_bound(args.case_timeout, len(oracles))
         status = _wait_replay_child(pid, bound)
         if interrupts.received() is not None:  # (M7: not "internal error", and never "still crashes")
@@ -261,9 +262,11 @@ def _replay_bound(case_timeout: float, oracles: int) -> float:
     return 3 * check_budget(case_timeout, oracles) + diagnosis_budget(case_timeout) + 4 * case_timeout
 
 
-def _replay_child(args, case, engine, oracles) -> None:  # pragma: no cover - runs in the forked child
+def _replay_child(args, case, engine, oracles, parent: int) -> None:  # pragma: no cover - the forked child
     from ._private import interrupts
+    from ._private.forked import forked_child
 
+    forked_child(parent)  # (it dies with replay: its own process group is missed by `kill -9 -- -PGID`, F4)
     interrupts.reset()  # (the parent's signals are not this process's)
     try:  # a group of its own: the parent kills it with whatever it forked (--isolate's children), leaving no orphan
         os.setpgid(0, 0)
@@ -489,12 +492,14 @@ def _check_report_dir(path: str, default_db: bool = False) -> None:
 
 
 def _fuzz(args) -> int:
+    from ._private.safefs import release_lock
+
     cfg, oracles, ops, engine = _fuzz_config(args)
     fd = _lock_report_dir(cfg.report_dir)
     try:
         return _fuzz_campaign(args, cfg, oracles, ops, engine)
     finally:
-        os.close(fd)  # (the lock goes with it; in a process that runs more than one campaign, as tests do)
+        release_lock(fd)  # (the lock goes with it; in a process that runs more than one campaign, as tests do)
 
 
 def _fuzz_campaign(args, cfg, oracles, ops, engine) -> int:

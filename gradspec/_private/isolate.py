@@ -85,8 +85,12 @@ def run(fn, budget: float, between: float | None = None):
     sys.stdout.flush()
     sys.stderr.flush()
     r, w = os.pipe()
+    parent = os.getpid()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child
+        from .forked import forked_child
+
+        forked_child(parent)  # (no report-dir lock kept, no orphan left by a kill -9 of the parent: review F3)
         os.close(r)
         _child(fn, w)
     os.close(w)

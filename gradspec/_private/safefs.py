@@ -44,7 +44,7 @@ import os
 import stat
 
 __all__ = ["UnsafePath", "InUse", "real_dir", "gradspec_dir", "read_regular", "open_private", "private_dir",
-           "report_dir_lock"]
+           "report_dir_lock", "release_lock", "close_locks_in_child"]
 
 
 class UnsafePath(OSError):
@@ -163,6 +163,46 @@ class InUse(OSError):
 
 
 LOCK = "lock"  # in the report dir's .gradspec folder
+_HELD: set = set()  # the lock descriptors this process opened (a forked child closes them: forked.forked_child)
+
+
+def close_locks_in_child() -> None:
+    """In a forked child: close the inherited lock descriptors, so that the lock goes with the process that took
+    it (closing a copy never releases the flock the parent holds: the flock goes with the last descriptor)."""
+    for fd in list(_HELD):
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    _HELD.clear()
+
+
+def release_lock(fd: int) -> None:
+    """Unlock: close the descriptor :func:`report_dir_lock` returned (and forget it: its number may be reused)."""
+    _HELD.discard(fd)
+    os.close(fd)
+
+
+def _holder(top: str, fd: int) -> str:
+    """What the lock file says about its holder, and whether that pid still runs (review F3: a child it forked
+    that survived it, e.g. a fork of the engine's own, keeps the flock after the process that wrote this died)."""
+    import socket
+
+    from .inert import printable
+
+    said = os.read(fd, 200).decode("utf-8", "replace").strip()
+    if not said:
+        return "a process that wrote nothing yet"
+    parts = said.split()
+    if len(parts) == 4 and parts[0] == "pid" and parts[1].isdigit() and parts[3] == socket.gethostname():
+        try:
+            os.kill(int(parts[1]), 0)
+        except ProcessLookupError:
+            return (f"{printable(said)}, which is no longer running: a process it forked still holds the lock; end "
+                    f"it (fuser -v {printable(os.path.join(top, '.gradspec', LOCK))} names it)")
+        except OSError:
+            pass
+    return printable(said)
 
 
 def report_dir_lock(top: str) -> int:
@@ -181,16 +221,17 @@ def report_dir_lock(top: str) -> int:
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        holder = os.read(fd, 200).decode("utf-8", "replace").strip() or "a process that wrote nothing yet"
-        os.close(fd)
-        from .inert import printable
-
-        raise InUse(top, printable(holder)) from None
+        try:
+            holder = _holder(top, fd)
+        finally:
+            os.close(fd)
+        raise InUse(top, holder) from None
     except BaseException:
         os.close(fd)
         raise
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
+    _HELD.add(fd)
     return fd
 
 
