@@ -12,7 +12,7 @@ import shutil
 import sys
 import time
 
-from ._cli_args import EXIT_FOUND, EXIT_INCONCLUSIVE, EXIT_LOST, EXIT_OK, EXIT_USAGE, _err
+from ._cli_args import EXIT_FOUND, EXIT_INCONCLUSIVE, EXIT_LOST, EXIT_OK, _err
 
 __all__: list[str] = []
 
@@ -96,8 +96,9 @@ def _fuzz_finish(args, cfg, run, stats, previous, ops, last, rule_status) -> int
                 print(f"\nunwritten discrepancy {r['id']} ({r['kind']}, {' vs '.join(r['oracles'])}); its case:\n"
                       f"{r['case']}", file=sys.stdout)
         _err(write_error or next((e for e in run.errors if "report" in e), "the report dir could not be written"))
-        # a finding is a finding: its case is printed above, so the exit says so (1), not a usage error (M3)
-        return EXIT_FOUND if summary["discrepancies"] or run.found else EXIT_USAGE
+        # a finding is a finding: its case is printed above, so the exit says so (1), not a usage error (M3); a run
+        # that found nothing but could not deliver its summary is no clean bill either: inconclusive (review F8)
+        return EXIT_FOUND if summary["discrepancies"] or run.found else EXIT_INCONCLUSIVE
     if summary["discrepancies"]:
         return EXIT_FOUND
     if run.interrupted:

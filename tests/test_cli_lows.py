@@ -437,3 +437,25 @@ def test_with_workers_a_finding_whose_report_cannot_be_written_is_printed_whole_
     assert p.returncode == 1 and "No space left on device" in p.stderr, (p.stdout, p.stderr)
     case = json.loads(next(ln for ln in p.stdout.splitlines() if ln.startswith("{")))
     assert case["user_ops"] == {"clilows_triple": "clilows_ops:triple"}, case
+
+
+def test_a_clean_run_whose_summary_cannot_be_written_is_inconclusive_not_a_usage_error(tmp_path, monkeypatch, capsys):
+    """Review F8: the disk fills up while a run that found nothing writes its summary: exit 3 (inconclusive: the
+    run's verdict was not delivered), not 2, which CONTRACT §6 keeps for a usage error or a corrupt input."""
+    import errno
+
+    from gradspec import cli, fuzz
+
+    real = fuzz.write_summary
+
+    def full(cfg, summary):  # (the "running" summary of the run's start is written; the disk fills up after it)
+        if summary.get("state") == "running":
+            return real(cfg, summary)
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(fuzz, "write_summary", full)
+    rc = cli.main(["fuzz", "--ops", "add,mul", "--max-examples", "5", "--oracles", FAST_ORACLES, "--seed", "1",
+                   "--report-dir", str(tmp_path / "r"), "-q"])
+    err = capsys.readouterr().err
+    assert rc == 3, err
+    assert "No space left on device" in err
