@@ -221,6 +221,25 @@ def _check_safely(case, oracles) -> Verdict:
                           f"gs.check itself raised {type(e).__name__}: {e}", traceback.format_exc())
 
 
+class _OwnTimer:
+    """One call's own timer of ``timeout`` s, armed at once; an outer timer running (a diagnosis' budget, the whole
+    check's bound) is read and re-armed in the same call, the call's timer narrowed to it in the rare case it had
+    less left.  ``end()`` turns the call's timer off and gives the outer one back what it has left.  (A class with
+    an explicit end, not a context manager: it is armed on every oracle call of a guarded check.)"""
+
+    __slots__ = ("t0", "outer")
+
+    def __init__(self, timeout: float) -> None:
+        self.t0 = time.monotonic()
+        self.outer = outer = signal.setitimer(signal.ITIMER_REAL, timeout)[0]
+        if outer and outer < timeout:
+            signal.setitimer(signal.ITIMER_REAL, outer)
+
+    def end(self) -> None:
+        outer = self.outer
+        signal.setitimer(signal.ITIMER_REAL, max(outer - (time.monotonic() - self.t0), 1e-3) if outer else 0)
+
+
 def _timed(o, timeout: float, witness: bool, report, alarm=None):
     """A copy of oracle ``o`` whose gradient calls run under their own ``timeout`` (and tell the
     watchdog, through ``report``, which oracle is running).  ``alarm``: the SIGALRM handler; when it
@@ -238,12 +257,8 @@ def _timed(o, timeout: float, witness: bool, report, alarm=None):
                 report("start", o.name)
             if alarm is not None:
                 alarm.fired, alarm.in_call = False, True
-            # The timer as it was (a diagnosis' own budget, guard.Alarm; the whole check's bound): kept.  Read
-            # and re-armed in one call, narrowed to it in the rare case it had less left than the budget.
-            t0 = time.monotonic()
-            outer = signal.setitimer(signal.ITIMER_REAL, timeout)[0]
-            if outer and outer < timeout:
-                signal.setitimer(signal.ITIMER_REAL, outer)
+            # The timer as it was (a diagnosis' own budget, guard.Alarm; the whole check's bound) is kept: _OwnTimer.
+            timer = _OwnTimer(timeout)
             try:
                 try:
                     return fn(*args, **kw)
@@ -261,8 +276,7 @@ def _timed(o, timeout: float, witness: bool, report, alarm=None):
                         "not the code under test: not compared)") from None
                 raise
             finally:
-                # (one call: the call's own timer off and the outer one given back what it had left)
-                signal.setitimer(signal.ITIMER_REAL, max(outer - (time.monotonic() - t0), 1e-3) if outer else 0)
+                timer.end()
                 if alarm is not None:
                     alarm.in_call = False
                 if report is not None:
@@ -485,10 +499,7 @@ def _timed_check(case, chosen, timeout, mine, report=None) -> Verdict:
 def _region(fn, default, timeout: float, alarm: _Alarm):
     """``fn()`` under a timer of its own, as an oracle's call (``_timed``): ``default`` when it was cut."""
     alarm.fired, alarm.in_call = False, True
-    t0 = time.monotonic()
-    outer = signal.setitimer(signal.ITIMER_REAL, timeout)[0]
-    if outer and outer < timeout:
-        signal.setitimer(signal.ITIMER_REAL, outer)
+    timer = _OwnTimer(timeout)
     try:
         out = fn()
         return default if alarm.fired else out  # (a cut the code caught: what it returned then means nothing)
@@ -499,7 +510,7 @@ def _region(fn, default, timeout: float, alarm: _Alarm):
             raise
         return default  # (the code re-raised the cut as its own error)
     finally:
-        signal.setitimer(signal.ITIMER_REAL, max(outer - (time.monotonic() - t0), 1e-3) if outer else 0)
+        timer.end()
         alarm.in_call = False
 
 
