@@ -18,8 +18,10 @@ Example::
 from __future__ import annotations
 
 import dataclasses
+import re
 
-__all__ = ["Cause", "ENGINE_IDS", "NODE_IDS", "NOTE_IDS", "OTHER_IDS", "PATTERNS", "ALL_IDS", "process_died"]
+__all__ = ["Cause", "ENGINE_IDS", "NODE_IDS", "NOTE_IDS", "OTHER_IDS", "PATTERNS", "ALL_IDS", "process_died",
+           "crash_type"]
 
 # Engine-level ids: a backward() rule of CONTRACT §5 that the engine breaks.  The text is the
 # meaning each id keeps (CONTRACT §8); reports and docs quote it.
@@ -130,6 +132,18 @@ class Cause:
     def __str__(self) -> str:
         where = f" [node {self.node} = {self.op}]" if self.node and not self.summary.startswith(f"node {self.node} ") else ""
         return f"{self.id}{where}: {self.summary}"
+
+
+def crash_type(cause) -> str:
+    """The exception type of an engine crash while building the graph (an ``error-type`` cause naming an op;
+    a :class:`Cause` or its JSON), "" for any other cause.  Part of such a finding's dedup key: a ValueError
+    and a TypeError of one op are two bugs.  The type, never the message (messages hold values).  Read from
+    the evidence, which starts ``"<type>: <message>"`` (``gradspec.rules.diagnosis.diagnose``)."""
+    get = cause.get if isinstance(cause, dict) else lambda k: getattr(cause, k, None)
+    if get("id") != "error-type" or not get("op"):
+        return ""
+    m = re.match(r"([A-Za-z_][\w.]*):", str(get("evidence") or ""))
+    return m.group(1) if m else ""
 
 
 def process_died(message: str, fault: str | None = None) -> Cause:

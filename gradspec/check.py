@@ -49,7 +49,7 @@ from ._private.kinks import OTHERS_UNJUDGED as _OTHERS
 from ._private.pairs import _allowed, _fast_pairs, _pair_claim, _path_scale, _per_leaf
 from ._private.threads import oracle_threads
 from .case import Case, CaseError
-from .causes import Cause
+from .causes import Cause, crash_type
 from .oracles.reference import ReferenceOracle as _ReferenceOracle
 
 __all__ = ["check", "Verdict", "Discrepancy", "Comparison", "register_explainer", "register_guard"]
@@ -111,7 +111,9 @@ class Discrepancy:
             where = (c.op,) if c.op else ((self.culprit,) if self.culprit and not c.is_engine_level else ())
             # A wrong VJP is one bug per op whatever pattern each case shows (a factor that depends on
             # the input reads as 'scale' on a one-element case and 'other' on a larger one).
-            return (c.id, ("" if c.id == "wrong-vjp" else c.pattern or who,), where)
+            # An engine crash naming an op is one bug per op and exception type (never its message: values).
+            typed = (crash_type(c),) if crash_type(c) else ()
+            return (c.id, ("" if c.id == "wrong-vjp" else c.pattern or who,) + typed, where)
         if self.culprit is not None:
             ops = (self.culprit,)
         else:

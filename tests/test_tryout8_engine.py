@@ -186,3 +186,45 @@ def test_a_backward_writing_into_a_forward_buffer_is_named():
     res, ids = _rule_ids(M.backward_inplace())
     assert ids == ["backward-mutates-values"], [(f.rule, f.cause.id, f.cause.summary[:120]) for f in res.findings]
     assert "exp" in res.findings[0].cause.summary, res.findings[0].cause
+
+
+class _ExpRaisesTwo(M.Mini):
+    """one op, two unrelated crashes: exp of a 0-d tensor raises ValueError, of a 2-d one TypeError"""
+
+    def apply(self, op, *args, **params):
+        if op == "exp" and args[0].value.ndim == 0:
+            raise ValueError("exp: 0-d input not handled")
+        if op == "exp" and args[0].value.ndim == 2:
+            raise TypeError("exp: 2-d input not handled")
+        return super().apply(op, *args, **params)
+
+
+def test_two_exception_types_from_one_op_are_two_findings():
+    # the dedup key of an engine crash held the op but not the exception type: a ValueError and a TypeError of
+    # exp (two bugs, two fixes) collapsed into one report.  The type, not the message: messages hold values
+    from gradspec.fuzz.state import supersede
+    from gradspec.rules import diagnose_case
+
+    def case(shape, value=0.5):
+        return gs.Case.build({"x": np.full(shape, value)}, [("y", "exp", ["x"], {})], ["y"], [np.ones(shape)])
+
+    eng = _ExpRaisesTwo()
+    sigs = []
+    for shape, value in (((), 0.5), ((2, 2), 0.5), ((), 0.25)):
+        v = gs.check(case(shape, value), oracles=[EngineOracle(eng, name="mini"), "reference"])
+        d = v.discrepancies[0]
+        d.cause = diagnose_case(eng, d.case)
+        assert d.cause.id == "error-type" and d.cause.op == "exp", d.cause
+        sigs.append(d.signature)
+    assert sigs[0] != sigs[1] and sigs[0] == sigs[2], sigs
+    res, _ids = _rule_ids(eng)
+    keys = sorted(f.key for f in res.findings if f.cause.id == "error-type")
+    assert len(keys) == 2 and len({k[1] for k in keys}) == 1, [(f.key, f.cause.summary) for f in res.findings]
+    # a rule report per type; the value campaign's crash of each type is listed under its own rule report
+    recs = [{"id": f"d-{i}", "kind": "semantics:error-type", "oracles": ["mini", "§5 backward() rules"],
+             "ops": ["exp"], "rule": f.rule, "cause": f.cause.to_json()}
+            for i, f in enumerate(f for f in res.findings if f.cause.id == "error-type")]
+    recs += [{**r, "id": r["id"] + "v", "kind": "raised", "oracles": ["mini", "reference"], "rule": None} for r in recs]
+    active, gone = supersede({r["id"]: r for r in recs})
+    assert sorted(r["id"] for r in active) == ["d-0", "d-1"], active
+    assert sorted((r["id"], r["superseded_by"]) for r in gone) == [("d-0v", "d-0"), ("d-1v", "d-1")], gone

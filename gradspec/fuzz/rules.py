@@ -21,6 +21,7 @@ from typing import Callable
 
 from .. import rules as _rules
 from .._private.records import discrepancy_id
+from ..causes import crash_type
 from ..check import Discrepancy
 from ..semantics import mark_value_bugs
 from .state import Config, Stats, _sig_key
@@ -48,7 +49,9 @@ class RuleDiscrepancy(Discrepancy):
 
 
 def _key(cause, rule) -> tuple:
-    if cause.id == "wrong-vjp" or (cause.id == "error-type" and cause.op):  # one op's crash: that op's finding
+    if cause.id == "error-type" and cause.op:  # one op's crash: that op's finding, one per exception type
+        return (cause.id, cause.op, crash_type(cause)) if crash_type(cause) else (cause.id, cause.op)
+    if cause.id == "wrong-vjp":
         return (cause.id, cause.op or "")
     if cause.id == "unexplained":
         return (cause.id, rule)

@@ -25,7 +25,7 @@ from .._private import determinism as _determinism
 from .._private import interrupts as _interrupts
 from .._private.records import atomic_write
 from .._private.skips import fold_numbers
-from ..causes import ENGINE_IDS
+from ..causes import ENGINE_IDS, crash_type
 from ..findings import covered  # noqa: F401  (re-exported: gradspec.fuzz.covered)
 
 __all__ = ["Config", "Stats", "ReportDirError", "covered", "summary_json", "write_summary", "supersede",
@@ -238,9 +238,10 @@ _RULE_CAUSES = set(ENGINE_IDS) | {"forward-mutates-input"}
 
 
 def _cause_key(rec: dict) -> tuple:
-    """What makes a report's cause one bug: its id, and for a crash while building the graph the op that raised."""
+    """What makes a report's cause one bug: its id, and for a crash while building the graph the op that raised
+    and the exception's type."""
     c = rec.get("cause") or {}
-    return (c.get("id"), c.get("op") if c.get("id") == "error-type" else None)
+    return (c.get("id"), c.get("op") if c.get("id") == "error-type" else None, crash_type(c))
 
 
 def _same_engine(rule_rec: dict, rec: dict) -> bool:

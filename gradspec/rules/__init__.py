@@ -30,7 +30,7 @@ from typing import Callable
 import numpy as np
 
 from .. import engines as _engines
-from ..causes import Cause
+from ..causes import Cause, crash_type
 from . import diagnosis as _ws
 from .scenario import Scenario, ScenarioTimeout, Step, Trace, first_difference, run, timed_out
 
@@ -98,7 +98,9 @@ class RuleFinding:
     @property
     def key(self) -> tuple:
         c = self.cause
-        if c.id == "wrong-vjp" or (c.id == "error-type" and c.op):  # a crash of one op is that op's finding
+        if c.id == "error-type" and c.op:  # a crash of one op is that op's finding, one per exception type
+            return (c.id, c.op, crash_type(c)) if crash_type(c) else (c.id, c.op)
+        if c.id == "wrong-vjp":
             return (c.id, c.op)
         if c.id == "unexplained":
             return (c.id, self.rule)
