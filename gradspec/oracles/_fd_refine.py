@@ -1,0 +1,133 @@
+"""Finite differences' step refinement (private to ``gradspec.oracles.fd``): where the first step is too coarse.
+
+Where the function varies too fast for the step (cos of a large intermediate) the truncation term
+dominates the error estimate and the third-difference estimate itself becomes unreliable.  ``refine``
+retries those elements at h / 16 (at most REFINEMENTS times, while that lowers the error estimate), then
+at the finer steps ``gradspec.tolerances.FD_FINER_STEPS`` (a kink or pole at distance d spoils every step
+above ~d); an element no step resolves is refused with the reason (``_classify``: a jump, a kink, or no
+usable step).  ``fd`` runs it only where an element is too coarse: most estimates never come here.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import tolerances as _tol
+from ._base import NonDifferentiable, OracleError
+from ._fd_lazy import Pass as _Pass
+from ._fd_stencil import COARSE, EPS, FACTORS, ROUNDING_DEPTH, _combine, _points
+from ._fd_values import _s_values
+
+__all__ = ["REFINEMENTS", "refine", "element_name"]
+
+REFINEMENTS = 2  # h -> h/16 at most twice; still coarse after that: the oracle refuses the case
+_MAX = np.maximum.reduce
+
+
+def element_name(leaves, j: int) -> str:
+    off = 0
+    for l in leaves:
+        if j < off + l.value.size:
+            idx = np.unravel_index(j - off, l.shape) if l.shape else ()
+            return f"{l.name}[{', '.join(str(int(i)) for i in idx)}]"
+        off += l.value.size
+    return f"element {j}"
+
+def _finer(case, x64, leaves, seeds64, idx, h0, s_first, s0, S0, floor, scale, out) -> int:
+    """Elements the refinement left too coarse: try the steps FD_FINER_STEPS x h0 (a kink or pole
+    at distance d spoils every step above ~d); adopt the first clean one per element.  Where none
+    is clean, refuse: NonDifferentiable for a kink or jump (the one-sided slopes, or the values,
+    disagree by an amount that does not shrink with the step), OracleError otherwise.
+    ``out`` = (r, err, trunc, h), updated in place; returns the evaluations spent."""
+    r, err, trunc, h = out
+    nf = len(FACTORS)
+    evaluations = 0
+    left = np.asarray(idx)
+    fine_s, fine_h = None, None
+    for f in _tol.FD_FINER_STEPS:
+        hk = h0.copy()
+        hk[left] = h0[left] * f
+        batches, nb = _points(x64, leaves, list(left), hk)
+        sk, Sk = _s_values(case._evaluate(batches, 1), case.roots, seeds64, nb)
+        evaluations += nb
+        sk = sk.reshape(nf, left.size)
+        rk, ek, tk = _combine(sk, s0, Sk.reshape(nf, -1).max(axis=0), S0, hk[left], floor)
+        clean = np.isfinite(rk) & np.isfinite(ek) & (
+            (tk <= COARSE * np.maximum(np.abs(rk), scale)) | (tk <= 0.5 * ek))
+        sel = left[clean]
+        r[sel], err[sel], trunc[sel], h[sel] = rk[clean], ek[clean], tk[clean], hk[sel]
+        fine_s, fine_h = sk[:, ~clean], hk[left][~clean]
+        left = left[~clean]
+        if not left.size:
+            return evaluations
+    j = int(left[0])
+    _classify(element_name(leaves, j), s_first[:, j], h0[j], fine_s[:, 0], fine_h[0], s0, S0, floor,
+              trunc[j], r[j])
+    return evaluations  # not reached: _classify raises
+
+
+def _classify(where, coarse, hc, fine, hf, s0, S0, floor, trunc, deriv) -> None:
+    """Refuse an element no step resolved, saying why (gradspec.tolerances: KINK_PERSISTS...)."""
+    delta = max(ROUNDING_DEPTH * EPS * (S0 + abs(s0)), floor)
+    with np.errstate(all="ignore"):
+        jump_c, jump_f = coarse[0] - coarse[1], fine[0] - fine[1]
+        kink_c, kink_f = (coarse[0] - 2 * s0 + coarse[1]) / hc, (fine[0] - 2 * s0 + fine[1]) / hf
+    def persists(fine_v, coarse_v):  # the same size at both steps, within a factor 1 / KINK_PERSISTS
+        return _tol.KINK_PERSISTS * abs(coarse_v) <= abs(fine_v) <= abs(coarse_v) / _tol.KINK_PERSISTS
+
+    if persists(jump_f, jump_c) and abs(jump_f) > _tol.KINK_ROUNDING * 2 * delta:
+        raise NonDifferentiable(
+            f"finite differences: the forward jumps at {where}: s(x+h) - s(x-h) stays at {jump_f:.3g} from "
+            f"h = {hc:.3g} down to h = {hf:.3g} (rounding error {2 * delta:.3g}): a discontinuity, no derivative there")
+    if persists(kink_f, kink_c) and abs(kink_f) > _tol.KINK_ROUNDING * 4 * delta / hf:
+        right, left = (fine[0] - s0) / hf, (s0 - fine[1]) / hf
+        raise NonDifferentiable(
+            f"finite differences: a kink at {where}: the one-sided slopes {right:.6g} (right) and {left:.6g} (left) "
+            f"differ by {right - left:.3g} at h = {hf:.3g} and by {kink_c:.3g} at h = {hc:.3g} (a smooth function's "
+            f"would shrink with h; rounding error {4 * delta / hf:.3g}): not differentiable there")
+    raise OracleError(
+        f"finite differences: no usable step at {where}: the truncation estimate stays at {trunc:.3g} for a derivative "
+        f"of {deriv:.3g} from h = {hc:.3g} down to h = {hf:.3g} (the function varies too fast, or is too noisy, for "
+        "central differences there)")
+
+
+def refine(case, x64, leaves, p: _Pass, h, floor, out):
+    """Where the function varies too fast for the step (cos of a large intermediate) the truncation
+    term dominates and the third-difference estimate itself becomes unreliable: refine those
+    elements with h / 16 while that lowers the error estimate, then try finer steps (``_finer``).
+    ``out`` = (r, err, trunc), updated in place; returns (the steps: ``h`` itself where nothing was
+    refined, else a new array, and the evaluations spent)."""
+    r, err, trunc = out
+    scale = max(float(_MAX(np.abs(r), axis=None, initial=0.0)), 1e-300)
+    # trunc > COARSE * max(|r|, scale) needs trunc > COARSE * scale somewhere: one reduction settles
+    # the common case (no element too coarse) before the element-wise test.
+    if not (_MAX(trunc, axis=None, initial=0.0) > COARSE * scale and (
+            (trunc > COARSE * np.maximum(np.abs(r), scale)) & (trunc > 0.5 * err)).any()):
+        return h, 0
+    n, nf = r.size, len(FACTORS)
+    seeds64, s0, S0 = p.seeds64, p.s0, p.S0
+    evaluations = 0
+
+    def too_coarse(idx):
+        return idx[(trunc[idx] > COARSE * np.maximum(np.abs(r[idx]), scale)) & (trunc[idx] > 0.5 * err[idx])]
+
+    h0, h = h, h.copy()  # the first step, and the steps refinement changes
+    coarse = too_coarse(np.arange(n))
+    for _ in range(REFINEMENTS):
+        if coarse.size == 0:
+            break
+        h2 = h.copy()
+        h2[coarse] /= 16
+        batches, nb = _points(x64, leaves, list(coarse), h2)
+        s, S = _s_values(case._evaluate(batches, 1), case.roots, seeds64, nb)
+        evaluations += nb
+        s = s.reshape(nf, coarse.size)
+        r2, e2, t2 = _combine(s, s0, S.reshape(nf, -1).max(axis=0), S0, h2[coarse], floor)
+        better = e2 < err[coarse]
+        sel = coarse[better]
+        r[sel], err[sel], trunc[sel], h[sel] = r2[better], e2[better], t2[better], h2[sel]
+        coarse = too_coarse(sel)
+    still = too_coarse(np.arange(n))
+    if still.size:
+        evaluations += _finer(case, x64, leaves, seeds64, still, h0, p.s, s0, S0, floor, scale, (r, err, trunc, h))
+    return h, evaluations
