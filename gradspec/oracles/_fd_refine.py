@@ -33,6 +33,7 @@ def element_name(leaves, j: int) -> str:
         off += l.value.size
     return f"element {j}"
 
+
 def _finer(case, x64, leaves, seeds64, idx, h0, s_first, s0, S0, floor, scale, out) -> int:
     """Elements the refinement left too coarse: try the steps FD_FINER_STEPS x h0 (a kink or pole
     at distance d spoils every step above ~d); adopt the first clean one per element.  Where none
