@@ -204,25 +204,11 @@ def _propagate_planned(case, p, jp, vals: list, blocks, k: int) -> list:
     for i, tiny, args, shape, small in blocks:  # (_identity_block: a copy, a JVP rule may write to it)
         tangents[i] = tiny.copy() if tiny is not None else \
             (_block if small else _block.__wrapped__)(*args).copy().reshape(shape)
-    f64 = np.float64
     nodes = case.nodes
     base = p.nleaves
     for j, spec, ins, use in jp.steps:
-        node = nodes[j]
-        if spec.jvp is None:
-            raise OracleError(f"jacobian: op {node.op!r} declares no JVP rule")
-        prim = []
-        for i in ins:
-            v = vals[i]
-            prim.append(v if v.dtype.kind != "f" or v.dtype is _F64 and type(v) is np.ndarray else np.asarray(v, dtype=f64))
-        v = vals[base + j]
-        out = v if v.dtype is _F64 and type(v) is np.ndarray else np.asarray(v, dtype=f64)
-        t = spec.jvp([tangents[i] if u else None for i, u in zip(ins, use)], *prim, out=out, **node.params)
-        t = np.asarray(t, dtype=f64)
-        want = (k,) + v.shape
-        if t.shape != want:
-            raise OracleError(f"jacobian: JVP of {node.op!r} (node {node.name}) returned shape {t.shape}, expected {want}")
-        tangents[base + j] = t
+        tangents[base + j] = _jvp_step(nodes[j], spec, [tangents[i] if u else None for i, u in zip(ins, use)],
+                                       [vals[i] for i in ins], vals[base + j], k)
     return tangents
 
 
@@ -272,7 +258,6 @@ def _block(rows: int, cols: int, r0: int, c0: int, length: int) -> np.ndarray:
 def _propagate(case, values, tangents: dict, k: int) -> dict:
     """Carry the leaves' tangents (``k`` directions) through every node's JVP rule (in place in ``tangents``)."""
     specs = case._node_specs() or [None] * len(case.nodes)
-    f64 = np.float64
     for node, spec in zip(case.nodes, specs):
         spec = spec or case.spec(node.op)
         names = node.inputs
@@ -286,23 +271,28 @@ def _propagate(case, values, tangents: dict, k: int) -> dict:
         diff = spec.differentiable
         if diff is not None:  # (spec.input_differentiable, inlined)
             ins = [t if diff[j] else None for j, t in enumerate(ins)]
-        if spec.jvp is None:
-            raise OracleError(f"jacobian: op {node.op!r} declares no JVP rule")
-        # Tangents are carried in float64 whatever the case dtype: J is a reference value.
-        prim = []
-        for i in names:
-            v = values[i]
-            # (np.asarray of a float64 array is the array itself: skipped)
-            prim.append(v if v.dtype.kind != "f" or v.dtype is _F64 and type(v) is np.ndarray else np.asarray(v, dtype=f64))
-        v = values[node.name]
-        out = v if v.dtype is _F64 and type(v) is np.ndarray else np.asarray(v, dtype=f64)
-        t = spec.jvp(ins, *prim, out=out, **node.params)
-        t = np.asarray(t, dtype=f64)
-        want = (k,) + v.shape  # (evaluate gives arrays)
-        if t.shape != want:
-            raise OracleError(f"jacobian: JVP of {node.op!r} (node {node.name}) returned shape {t.shape}, expected {want}")
-        tangents[node.name] = t
+        tangents[node.name] = _jvp_step(node, spec, ins, [values[i] for i in names], values[node.name], k)
     return tangents
+
+
+def _jvp_step(node, spec, ins: list, inputs: list, value, k: int) -> np.ndarray:
+    """One node's tangent (``k`` directions): its JVP rule on the input tangents ``ins`` (None where none flows
+    or the input is not differentiable), at the node's input values ``inputs`` and its output ``value``
+    (both paths of ``jacobian``, the general one by names and the planned one by positions)."""
+    if spec.jvp is None:
+        raise OracleError(f"jacobian: op {node.op!r} declares no JVP rule")
+    # Tangents are carried in float64 whatever the case dtype: J is a reference value.
+    f64 = np.float64
+    prim = []
+    for v in inputs:
+        # (np.asarray of a float64 array is the array itself: skipped)
+        prim.append(v if v.dtype.kind != "f" or v.dtype is _F64 and type(v) is np.ndarray else np.asarray(v, dtype=f64))
+    out = value if value.dtype is _F64 and type(value) is np.ndarray else np.asarray(value, dtype=f64)
+    t = np.asarray(spec.jvp(ins, *prim, out=out, **node.params), dtype=f64)
+    want = (k,) + value.shape  # (evaluate gives arrays)
+    if t.shape != want:
+        raise OracleError(f"jacobian: JVP of {node.op!r} (node {node.name}) returned shape {t.shape}, expected {want}")
+    return t
 
 
 _F64 = np.dtype(np.float64)  # (an array's float64 dtype is this very object: `is` skips numpy's comparison)
