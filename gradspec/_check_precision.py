@@ -1,4 +1,6 @@
-"""Which inputs of a mixed-precision node get a gradient its VJP rule computes through float32 arithmetic.
+"""The precision each leaf's gradient is compared at (``leaf_precisions``: float32 where float32 arithmetic
+reaches it), and which inputs of a mixed-precision node get a gradient its VJP rule computes through float32
+arithmetic (``float32_grads``, which that flow asks).
 
 Why: torch's promotion (which the engine follows) computes ``atan2(x f64, y f32 [])`` in float64, but its
 backward computes the float32 operand's own terms in float32 before they meet a float64 value: atan2's
@@ -6,7 +8,7 @@ backward computes the float32 operand's own terms in float32 before they meet a 
 then carries a float32 rounding (1e-8 and 1.9e-7 relative in two soak cases) scaled by whatever follows (|log a|
 in pow's), which the reference and torch share and an oracle computing its partials in float64 (the jacobian)
 does not: held to float64 precision, two correct oracles disagree.  The forward's dtypes cannot tell
-(``check._precision_flow`` saw only a float64 node); the rule's own arithmetic can.  ``float32_grads`` runs
+(``_precision_flow`` saw only a float64 node); the rule's own arithmetic can.  ``float32_grads`` runs
 the node's VJP once and follows, op by op, the values that float32 arithmetic on a float32 input computed.
 
 A cast the rule makes on float64 values (a ``.float()`` planted in a float64 rule) is *not* counted: only
@@ -30,7 +32,11 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["float32_grads", "mixed_float"]
+from ._private import dtypes as _dtypes
+from ._private import structure as _structure
+from .case import Case
+
+__all__ = ["case_dtype", "float32_grads", "leaf_precisions", "mixed_float"]
 
 _F32 = np.dtype(np.float32)
 
@@ -78,3 +84,63 @@ def float32_grads(spec, arrays, out, params) -> frozenset:
     if not isinstance(grads, (tuple, list)):
         grads = (grads,)
     return frozenset(i for i, g in enumerate(grads) if g is not None and id(g) in rounded)
+
+
+def case_dtype(case: Case) -> str:
+    """The precision the case's gradients are compared at: float32 if any differentiated leaf's is (below)."""
+    return "float32" if "float32" in leaf_precisions(case).values() else "float64"
+
+
+def leaf_precisions(case: Case) -> dict:
+    """Per differentiated leaf, the precision its gradient is computed at.  "float32" where the leaf is float32 (its
+    gradient is cast to it), or where a node downstream of it has an input computed in float32 from a
+    differentiated leaf: its gradient then flows back through float32 arithmetic, or through a VJP that uses a
+    float32-rounded value which finite differences (evaluating perturbed leaves in float64) do not round.  Else
+    "float64": a float32 leaf beside it does not loosen its comparison (x64 * c32 is float64; x's gradient held to
+    float32 precision hid a 3e-6 bug in x's VJP).
+
+    A float32 *constant* sets float32 precision only where a node on a differentiated leaf's path computes in
+    float32: torch's promotion (which the engine follows) lets a dimensioned float32 tensor win over a 0-dim
+    float64 one (pow(x2 f32 [3, 4], x3 f64 []) is float32), and such a gradient is rounded in float32.  A float32
+    constant that never meets a differentiated path (e.g. through a user op on its own) rounds nothing FD or the
+    VJPs see: counting it hid a 1e-5 bug at float32 precision."""
+    diff = [l for l in case.leaves if l.requires_grad]
+    out = {l.name: "float32" if l.value.dtype == _F32 else "float64" for l in diff}
+    if not any(l.value.dtype == _F32 for l in case.leaves) or "float64" not in out.values():
+        return out  # (no float32 anywhere, or every differentiated leaf float32 already: the flow only adds float32)
+    try:
+        values = case.evaluate()  # (the per-case memo's forward, shared with the oracles)
+    except Exception:  # the code under test raised: the oracles report it; the loosest precision meanwhile
+        return dict.fromkeys(out, "float32")
+    # (dtypes and ranks: the value sets of a group share the answer, keyed by the ranks the forward gave)
+    ranks = tuple([np.ndim(v) for v in values.values()])
+    return dict(_structure.once(case, ("leaf_precisions", ranks), lambda: _precision_flow(case, values, diff, out)))
+
+
+def _precision_flow(case: Case, values: dict, diff: list, out: dict) -> dict:
+    """``leaf_precisions``' answer for a case with a float32 leaf, from the forward's ``values`` (their ranks)."""
+    # Each node's dtype as the engine computes it (torch's rules, _private/dtypes.promote), not numpy's: the
+    # case's numpy forward would give pow(x2 f32 [3, 4], x3 f64 []) float64.  Stand-ins carry dtype and rank only.
+    dt = {l.name: l.value.dtype for l in case.leaves}
+    upstream = {l.name: frozenset((l.name,)) for l in diff}  # node -> the differentiated leaves it depends on
+    rounded = set()  # nodes computed in float32 from a differentiated leaf, or depending on one
+    for n in case.nodes:
+        spec = case.spec(n.op)
+        ins = [np.empty((0,) * np.ndim(values[i]), dt.get(i, np.float64)) for i in n.inputs]
+        floats = [a.dtype for a in _dtypes.promote(spec, ins) if a.dtype.kind == "f"]
+        dt[n.name] = np.result_type(*floats) if floats else np.dtype(np.float64)
+        up = frozenset().union(*(upstream.get(i, ()) for i in n.inputs))
+        if up:
+            upstream[n.name] = up
+        if up and dt[n.name] == _F32 or any(i in rounded for i in n.inputs):
+            rounded.add(n.name)
+            for leaf in up:
+                out[leaf] = "float32"
+        elif up and mixed_float([dt[i] for i in n.inputs]):
+            # a float64 node whose rule computes its float32 operand's terms in float32 (_check_precision)
+            arrays = [np.asarray(values[i], dtype=dt.get(i, np.float64)) for i in n.inputs]
+            out_value = np.asarray(values[n.name], dtype=dt[n.name])
+            for k in float32_grads(spec, arrays, out_value, n.params):
+                for leaf in upstream.get(n.inputs[k], ()):
+                    out[leaf] = "float32"
+    return out

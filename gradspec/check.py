@@ -22,12 +22,13 @@ import traceback
 import numpy as np
 
 from . import _check_lazy as _lazy
-from . import _check_precision as _precision
 from . import engine as _engine
 from . import oracles as _oracles
 from . import outcome as _outcome
 from . import tolerances as _tol
 from ._check_noise import Unmeasured, rounding_noise  # (measured on a failing comparison; report_views imports it from here)
+from ._check_precision import case_dtype as _case_dtype  # noqa: F401 - (tests read it here)
+from ._check_precision import leaf_precisions as _leaf_precisions
 from ._check_rules import (
     _compared_with_itself,
     _discount_edge_of_precision,
@@ -40,7 +41,6 @@ from ._check_rules import (
 )
 from ._private import activity as _activity
 from ._private import determinism as _determinism
-from ._private import dtypes as _dtypes
 from ._private import float32_line as _f32line
 from ._private import percase as _percase
 from ._private import structure as _structure
@@ -232,69 +232,6 @@ class Verdict:
 
     def __str__(self) -> str:
         return self.summary()
-
-
-def _case_dtype(case: Case) -> str:
-    """The precision the case's gradients are compared at: float32 if any differentiated leaf's is (below)."""
-    return "float32" if "float32" in _leaf_precisions(case).values() else "float64"
-
-
-def _leaf_precisions(case: Case) -> dict:
-    """Per differentiated leaf, the precision its gradient is computed at.  "float32" where the leaf is float32 (its
-    gradient is cast to it), or where a node downstream of it has an input computed in float32 from a
-    differentiated leaf: its gradient then flows back through float32 arithmetic, or through a VJP that uses a
-    float32-rounded value which finite differences (evaluating perturbed leaves in float64) do not round.  Else
-    "float64": a float32 leaf beside it does not loosen its comparison (x64 * c32 is float64; x's gradient held to
-    float32 precision hid a 3e-6 bug in x's VJP).
-
-    A float32 *constant* sets float32 precision only where a node on a differentiated leaf's path computes in
-    float32: torch's promotion (which the engine follows) lets a dimensioned float32 tensor win over a 0-dim
-    float64 one (pow(x2 f32 [3, 4], x3 f64 []) is float32), and such a gradient is rounded in float32.  A float32
-    constant that never meets a differentiated path (e.g. through a user op on its own) rounds nothing FD or the
-    VJPs see: counting it hid a 1e-5 bug at float32 precision."""
-    diff = [l for l in case.leaves if l.requires_grad]
-    out = {l.name: "float32" if l.value.dtype == _F32 else "float64" for l in diff}
-    if not any(l.value.dtype == _F32 for l in case.leaves) or "float64" not in out.values():
-        return out  # (no float32 anywhere, or every differentiated leaf float32 already: the flow only adds float32)
-    try:
-        values = case.evaluate()  # (the per-case memo's forward, shared with the oracles)
-    except Exception:  # the code under test raised: the oracles report it; the loosest precision meanwhile
-        return dict.fromkeys(out, "float32")
-    # (dtypes and ranks: the value sets of a group share the answer, keyed by the ranks the forward gave)
-    ranks = tuple([np.ndim(v) for v in values.values()])
-    return dict(_structure.once(case, ("leaf_precisions", ranks), lambda: _precision_flow(case, values, diff, out)))
-
-
-def _precision_flow(case: Case, values: dict, diff: list, out: dict) -> dict:
-    """``_leaf_precisions``' answer for a case with a float32 leaf, from the forward's ``values`` (their ranks)."""
-    # Each node's dtype as the engine computes it (torch's rules, _private/dtypes.promote), not numpy's: the
-    # case's numpy forward would give pow(x2 f32 [3, 4], x3 f64 []) float64.  Stand-ins carry dtype and rank only.
-    dt = {l.name: l.value.dtype for l in case.leaves}
-    upstream = {l.name: frozenset((l.name,)) for l in diff}  # node -> the differentiated leaves it depends on
-    rounded = set()  # nodes computed in float32 from a differentiated leaf, or depending on one
-    for n in case.nodes:
-        spec = case.spec(n.op)
-        ins = [np.empty((0,) * np.ndim(values[i]), dt.get(i, np.float64)) for i in n.inputs]
-        floats = [a.dtype for a in _dtypes.promote(spec, ins) if a.dtype.kind == "f"]
-        dt[n.name] = np.result_type(*floats) if floats else np.dtype(np.float64)
-        up = frozenset().union(*(upstream.get(i, ()) for i in n.inputs))
-        if up:
-            upstream[n.name] = up
-        if up and dt[n.name] == _F32 or any(i in rounded for i in n.inputs):
-            rounded.add(n.name)
-            for leaf in up:
-                out[leaf] = "float32"
-        elif up and _precision.mixed_float([dt[i] for i in n.inputs]):
-            # a float64 node whose rule computes its float32 operand's terms in float32 (_check_precision)
-            arrays = [np.asarray(values[i], dtype=dt.get(i, np.float64)) for i in n.inputs]
-            out_value = np.asarray(values[n.name], dtype=dt[n.name])
-            for k in _precision.float32_grads(spec, arrays, out_value, n.params):
-                for leaf in upstream.get(n.inputs[k], ()):
-                    out[leaf] = "float32"
-    return out
-
-
-_F32 = np.dtype(np.float32)  # (comparing with a dtype object skips numpy's conversion of the type)
 
 
 def check(case: Case, oracles=None, *, timeout: float | None = None) -> Verdict:

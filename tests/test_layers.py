@@ -62,7 +62,7 @@ MODULES = {
     "gradspec._check_rules": COMPARISON,  # check's private parts: the verdict rules that discount a comparison,
     "gradspec._check_noise": COMPARISON,  # the rounding-noise floor measured on a failing comparison
     "gradspec._check_lazy": COMPARISON,  # the pairs compared before an estimate's deferred error bound is computed
-    "gradspec._check_precision": COMPARISON,  # the inputs a mixed-precision node's rule rounds in float32
+    "gradspec._check_precision": COMPARISON,  # each leaf gradient's precision; what a mixed-precision rule rounds
     "gradspec.guard": COMPARISON,
     "gradspec.diagnose": COMPARISON,
     "gradspec._diagnose_text": COMPARISON,  # diagnose's private parts: wording, engine hypotheses,
