@@ -50,6 +50,7 @@ from ._private.pairs import _allowed, _fast_pairs, _pair_claim, _path_scale, _pe
 from ._private.threads import oracle_threads
 from .case import Case, CaseError
 from .causes import Cause, crash_type
+from .oracles import _plan
 from .oracles.reference import ReferenceOracle as _ReferenceOracle
 
 __all__ = ["check", "Verdict", "Discrepancy", "Comparison", "register_explainer", "register_guard"]
@@ -256,6 +257,7 @@ def check(case: Case, oracles=None, *, timeout: float | None = None) -> Verdict:
         if why:  # not a program torch runs: no oracle is asked (numpy would promote and compute)
             return Verdict(case, {}, [], [], {}, {}, None, None, [], {}, {o.name: o for o in chosen}, why, "", None)
     with oracle_threads(), _percase.scope(case), _quiet_fp(chosen):
+        _plan.adopt(case)  # (what the structure alone decides, found on an earlier check of it: oracles._plan)
         why = _determinism.probe(case) if _outcome.has_user_ops(case) else ""
         if why:  # every oracle would compare a different function (tryout6 #1, #4, #8): nothing to judge
             return Verdict(case, {}, [], [], {}, {}, oracles={o.name: o for o in chosen}, unjudged=why,

@@ -124,3 +124,32 @@ def test_the_prefetch_keeps_each_memo_open_until_its_check_and_clear_closes_the_
     assert percase.active(group[0]) is None and percase.active(group[1]) is not None
     p.clear()
     assert all(percase.active(c) is None for c in group)
+
+
+def test_checks_of_one_structure_keep_its_lasting_facts_and_only_those(monkeypatch):
+    """``gs.check`` alone (no group): a fact in ``structure.LASTING`` (here which ops lack a JVP rule) is computed
+    on the first check of a structure and kept for the next checks of that structure (other values), never for
+    another structure, and gives the same verdicts; a fact outside it (the leaves' float32 flow, which runs a VJP
+    rule on the values) is computed again on every check."""
+    from gradspec import _check_precision
+    from gradspec.oracles import _plan, jacobian
+
+    monkeypatch.setattr(_plan, "_PLANS", {})  # (no plan kept from another test)
+    no_jvp, flows = [], []
+    real_no_jvp, real_flow = jacobian._no_jvp, _check_precision._precision_flow
+    monkeypatch.setattr(jacobian, "_no_jvp", lambda case: no_jvp.append(case) or real_no_jvp(case))
+    monkeypatch.setattr(_check_precision, "_precision_flow", lambda *a: flows.append(a) or real_flow(*a))
+    # (a float64 leaf w beside a float32 x: the precision flow runs on every check)
+    cases = [_case(x=x, x_dtype=np.float32) for x in ((0.5, -1.5, 2.0, 0.25), (1.0, 2.0, 3.0, 4.0))]
+    cases += [_case(x=(1.0, 2.0, 3.0, 4.0), op="add", x_dtype=np.float32)]
+    before = []
+    for c in cases:
+        with monkeypatch.context() as m:
+            m.setattr(structure, "adopt", lambda case, facts: None)  # (nothing kept: the code before)
+            before.append(_summary(gs.check(c, oracles=CPU)))
+    no_jvp.clear()
+    flows.clear()
+    after = [_summary(gs.check(c, oracles=CPU)) for c in cases + cases]
+    assert after == before + before
+    assert [c.ops[0] for c in no_jvp] == ["mul", "add"]  # once per structure, over six checks
+    assert len(flows) == 6

@@ -36,9 +36,15 @@ import numpy as np
 
 from . import percase
 
-__all__ = ["same", "same_value", "share", "once"]
+__all__ = ["same", "same_value", "share", "once", "adopt", "LASTING"]
 
 _KEY = object()  # the structure memo's key in a per-case memo
+_KEPT = object()  # the key, in a per-case memo, of its structure's lasting facts (``adopt``)
+
+# The facts kept between checks by ``adopt``: each a small immutable answer (a bool, an int, op names) from the
+# structure alone.  (Not "fd_watch": it holds the first case's node objects; not the leaves' precisions: their
+# float32 flow runs a VJP rule on the case's values.  Those are shared inside a group only, as before.)
+LASTING = frozenset({"has_user_ops", "fd_jvp", "no_jvp", "no_torch", "fd_largest", "runs_user_code"})
 
 
 def same(a, b) -> bool:
@@ -146,4 +152,26 @@ def once(case, key, fn):
         return shared[key]
     except KeyError:
         v = shared[key] = fn()
+        if key.__class__ is str and key in LASTING:
+            kept = memo.get(_KEPT)
+            if kept is not None:
+                kept[key] = v
         return v
+
+
+def adopt(case, facts) -> None:
+    """Start the structure memo of ``case`` (its scope open, no group's memo given by ``share``) from ``facts()``:
+    the dict that holds its structure's lasting facts between checks (``oracles._plan``: kept beside the
+    structure's oracle plan, found by the same key), or None for a case that has none (user code, a param that
+    is not plain data).  What ``once`` computes for a key in ``LASTING`` is kept there for the next check of
+    that structure; every other key lives for this scope only, as before.
+
+    Safety: ``facts()`` must answer one dict per structure as :func:`same` defines it (``_plan``'s key holds
+    the same fields), and a key goes into ``LASTING`` only where its answer is the structure's alone."""
+    memo = percase.active(case)
+    if memo is None or _KEY in memo:
+        return
+    kept = facts()
+    if kept is not None:
+        memo[_KEY] = dict(kept)
+        memo[_KEPT] = kept

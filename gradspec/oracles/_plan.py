@@ -34,7 +34,7 @@ from .._private import percase as _percase
 from .._private import structure as _structure
 from ..spec import registry as _registry
 
-__all__ = ["Plan", "plan", "structure_key"]
+__all__ = ["Plan", "plan", "structure_key", "adopt"]
 
 _PLANS: dict = {}
 _MAX_PLANS = 512  # (cleared when full: a fuzz run meets new structures all the time, old ones rarely again)
@@ -47,7 +47,8 @@ class Plan:
     ``grad_leaves``: positions of the differentiable leaves; ``names``: the name at each position.  The other slots are each oracle's own,
     filled on its first call (None until then)."""
 
-    __slots__ = ("names", "specs", "inputs", "nleaves", "roots", "grad_leaves", "reference", "torch", "jacobian")
+    __slots__ = ("names", "specs", "inputs", "nleaves", "roots", "grad_leaves", "reference", "torch", "jacobian",
+                 "facts")
 
     def __init__(self, case) -> None:
         table = _registry.all_specs()
@@ -64,6 +65,7 @@ class Plan:
         self.names = [l.name for l in case.leaves] + [n.name for n in case.nodes]
         self.grad_leaves = [i for i, l in enumerate(case.leaves) if l.differentiable]
         self.reference = self.torch = self.jacobian = None
+        self.facts = {_ONCE_KEY: self}  # (the structure's lasting facts between checks: adopt)
 
 
 def plan(case) -> Plan | None:
@@ -72,6 +74,21 @@ def plan(case) -> Plan | None:
     if _percase.active(case) is not None:
         return _structure.once(case, _ONCE_KEY, lambda: _lookup(case))
     return _lookup(case)
+
+
+def adopt(case) -> None:
+    """``gs.check``, the case's scope open: its structure memo starts from the facts kept for its structure
+    (``_private.structure.adopt``): the plan itself, and what the oracles and the rules found about the
+    structure alone on an earlier check (which ops lack a torch mapping or a JVP rule, the largest tensor...)."""
+    _structure.adopt(case, lambda: _facts(case))
+
+
+def _facts(case) -> dict | None:
+    try:
+        p = _lookup(case)
+    except Exception:  # noqa: BLE001 - a malformed case: no kept facts; the oracles and the rules report it
+        return None
+    return None if p is None else p.facts
 
 
 def _lookup(case) -> Plan | None:
