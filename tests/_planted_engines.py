@@ -19,7 +19,8 @@ torch leaves them None), ``retain-ignored`` frees the graph after every backward
 says, ``backward-raises`` is a half-written engine whose backward() always raises, ``inplace-add`` has an add that
 writes into its first operand's buffer when that operand is an intermediate (exp's saved output is then
 corrupted: all three tryout8's), ``backward-inplace`` computes exp's VJP into exp's saved output (a second backward
-through the graph reads other numbers).
+through the graph reads other numbers).  ``float32`` is no bug: the engine keeps every value (leaves and nodes) in
+float32, as GPU-style engines do (``float32_backward_inplace``: that engine with ``backward-inplace``).
 """
 
 from __future__ import annotations
@@ -83,12 +84,13 @@ class Mini:
     def __init__(self, *bugs):
         self.bugs = frozenset(bugs)
         self.name = "mini" + "".join(f"+{b}" for b in sorted(self.bugs))
+        self.dtype = np.float32 if "float32" in self.bugs else np.float64
 
     def supports(self, op):
         return op in self.OPS
 
     def leaf(self, value, requires_grad=True):
-        v = np.array(value, dtype=np.float64, copy=True)
+        v = np.array(value, dtype=self.dtype, copy=True)
         return T(v, requires_grad=requires_grad, is_leaf=True)
 
     def apply(self, op, *args, **params):
@@ -131,7 +133,7 @@ class Mini:
             raise NotImplementedError(op)
         if params:
             raise TypeError(f"mini: {op} does not take {sorted(params)}")
-        out = np.asarray(out, dtype=np.float64)
+        out = np.asarray(out, dtype=self.dtype)
         un = _unbroadcast_mean if "broadcast-mean" in self.bugs else (
             _unbroadcast_left if "broadcast-left" in self.bugs else _unbroadcast)
         # grad-on-constant: a constant leaf is an input of the backward too (its gradient is stored)
@@ -223,7 +225,7 @@ class Mini:
         return "zero-d-no-grad" in self.bugs and leaf.value.shape == ()
 
     def grad(self, leaf):
-        return None if leaf.grad is None else np.array(leaf.grad, copy=True)
+        return None if leaf.grad is None else np.array(leaf.grad, dtype=self.dtype, copy=True)
 
     def zero_grad(self, leaf):
         leaf.grad = None
@@ -319,3 +321,7 @@ def broadcast_left():
 
 def backward_inplace():
     return Mini("backward-inplace")
+
+
+def float32_backward_inplace():
+    return Mini("float32", "backward-inplace")

@@ -236,17 +236,22 @@ def _forward_mutation(sc, ctx) -> Cause | None:
     add reusing its input's array), corrupting what the backward saved.  One cause at the op that ran (tryout8
     F2: it read as seven 'unexplained' rule findings); None when every value stays put (or the forward cannot
     be re-run).  The reference values only decide which nodes are watched: a node wrong when made is a forward
-    bug, not a mutation."""
+    bug, not a mutation.  A float32 engine's nodes are held to float32's tolerance, from its own (rounded) leaves:
+    at float64's, no node of it was ever watched (session 14)."""
     if ctx is None:
         return None
-    from .scenario import forward_values
+    from .scenario import Scenario, forward_values
 
     eng, env, own = ctx.engine, {}, {}
+    low: set = set()  # the tensors the engine keeps in float32
     try:
         want = forward_values(sc)
 
         def now(n) -> np.ndarray:
-            return np.array(eng.to_numpy(env[n]), dtype=np.float64, copy=True)
+            raw = np.asarray(eng.to_numpy(env[n]))
+            if raw.dtype == np.float32:
+                low.add(n)
+            return np.array(raw, dtype=np.float64, copy=True)
 
         def changed(n) -> bool:
             a = now(n)
@@ -255,6 +260,8 @@ def _forward_mutation(sc, ctx) -> Cause | None:
         for n, v in sc.leaves.items():
             env[n] = eng.leaf(np.array(v, copy=True), requires_grad=sc.rg(n))
             own[n] = now(n)
+        if low:  # what the graph's nodes should be, from the leaves the engine holds
+            want = forward_values(Scenario({n: own[n] if n in low else v for n, v in sc.leaves.items()}, sc.nodes, []))
         for name, op, ins, params in sc.nodes:
             env[name] = eng.apply(op, *[env[i] for i in ins], **params)
             hit = next((m for m in own if changed(m)), None)
@@ -267,7 +274,8 @@ def _forward_mutation(sc, ctx) -> Cause | None:
                                       f"{fmt(eng.to_numpy(env[hit]))}\n{sc.code()}",
                              fix=f"give {op} a fresh output array (never write into an input's buffer)")
             a = now(name)
-            if a.shape == np.shape(want[name]) and close(a, np.asarray(want[name], dtype=np.float64)):
+            if a.shape == np.shape(want[name]) and close(a, np.asarray(want[name], dtype=np.float64),
+                                                         dtype="float32" if low else "float64"):
                 own[name] = a  # (a node wrong when made is a forward bug, not a mutation: not watched)
         return _backward_mutation(sc, eng, env, own, changed)
     except Exception:  # noqa: BLE001 - an engine or a graph the check cannot run: the rules decide
