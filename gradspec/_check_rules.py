@@ -52,15 +52,17 @@ def _compared_with_itself(case, comparisons, why: dict) -> str:
 
 
 
-def _discount_numerical_kinks(case, kinds, comparisons, discrepancies) -> str:
+def _discount_numerical_kinks(case, kinds, comparisons, discrepancies, located=frozenset()) -> str:
     """A witness (finite differences, the jacobian, a user op's torch twin) disagreed on a case with user
     ops that declare no kinks: if one of them is not differentiable at this very point (found
     numerically), no oracle's gradient means anything there -- the case is inconclusive with that
     reason (CONTRACT §3).  The twin too: relu's vjp g * (x > 0) and its twin clamp(min=0) (whose
-    convention at 0 is 1) are both right at x = 0, and differ there by the whole slope."""
+    convention at 0 is 1) are both right at x = 0, and differ there by the whole slope.  ``located``:
+    estimates that found the kinks element by element and left those elements out (``_kinked_notes``):
+    they compared only elements whose lines cross no kink, so what they found there stands."""
     if not discrepancies:
         return ""
-    witnesses = {n for n, o in kinds.items() if o.kind == "fd" or n == "jacobian" or _outcome.is_torch(o)}
+    witnesses = {n for n, o in kinds.items() if o.kind == "fd" or n == "jacobian" or _outcome.is_torch(o)} - located
     if not any(set(d.oracles) & witnesses for d in discrepancies if d.kind != "raised"):
         return ""
     at = _outcome.numerical_kinks(case)
@@ -71,6 +73,23 @@ def _discount_numerical_kinks(case, kinds, comparisons, discrepancies) -> str:
     return (f"{_EXCLUDED} detected numerically at {'; '.join(at[:3])}{' ...' if len(at) > 3 else ''}: the op is not "
             "differentiable at this point (one-sided slopes differ), so no gradient is compared on this case" + _OTHERS)
 
+
+
+def _kinked_notes(case, kinked: dict, comparisons) -> list[str]:
+    """What a case judged with some input elements left out says about them (tryout7 #13g): per estimate, how many
+    of the elements were not compared and why (their finite-difference lines cross a kink: an average of two slopes
+    is no derivative), the first few named.  The exact oracles still compared those elements with each other."""
+    n = sum(l.value.size for l in case.grad_leaves())
+    out = []
+    for name, elems in kinked.items():
+        if not any(name in c.oracles for c in comparisons):
+            continue
+        first = next(iter(elems.values()))
+        why = first.split(": ", 1)[1] if first.startswith("finite differences: ") else first
+        names = ", ".join(list(elems)[:4]) + (" ..." if len(elems) > 4 else "")
+        out.append(f"{name}: {len(elems)} of {n} {_outcome.KINK_ELEMENTS} ({names}): no derivative exists along "
+                   f"their lines through this point ({why}); the other {n - len(elems)} were compared")
+    return out
 
 
 def _discount_edge_of_precision(comparisons, discrepancies) -> str:

@@ -38,6 +38,7 @@ from ._check_rules import (
     _discount_shaky_estimates,
     _drop_estimates,
     _ix,
+    _kinked_notes,
 )
 from ._private import activity as _activity
 from ._private import determinism as _determinism
@@ -185,6 +186,9 @@ class Verdict:
     # Why a user op is not a function of its inputs here ("" if it is): two calls on the same inputs gave
     # different outputs (_private.determinism); no oracle was asked, the verdict is inconclusive with this reason.
     not_a_function: str = ""
+    # estimate name -> {input element ("x[0]"): why it was not compared}: the elements whose finite-difference line
+    # crosses a kink (the other elements were compared); {} where there are none, or nothing was compared
+    unjudged_elements: dict = dataclasses.field(default_factory=dict)
 
     @property
     def status(self) -> str:
@@ -349,7 +353,7 @@ def _own_oracles() -> set:
 
 
 def _check(case: Case, chosen: list) -> Verdict:
-    results, skipped, errors, jac, fd_errs, directional, nondiff, used, f32 = _ask_oracles(case, chosen)
+    results, skipped, errors, jac, fd_errs, directional, nondiff, used, f32, kinked = _ask_oracles(case, chosen)
     if nondiff:
         _drop_estimates(results, fd_errs, skipped, used, chosen, nondiff)
         directional = None
@@ -386,12 +390,15 @@ def _check(case: Case, chosen: list) -> Verdict:
     _discount_other_precision(case, dtype, kinds, comparisons, discrepancies, skipped, notes)
     judged = {k: (f32[k].judged if k in f32 and f32[k].judged is not None else v) for k, v in fd_errs.items()}
     _discount_shaky_estimates(kinds, judged, comparisons, discrepancies, notes, fd_errs)
-    unjudged = _unjudged(case, leaves, kinds, nondiff, comparisons, discrepancies, skipped, excused, notes)
+    unjudged = _unjudged(case, leaves, kinds, nondiff, comparisons, discrepancies, skipped, excused, notes, kinked)
+    if kinked and not unjudged:
+        notes.extend(_kinked_notes(case, kinked, comparisons))
     if not unjudged and not discrepancies and comparisons:  # NaN agreeing with NaN (a NaN input) judges nothing
         unjudged = _outcome.nothing_finite(case, results)
         comparisons = [] if unjudged else comparisons
     verdict = Verdict(case, results, comparisons, discrepancies, skipped, errors, jac, fd_errs.get("finite-differences"),
-                      notes, excused, kinds, unjudged, nondiff, claim)
+                      notes, excused, kinds, unjudged, nondiff, claim,
+                      unjudged_elements={k: v for k, v in kinked.items() if k in results} if not unjudged else {})
     for explain in _EXPLAINERS if discrepancies else ():
         explain(verdict, kinds)
     return verdict
@@ -410,6 +417,7 @@ def _ask_oracles(case: Case, chosen: list) -> tuple:
     nondiff = ""
     used = {}
     f32: dict = {}  # estimate name -> its result, where the forward computes in float32 inside
+    kinked: dict = {}  # estimate name -> {input element: why it is not compared (its line crosses a kink)}
     for o in chosen:
         if o.name == "jacobian" and o.kind == "exact" and _has_fd_jvp(case):
             # A user op without a declared jvp gets a finite-difference JVP: the jacobian is then
@@ -442,6 +450,8 @@ def _ask_oracles(case: Case, chosen: list) -> tuple:
                 results[o.name] = res.grads
                 if getattr(res, "float32_inside", ""):  # an estimate of a forward through float32
                     f32[o.name] = res
+                if getattr(res, "kinks", None):
+                    kinked[o.name] = res.kinks
             elif o.name == "jacobian":
                 jac = o.jacobian(case)
                 results[o.name] = jac.vjp
@@ -455,7 +465,7 @@ def _ask_oracles(case: Case, chosen: list) -> tuple:
             errors[o.name] = (type(e).__name__, str(e), traceback.format_exc())
         finally:
             _activity.add(o.name, time.perf_counter() - t0)
-    return results, skipped, errors, jac, fd_errs, directional, nondiff, used, f32
+    return results, skipped, errors, jac, fd_errs, directional, nondiff, used, f32, kinked
 
 
 def _compare_pairs(case, leaves, results, kinds, precisions, jac, fd_errs, gated, claim, retry=True) -> tuple[list, list]:
@@ -539,11 +549,12 @@ def _reference_answer(results, kinds) -> dict | None:
     return got
 
 
-def _unjudged(case, leaves, kinds, nondiff, comparisons, discrepancies, skipped, excused, notes) -> str:
+def _unjudged(case, leaves, kinds, nondiff, comparisons, discrepancies, skipped, excused, notes, kinked=None) -> str:
     """Why nothing on this case is judged ("" when it is): a kink found numerically, no leaf requiring grad,
-    a torch Function compared only with itself.  Comparisons (and discrepancies but raises) are dropped then."""
+    a torch Function compared only with itself.  Comparisons (and discrepancies but raises) are dropped then.
+    ``kinked``: estimates that located the kinks themselves (elements left out): their findings stand."""
     unjudged = _discount_edge_of_precision(comparisons, discrepancies) or _discount_numerical_kinks(
-        case, kinds, comparisons, discrepancies)
+        case, kinds, comparisons, discrepancies, set(kinked or ()))
     if nondiff and not unjudged:  # FD found the kink or jump itself: the case is skipped the same way
         comparisons[:] = []
         discrepancies[:] = [d for d in discrepancies if d.kind == "raised"]
@@ -694,6 +705,10 @@ def _compare(case, a, b, ra, rb, kinds, tol, M, fd_errs, noise=None, gated=froze
         fa, fb = ga.astype(np.float64), gb.astype(np.float64)
         pat_a = np.where(np.isnan(fa), 1, np.where(np.isposinf(fa), 2, np.where(np.isneginf(fa), 3, 0)))
         pat_b = np.where(np.isnan(fb), 1, np.where(np.isposinf(fb), 2, np.where(np.isneginf(fb), 3, 0)))
+        fd_allowed = _fd_allowance(fd_errs, a, b, leaf.name, tol)
+        if np.ndim(fd_allowed) and np.isposinf(fd_allowed).any():  # an estimate's element left out (a kink on its
+            out = np.isposinf(fd_allowed)  # line): neither its NaN/Inf pattern nor its value is compared (fin below)
+            pat_a, pat_b = np.where(out, -1, pat_a), np.where(out, -1, pat_b)
         if not np.array_equal(pat_a, pat_b):
             idx = tuple(int(i) for i in np.argwhere(pat_a != pat_b)[0])
             found.append(
@@ -711,7 +726,7 @@ def _compare(case, a, b, ra, rb, kinds, tol, M, fd_errs, noise=None, gated=froze
             allowed = _allowed(
                 tol.rtol, np.maximum(np.abs(fa), leaf_scale), np.abs(fb),
                 None if M is None else np.where(np.isfinite(M[leaf.name]), M[leaf.name], 0.0),
-                None if noise is None else noise.get(leaf.name), _fd_allowance(fd_errs, a, b, leaf.name, tol), claim,
+                None if noise is None else noise.get(leaf.name), fd_allowed, claim,
                 tol.floor,
             )
             # An exactly-zero allowance only happens when both sides are exactly 0 everywhere.

@@ -409,6 +409,7 @@ def _mismatch(n, args, mine, theirs, eps):
 
 
 EMPTY_LEAVES = "every leaf that requires grad has 0 elements"  # the start of check's note on such a case
+KINK_ELEMENTS = "input elements not compared at a kink"  # in check's note on a case judged without them
 
 
 def run_notes(notes: list, verdict) -> None:
@@ -420,6 +421,9 @@ def run_notes(notes: list, verdict) -> None:
                     f"(finite differences and the jacobian judged the op there); first: {n.evidence}")
         elif str(n).startswith(FORWARD32):  # one run note (its evidence differs from case to case)
             key, text = FORWARD32, f"{FORWARD32}(first case) {str(n)[len(FORWARD32):]}"
+        elif KINK_ELEMENTS in str(n):  # one run note: which elements, and how many, differ from case to case
+            key = "on some cases, input elements whose finite-difference line crosses a kink were not compared:"
+            text = f"{key} the cases' other elements were (first: {n})"
         elif str(n).startswith(EMPTY_LEAVES):  # one run note, however many such cases (their leaves differ)
             key = "on some cases every leaf that requires grad has 0 elements:"
             text = f"{key} there only the gradients' shapes and dtypes were compared (first: {str(n)[len(EMPTY_LEAVES):]})"

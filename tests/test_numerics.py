@@ -36,8 +36,6 @@ def _case(op, leaves, seed):
 # ---------------------------------------------------------------------------------------------
 
 NONDIFF = {
-    # the issue's point: tau = -1 = z[3], on the support boundary ("0.0 vs -9.08" before)
-    "sparsemax-support-boundary": (R.np_sparsemax_op, {"z": np.array([-10.0, -1000, 0, -1])}, [1.0, 2, 3, 4], "kink"),
     "sparsemax-tie-at-integers": (R.np_sparsemax_op, {"z": np.array([1.0, 0.0])}, [0.3, -1.2], "kink"),
     "forward-jump": (step_op, {"x": np.array([0.0, 0.5])}, [1.0, 1.0], "jump"),
 }
@@ -50,6 +48,15 @@ def test_a_non_differentiable_point_is_skipped_with_the_reason(name):
     assert word in v.nondifferentiable, v.summary()
     assert not v.discrepancies and v.status == "inconclusive" and word in v.reason, v.summary()
     assert "finite-differences" not in v.results and "jacobian" not in v.results  # no estimate is judged
+
+
+def test_the_elements_off_a_kink_are_judged_and_the_kinked_ones_named():
+    # the issue's point: tau = -1 = z[3], on the support boundary ("0.0 vs -9.08" before); z[2] and z[3]'s lines
+    # cross the kink, z[0] and z[1] (far below the support) do not: they are compared (tryout7 #13g)
+    v = gs.check(_case(R.np_sparsemax_op, {"z": np.array([-10.0, -1000, 0, -1])}, [1.0, 2, 3, 4]), oracles=ORACLES)
+    assert v.status == "agree" and not v.discrepancies, v.summary()
+    assert set(v.unjudged_elements["finite-differences"]) == {"z[2]", "z[3]"}, v.summary()
+    assert all("kink" in why for why in v.unjudged_elements["finite-differences"].values())
 
 
 def test_a_smooth_point_of_the_same_functions_is_judged():

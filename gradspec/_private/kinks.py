@@ -28,9 +28,9 @@ __all__ = ["exact_kinks", "exclusion", "tally", "summarise", "EXCLUDED", "OTHERS
            "snapshot"]
 
 EXCLUDED = "exact tie/kink"
-# What a case with one element at a kink leaves unjudged (tryout7 #13g): every element, not only that one -- finite
-# differences and the jacobian's directions cross the kink; a sound per-element judgement needs FD to tell which
-# elements' lines cross it, which it does not yet.
+# What a case found not differentiable as a whole leaves unjudged: every element -- where a jump was found, or a kink
+# by a witness other than finite differences' per-element lines.  (Where FD's lines find kinks at some elements only,
+# those alone are left out and the others compared: gradspec.oracles.fd._finer, tryout7 #13g.)
 OTHERS_UNJUDGED = ("; the case's other elements go unjudged with it: to judge them, check a point with that element "
                    "moved off the kink (gs.Case.build, or verify_torch_function(at=...))")
 

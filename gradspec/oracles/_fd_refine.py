@@ -5,7 +5,8 @@ dominates the error estimate and the third-difference estimate itself becomes un
 retries those elements at h / 16 (at most REFINEMENTS times, while that lowers the error estimate), then
 at the finer steps ``gradspec.tolerances.FD_FINER_STEPS`` (a kink or pole at distance d spoils every step
 above ~d); an element no step resolves is refused with the reason (``_classify``: a jump, a kink, or no
-usable step).  ``fd`` runs it only where an element is too coarse: most estimates never come here.
+usable step) -- or, where only kinks remain and other elements were resolved, left out and named (tryout7 #13g).
+``fd`` runs it only where an element is too coarse: most estimates never come here.
 """
 
 from __future__ import annotations
@@ -34,11 +35,13 @@ def element_name(leaves, j: int) -> str:
     return f"element {j}"
 
 
-def _finer(case, x64, leaves, seeds64, idx, h0, s_first, s0, S0, floor, scale, out) -> int:
+def _finer(case, x64, leaves, seeds64, idx, h0, s_first, s0, S0, floor, scale, out, kinks=None) -> int:
     """Elements the refinement left too coarse: try the steps FD_FINER_STEPS x h0 (a kink or pole
     at distance d spoils every step above ~d); adopt the first clean one per element.  Where none
     is clean, refuse: NonDifferentiable for a kink or jump (the one-sided slopes, or the values,
-    disagree by an amount that does not shrink with the step), OracleError otherwise.
+    disagree by an amount that does not shrink with the step), OracleError otherwise -- except where
+    every such element is a kink and others were resolved (``kinks``, a dict, given): those elements
+    are then left out (an infinite error bound) and named in ``kinks`` (element -> why).
     ``out`` = (r, err, trunc, h), updated in place; returns the evaluations spent."""
     r, err, trunc, h = out
     nf = len(FACTORS)
@@ -61,14 +64,21 @@ def _finer(case, x64, leaves, seeds64, idx, h0, s_first, s0, S0, floor, scale, o
         left = left[~clean]
         if not left.size:
             return evaluations
-    j = int(left[0])
-    _classify(element_name(leaves, j), s_first[:, j], h0[j], fine_s[:, 0], fine_h[0], s0, S0, floor,
-              trunc[j], r[j])
-    return evaluations  # not reached: _classify raises
+    refusals = [_classify(element_name(leaves, j), s_first[:, j], h0[j], fine_s[:, i], fine_h[i], s0, S0, floor,
+                          trunc[j], r[j]) for i, j in enumerate(left.tolist())]
+    if kinks is None or left.size == r.size or any(kind != "kink" for kind, _ in refusals):
+        raise refusals[0][1]  # (a jump's or an unresolved element's refusal, or nothing else to compare: the case's)
+    # Only kinks, and other elements resolved: their lines x + t e_k do not cross a kink, so their partials are the
+    # function's whichever convention applies at it (a kink's pieces agree along its surface).  The kinked elements'
+    # estimates (averages of two slopes) get an infinite error bound: nothing is compared there, and they are named.
+    err[left] = np.inf
+    kinks.update((element_name(leaves, j), str(e)) for j, (_, e) in zip(left.tolist(), refusals))
+    return evaluations
 
 
-def _classify(where, coarse, hc, fine, hf, s0, S0, floor, trunc, deriv) -> None:
-    """Refuse an element no step resolved, saying why (gradspec.tolerances: KINK_PERSISTS...)."""
+def _classify(where, coarse, hc, fine, hf, s0, S0, floor, trunc, deriv) -> tuple[str, OracleError]:
+    """Why no step resolved an element: ("jump" | "kink", NonDifferentiable) or ("coarse", OracleError), saying
+    why (gradspec.tolerances: KINK_PERSISTS...)."""
     delta = max(ROUNDING_DEPTH * EPS * (S0 + abs(s0)), floor)
     with np.errstate(all="ignore"):
         jump_c, jump_f = coarse[0] - coarse[1], fine[0] - fine[1]
@@ -77,27 +87,27 @@ def _classify(where, coarse, hc, fine, hf, s0, S0, floor, trunc, deriv) -> None:
         return _tol.KINK_PERSISTS * abs(coarse_v) <= abs(fine_v) <= abs(coarse_v) / _tol.KINK_PERSISTS
 
     if persists(jump_f, jump_c) and abs(jump_f) > _tol.KINK_ROUNDING * 2 * delta:
-        raise NonDifferentiable(
+        return "jump", NonDifferentiable(
             f"finite differences: the forward jumps at {where}: s(x+h) - s(x-h) stays at {jump_f:.3g} from "
             f"h = {hc:.3g} down to h = {hf:.3g} (rounding error {2 * delta:.3g}): a discontinuity, no derivative there")
     if persists(kink_f, kink_c) and abs(kink_f) > _tol.KINK_ROUNDING * 4 * delta / hf:
         right, left = (fine[0] - s0) / hf, (s0 - fine[1]) / hf
-        raise NonDifferentiable(
+        return "kink", NonDifferentiable(
             f"finite differences: a kink at {where}: the one-sided slopes {right:.6g} (right) and {left:.6g} (left) "
             f"differ by {right - left:.3g} at h = {hf:.3g} and by {kink_c:.3g} at h = {hc:.3g} (a smooth function's "
             f"would shrink with h; rounding error {4 * delta / hf:.3g}): not differentiable there")
-    raise OracleError(
+    return "coarse", OracleError(
         f"finite differences: no usable step at {where}: the truncation estimate stays at {trunc:.3g} for a derivative "
         f"of {deriv:.3g} from h = {hc:.3g} down to h = {hf:.3g} (the function varies too fast, or is too noisy, for "
         "central differences there)")
 
 
-def refine(case, x64, leaves, p: _Pass, h, floor, out):
+def refine(case, x64, leaves, p: _Pass, h, floor, out, kinks=None):
     """Where the function varies too fast for the step (cos of a large intermediate) the truncation
     term dominates and the third-difference estimate itself becomes unreliable: refine those
     elements with h / 16 while that lowers the error estimate, then try finer steps (``_finer``).
     ``out`` = (r, err, trunc), updated in place; returns (the steps: ``h`` itself where nothing was
-    refined, else a new array, and the evaluations spent)."""
+    refined, else a new array, and the evaluations spent).  ``kinks``: see ``_finer``."""
     r, err, trunc = out
     scale = max(float(_MAX(np.abs(r), axis=None, initial=0.0)), 1e-300)
     # trunc > COARSE * max(|r|, scale) needs trunc > COARSE * scale somewhere: one reduction settles
@@ -130,5 +140,6 @@ def refine(case, x64, leaves, p: _Pass, h, floor, out):
         coarse = too_coarse(sel)
     still = too_coarse(np.arange(n))
     if still.size:
-        evaluations += _finer(case, x64, leaves, seeds64, still, h0, p.s, s0, S0, floor, scale, (r, err, trunc, h))
+        evaluations += _finer(case, x64, leaves, seeds64, still, h0, p.s, s0, S0, floor, scale, (r, err, trunc, h),
+                              kinks)
     return h, evaluations

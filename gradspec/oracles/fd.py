@@ -44,7 +44,10 @@ reasons are in ``gradspec.tolerances``):
   spoils every step above ~d) before the oracle refuses, with the reason;
 * a kink (one-sided slopes whose difference does not shrink with the step) or a jump (values
   whose difference does not) raises :class:`NonDifferentiable`: ``gs.check`` then skips every
-  estimate of that case (``Verdict.nondifferentiable``) instead of judging an average of slopes.
+  estimate of that case (``Verdict.nondifferentiable``) instead of judging an average of slopes --
+  except where only kinks were found and at some elements only: those elements' estimates get an
+  infinite error bound and are named (``FDResult.kinks``), and the other elements, whose lines
+  cross no kink, are compared (tryout7 #13g; ``Verdict.unjudged_elements``).
 """
 
 from __future__ import annotations
@@ -136,6 +139,8 @@ class FDResult:
     judged: dict | None = None
     # how float32 showed (the note's words): all values float32 numbers, or a staircase behind float64 arithmetic
     float32_why: str = "its values over a float64 stencil are all float32 numbers"
+    # input element ("x[0]") -> why its estimate is not compared: its line crosses a kink (_finer); error is inf there
+    kinks: dict = dataclasses.field(default_factory=dict)
 
 
 def _reach(batch, center):
@@ -375,6 +380,8 @@ def fd_gradient(case, *, check_reach: bool = True) -> FDResult:
         raise  # (a kink or jump the float64 steps found wins: a float32 staircase never passes for one)
     except OracleError as e:
         out = e
+    if getattr(out, "kinks", None):  # (kinks it found at some elements win too, as above)
+        return out
     # float32 hidden behind float64 arithmetic (no value is a float32 number): probed where a user op runs
     f32, why = _probes.hidden_float32(case, lambda: (p.s0, p.S0, p.vfloor, p.sigma), flat,
                                       (_s_env, (case, x64, leaves, p.seeds64))) if user else ("", "")
@@ -422,9 +429,12 @@ def _float64_gradient(case, leaves, x64, flat, h, plan, hl, p: _Pass, check_reac
         r, err, trunc = _combine_all(p.s, p.s0, p.S, p.S0, h, floor)
     if floor > p.vfloor:
         _noise_blocked(case, x64, leaves, flat, h, p, r, err, trunc)
-    h_final, more = _refine(case, x64, leaves, p, h, floor, (r, err, trunc))
+    kinks: dict = {}
+    h_final, more = _refine(case, x64, leaves, p, h, floor, (r, err, trunc), kinks)
     _probes.staircase(p, r, h, leaves, (_s_at, (case, x64, leaves, p.seeds64), flat))  # (h: the noise line's steps)
-    return _result(leaves, r, err, h_final, p.evaluations + more)
+    out = _result(leaves, r, err, h_final, p.evaluations + more)
+    out.kinks = kinks
+    return out
 
 
 def _noise_blocked(case, x64, leaves, flat, h, p: _Pass, r, err, trunc) -> None:
