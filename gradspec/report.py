@@ -48,6 +48,7 @@ from .report_views import _grads_view, _jacobian_view, _text_array, _tol_parts, 
 __all__ = [
     "write_run_report",
     "untested_ops",
+    "drawing_cut_lines",
     "write_discrepancy_report",
     "discrepancy_id",
     "atomic_write",
@@ -172,6 +173,7 @@ Only a failing check writes a report: the checks that passed are not listed here
 {% if s.get("last_run") %}<div class="card" id="last-run"><b class="bad">The previous run did not finish</b>: {{ s.last_run.message }}</div>{% endif %}
 {% if s.status == "inconclusive" %}<div class="card"><b class="bad">INCONCLUSIVE</b> (exit 3): {{ s.reason }}</div>{% endif %}
 {% if untested %}<div class="card" id="untested"><b class="bad">WARNING: {{ untested }}</b></div>{% endif %}
+{% if cuts %}<div class="card" id="drawing-cuts"><b>User ops cut while cases were drawn</b> (those draws took the node as planned, with placeholder values; a forward that hangs for good is a timeout finding of its case)<ul>{% for c in cuts %}<li>{{ c }}</li>{% endfor %}</ul></div>{% endif %}
 {% if s.errors %}<div class="card"><b>Problems during the run</b><ul>{% for e in s.errors %}<li>{{ e }}</li>{% endfor %}</ul></div>{% endif %}
 
 <h2>Discrepancies</h2>
@@ -287,6 +289,7 @@ def write_run_report(directory: str, summary: dict, discrepancies=None, title: s
         ops=ops,
         covered=sum(1 for o in ops if o["n"]),
         untested=untested_ops(s),
+        cuts=drawing_cut_lines(s.get("drawing_cuts") or []),
         version=__version__,
         now=time.strftime("%Y-%m-%d %H:%M:%S"),
     )
@@ -313,6 +316,29 @@ def _under_test(s: dict, oracles: dict) -> tuple[dict, set, str]:
     engines = {n for n in names if n not in builtin}  # an engine under test (fuzz --engine, verify_engine)
     return ({"how": "against engine", "name": target, "what": ""}, engines,
             "the engine's backward" if engines else "")
+
+
+def drawing_cut_lines(cuts: list) -> list[str]:
+    """One line per user op whose forward was cut while cases were drawn (``summary.json["drawing_cuts"]``,
+    review F6): the timeout, the input shapes, how many draws took a placeholder, whether it came back in time.
+
+    >>> drawing_cut_lines([{"op": "f", "shapes": [[3]], "seconds": 1.0, "draws_cut": 2, "cleared": False}])
+    ['user op f: forward slower than 1 s while drawing at shapes (3,); 2 draws cut']
+    """
+    by_op: dict = {}
+    for c in cuts:
+        by_op.setdefault(str(c.get("op")), []).append(c)
+    lines = []
+    for op, cs in sorted(by_op.items()):
+        shapes = "; ".join(", ".join(str(tuple(s)) for s in c.get("shapes") or []) or "()" for c in cs[:6])
+        shapes += f"; ... {len(cs) - 6} more" if len(cs) > 6 else ""
+        k = sum(int(c.get("draws_cut") or 0) for c in cs)
+        cleared = sum(bool(c.get("cleared")) for c in cs)
+        how = (" (it later returned in time at those shapes: a stall, not a hang)" if cleared == len(cs)
+               else f" (it later returned in time at {cleared} of those {len(cs)})" if cleared else "")
+        lines.append(f"user op {op}: forward slower than {max(c.get('seconds') or 0 for c in cs):g} s while drawing "
+                     f"at shapes {shapes}; {k} draw{'' if k == 1 else 's'} cut{how}")
+    return lines
 
 
 def untested_ops(s: dict) -> str:

@@ -9,6 +9,8 @@ shapes by calling it (``gradspec.verify.fn_shapes``).  These hang there:
   small probes pass and the hang comes later (in a case, or a larger probe);
 * ``forward_hangs_stubborn``: a user op whose forward never returns and swallows every exception, the
   alarm's and Ctrl-C's too (only a kill stops it);
+* ``forward_slow_once``: a user op whose forward hangs on its first call only (a one-off stall: a JIT
+  compile, a page-in, a loaded machine), then returns at once (review F6); ``SLOW["calls"] = 0`` re-arms it;
 * ``ForwardHangs``: a torch Function whose forward never returns.
 """
 
@@ -39,12 +41,23 @@ def _stubborn_forward(x):
             pass
 
 
+SLOW = {"calls": 0}
+
+
+def _slow_once_forward(x):
+    SLOW["calls"] += 1
+    if SLOW["calls"] == 1:
+        time.sleep(1e9)  # (cut by the per-case timeout's alarm)
+    return np.sin(x)
+
+
 def _vjp(g, x, out):
     return (g * np.cos(x),)
 
 
 forward_hangs = gs.Op("my_forward_hangs", forward=_sleep_forward, vjp=_vjp)
 forward_hangs_big = gs.Op("my_forward_hangs_big", forward=_big_forward, vjp=_vjp)
+forward_slow_once = gs.Op("my_forward_slow_once", forward=_slow_once_forward, vjp=_vjp)
 forward_hangs_stubborn = gs.Op("my_forward_hangs_stubborn", forward=_stubborn_forward, vjp=_vjp)
 
 try:

@@ -30,6 +30,7 @@ from ..guard import guarded_check, warm_up
 from ..oracles import Oracle
 from ..oracles.engine_oracle import EngineOracle
 from ..search import Driver, Finding, Stop
+from ..strategies import _bounded
 from ..strategies._groups import mean_sets
 from .inflight import Inflight
 from .prefetch import Prefetch
@@ -345,6 +346,7 @@ class _Campaign:
         from .. import strategies
 
         fh = _enable_faulthandler(self.cfg.state_dir)
+        cuts = _bounded.snapshot()  # (what this run's drawing cuts; the marks are per process)
         cfg = self.cfg
         signals = interrupts.graceful(self._on_signal)  # SIGTERM / SIGHUP as Ctrl-C: what ran is kept (chaos H2)
         signals.__enter__()
@@ -375,6 +377,7 @@ class _Campaign:
                 self.stats.interrupted = True
                 self.stats.stop_reason = "interrupted"
             self._record_counts()
+            self.stats.drawing_cuts = _bounded.cuts_since(cuts)
             self.stats.seconds = time.time() - self.t0
             self.stats.processes = [{"shard": self.shard, "pid": os.getpid(), "cases": self.stats.cases,
                                      "seconds": round(self.stats.seconds, 3)}]

@@ -1,0 +1,94 @@
+"""A user op's forward cut while a case is drawn (review F6): marked per (op, input shapes), cleared by a later
+call that returns in time, and said in the fuzz summary -- never a silent, process-long degradation.
+
+While Hypothesis draws a case, gradspec runs each user op's forward (the shape probe, the value repair) bounded
+by the per-case timeout (``gradspec.strategies._bounded``).  One slow call (a one-off stall) used to mark the whole
+op hung for the rest of the process: every later drawing call of the op was skipped, and nobody was told.
+A forward that hangs for good still reaches the case's own timed check, a ``timeout`` finding (tests/test_hangs.py).
+
+No test here times anything: the slow call sleeps until the alarm cuts it, every other call returns at once
+(microseconds against a 1 s bound).
+"""
+
+from __future__ import annotations
+
+import signal
+
+import numpy as np
+import pytest
+
+from gradspec._private.case_budget import case_timeout
+from gradspec.strategies import _bounded
+from tests import _hangs_forward as H
+
+pytestmark = pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="per-case timeouts need signal.setitimer")
+
+OP = "my_forward_slow_once"
+
+
+def _call(shape):
+    return _bounded.forward(H.forward_slow_once, [np.full(shape, 0.5)], {}, "a test's draw")
+
+
+def test_a_cut_marks_the_shapes_not_the_op_and_a_later_return_in_time_clears_it():
+    H.SLOW["calls"] = 0
+    since = _bounded.snapshot()
+    with case_timeout(1.0):
+        assert _call((3,)) is None  # the one slow call: cut
+        assert _call((2,)) is not None  # other shapes: the op is not marked as a whole (it was, for the process)
+        again = [_call((3,)) for _ in range(3)]
+    # the cut shapes are skipped once, then tried again: the call returns in time and clears the mark
+    assert again[0] is None and again[1] is not None and again[2] is not None, again
+    cuts = _bounded.cuts_since(since)
+    assert [(c["op"], c["shapes"], c["draws_cut"], c["cleared"]) for c in cuts] == [(OP, [[3]], 2, True)], cuts
+    assert cuts[0]["seconds"] == 1.0
+
+
+def test_a_fuzz_run_lists_its_drawing_cuts_in_summary_json_the_index_and_the_terminal(tmp_path, capsys):
+    from gradspec import fuzz, report
+    from gradspec._cli_finish import _print_summary
+
+    H.SLOW["calls"] = 0
+    cfg = fuzz.Config(ops=["tests._hangs_forward:forward_slow_once"], oracles=["reference", "jacobian"],
+                      case_timeout=1.0, max_examples=12, seed=1, report_dir=str(tmp_path), replay_saved=False)
+    stats = fuzz.run_campaign(cfg)
+    s = fuzz.summary_json(cfg, stats, ops=[OP])
+    cuts = s["drawing_cuts"]
+    assert [c["op"] for c in cuts] == [OP] and cuts[0]["draws_cut"] >= 1 and cuts[0]["seconds"] == 1.0, cuts
+    assert s["status"] == "agree" and s["ops"][OP] == s["cases"] > 0, s  # the op itself is right
+    with case_timeout(1.0):  # after the run: the op is called while drawing again (it was skipped for good)
+        assert _call(tuple(cuts[0]["shapes"][0])) is not None
+    words = f"user op {OP}: forward slower than 1 s while drawing at shapes"
+    index = report.write_run_report(str(tmp_path), s)
+    assert words in open(index).read()
+    capsys.readouterr()
+    _print_summary(cfg, s, index, [OP])
+    out = capsys.readouterr().out
+    assert words in out and "draws cut" in out, out
+
+
+def test_an_op_cut_at_two_shapes_in_a_row_waits_at_every_shapes_until_it_returns_in_time():
+    # a forward that never returns cost one timeout per shape drawn (tests/test_hangs.py's fuzz run: 27 s -> 46 s)
+    import gradspec as gs
+
+    state = {"hang": True, "calls": 0}
+
+    def forward(x):
+        state["calls"] += 1
+        while state["hang"]:
+            import time
+            time.sleep(1e9)
+        return np.sin(x)
+
+    op = gs.Op("my_forward_hangs_counted", forward=forward, vjp=lambda g, x, out: (g * np.cos(x),))
+    since = _bounded.snapshot()
+    with case_timeout(1.0):
+        def call(shape):
+            return _bounded.forward(op, [np.ones(shape)], {}, "a test's draw")
+
+        assert call((3,)) is None and call((2,)) is None and state["calls"] == 2
+        assert call((4,)) is None and state["calls"] == 2  # a third shapes: not called
+        state["hang"] = False
+        assert call((5,)) is not None and state["calls"] == 3  # (the op-wide wait was one call)
+        assert call((4,)) is not None and call((6,)) is not None  # returned in time: no op-wide wait
+    assert [(c["shapes"], c["draws_cut"]) for c in _bounded.cuts_since(since)] == [([[2]], 1), ([[3]], 1), ([[4]], 1)]
