@@ -158,3 +158,45 @@ def test_the_progress_line_does_not_promise_the_end_when_the_cases_are_done():
     first, second = out.getvalue().splitlines()
     assert "s more for max_examples" not in first and "shrinking" in first, first
     assert "s more for the 200 cases left" in second and "shrinking" in second, second
+
+
+def _downstream_raise_case():
+    # x1 (1, 1) summed over dim 0 -> a (1,), broadcast against x0 (3, 2) by add: the engine's unbroadcast hands a
+    # a (2,) gradient (the shape bug above), and sum's backward then cannot broadcast (2,) to x1's (1, 1): raises
+    return gs.Case.build({"x1": np.full((1, 1), 0.5), "x0": np.ones((3, 2))},
+                         [("a", "sum", ["x1"], {"dim": 0}), ("b", "add", ["a", "x0"], {}), ("y", "sum", ["b"], {})],
+                         ["y"], [np.array(1.0)])
+
+
+def test_a_downstream_raise_from_a_wrongly_shaped_gradient_names_the_shape_bug():
+    # review F7: the raise was 'not-localised' (every node right on its own), then 'error-type' from the engine
+    # diagnosis ("backward raised where torch does not"): a separate report for the shape finding's bug
+    from gradspec.rules import explain_engine_finding
+    from tests import _planted_engines as PE
+
+    v = gs.check(_downstream_raise_case(), [gs.oracles.get("reference"), EngineOracle(PE.broadcast_left(), name="mini")])
+    d = next(x for x in v.discrepancies if x.kind == "raised")
+    explain_engine_finding(PE.broadcast_left(), d)  # (what gradspec fuzz --engine does next)
+    c = d.cause
+    assert c.id == "shared-broadcast-reduction" or (c.id == "wrong-vjp" and c.pattern == "broadcast-reduction"), \
+        (c.id, c.summary)
+
+
+def test_a_raise_with_a_shape_findings_cause_is_listed_under_the_shape_report():
+    # review F7: merged the way a raise is merged under a §5 rule report; a witness oracle's raise keeps its report
+    from gradspec.fuzz.state import supersede
+
+    cause = {"id": "shared-broadcast-reduction"}
+    shape = {"id": "d-1", "kind": "shape", "oracles": ["reference", "mini"], "ops": ["add"], "cause": cause}
+    raised = {"id": "d-2", "kind": "raised", "oracles": ["mini", "reference"], "ops": ["add", "sum"], "cause": cause}
+    witness = {"id": "d-3", "kind": "raised", "oracles": ["torch-cpu", "reference"], "ops": ["add", "sum"],
+               "cause": cause}
+    node = {"id": "wrong-vjp", "op": "add", "pattern": "broadcast-reduction"}
+    shape_vjp = {"id": "d-4", "kind": "shape", "oracles": ["reference", "mini"], "ops": ["add"], "cause": node}
+    raised_vjp = {"id": "d-5", "kind": "raised", "oracles": ["mini", "reference"], "ops": ["add", "sum"],
+                  "cause": node}
+    other = {"id": "d-6", "kind": "raised", "oracles": ["mini", "reference"], "ops": ["exp"],
+             "cause": {"id": "wrong-vjp", "op": "exp", "pattern": "other"}}
+    active, gone = supersede({r["id"]: r for r in (shape, raised, witness, shape_vjp, raised_vjp, other)})
+    assert [r["id"] for r in active] == ["d-1", "d-3", "d-4", "d-6"], active
+    assert [(r["id"], r["superseded_by"]) for r in gone] == [("d-2", "d-1"), ("d-5", "d-4")]

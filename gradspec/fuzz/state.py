@@ -268,18 +268,38 @@ def _same_engine(rule_rec: dict, rec: dict) -> bool:
     return bool(engines) and engines <= set(rec.get("oracles") or [])
 
 
+def _shape_key(rec: dict) -> tuple | None:
+    """A report's cause as a wrongly shaped gradient (a broadcast reduction: the engine's shared helper, or one
+    op's), keyed by id and op; None for any other cause."""
+    c = rec.get("cause") or {}
+    if c.get("id") == "shared-broadcast-reduction" or c.get("pattern") == "broadcast-reduction":
+        return (c.get("id"), c.get("op"))
+    return None
+
+
+def _under_shape(r: dict, by_shape: dict) -> dict | None:
+    """The shape report a raise is listed under (review F7): a gradient of the wrong shape, passed on, made a later
+    backward raise.  Only the side that returned the wrong shape (a witness oracle's raise is a bug of its own)."""
+    key = _shape_key(r) if r.get("kind") == "raised" else None
+    by = by_shape.get(key) if key is not None else None
+    return by if by is not None and (r.get("oracles") or [None])[0] in (by.get("oracles") or []) else None
+
+
 def supersede(found: dict) -> tuple[list, list]:
     """Split report records into (distinct, superseded).
 
     A report is superseded when another one of the same kind and oracle pair was found on a case
     with strictly fewer ops (say ``exp`` alone against ``add, exp``): the smaller case shows the
-    same disagreement, so the bigger one is listed apart and not counted again; and a value report
-    whose engine-level cause a §5 rule report names is listed under that rule report.
+    same disagreement, so the bigger one is listed apart and not counted again; a value report
+    whose engine-level cause a §5 rule report names is listed under that rule report; and a raise whose
+    cause is a shape report's (a wrongly shaped gradient passed on) is listed under that shape report.
     """
     recs = sorted(found.values(), key=lambda r: r["id"])
     # An engine-level cause (CONTRACT §8) found on value cases and by a §5 rule search is one bug: the
     # rule's report (the exact calls) stands for it, the value report is listed under it.
     rule_by_cause = {_cause_key(r): r for r in recs if r.get("rule")}
+    # A wrongly shaped gradient and the raise it causes downstream are one bug too: the shape report stands for it.
+    by_shape = {_shape_key(r): r for r in recs if r.get("kind") == "shape" and _shape_key(r) is not None}
     active, gone = [], []
     for r in recs:
         key = (r.get("kind"), tuple(sorted(r.get("oracles") or [])))
@@ -293,6 +313,7 @@ def supersede(found: dict) -> tuple[list, list]:
         by = None if r.get("rule") or not merges or cause not in _RULE_CAUSES else rule_by_cause.get(_cause_key(r))
         if by is not None and not _same_engine(by, r):  # a witness oracle's crash is not the engine's bug
             by = None
+        by = by or _under_shape(r, by_shape)
         by = by or next((o for o in recs if o is not r and (o.get("kind"), tuple(sorted(o.get("oracles") or []))) == key
                          and set(o.get("ops") or []) < ops and r.get("kind") not in ("crash",)), None)
         if by is None:

@@ -656,6 +656,9 @@ def explain_engine_finding(engine, d, timeout: float | None = None) -> None:
         return
     if d.kind in ("timeout", "crash"):
         return
+    c = getattr(d, "cause", None)
+    if d.kind == "raised" and c is not None and (c.id == "shared-broadcast-reduction" or c.pattern == "broadcast-reduction"):
+        return  # a wrongly shaped gradient made a later backward raise (review F7): that is what the raise says
     cause = diagnose_case(engine, d.case, timeout)
     if cause is not None:
         d.cause = cause
