@@ -12,7 +12,8 @@ seed, ``implicit-0d-only`` refuses the implicit seed unless the output is 0-d, `
 the backward by a depth-first pre-order (tryout4's diamond engine: a node used twice passes its gradient
 on before every use has added to it; ``dfs-preorder-leaves``: leaves are in that order too, so a leaf's
 later uses are lost, as in tryout4's myengine.DiamondOrder), ``broadcast-mean`` reduces every broadcast gradient over the leading
-axes with a mean (tryout4's BadBroadcast: one shared helper, every op), ``tanh-raises-0d`` has a tanh
+axes with a mean (tryout4's BadBroadcast: one shared helper, every op; ``add-broadcast-mean``: add's alone, one
+op's bug), ``tanh-raises-0d`` has a tanh
 backward that raises numpy's AxisError on a 0-d input (tryout4's matmul raising for 1-D @ 1-D),
 ``grad-on-constant`` also writes ``.grad`` into leaves created with ``requires_grad=False`` (tryout8's minigrad:
 torch leaves them None), ``retain-ignored`` frees the graph after every backward, whatever retain_graph
@@ -134,7 +135,8 @@ class Mini:
         if params:
             raise TypeError(f"mini: {op} does not take {sorted(params)}")
         out = np.asarray(out, dtype=self.dtype)
-        un = _unbroadcast_mean if "broadcast-mean" in self.bugs else (
+        mean = "broadcast-mean" in self.bugs or (op == "add" and "add-broadcast-mean" in self.bugs)
+        un = _unbroadcast_mean if mean else (
             _unbroadcast_left if "broadcast-left" in self.bugs else _unbroadcast)
         # grad-on-constant: a constant leaf is an input of the backward too (its gradient is stored)
         wrong = "grad-on-constant" in self.bugs and any(a.requires_grad for a in args)
@@ -293,6 +295,10 @@ def dfs_preorder():
 
 def broadcast_mean():
     return Mini("broadcast-mean")
+
+
+def add_broadcast_mean():
+    return Mini("add-broadcast-mean")
 
 
 def tanh_raises_0d():
