@@ -26,6 +26,7 @@ from . import engine as _engine
 from . import oracles as _oracles
 from . import outcome as _outcome
 from . import tolerances as _tol
+from ._check_claim import claim_scale as _claim_scale
 from ._check_noise import Unmeasured, rounding_noise  # (measured on a failing comparison; report_views imports it from here)
 from ._check_precision import case_dtype as _case_dtype  # noqa: F401 - (tests read it here)
 from ._check_precision import leaf_precisions as _leaf_precisions
@@ -505,14 +506,21 @@ def _compare_group(case, leaves, names, pairs, results, kinds, dtype, m, M, fd_e
     of ``leaves``) or ``M``: the same by leaf name."""
     noise = None
     opaque = _tol.opaque_claim(claim) if dtype == "float64" and _outcome.has_user_ops(case) else claim
+    through = None  # the claim's own scale: |path terms| through the code under test (_check_claim), once
     for attempt in range(2):
         # The rounding-noise floor only ever loosens a tolerance, and measuring it costs three
         # more backward passes: measure it only when a comparison fails without it (the same for
-        # the allowance of code gradspec cannot see inside, tolerances.OPAQUE_RTOL).
+        # the allowance of code gradspec cannot see inside, tolerances.OPAQUE_RTOL, and for the
+        # claim's path scale, a backward pass over absolute values).
         comps, founds = [], []
         claim_now = opaque if attempt else claim
         fast = _fast_pairs(case, leaves, names, results, kinds, dtype, m if M is None else M, fd_errs, noise, gated,
-                           claim_now)
+                           claim_now, through)
+        if claim_now is not None and through is None and not all(p in fast for p in pairs):
+            through = _claim_scale(case) or {}
+            if through:
+                fast = _fast_pairs(case, leaves, names, results, kinds, dtype, m if M is None else M, fd_errs, noise,
+                                   gated, claim_now, through)
         if all(p in fast for p in pairs):  # every pair agrees (the common case: the loop below, without its steps)
             return [Comparison(p, True, fast[p]) for p in pairs], []
         for a, b in pairs:
@@ -523,7 +531,7 @@ def _compare_group(case, leaves, names, pairs, results, kinds, dtype, m, M, fd_e
             if M is None and m is not None:
                 M = _per_leaf(m, leaves)
             comp, found = _compare(case, a, b, results[a], results[b], kinds, tol, M, fd_errs, noise, gated,
-                                   _pair_claim(claim_now, kinds, a, b))
+                                   _pair_claim(claim_now, kinds, a, b), through or None)
             comps.append(comp)
             founds.extend(found)
         if not any(d.kind == "value" for d in founds) or attempt or not retry:
@@ -616,6 +624,7 @@ def _compare_directional(case, fd, results, kinds, dtype, comparisons, discrepan
     except Exception as e:
         skipped[fd.name] = f"finite differences (directional): {type(e).__name__}: {e}"
         return
+    through = None
     for name, res in results.items():
         tol = _tol.lookup(dtype, "fd", kinds[name].kind)
         dot = np.zeros(k)
@@ -628,6 +637,11 @@ def _compare_directional(case, fd, results, kinds, dtype, comparisons, discrepan
         allowed = tol.rtol * np.maximum(mag, np.abs(dot)) + tol.fd_factor * err
         if _pair_claim(claim, kinds, fd.name, name):
             allowed = np.maximum(allowed, _tol.claimed_allowance(*claim, np.maximum(mag, np.abs(dot))))
+            if np.any(np.abs(dot - est) > allowed):  # the claim's own scale, |path terms| through the code under test
+                through = (_claim_scale(case) or {}) if through is None else through
+                for l in leaves if through else ():
+                    allowed = np.maximum(allowed, _tol.claimed_allowance(*claim, np.abs(
+                        dirs[l.name].reshape(k, -1)) @ np.ravel(through[l.name])))
         ratio = np.abs(dot - est) / np.where(allowed > 0, allowed, np.inf)
         r = float(np.max(ratio, initial=0.0))
         pair = (fd.name, name)
@@ -640,7 +654,7 @@ def _compare_directional(case, fd, results, kinds, dtype, comparisons, discrepan
                     pair,
                     f"{fd.name} (directional) vs {name}: direction {j} of {k}: <u, grad> = {float(dot[j])!r} vs finite "
                     f"differences {float(est[j])!r} (abs err {abs(dot[j] - est[j]):.3g}, tolerance {allowed[j]:.3g}) "
-                    f"— tolerance: {tol.describe()}{_tol.describe_claim(_pair_claim(claim, kinds, fd.name, name))}",
+                    f"— tolerance: {tol.describe()}{_tol.describe_claim(_pair_claim(claim, kinds, fd.name, name), through)}",
                     case,
                     None,
                     (j,),
@@ -648,7 +662,7 @@ def _compare_directional(case, fd, results, kinds, dtype, comparisons, discrepan
                     float(abs(dot[j] - est[j])),
                     float(abs(dot[j] - est[j]) / max(abs(dot[j]), 1e-300)),
                     float(allowed[j]),
-                    tol.describe() + _tol.describe_claim(_pair_claim(claim, kinds, fd.name, name)),
+                    tol.describe() + _tol.describe_claim(_pair_claim(claim, kinds, fd.name, name), through),
                 )
             )
 
@@ -671,7 +685,8 @@ def _fd_jvp(case) -> bool:
     return any(getattr(spec, "jvp_source", "declared") != "declared" for spec in specs)
 
 
-def _compare(case, a, b, ra, rb, kinds, tol, M, fd_errs, noise=None, gated=frozenset(), claim=None):
+def _compare(case, a, b, ra, rb, kinds, tol, M, fd_errs, noise=None, gated=frozenset(), claim=None, through=None):
+    """Pair (a, b) leaf by leaf, explaining what differs; ``through``: per leaf, the claim's path scale or None."""
     found = []
     worst_ratio = 0.0
     both_none_aware = kinds[a].reports_none and kinds[b].reports_none
@@ -727,7 +742,7 @@ def _compare(case, a, b, ra, rb, kinds, tol, M, fd_errs, noise=None, gated=froze
                 tol.rtol, np.maximum(np.abs(fa), leaf_scale), np.abs(fb),
                 None if M is None else np.where(np.isfinite(M[leaf.name]), M[leaf.name], 0.0),
                 None if noise is None else noise.get(leaf.name), fd_allowed, claim,
-                tol.floor,
+                tol.floor, None if through is None else np.where(np.isfinite(through[leaf.name]), through[leaf.name], 0.0),
             )
             # An exactly-zero allowance only happens when both sides are exactly 0 everywhere.
             ratio = np.where(fin, err / np.where(allowed > 0, allowed, np.inf), 0.0)
@@ -746,7 +761,7 @@ def _compare(case, a, b, ra, rb, kinds, tol, M, fd_errs, noise=None, gated=froze
                     (a, b),
                     f"{a} vs {b}: leaf {leaf.name!r}[{_ix(idx)}]: {float(fa[idx])!r} vs {float(fb[idx])!r} "
                     f"(abs err {e:.3g}, rel err {rel:.3g}, tolerance {float(allowed[idx]):.3g}; "
-                    f"{nbad} of {fa.size} elements outside) — tolerance: {tol.describe()}{_tol.describe_claim(claim)}",
+                    f"{nbad} of {fa.size} elements outside) — tolerance: {tol.describe()}{_tol.describe_claim(claim, through)}",
                     case,
                     leaf.name,
                     idx,
@@ -754,7 +769,7 @@ def _compare(case, a, b, ra, rb, kinds, tol, M, fd_errs, noise=None, gated=froze
                     e,
                     rel,
                     float(allowed[idx]),
-                    tol.describe() + _tol.describe_claim(claim),
+                    tol.describe() + _tol.describe_claim(claim, through),
                 )
             )
     return Comparison((a, b), not found, worst_ratio), found

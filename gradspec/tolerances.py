@@ -277,12 +277,15 @@ def opaque_claim(claim):
     return c
 
 
-def describe_claim(claim) -> str:
+def describe_claim(claim, through=None) -> str:
+    """The words for a claim's allowance; ``through``: the sum of |path terms| through the code under test was
+    part of its scale (``gradspec._check_claim``)."""
     if not claim:
         return ""
+    scale = "max(the same scale, sum of |path terms| through the code under test)" if through else "the same scale"
     if isinstance(claim, _OpaqueClaim) and not (claim.user and claim.user[0] >= OPAQUE_RTOL):
         said = f" (it claims atol={claim.user[1]:.3g} + rtol={claim.user[0]:.3g})" if claim.user else ""
-        return (f"; the larger of that and rtol={claim[0]:.3g} x the same scale{' + atol=' + format(claim[1], '.3g') if claim[1] else ''}"
+        return (f"; the larger of that and rtol={claim[0]:.3g} x {scale}{' + atol=' + format(claim[1], '.3g') if claim[1] else ''}"
                 f" for code gradspec cannot see inside (a user op's rules, a torch Function's backward: OPAQUE_RTOL){said}")
     return (f"; the larger of that and the accuracy the code under test claims: atol={claim[1]:.3g} + "
-            f"rtol={claim[0]:.3g} x the same scale")
+            f"rtol={claim[0]:.3g} x {scale}")

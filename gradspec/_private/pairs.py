@@ -48,11 +48,12 @@ def _pair_tolerances(dtype: str, kinds: tuple, estimates: tuple) -> tuple[np.nda
     return rtol, fdf[..., None]
 
 
-def _allowed(rtol, scale_a, scale_b, m, noise, fd, claim=None, floor=_tol.SUBNORMAL_FLOOR):
+def _allowed(rtol, scale_a, scale_b, m, noise, fd, claim=None, floor=_tol.SUBNORMAL_FLOOR, through=None):
     """The tolerance model of ``gradspec.tolerances``, element-wise (shared by both comparison paths):
     ``rtol * max(scale_a, scale_b, m) + floor + NOISE_FACTOR * noise + fd``, or where the code under
     test claims an accuracy (``claim`` = (rtol, atol), arrays per pair or floats) the larger of that
-    and ``atol + rtol * the same scale``.
+    and ``atol + rtol * max(the same scale, through)``, ``through`` the sum of |path terms| through the
+    code under test (``gradspec._check_claim``; None: not computed).
 
     ``scale_*`` are each side's max(|g_j|, its leaf's max), ``m`` is ``|J|^T |seed|`` (or None), ``fd``
     the finite-difference allowance.  The absolute floor sits far below any meaningful gradient:
@@ -66,7 +67,8 @@ def _allowed(rtol, scale_a, scale_b, m, noise, fd, claim=None, floor=_tol.SUBNOR
         allowed = allowed + _tol.NOISE_FACTOR * noise
     allowed = allowed + fd
     if claim is not None:
-        allowed = np.maximum(allowed, _tol.claimed_allowance(claim[0], claim[1], scale))
+        on = scale if through is None else np.maximum(scale, through)
+        allowed = np.maximum(allowed, _tol.claimed_allowance(claim[0], claim[1], on))
     return allowed
 
 
@@ -116,7 +118,8 @@ def _flat_list(per_leaf: dict, layout) -> list:
     return out
 
 
-def _fast_pairs(case, leaves, names, results, kinds, dtype, M, fd_errs, noise, gated=frozenset(), claim=None) -> dict:
+def _fast_pairs(case, leaves, names, results, kinds, dtype, M, fd_errs, noise, gated=frozenset(), claim=None,
+                through=None) -> dict:
     """The common case for every pair at once: same None-ness, right shapes, all finite, agreeing.
 
     Each oracle's gradients are flattened once into one row of a (k, N) matrix, and all pairs
@@ -126,6 +129,7 @@ def _fast_pairs(case, leaves, names, results, kinds, dtype, M, fd_errs, noise, g
     through ``_compare``, which works leaf by leaf and explains what differs.  (On a small graph
     each numpy call costs about a microsecond, as much as the arithmetic: the steps below are
     arranged to make few of them, with the same floating-point operations as ``_allowed``.)
+    ``through``: per leaf, the sum of |path terms| through the code under test (the claim's own scale), or None.
     """
     k = len(names)
     if k < 2:
@@ -193,6 +197,8 @@ def _fast_pairs(case, leaves, names, results, kinds, dtype, M, fd_errs, noise, g
             allowed += fd
         if claim is not None:  # per pair: the claim, or 0 for pairs of two estimates
             on = np.array([[_pair_claim(claim, kinds, a, b) is not None] for a, b in pairs], dtype=np.float64)
+            if through is not None:
+                scale = np.maximum(scale, _flat(through, leaves))
             np.maximum(allowed, _tol.claimed_allowance(claim[0] * on, claim[1] * on, scale), out=allowed)
         if not np.isfinite(allowed).all():  # an infinite scale or error bound: let _compare sort it out
             return {}

@@ -1,0 +1,111 @@
+"""The scale of a claimed accuracy: per leaf element, the sum of the absolute values of the path terms that run
+through the code under test (a user op, a torch Function's backward).
+
+A claimed relative accuracy ``rtol`` (``verify_*(rtol=)``, ``gradspec fuzz --rtol``, ``case.meta["accuracy"]``)
+says the op's derivative may be off by ``rtol`` of its own size.  That error reaches a leaf along every path
+through the op, each path term ``g_out^T J_op J_in`` off by at most ``rtol`` x ``|g_out|^T |J_op| |J_in|``:
+the sum of those bounds is what a leaf's gradient may be off by.  It is not ``rtol`` x the leaf's gradient,
+which other paths may cancel (tryout9 #2: a one-step Newton ndtri accurate to 2.6e-5, declared at 1e-4, on
+a path term of 10.5 beside another path's -9.1: the leaf's 1.43 allowed 1.4e-4 for an error of 2.7e-4 that
+its claim allows up to 1.1e-3), nor ``|J|^T |seed|``, whose entries are already summed over the paths
+inside each root.
+
+:func:`claim_scale` computes it with a backward pass over absolute values, ``a_in += |J_node|^T a_out`` from
+``a_root = |seed|``, carrying beside ``a`` the part ``e`` of paths that went through a user op (``e_in +=
+|J_node|^T a_out`` at a user op's node, ``|J_node|^T e_out`` elsewhere); the leaves' ``e`` is the scale.
+``|J_node|`` is the node's local Jacobian, one vjp per output element (:data:`ROWS` at most per node);
+above that, ``|vjp(a_out)|`` stands in, exact for elementwise, broadcasting, reducing and indexing ops (a
+diagonal or non-negative Jacobian) and a lower bound otherwise: a smaller allowance, never a hidden bug.
+``gs.check`` computes it only where a claim is in force and a comparison failed without it.
+
+Example::
+
+    >>> import numpy as np, gradspec as gs
+    >>> from gradspec._check_claim import claim_scale
+    >>> op = gs.Op("doc_claim_exp", forward=np.exp, vjp=lambda g, x, out: (g * out,))
+    >>> case = gs.Case.build({"x": np.zeros(1)}, [("u", "doc_claim_exp", ["x"], {}), ("w", "exp", ["x"], {})],
+    ...                      ["u", "w"], [np.ones(1), -np.ones(1)])
+    >>> claim_scale(case)["x"]  # the path terms 1 and -1 cancel; through the op: 1
+    array([1.])
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import engine as _E
+from .oracles.reference import build_engine_graph
+
+__all__ = ["claim_scale", "ROWS"]
+
+# Output elements up to which a node's |J| is built row by row (one vjp each): the cases a fuzz run shrinks
+# to have a few dozen elements; a case of thousands pays only one vjp per node.
+ROWS = 64
+
+
+def claim_scale(case) -> dict | None:
+    """Per leaf (by name, an array of its shape): the sum of |path terms| through the code under test; None
+    where it cannot be computed (a forward or vjp that raises: the caller keeps its other scales)."""
+    try:
+        with np.errstate(all="ignore"):
+            env, _ = build_engine_graph(case)
+            with _E.no_grad():
+                return _backward_abs(case, env)
+    except Exception:  # noqa: BLE001 - the code under test may raise here as anywhere; the claim then has no path scale
+        return None
+
+
+def _backward_abs(case, env) -> dict:
+    specs = case._node_specs() or [case.spec(n.op) for n in case.nodes]
+    a = {name: np.zeros(np.shape(t.data)) for name, t in env.items()}
+    e = {name: np.zeros(np.shape(t.data)) for name, t in env.items()}
+    for r, s in zip(case.roots, case.seeds):
+        a[r] = a[r] + (1.0 if s is None else np.abs(np.asarray(s, dtype=np.float64)))
+    for n, spec in zip(reversed(case.nodes), reversed(specs)):
+        node = env[n.name].grad_fn
+        if node is None or not a[n.name].any():
+            continue
+        through = a[n.name] if getattr(spec, "user", False) else e[n.name]
+        for i, (ga, ge) in enumerate(_abs_vjp(node, a[n.name], through)):
+            if ga is not None:
+                name = n.inputs[i]
+                a[name] = a[name] + ga
+                e[name] = e[name] + ge
+    return {l.name: e[l.name] for l in case.leaves}
+
+
+def _abs_vjp(node, a: np.ndarray, e: np.ndarray) -> list:
+    """``(|J|^T a, |J|^T e)`` per input of ``node`` (None for an input with no gradient), ``a``, ``e`` >= 0."""
+    out = node.out.data
+    shapes = [np.shape(t.data) for t in node.inputs]
+    if out.size > ROWS:
+        ga, ge = _vjp(node, a.astype(out.dtype), shapes), _vjp(node, e.astype(out.dtype), shapes)
+        return [None if x is None else (x, y) for x, y in zip(ga, ge)]
+    acc: list = [None] * len(shapes)
+    flat_a, flat_e = a.ravel(), e.ravel()
+    for k in np.flatnonzero(flat_a):
+        basis = np.zeros(out.size, dtype=out.dtype)
+        basis[k] = 1
+        for i, row in enumerate(_vjp(node, basis.reshape(out.shape), shapes)):
+            if row is not None:
+                was = acc[i] or (0.0, 0.0)
+                acc[i] = (was[0] + flat_a[k] * row, was[1] + flat_e[k] * row)
+    return acc
+
+
+def _vjp(node, g: np.ndarray, shapes: list) -> list:
+    """``|vjp(g)|`` per input, each summed down to its input's shape (a broadcast gradient, as the engine does
+    after the rule) in float64; None for an input the rule gives no gradient."""
+    grads = _E._call_vjp(node, _E.Tensor(g), False)
+    out = []
+    for gi, shape in zip(grads, shapes):
+        if gi is None:
+            out.append(None)
+            continue
+        x = np.abs(np.asarray(gi.data if isinstance(gi, _E.Tensor) else gi, dtype=np.float64))
+        if x.shape != shape:
+            lead = x.ndim - len(shape)
+            dims = tuple(range(lead)) + tuple(lead + d for d, s in enumerate(shape) if s == 1 and x.shape[lead + d] != 1)
+            x = x.sum(axis=dims, keepdims=True).reshape(shape) if dims or lead else x.reshape(shape)
+        out.append(x)
+    return out
