@@ -88,12 +88,16 @@ def fix_direction(cause) -> str:
         f = float(cause.factor)
         inv = 1 / f
         return (f"multiply the rule by 1/{f:.6g} = {inv:.6g} (find where the factor {f:.6g} comes from)"
-                if abs(f - 1) >= 1e-3 else f"find the small relative error ({f - 1:+.2g}) in the formula"
-                + ("; or, if the code iterates to a tolerance, declare its accuracy (the rtol= above) or tighten that "
-                   "tolerance" if "declare the accuracy it reaches" in cause.summary else ""))
+                if abs(f - 1) >= 1e-3 else f"find the small relative error ({f - 1:+.2g}) in the formula" + _iterating(cause))
     if cause.id == "wrong-vjp":
-        return _FIX_PATTERN.get(cause.pattern or "other", _FIX_PATTERN["other"])
+        return _FIX_PATTERN.get(cause.pattern or "other", _FIX_PATTERN["other"]) + _iterating(cause)
     return _FIX_ID.get(cause.id, "")
+
+
+def _iterating(cause) -> str:
+    """The fix for user code that may iterate, where the cause's words say so (vjp_patterns._iterated)."""
+    return ("; or, if the code iterates to a tolerance, declare its accuracy (the rtol= above) or tighten that "
+            "tolerance" if "declare the accuracy it reaches" in cause.summary else "")
 
 
 def run_title(info: dict | None, d=None) -> str:

@@ -47,6 +47,9 @@ _FLOAT32_ROUNDING = 4 * float(np.finfo(np.float32).eps)
 # inside leaves at least ~eps32/2 relative on most elements; 1.5e-9 is a solver's stopping tolerance (an implicit
 # derivative of an iterative forward), not float32 (a new user's fixed-point solve was told "float32 inside").
 _FLOAT32_LOW = float(np.finfo(np.float32).eps) / 16
+# A relative error below this in user code may be an iteration's stopping tolerance (a solver, a fixed point), the
+# words of _iterated; above it, a formula error (a missing term is rarely this small).
+_SMALL = 1e-3
 
 
 def _tiny_relative(rel: float) -> str:
@@ -155,7 +158,7 @@ def _classify(mini, node, spec, leaves, u: dict, t: dict, J, g) -> tuple[str, fl
     if c is not None and c != 1 and c != 0 and explains(uu, c * tt, tt):
         name = name_factor(c, dims(mini, node))
         c = snap(c, dims(mini, node)) if name else c
-        small = abs(c - 1) < 1e-3
+        small = abs(c - 1) < _SMALL
         if small and abs(c - 1) <= _FLOAT32_ROUNDING:
             # A relative error the size of float32's rounding is what a float32 computation inside float64 code
             # leaves (a .float() in a backward), not a factor in a formula.
@@ -185,7 +188,11 @@ def _classify(mini, node, spec, leaves, u: dict, t: dict, J, g) -> tuple[str, fl
     known = _symmetrised(leaves, u, t) or _masked(uu, tt)
     if known is not None:
         return "other", None, known
-    return "other", None, f"it differs from J^T·g on {int(bad.sum())} of {uu.size} elements, with no simple pattern"
+    # (user code that may iterate: a relative error this small is what a stopping tolerance leaves on the elements
+    # where it converged slowest, tryout9 #11; the same words as a small factor's)
+    iterated = _iterated(rel) if rel < _SMALL and getattr(spec, "user", False) else ""
+    return "other", None, (f"it differs from J^T·g on {int(bad.sum())} of {uu.size} elements, with no simple pattern"
+                           + (f" (by a relative {rel:.2g} at most: an error in the formula there{iterated})" if iterated else ""))
 
 
 def _symmetrised(leaves, u: dict, t: dict) -> str | None:
