@@ -208,7 +208,7 @@ def _propagate_planned(case, p, jp, vals: list, blocks, k: int) -> list:
     base = p.nleaves
     for j, spec, ins, use in jp.steps:
         tangents[base + j] = _jvp_step(nodes[j], spec, [tangents[i] if u else None for i, u in zip(ins, use)],
-                                       [vals[i] for i in ins], vals[base + j], k)
+                                       vals, ins, vals[base + j], k)
     return tangents
 
 
@@ -271,20 +271,22 @@ def _propagate(case, values, tangents: dict, k: int) -> dict:
         diff = spec.differentiable
         if diff is not None:  # (spec.input_differentiable, inlined)
             ins = [t if diff[j] else None for j, t in enumerate(ins)]
-        tangents[node.name] = _jvp_step(node, spec, ins, [values[i] for i in names], values[node.name], k)
+        tangents[node.name] = _jvp_step(node, spec, ins, values, names, values[node.name], k)
     return tangents
 
 
-def _jvp_step(node, spec, ins: list, inputs: list, value, k: int) -> np.ndarray:
+def _jvp_step(node, spec, ins: list, values, at, value, k: int) -> np.ndarray:
     """One node's tangent (``k`` directions): its JVP rule on the input tangents ``ins`` (None where none flows
-    or the input is not differentiable), at the node's input values ``inputs`` and its output ``value``
-    (both paths of ``jacobian``, the general one by names and the planned one by positions)."""
+    or the input is not differentiable), at its inputs ``values[i] for i in at`` and its output ``value``.  Both
+    paths of ``jacobian`` take this step: the general one by names (``values`` a dict), the planned one by
+    positions (a list)."""
     if spec.jvp is None:
         raise OracleError(f"jacobian: op {node.op!r} declares no JVP rule")
     # Tangents are carried in float64 whatever the case dtype: J is a reference value.
     f64 = np.float64
     prim = []
-    for v in inputs:
+    for i in at:
+        v = values[i]
         # (np.asarray of a float64 array is the array itself: skipped)
         prim.append(v if v.dtype.kind != "f" or v.dtype is _F64 and type(v) is np.ndarray else np.asarray(v, dtype=f64))
     out = value if value.dtype is _F64 and type(value) is np.ndarray else np.asarray(value, dtype=f64)
