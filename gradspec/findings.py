@@ -38,7 +38,7 @@ import numpy as np
 
 from .case import Case, Leaf, NodeDef
 
-__all__ = ["covered", "covers", "features", "search_signature", "prune_dead", "cut_at", "isolate", "localise",
+__all__ = ["covered", "covers", "named_culprit", "features", "search_signature", "prune_dead", "cut_at", "isolate", "localise",
            "Localised",
            "SEVERAL_ROOTS", "REPEATED_INPUT"]
 
@@ -83,6 +83,17 @@ def culprit_oracle(d, found: list) -> str:
             for o in x.oracles:
                 count[o] = count.get(o, 0) + 1
     return max(d.oracles, key=lambda o: count.get(o, 0))
+
+
+def named_culprit(d) -> str | None:
+    """``d``'s culprit once diagnosed: the op of the node its cause blames where localisation found no single-root
+    cut that fails (:data:`SEVERAL_ROOTS`) -- the diagnosis checked that node's rule alone at its real inputs and
+    upstream gradient, a finer localisation than the cuts (tryout9 #2: the summary said "culprit <several roots>"
+    while the cause blamed node v4 = ndtri_loose).  Otherwise ``d.culprit`` as it is."""
+    c = d.cause
+    if d.culprit == SEVERAL_ROOTS and c is not None and c.op and not c.is_engine_level:
+        return c.op
+    return d.culprit
 
 
 def covers(d, found: list) -> list[tuple]:

@@ -42,7 +42,7 @@ from ._private.seeds import resolve_seed as _resolve_seed  # noqa: F401 - verify
 from .case import Case
 from .causes import Cause
 from .diagnose import deferred, diagnosis_timeouts, explain
-from .findings import Localised, covered, covers, localise, search_signature
+from .findings import Localised, covered, covers, localise, named_culprit, search_signature
 from .result import Result, VerifyInterrupted
 from .strategies import CaseGroup
 
@@ -336,6 +336,7 @@ class Driver:
             d.cause = Cause("not-localised", "not diagnosed: the time budget ran out before this finding could be "
                             "localised (replay its case for the diagnosis)", evidence=d.message)
         explain(d)  # CONTRACT §8, once per kept finding, on the localised case
+        d.culprit = named_culprit(d)  # (the summary's culprit is the op the cause blames, when it blames one)
         if self.explain is not None and not late:
             self.explain(d)
         exhausted = getattr(self, "_shrink_exhausted", False) or loc.exhausted

@@ -84,3 +84,19 @@ def test_a_small_error_on_some_elements_names_the_iteration_and_rtol():
     for c in causes:
         text = c.summary + " " + fix_direction(c)
         assert "rtol=1e-04" in text and "iterat" in text and "declare its accuracy" in fix_direction(c), text
+
+
+def test_the_culprit_is_the_op_the_cause_blames_when_no_single_root_cut_failed():
+    """tryout9 #2: the fuzz summary said "culprit <several roots>" while the cause blamed node v4 = ndtri_loose."""
+    from gradspec.causes import Cause
+    from gradspec.check import Discrepancy
+    from gradspec.findings import SEVERAL_ROOTS, named_culprit
+
+    d = Discrepancy("value", ("reference", "finite-differences"), "m", culprit=SEVERAL_ROOTS,
+                    cause=Cause("wrong-vjp", "node v4 = ndtri_loose(x2): ...", node="v4", op="ndtri_loose"))
+    assert named_culprit(d) == "ndtri_loose"
+    d.cause = Cause("seed-ignored", "the engine ...")  # an engine-level cause names no op: the label stays
+    assert named_culprit(d) == SEVERAL_ROOTS
+    d.culprit = "exp"  # a cut that failed named its op: kept
+    d.cause = Cause("wrong-vjp", "node v1 = exp(x): ...", node="v1", op="exp")
+    assert named_culprit(d) == "exp"
