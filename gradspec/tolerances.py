@@ -197,9 +197,11 @@ def claimed_allowance(rtol, atol, scale):
 
     A comparison allows the larger of this and gradspec's own tolerance (CONTRACT §3), only for
     pairs in which a side runs the code under test (``gradspec.check``).  ``scale`` is the same
-    per-element scale as gradspec's own rtol, max(|a|, |b|, sum of |path terms|, leaf max): a
-    claimed relative accuracy of the op's result carries through the chain rule, each path's
-    contribution being off by at most rtol of its own size, so the sum of |path terms| bounds it.
+    per-element scale as gradspec's own rtol, max(|a|, |b|, |J|^T |seed|, leaf max), and where a
+    comparison fails without it, the sum of |path terms| through the code under test
+    (``gradspec._check_claim``): a claimed relative accuracy of the op's derivative carries through
+    the chain rule, each path through the op off by at most rtol of its own size, whatever other
+    paths add (|J|^T |seed| alone sums J's entries, already summed over the paths inside each root).
     """
     return atol + rtol * scale
 
