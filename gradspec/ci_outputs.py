@@ -213,7 +213,7 @@ def summary_markdown(s: dict, report_dir: str = "reports", link_base: str | None
         out += ["| backward() rule | outcome |", "| --- | --- |"]
         out += [f"| {_md(name)} | {_md(_rule_text(outcome))} |" for name, outcome in sorted(rules.items())]
         out.append("")
-    from .report import untested_ops
+    from .report import drawing_cut_lines, untested_ops
 
     untested = untested_ops(s)
     if untested:
@@ -226,6 +226,7 @@ def summary_markdown(s: dict, report_dir: str = "reports", link_base: str | None
         out += [f"- {_md(k)}: {v}" + (f" (e.g. {_md(ex)})" if ex else "") for k, v, ex in group(skipped)[:20]] + [""]
     for e in list(s.get("errors") or [])[:10]:
         out.append(f"- problem: {_md(e)}")
+    out += [f"- {_md(line)}" for line in drawing_cut_lines(s.get("drawing_cuts") or [])]
     return "\n".join(out).rstrip() + "\n"
 
 

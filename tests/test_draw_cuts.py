@@ -61,6 +61,10 @@ def test_a_fuzz_run_lists_its_drawing_cuts_in_summary_json_the_index_and_the_ter
     words = f"user op {OP}: forward slower than 1 s while drawing at shapes"
     index = report.write_run_report(str(tmp_path), s)
     assert words in open(index).read()
+    from gradspec import ci_outputs
+
+    md = open(ci_outputs.write_summary_md(str(tmp_path / "summary.md"), s, str(tmp_path))).read()
+    assert "forward slower than 1 s while drawing at shapes" in md, md  # (the op's name Markdown-escaped)
     capsys.readouterr()
     _print_summary(cfg, s, index, [OP])
     out = capsys.readouterr().out
@@ -92,3 +96,18 @@ def test_an_op_cut_at_two_shapes_in_a_row_waits_at_every_shapes_until_it_returns
         assert call((5,)) is not None and state["calls"] == 3  # (the op-wide wait was one call)
         assert call((4,)) is not None and call((6,)) is not None  # returned in time: no op-wide wait
     assert [(c["shapes"], c["draws_cut"]) for c in _bounded.cuts_since(since)] == [([[2]], 1), ([[3]], 1), ([[4]], 1)]
+
+
+def test_the_cuts_of_several_workers_add_up():
+    # (--workers K: each worker's chunks come back as Stats and are merged by the controller)
+    from gradspec.fuzz import Stats
+
+    def cut(shapes, k, cleared):
+        return {"op": OP, "shapes": shapes, "seconds": 1.0, "where": "w", "draws_cut": k, "cleared": cleared}
+
+    a, b = Stats(drawing_cuts=[cut([[3]], 2, False)]), Stats(drawing_cuts=[cut([[3]], 1, True), cut([[2]], 4, False)])
+    merged = Stats()
+    for s in (a, Stats.from_json(b.to_json())):
+        merged.merge(s)
+    assert [(c["shapes"], c["draws_cut"], c["cleared"]) for c in merged.drawing_cuts] == [([[2]], 4, False),
+                                                                                         ([[3]], 3, True)]
