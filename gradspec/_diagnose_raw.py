@@ -418,20 +418,29 @@ def partial_broadcast_words(returned: tuple, shape: tuple, out: tuple, name: str
     """Words for a gradient returned in ``returned``, a partial reduction of the broadcast of an input of
     ``shape`` to the output's ``out``: every axis, aligned from the right, is the output's or the input's, but
     it is neither (tryout8 F7: a helper that looks the input's size-1 axes up from the left of the un-reduced
-    gradient returns (2,) for a (1,) input broadcast to (3, 2)); None otherwise."""
+    gradient returns (2,) for a (1,) input broadcast to (3, 2)), or it summed axes the input keeps (the same
+    helper returns (1, 1) for a (2, 1) input broadcast to (2, 2, 1)); None otherwise."""
     returned, shape, out = tuple(returned), tuple(shape), tuple(out)
     if returned in (shape, out) or not len(shape) <= len(out) or len(returned) > len(out):
         return None
-    kept = []
+    kept, lost = [], []
     for k in range(1, len(returned) + 1):
         r, o = returned[-k], out[-k]
         s = shape[-k] if k <= len(shape) else None
         if r == s:
             continue
+        if r == 1 and s is not None and s == o:  # an axis the input keeps (not broadcast) summed away
+            lost.append(-k)
+            continue
         if r != o:
             return None
         kept.append(-k)
-    if not kept:
+    if lost and not kept:  # (the same helper on another case: review F7's run, v4 (2, 1) to (2, 2, 1) got (1, 1))
+        where = ", ".join(f"axis {a} (size {out[a]}, which {name} keeps)" for a in sorted(lost))
+        return (f"returns input {name}'s gradient in shape {returned}: the output's broadcast shape {out} summed "
+                f"over the wrong axes, {where}; sum over the broadcast axes only, aligned from the right (the "
+                f"leading axes and the size-1 ones), down to {shape} (e.g. sum_to(g, {name}.shape))")
+    if not kept or lost:
         return None
     where = ", ".join(f"axis {a} (size {out[a]}{', where ' + name + ' has size 1' if -a <= len(shape) else ''})"
                       for a in sorted(kept))

@@ -200,3 +200,19 @@ def test_a_raise_with_a_shape_findings_cause_is_listed_under_the_shape_report():
     active, gone = supersede({r["id"]: r for r in (shape, raised, witness, shape_vjp, raised_vjp, other)})
     assert [r["id"] for r in active] == ["d-1", "d-3", "d-4", "d-6"], active
     assert [(r["id"], r["superseded_by"]) for r in gone] == [("d-2", "d-1"), ("d-5", "d-4")]
+
+
+def test_a_gradient_summed_over_an_axis_the_input_keeps_is_a_broadcast_reduction():
+    # the same engine helper on another case (fuzz --ops add,sum,exp --seed 3): v4 (2, 1) broadcast against
+    # (2, 1, 1) to (2, 2, 1) gets a (1, 1) gradient (the input's own size-2 axis summed away, then broadcast on
+    # by sum's backward to wrong values): read 'wrong-vjp / other' on add, a second report for the helper's bug
+    from tests import _planted_engines as PE
+
+    case = gs.Case.build({"x0": np.ones((2, 1, 1)), "x1": np.ones((2, 1, 1))},
+                         [("v4", "sum", ["x1"], {"dim": (-1,)}), ("v5", "add", ["x0", "v4"], {})], ["v5"],
+                         seeds=[np.ones((2, 2, 1))])
+    c = _cause(case, PE.broadcast_left())
+    assert c.id == "shared-broadcast-reduction" or (c.id == "wrong-vjp" and c.pattern == "broadcast-reduction"), \
+        (c.id, c.pattern, c.summary)
+    words = f"{c.summary} {c.evidence}"
+    assert "in shape (1, 1)" in words and "axis -2 (size 2, which v4 keeps)" in words, words
