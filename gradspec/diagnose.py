@@ -477,7 +477,8 @@ def _node_cause(mini, node, spec, suspect, v, twin, first, run=None) -> Cause:
         shared = _is_engine(suspect) and c.pattern == "broadcast-reduction" and run is not None and \
             _engine_shared_shape(node.op, suspect, run, c)
         return shared or c
-    c = _wrong_vjp(mini, node, spec, suspect, v.results[suspect], v.results[twin], first, twin, run)
+    u, t = _off_kinks(v, twin, v.results[suspect], v.results[twin])
+    c = _wrong_vjp(mini, node, spec, suspect, u, t, first, twin, run)
     empty = first.kind == "nan-inf-pattern" and _is_engine(suspect) and empty_broadcast(mini, node, v.results[suspect])
     if _is_engine(suspect) and (c.pattern == "broadcast-reduction" or empty) and run is not None:
         shared = _engine_shared_broadcast(node.op, suspect, twin, run, c, mean=empty or c.factor is not None)
@@ -497,6 +498,22 @@ def _node_cause(mini, node, spec, suspect, v, twin, first, run=None) -> Cause:
             return Cause(c.id, m.summary, node=c.node, op=c.op, evidence=f"{c.evidence}; {m.evidence}",
                          pattern=c.pattern, factor=c.factor, fix=m.fix)
     return c
+
+
+def _off_kinks(v, twin, u: dict, t: dict) -> tuple[dict, dict]:
+    """``u`` and ``t`` with 0 on both sides at the elements finite differences (the twin) left out at a kink
+    (``Verdict.unjudged_elements``: their error bound is infinite): a pattern is fitted on the compared elements
+    only, never on a convention at a kink against an average of two slopes (0 = c x 0 fits every factor)."""
+    err = v.fd_error if twin == "finite-differences" and v.unjudged_elements.get(twin) else None
+    if not isinstance(err, dict):
+        return u, t
+    u, t = dict(u), dict(t)
+    for leaf, e in err.items():
+        out = np.isposinf(np.asarray(e))
+        if out.any() and u.get(leaf) is not None and t.get(leaf) is not None and np.shape(u[leaf]) == out.shape:
+            u[leaf] = np.where(out, 0.0, np.asarray(u[leaf], dtype=np.float64))
+            t[leaf] = np.where(out, 0.0, np.asarray(t[leaf], dtype=np.float64))
+    return u, t
 
 
 def _wrong_vjp(mini: Case, node: NodeDef, spec, suspect: str, u: dict, t: dict, first, twin=None, run=None) -> Cause:
@@ -568,6 +585,7 @@ def _confirmed(mini, node, spec, suspect, twin, run, J, found) -> tuple:
         u2, t2 = v2.results.get(suspect), v2.results.get(twin)
         if u2 is None or t2 is None or not disagrees(v2, suspect, twin):
             continue  # right on this g: it says nothing about the pattern
+        u2, t2 = _off_kinks(v2, twin, u2, t2)
         leaves = [l for l in m2.grad_leaves() if u2.get(l.name) is not None and t2.get(l.name) is not None]
         fresh.append(classify(m2, node, spec, leaves, u2, t2, J, np.asarray(g2, dtype=np.float64)))
 

@@ -116,3 +116,17 @@ def test_a_nan_convention_at_the_kink_is_not_compared_but_the_other_elements_are
     bad = _check(ABS_SQRT_BUG, [0.0, 0.7, -1.2])
     assert bad.status == "disagree", bad.summary()
     assert {(d.leaf, d.index) for d in bad.discrepancies if d.kind == "value"} == {("x", (2,))}, bad.summary()
+
+
+def test_the_cause_of_a_bug_beside_a_kink_does_not_blame_the_kinked_element():
+    # the cause's pattern is fitted on the compared elements only: before, the interp bug (one element off, x[2])
+    # read "differs from J^T·g on 2 of 3 elements" (x[0]'s convention against FD's average of slopes) and the
+    # sqrt(x^2) bug (no slope below 0, at x[2]) "not finite where J^T·g is" (x[0]'s NaN convention)
+    c = [d for d in _check(INTERP_BUG, [0.0, 0.7, 1.5]).discrepancies if d.kind == "value"][0].cause
+    assert c.id == "wrong-vjp" and "2 of 3" not in c.summary, c.summary
+    c = [d for d in _check(ABS_SQRT_BUG, [0.0, 0.7, -1.2]).discrepancies if d.kind == "value"][0].cause
+    assert c.id == "wrong-vjp" and "not finite" not in c.summary, c.summary
+    # the b side doubled (MAXIMUM_BUG) with a tie at element 0: before, "no single pattern" (the fresh upstream
+    # gradients' fit saw the tie's convention too)
+    c = [d for d in _check(MAXIMUM_BUG, [0.5, 1.0, -2.0], b=[0.5, 2.0, -3.0]).discrepancies if d.kind == "value"][0].cause
+    assert c.id == "wrong-vjp" and c.factor == 2.0 and "input b" in c.summary, c.summary
