@@ -447,3 +447,72 @@ def partial_broadcast_words(returned: tuple, shape: tuple, out: tuple, name: str
     return (f"returns input {name}'s gradient in shape {returned}: the output's broadcast shape {out} summed over "
             f"only some of the broadcast axes, {where} kept; sum over every broadcast axis, aligned from the right "
             f"(the leading axes and the size-1 ones), down to {shape} (e.g. sum_to(g, {name}.shape))")
+
+
+def unselected_branch_words(mini: Case, node: NodeDef, spec) -> str | None:
+    """Why a plain torch function's gradient is NaN where J^T·g is finite, when its forward selects with
+    ``torch.where`` / ``masked_fill`` from a branch that is NaN or inf where it is not selected (the "where trap",
+    tryout9 F3): the words naming the select, its place and the branch; None where no such select runs.  Found by
+    running fn once at the node's inputs under a pass-through mode (``_private.torch_where``), never from names."""
+    if not _is_torch_function(spec) or getattr(spec, "fn_has_backward", True) is not False:
+        return None  # a custom Function's forward runs under no_grad: its own backward is what is checked
+    import torch
+
+    from ._private.torch_where import recording
+
+    ins, _ = _node_inputs(mini, node)
+    diff = {l.name: l.differentiable for l in mini.leaves}
+    try:
+        with torch.enable_grad():
+            made: dict = {}
+            for i, v in zip(node.inputs, ins, strict=True):
+                if i not in made:
+                    a = np.array(v, copy=True)
+                    made[i] = torch.from_numpy(a).requires_grad_(bool(diff.get(i)) and a.dtype.kind == "f")
+            with recording() as traps:
+                _direct(spec)(*[made[i] for i in node.inputs], **dict(node.params))
+    except Exception:  # noqa: BLE001 - the probe failed: no words from it, the finding stands
+        return None
+    if not traps:
+        return None
+    said = "; ".join(t.words() for t in traps[:2])
+    return (f"{said}: the select sends that branch a zero gradient there, and the branch's backward multiplies it by "
+            "the branch's non-finite values (0 · nan = nan, 0 · inf = nan), so the gradient is NaN although the "
+            "forward's value is finite")
+
+
+def graph_where_trap(case: Case, values: dict) -> Cause | None:
+    """The cause of a non-finite gradient that no node explains on its own, where a ``where`` node of the graph does
+    not select a branch computed by other nodes that is NaN or inf there: the zero gradient ``where`` sends that
+    branch meets its non-finite values in the backward of the nodes computing it (0 · nan = nan), as in torch.
+    None where no such node is in the graph (read from the forward's values, never from names of code)."""
+    from ._private.torch_where import FIX
+
+    leaves = {l.name for l in case.leaves}
+    for node in case.nodes:
+        spec = case.spec(node.op)
+        if node.op != "where" or spec.user:
+            continue
+        out = np.shape(values[node.name])
+        try:
+            cond = np.broadcast_to(np.asarray(values[node.inputs[0]], dtype=bool), out)
+        except ValueError:
+            continue
+        for k, taken in ((1, cond), (2, ~cond)):
+            name = node.inputs[k]
+            b = np.asarray(values[name])
+            if name in leaves or b.dtype.kind != "f":
+                continue  # (a leaf's own gradient there is a finite 0: nothing multiplies it)
+            bad = ~np.isfinite(np.broadcast_to(b, out)) & ~taken
+            if not bad.any():
+                continue
+            kinds = " / ".join(w for w, m in (("nan", np.isnan), ("inf", np.isinf)) if m(np.broadcast_to(b, out)[bad]).any())
+            which = "second" if k == 1 else "third"
+            return Cause("not-localised", f"{_where(node, spec)} does not select its {which} input {name} at "
+                         f"{int(bad.sum())} element{'s' if bad.sum() > 1 else ''}, where {name} is {kinds}: every node's "
+                         f"rule agrees with its twin on its own, but the zero gradient where sends {name} there meets "
+                         f"{name}'s non-finite values in the backward of the nodes that compute it (0 · nan = nan, as "
+                         "torch does), so the gradient is NaN where J^T·g of the whole graph is finite",
+                         node=node.name, op=node.op, pattern="unselected-branch", fix=FIX,
+                         evidence=f"{name} = {_fmt(values[name])}; condition = {_fmt(values[node.inputs[0]])}")
+    return None

@@ -89,6 +89,9 @@ PATTERNS = {
     "seed-ignored": "the VJP ignores the upstream gradient (uses ones)",
     "broadcast-reduction": "not summed over broadcast dimensions (or averaged instead of summed)",
     "permuted": "the right numbers in the wrong places",
+    "unselected-branch": "a non-finite gradient from a select (torch.where, masked_fill) whose unselected branch is "
+                         "NaN or inf there: the zero gradient it sends that branch times the branch's non-finite "
+                         "values (0 · nan) is NaN; compute the branch on a safe input (the double-where)",
     "other": "no simple pattern",
 }
 

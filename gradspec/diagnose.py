@@ -71,12 +71,15 @@ from ._diagnose_raw import (
     _returned_dtype,
     _returned_shapes,
     _split_case,
+    graph_where_trap,
     partial_broadcast_words,
+    unselected_branch_words,
 )
 from ._diagnose_text import ENGINES as _ENGINES
 from ._diagnose_text import _clip, _cut_from_graph, _evidence, _fmt, _is_engine, _is_torch_function, _twin_label, _where, _whose
 from ._private import case_budget as _case_budget
 from ._private.skips import word_cut
+from ._private.torch_where import FIX as _WHERE_FIX
 from ._private.vjp_patterns import EXPLAINED, by_output, classify, disagrees, explains, name_factor
 from .case import Case, Leaf, NodeDef
 from .causes import Cause
@@ -274,6 +277,8 @@ def localise(case: Case, d, oracles: dict, verdict=None) -> Cause | None:
             m, oracles=[oracles[suspect], "reference"]), d.message) if bad else None
         if c is not None:
             return c
+    if d.kind == "nan-inf-pattern" and (c := graph_where_trap(case, values)) is not None:
+        return c  # no node wrong on its own: the NaN of a branch a where does not select, through the graph
     if d.kind == "raised":
         c = _raised_cause(case, d)
         # no node raises on its own: the graph raises only when a Function is called several times (state)
@@ -531,7 +536,12 @@ def _wrong_vjp(mini: Case, node: NodeDef, spec, suspect: str, u: dict, t: dict, 
         flat = flat.replace("verify the code around it instead", "declare the intended gradient with "
                             "verify_torch_function(..., surrogate=...) (e.g. lambda x: x.clamp(-1, 1) for a clipped "
                             "straight-through estimator)")
-    if first.kind == "nan-inf-pattern":
+    fix = ""
+    if first.kind == "nan-inf-pattern" and (trap := unselected_branch_words(mini, node, spec)):
+        # a select's unselected branch is non-finite (evidence from running fn, not its name): no division there
+        pattern, factor, fix = "unselected-branch", None, _WHERE_FIX
+        detail = f"it returns non-finite values ({_fmt(first.values)}) where J^T·g is finite: {trap}"
+    elif first.kind == "nan-inf-pattern":
         pattern, factor = "other", None
         why = overflow_words(mini) or ("a 0/0 or inf/inf: a division by an input that is 0 there?); compute it "
                                        "without the singular step")
@@ -560,7 +570,8 @@ def _wrong_vjp(mini: Case, node: NodeDef, spec, suspect: str, u: dict, t: dict, 
     elif getattr(spec, "grad_cuts", None) and getattr(spec, "fn_has_backward", True) is False and not flat:
         summary += "; if that gradient is intended, declare it with verify_torch_function(..., surrogate=...)"
     return Cause("wrong-vjp", summary, node=node.name, op=node.op,
-                 evidence=_evidence(mini, leaves, u, t, g, suspect, _twin_label(spec, twin)), pattern=pattern, factor=factor)
+                 evidence=_evidence(mini, leaves, u, t, g, suspect, _twin_label(spec, twin)), pattern=pattern, factor=factor,
+                 fix=fix)
 
 
 # Fresh upstream gradients a pattern must also hold for (a shrunk case often has one or two elements,

@@ -36,6 +36,8 @@ _FIX_PATTERN = {
     "broadcast-reduction": "sum the gradient over every axis the input was broadcast along (sum_to the input's shape)",
     "permuted": "put each value where it belongs: the cause names the mapping that is off (a permutation to invert, a "
                 "reduced axis to insert before broadcasting, the index where g is split)",
+    "unselected-branch": "compute the branch the select does not take on a safe input (the double-where: "
+                         "safe = torch.where(cond, x, 1.0); torch.where(cond, f(safe), 0.0))",
     "other": "compare the rule with J^T·g term by term at the inputs shown below",
 }
 _FIX_ID = {
