@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from ._diagnose_text import _fmt
-from ._private.vjp_patterns import columns, disagrees, explains, fit, flat, split_wrong, swapped
+from ._private.vjp_patterns import columns, disagrees, explains, fit, flat, only_wrong, split_wrong, swapped
 from .case import Case, Leaf
 
 __all__: list = []
@@ -125,6 +125,9 @@ def factor_at_points(mini, node, spec, suspect, twin, run, u: dict, t: dict, fou
     _, c, detail = found
     leaves = [l for l in mini.grad_leaves() if u.get(l.name) is not None and t.get(l.name) is not None]
     wrong = [l.name for l in split_wrong(leaves, u, t)[0]]
+    # the words that replace ``detail`` keep which inputs are wrong (tryout9 F6: "at this input it is -1.756 ×
+    # J^T·g" read as if every input were wrong, where only a's gradient was)
+    only = only_wrong(wrong, [l.name for l in leaves if l.name not in wrong])
     seen = []  # (the point's inputs, the factor there or None: not one factor)
     for m2 in nearby(mini, node, spec):
         try:
@@ -151,11 +154,11 @@ def factor_at_points(mini, node, spec, suspect, twin, run, u: dict, t: dict, fou
     varied = [(m2, there) for m2, c2, there in seen if c2 is None or abs(c2 - c) > _SAME_FACTOR * max(abs(c), abs(c2))]
     if not varied:
         if not seen and sum(int(np.asarray(l.value).size) for l in mini.grad_leaves()) < 2:
-            return "other", None, (f"at this point it is {c:.4g} × J^T·g (one element, and no other input could be "
+            return "other", None, only + (f"at this point it is {c:.4g} × J^T·g (one element, and no other input could be "
                                 "checked: whether the factor is constant cannot be told; a term missing from the "
                                 "derivative formula gives a ratio that varies with the input)")
         if not seen and _on_one_line(mini, suspect, twin, run, t, leaves):
-            return "other", None, (f"at this point it is {c:.4g} × J^T·g, but every J^T·g here is a multiple of one "
+            return "other", None, only + (f"at this point it is {c:.4g} × J^T·g, but every J^T·g here is a multiple of one "
                                 "vector (a row of two whose gradients are always multiples of [1, -1]: any wrong "
                                 "formula fits some factor) and no other input could be checked: whether the factor is "
                                 "constant cannot be told; a term missing from the derivative formula (an n where n - 1 "
@@ -167,7 +170,7 @@ def factor_at_points(mini, node, spec, suspect, twin, run, u: dict, t: dict, fou
         m2, c2, there = max(((m, x, th) for m, x, th in seen if x is not None), key=lambda p: abs(p[1] - c))
     where = "; ".join(f"{l.name} = {_fmt(l.value, 4)}" for l in m2.leaves if l.differentiable)
     here = f"{c:.4g}" if c2 is None else _apart(c, c2)
-    return "other", None, (f"at this input it is {here} × J^T·g, but at {where} it is {there}: the ratio varies "
+    return "other", None, only + (f"at this input it is {here} × J^T·g, but at {where} it is {there}: the ratio varies "
                            f"with the input, so it is not a constant factor (dividing by {c:.4g} would be wrong) — a "
                            "term missing from, or wrong in, the derivative formula; check it term by term")
 

@@ -27,7 +27,7 @@ from fractions import Fraction
 import numpy as np
 
 __all__ = ["classify", "split_wrong", "name_factor", "snap", "dims", "shape_pattern", "columns", "flat", "fit", "explains",
-           "EXPLAINED", "by_output", "disagrees", "swapped", "transposed"]
+           "EXPLAINED", "by_output", "disagrees", "swapped", "transposed", "only_wrong"]
 
 # A hypothesis "explains" a wrong gradient when what is left of the error under it is at most this
 # fraction of the error itself: the hypotheses are exact transformations of J^T g (a sign, a factor,
@@ -93,12 +93,21 @@ def classify(mini, node, spec, leaves, u: dict, t: dict, J, g) -> tuple[str, flo
             return found
         return found[0], found[1], f"input {leaves[0].name}'s gradient (the only one compared): {found[2]}"
     pattern, factor, detail = _classify(mini, node, spec, wrong, u, t, J, g)
-    names = ", ".join(l.name for l in wrong)
-    ok = ", ".join(l.name for l in right)
-    said = f"the gradient{'s' if len(right) > 1 else ''} of {ok} {'is' if len(right) == 1 else 'are'} right"
     if all(f"input {l.name}" in detail for l in wrong):
-        return pattern, factor, f"{detail} ({said})"
-    return pattern, factor, f"only input {names}'s gradient{'s are' if len(wrong) > 1 else ' is'} wrong ({said}): {detail}"
+        return pattern, factor, f"{detail} ({_right_words([l.name for l in right])})"
+    return pattern, factor, only_wrong([l.name for l in wrong], [l.name for l in right]) + detail
+
+
+def _right_words(right: list) -> str:
+    return f"the gradient{'s' if len(right) > 1 else ''} of {', '.join(right)} {'is' if len(right) == 1 else 'are'} right"
+
+
+def only_wrong(wrong: list, right: list) -> str:
+    """``"only input x1's gradient is wrong (the gradients of x0, x2 are right): "`` for the input names whose
+    gradients are wrong and right, "" where either list is empty (then there is nothing to tell apart)."""
+    if not wrong or not right:
+        return ""
+    return f"only input {', '.join(wrong)}'s gradient{'s are' if len(wrong) > 1 else ' is'} wrong ({_right_words(right)}): "
 
 
 def split_wrong(leaves, u: dict, t: dict) -> tuple[list, list]:
@@ -322,6 +331,7 @@ def _broadcast(mini, node, spec, leaves, u, t, J, g, cols) -> tuple[str, float |
         core_in, core_out = [0] * len(node.inputs), 0
     uu, tt = flat(u, leaves), flat(t, leaves)
     off = 0
+    each: list = []  # per leaf: None where its gradient is right, else (leaf, axes, kept, first slice, J^T·g)
     for l in leaves:
         size = l.value.size
         k = node.inputs.index(l.name)
@@ -329,7 +339,9 @@ def _broadcast(mini, node, spec, leaves, u, t, J, g, cols) -> tuple[str, float |
         if learnt and not _broadcasts_to(l.shape, out_shape):
             axes = []
         tl = np.asarray(t[l.name], dtype=np.float64).ravel()
-        if axes and not np.allclose(np.asarray(u[l.name], dtype=np.float64).ravel(), tl, rtol=1e-9, atol=0):
+        right = np.allclose(np.asarray(u[l.name], dtype=np.float64).ravel(), tl, rtol=1e-9, atol=0)
+        each.append(None)
+        if axes and not right:
 
             def only(block, at=off, n=size):  # J^T·g with this input's gradient replaced by ``block``
                 h = tt.copy()
@@ -339,6 +351,7 @@ def _broadcast(mini, node, spec, leaves, u, t, J, g, cols) -> tuple[str, float |
             mask = np.zeros(out_shape)
             mask[tuple(slice(0, 1) if a in axes else slice(None) for a in range(len(out_shape)))] = 1.0
             first = J.matrix[:, columns(J, [l])].T @ (g * mask).ravel()
+            each[-1] = (l, axes, kept, first, tl)
             where = f"axis {axes[0]}" if len(axes) == 1 else f"axes {tuple(axes)}"
             if explains(uu, only(first), tt):
                 return (f"input {l.name} {l.shape} is broadcast over {where} of the output {out_shape}, but its "
@@ -354,8 +367,72 @@ def _broadcast(mini, node, spec, leaves, u, t, J, g, cols) -> tuple[str, float |
                         f"gradient is reduced over {_axes_words(other)} instead (g.sum({_dim(other)}) where "
                         f"g.sum({_dim(axes)}) belongs); torch's shape check lets that through only where the axes "
                         "have the same size, as here: reduce over the axes the input was broadcast over"), None
+        elif not right:
+            return None  # a wrong gradient of an input that is not broadcast: no broadcast mistake explains it
         off += size
+    return _jointly(leaves, each, out_shape, uu, tt)
+
+
+# Combinations of per-input hypotheses tried at most (each is one exact transformation of J^T·g and one
+# ``explains``: microseconds; a node has a few inputs with a few broadcast axes each, far fewer combinations).
+_JOINT_MOST = 512
+
+
+def _jointly(leaves, each: list, out_shape: tuple, uu, tt) -> tuple[str, float | None] | None:
+    """(what to say, the factor) where several broadcast inputs are wrong at once, each by the first slice of its
+    copies or their mean over some of its broadcast axes (tryout9 F4: a backward that averages every broadcast
+    input's gradient; testing one input at a time, the others' wrong gradients left every hypothesis unfit, and
+    the common 1/2 read "scale 0.5 ... remove that factor")."""
+    wrong = [e for e in each if e is not None]
+    if len(wrong) < 2:
+        return None
+    options = []  # per leaf: [(its block, 1/n or None for the first slice, n or 0)]
+    for e in each:
+        if e is None:
+            options.append([(None, None, 0)])
+            continue
+        l, axes, kept, first, tl = e
+        subs = [c for r in range(1, len(axes) + 1) for c in itertools.combinations(axes, r)]
+        ns = sorted({int(np.prod([out_shape[a] for a in sub])) for sub in subs} - {0, 1})
+        options.append([(first, None, 0)] + [(tl / n, 1.0 / n, n) for n in ns])
+    for combo in itertools.islice(itertools.product(*options), _JOINT_MOST):
+        h = np.concatenate([_tt_block(tt, leaves, k) if b is None else b for k, (b, _, _) in enumerate(combo)])
+        if explains(uu, h, tt):
+            return _joint_words(each, combo, out_shape)
     return None
+
+
+def _tt_block(tt, leaves, k: int):
+    """Leaf ``k``'s part of the flat ``tt`` (leaves in order)."""
+    off = sum(int(l.value.size) for l in leaves[:k])
+    return tt[off: off + int(leaves[k].value.size)]
+
+
+def _joint_words(each: list, combo, out_shape: tuple) -> tuple[str, float | None]:
+    parts = []
+    for e, (_, _, n) in zip(each, combo, strict=True):
+        if e is None:
+            continue
+        l, axes, kept, _, _ = e
+        if n:
+            parts.append((l, _averaged(l, out_shape, axes, kept, lambda m, n=n: m == n)[0]))
+        else:
+            where = f"axis {axes[0]}" if len(axes) == 1 else f"axes {tuple(axes)}"
+            parts.append((l, f"input {l.name} {l.shape} is broadcast over {where} of the output {out_shape}, but its "
+                             f"gradient keeps only the first slice; sum over the broadcast axes (e.g. sum_to(g * ..., "
+                             f"{l.name}.shape))"))
+    # one sentence for every input where they say the same (a mean over the same axes): "inputs x1 (1,), x2 (1,) are"
+    tails = {w.removeprefix(f"input {l.name} {l.shape} is ").replace(f"{l.name}.shape", "x.shape") for l, w in parts}
+    if len(tails) == 1:
+        who = ", ".join(f"{l.name} {l.shape}" for l, _ in parts)
+        tail = tails.pop().replace("its gradient is", "their gradients are").replace("but its gradient keeps",
+                                                                                      "but their gradients keep")
+        text = f"inputs {who} are {tail}"
+    else:
+        text = "; ".join(w for _, w in parts)
+    ns = {n for _, _, n in combo if n}
+    factor = 1.0 / ns.pop() if len(ns) == 1 and all(n or b is None for b, _, n in combo) else None
+    return text, factor
 
 
 def _axes_words(axes) -> str:
