@@ -40,7 +40,7 @@ from .oracles._fd_probes import STEP32 as _STEP32
 
 __all__ = ["AGREE", "DISAGREE", "INCONCLUSIVE", "exit_code", "forward_error", "user_gated_leaves", "settle_errors", "has_user_ops",
            "torch_no_grad_as_none", "twin_mismatches", "precision_mismatches", "is_torch", "TWIN_ULPS", "EMPTY_LEAVES",
-           "run_notes", "nothing_finite", "OVERFLOW32", "FORWARD32"]
+           "run_notes", "nothing_finite", "OVERFLOW32", "FORWARD32", "counts_for_run", "SHAPES_ONLY"]
 
 AGREE, DISAGREE, INCONCLUSIVE = "agree", "disagree", "inconclusive"
 EXIT = {AGREE: 0, DISAGREE: 1, INCONCLUSIVE: 3}
@@ -410,6 +410,37 @@ def _mismatch(n, args, mine, theirs, eps):
 
 EMPTY_LEAVES = "every leaf that requires grad has 0 elements"  # the start of check's note on such a case
 KINK_ELEMENTS = "input elements not compared at a kink"  # in check's note on a case judged without them
+
+
+# Why a run does not count a case that compared no value (tryout9 #1: a log1mexp NaN on its whole declared domain left
+# only cases where it ran on 0 elements, and verify_* said "agree, 30/30 judged, every pair agreed")
+SHAPES_ONLY = ("no gradient value compared: every leaf that requires grad, or every input of the code under test, has 0 "
+               "elements (only the gradients' shapes and dtypes were compared)")
+
+
+def counts_for_run(verdict, op: str | None = None) -> bool:
+    """Whether a run (``verify_*``, ``fuzz``) counts this case's comparisons: a disagreement always; an agreement
+    only where gradient values were compared -- of op ``op`` (a verify run's code under test), when given.
+    ``gs.check`` on a case whose leaves that require grad all have 0 elements compares the gradients' shapes and
+    dtypes (a wrong one is a finding) and agrees with a note (:data:`EMPTY_LEAVES`); an op that ran on 0 elements
+    only computed nothing either.  A run of such cases compared no value and must not read as a checked gradient."""
+    if verdict.status == DISAGREE:
+        return True
+    if not verdict.comparisons or verdict.status != AGREE:
+        return False
+    if any(str(n).startswith(EMPTY_LEAVES) for n in verdict.notes):
+        return False
+    return op is None or _ran_on_values(verdict.case, op)
+
+
+def _ran_on_values(case, op: str) -> bool:
+    """Whether some node of ``op`` has elements in its output and in one of its inputs."""
+    try:
+        shapes = case.shapes()
+    except Exception:  # noqa: BLE001 - shapes that cannot be worked out: the check compared what it compared
+        return True
+    return any(n.op == op and math.prod(shapes[n.name]) and any(math.prod(shapes[i]) for i in n.inputs)
+               for n in case.nodes)
 
 
 def run_notes(notes: list, verdict) -> None:

@@ -159,6 +159,10 @@ class Result:
     # cases whose forward overflowed where float64's is finite, the first]):
     # a precision whose forward raised on every case was never checked (tryout7 #5: "OK" with the float32 half unrun)
     precisions: dict = dataclasses.field(default_factory=dict)
+    # draws of values the code under test's forward was not finite at (or raised on), skipped and redrawn: one line
+    # per op (verify.numerics.fold_draws); ``unfinite``: why the run is inconclusive when it was never finite
+    draws_skipped: list = dataclasses.field(default_factory=list)
+    unfinite: str = ""
 
     def _status_reason(self) -> tuple[str, str]:
         if self.not_a_function:  # no comparison means anything (its findings set aside: determinism.set_aside)
@@ -168,6 +172,8 @@ class Result:
         compared = sum(self.pair_counts.values()) + sum(v == "passed" for v in self.checks.values())
         status, reason = _outcome.run_status(self.cases_run, len(self.discrepancies), compared,
                                              self.inconclusive.most_common(), self.unran)
+        if status != "disagree" and self.unfinite:  # every value drawn was refused: nothing of it was checked
+            return "inconclusive", self.unfinite + (f"; {reason}" if reason else "")
         if status == "agree" and self.cut:  # a case the budget cut was not judged: never a clean bill of health
             return "inconclusive", self.cut
         if status == "inconclusive" and self.cut:  # the cut first: it is why (tryout5 #10: "no pair ... compared")
@@ -257,6 +263,7 @@ class Result:
             f"gradspec verify {self.what} {self.target}: {head} — {self.cases_run} cases in {self.seconds:.2f} s, "
             f"seed {self.seed}"
         ]
+        lines += [f"  {d}" for d in self.draws_skipped if not self.unfinite]  # (else the head says it)
         if self.nondifferentiable:
             lines.append(f"  {self.nondifferentiable} case(s) at non-differentiable points (kinks, jumps) skipped, "
                          "not judged")
@@ -318,6 +325,7 @@ class Result:
             "agreement": {f"{a} vs {b}": self.pair_agree[(a, b)] for (a, b) in sorted(self.pair_counts)},
             "skipped": dict(self.skipped.most_common()),
             "nondifferentiable": self.nondifferentiable,
+            "draws_skipped": list(self.draws_skipped),
             "judged": self._judged(),
             "accuracy": self.accuracy,
             "replay": self.replay,

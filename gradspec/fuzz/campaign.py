@@ -17,6 +17,7 @@ import time
 from collections import Counter
 from typing import Any, Callable
 
+from .. import outcome as _outcome
 from .._private import interrupts
 from .._private.case_budget import case_timeout
 from .._private.kinks import tally
@@ -210,7 +211,10 @@ class _Campaign:
         s.op_counts.update({n.op for n in case.nodes})  # (each op once per case)
         keys = self._pair_keys
         pc, pa = s.pair_counts, s.pair_agree
-        for comp in verdict.comparisons:
+        counted = _outcome.counts_for_run(verdict)
+        if not counted and verdict.status == "agree":  # 0-element leaves: shapes compared, no value (tryout9 #1)
+            s.inconclusive[_outcome.SHAPES_ONLY] += 1
+        for comp in verdict.comparisons if counted else ():
             key = keys.get(comp.oracles)
             if key is None:
                 key = keys[comp.oracles] = " vs ".join(comp.oracles)

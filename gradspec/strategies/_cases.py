@@ -12,6 +12,7 @@ import numpy as np
 from hypothesis import assume
 from hypothesis import strategies as st
 
+from .._private import draw_tally as _draw_tally
 from .._private import graphwalk as _graphwalk
 from .._private import values as _values
 from ..case import Case
@@ -183,6 +184,7 @@ def _bad_at(node_plan: tuple, idx: int, n, env: dict, allow) -> list | None:
     spec, restricted = node_plan
     args = [env[i] for i in n.inputs]
     planted = idx in allow
+    running = False  # (an exception of the forward, not of kink_distance, is the code under test refusing values)
     if not planted and restricted:
         slots = [j for j, d in restricted if args[j].dtype.kind == "f" and not _values.element_margin_ok(d, args[j])]
         if slots:
@@ -196,13 +198,18 @@ def _bad_at(node_plan: tuple, idx: int, n, env: dict, allow) -> list | None:
             kd = float(spec.kink_distance(*args, **n.params))
             if not kd >= CHECK_MARGIN * _input_scale(args):
                 return []
+        running = True
         out = _bounded.forward(spec, args, n.params, "the value repair of a case being drawn")
         if out is None:  # a user forward that hung (cut by the per-case timeout): the case's own check meets it
             env[n.name] = _bounded.placeholder(spec, args, n.params)
             return None
         out = np.asarray(out)
-    except Exception:  # noqa: BLE001 - treat as invalid values; the repair redraws them
+    except Exception as e:  # noqa: BLE001 - treat as invalid values; the repair redraws them
+        if running and spec.user and _draw_tally.active():  # the code under test refused values of its domain
+            _draw_tally.seen(spec.name, args, error=e)
         return []
+    if spec.user and _draw_tally.active():  # (draws a user op's forward is not finite at: skipped, counted)
+        _draw_tally.seen(spec.name, args, out, bound=_MAX_ABS)
     if out.dtype.kind == "f" and out.size and not _tame(out):
         return []
     env[n.name] = out

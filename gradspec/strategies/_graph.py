@@ -19,6 +19,7 @@ import numpy as np
 from hypothesis import assume
 from hypothesis import strategies as st
 
+from .._private import draw_tally as _draw_tally
 from .._private import values as _values
 from .._private.signature import SignatureError
 from .._private.signature import parse as _parse_signature
@@ -171,6 +172,9 @@ def _probe_array(shape: tuple, kind: str, domain, dtype: str) -> np.ndarray:
 
 
 _PARAM_CACHE: dict = {}
+# The probe's verdict on a user op whose forward is not finite at tame values of the planned shapes: the shapes are
+# dropped (None), and the draw is counted for the run in progress (_private.draw_tally), as the value repair's are.
+_UNFINITE = {"unfinite NaN": np.array([np.nan]), "unfinite inf": np.array([np.inf])}
 _PROBE_CACHE: dict = {}  # (op, planned shapes/kinds/domains, params, out, dtype) -> probe verdict
 
 
@@ -524,12 +528,18 @@ class _Builder:
             key = None
         hit = _PROBE_CACHE.get(key) if key is not None else None
         if hit is not None and hit[0] is spec:
-            return hit[1]
-        kind = self._probe_now(spec, plan, params, out)
-        if key is not None:
-            if len(_PROBE_CACHE) > 50000:
-                _PROBE_CACHE.clear()
-            _PROBE_CACHE[key] = (spec, kind)
+            kind = hit[1]
+        else:
+            kind = self._probe_now(spec, plan, params, out)
+            if key is not None:
+                if len(_PROBE_CACHE) > 50000:
+                    _PROBE_CACHE.clear()
+                _PROBE_CACHE[key] = (spec, kind)
+        if kind in _UNFINITE:  # a user op's forward not finite at tame values of its domain: a draw skipped, counted
+            if _draw_tally.active():  # (a cached verdict too: the run in progress is told of every shape it drops)
+                _draw_tally.seen(spec.name, [_probe_array(tuple(s.shape), s.kind, s.domain, self.dtype) for s in plan],
+                                 _UNFINITE[kind])
+            return None
         return kind
 
     def _probe_now(self, spec: OpSpec, plan: list[_Slot], params: dict, out: tuple) -> str | None:
@@ -552,7 +562,7 @@ class _Builder:
             )
         if np.issubdtype(y.dtype, np.floating):
             if not np.all(np.isfinite(y)):
-                return None
+                return None if not spec.user else "unfinite NaN" if np.isnan(y).any() else "unfinite inf"
             return "float"
         return "bool" if y.dtype == np.bool_ else "other"
 

@@ -27,6 +27,7 @@ import numpy as np
 from .. import oracles as _oracles
 from .. import outcome as _outcome
 from .._private import determinism as _determinism
+from .._private import draw_tally as _draw_tally
 from .._private import float32_line as _f32line
 from .._private import result_sink
 from .._private.skips import key as skip_key
@@ -187,7 +188,7 @@ def _check_op_case(case: Case, spec: OpSpec, oracle_names: list, target: str, re
     v = check(case, oracles=names)
     if v.not_a_function:  # no oracle ran: the run is inconclusive with this reason (Result.not_a_function)
         result.not_a_function = result.not_a_function or v.not_a_function
-        _note_verdicts(result, [v])
+        _note_verdicts(result, [v], spec.name)
         return []
     verdicts = [v]
     errors = dict(v.errors)
@@ -200,7 +201,7 @@ def _check_op_case(case: Case, spec: OpSpec, oracle_names: list, target: str, re
                 errors.setdefault(k, e)
         except Exception as e:  # noqa: BLE001
             errors["jacobian"] = (type(e).__name__, str(e), traceback.format_exc())
-    _note_verdicts(result, verdicts)
+    _note_verdicts(result, verdicts, spec.name)
     _num.count_nondifferentiable(result, verdicts)
     under = _under_test_oracles(spec)
     feeds = _leaves_feeding(case, spec.name)
@@ -397,9 +398,11 @@ def verify_op(op, *, max_examples: int | None = None, seconds: float | None = No
 
         strategy, why = fn_shapes.op_example_cases(spec, example_inputs, broadcast, _wrap)
         result.note(why)
-    with _forward_errors(spec) as errors, _f32line.learning():
+    with _forward_errors(spec) as errors, _f32line.learning(), _draw_tally.tallying() as drawn:
         _num.run_within_budget(runner, strategy,
                                _num.with_deadline(evaluate, result, seconds, f"op {spec.name!r}", run_replay), seconds)
+    if spec.user:  # draws the op's forward was not finite at: counted, said (all of them: inconclusive)
+        _num.fold_draws(result, drawn, spec, f"op {spec.name!r}")
     if example_inputs is not None:
         from .fn_shapes import nonfinite_note  # (values of domain= skipped where the forward is not finite)
 
@@ -500,13 +503,17 @@ def _count(result: Result, case: Case) -> None:
         result.op_counts[op] += 1
 
 
-def _note_verdicts(result: Result, verdicts) -> None:
-    # a case counts as judged where a pair of oracles was compared (Result.thinly_judged)
-    judged = any(v.status != "inconclusive" and v.comparisons for v in verdicts)
+def _note_verdicts(result: Result, verdicts, op: str | None = None) -> None:
+    # a case counts as judged where a pair of oracles compared gradient values (of ``op``, the code under test, when
+    # given: Result.thinly_judged); shapes alone (0-element leaves, or op run on 0 elements) vouch for no value
+    counted = [_outcome.counts_for_run(v, op) for v in verdicts]
+    judged = any(counted)
     result.judged = (result.judged or 0) + judged
     _note_precision(result, verdicts[0].case, judged, verdicts)
-    for v in verdicts:
-        for comp in v.comparisons:
+    if not judged and any(v.status == "agree" for v in verdicts):
+        result.inconclusive[_outcome.SHAPES_ONLY] += 1
+    for v, count in zip(verdicts, counted):
+        for comp in v.comparisons if count else ():
             result.pair_counts[tuple(comp.oracles)] += 1
             result.pair_agree[tuple(comp.oracles)] += int(comp.agreed)
         for name, why in v.skipped.items():

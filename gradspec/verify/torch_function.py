@@ -22,6 +22,7 @@ import numpy as np
 
 from .. import domains as _domains
 from .._private import determinism as _det
+from .._private import draw_tally as _draw_tally
 from .._private import float32_line as _f32line
 from .._private import opaque_noise as _opaque_noise
 from .._private import result_sink
@@ -506,12 +507,14 @@ def verify_torch_function(fn, *, arity: int | None = None, signature: str | None
         strategy = _op_cases(spec, companions, {})
     strategy = torch_float32.in_dtypes(strategy, dtypes)
     t0 = time.perf_counter()
-    with _f32line.learning():  # (what this run's cases show of float32 inside: _private.float32_line)
+    # (_f32line: what this run's cases show of float32 inside; _draw_tally: the draws fn's forward is not finite at)
+    with _f32line.learning(), _draw_tally.tallying() as drawn:
         if at is not None:  # the user's points, exactly: each is one case (a finding shrinks only to another of them)
             cases = _at_points(spec, layout, at, s, result)
             _Runner(result, len(cases), None, explain=torch_float32.explain_kept).run(_at_strategy(cases), evaluate)
         else:
             _num.run_within_budget(runner, strategy, _num.with_deadline(evaluate, result, seconds, target, run_replay), seconds)
+    _num.fold_draws(result, drawn, spec, f"fn {label}")
     if spec.inplace.seen:
         result.note(f"{label} modifies its input in place (ctx.mark_dirty): it was given non-leaf copies of its inputs, "
                     "as a caller must (torch refuses an in-place change of a leaf that requires grad)")

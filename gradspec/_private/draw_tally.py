@@ -1,0 +1,113 @@
+"""Draws skipped because the code under test's forward was not finite at them (tryout9 #1).
+
+While a case is drawn, every node runs at the drawn values and a value set where a node's output is NaN, inf, huge
+or raises is redrawn (``strategies._cases``: the values are repaired, the case rejected after a few tries).  For
+gradspec's own ops that is the generator keeping away from overflow.  For a user op it is the code under test
+refusing values of its own domain: a log1mexp written for x > 0 but declared on interval(-5, -1) is NaN at every
+value drawn, every non-empty case was redrawn away, and the 0-element cases left made the run look checked.
+
+A ``verify_*`` run opens :func:`tallying` around its search; the generator calls :func:`seen` for each user-op
+node it evaluates (nothing is counted outside a run: the check is one list test).  The run then says how many
+draws were skipped and why (``gradspec.verify.numerics.fold_draws``), and a forward that was never finite makes
+the run inconclusive, naming the domain.
+
+Example::
+
+    >>> import numpy as np
+    >>> with tallying() as t:
+    ...     seen("f", [np.array([-2.0])], np.array([np.nan]))
+    ...     seen("f", [np.array([3.0])], np.array([1.0]))
+    >>> t["f"].skipped, t["f"].finite, t["f"].kinds
+    (1, 1, ['NaN'])
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+
+import numpy as np
+
+__all__ = ["Tally", "tallying", "active", "seen", "domain_text"]
+
+_RUNS: list = []  # the tallies of the verify runs in progress, innermost last
+
+
+@dataclasses.dataclass
+class Tally:
+    """One op's draws: ``finite`` (a finite, non-empty output), ``skipped`` (NaN / inf / huge / raised: the
+    values were redrawn), the kinds seen, the first skipped draw's input range and error."""
+
+    finite: int = 0
+    skipped: int = 0
+    kinds: list = dataclasses.field(default_factory=list)  # "NaN", "inf", "beyond 1e+08", "raised"
+    first: tuple | None = None  # (lo, hi) of the float inputs of the first skipped draw
+    error: str = ""  # the first exception, "Type: message"
+
+
+@contextlib.contextmanager
+def tallying():
+    """A dict op name -> :class:`Tally`, filled while the block runs."""
+    t: dict = {}
+    _RUNS.append(t)
+    try:
+        yield t
+    finally:
+        for i in range(len(_RUNS) - 1, -1, -1):  # (by identity: two empty dicts compare equal)
+            if _RUNS[i] is t:
+                del _RUNS[i]
+                break
+
+
+def active() -> bool:
+    return bool(_RUNS)
+
+
+def seen(name: str, args, out=None, error: BaseException | None = None, bound: float = 1e8) -> None:
+    """Count one evaluation of user op ``name`` at drawn values ``args``: its output ``out`` (an empty output
+    counts for nothing: it says nothing about the values) or the exception it raised."""
+    if not _RUNS:
+        return
+    t = _RUNS[-1].setdefault(name, Tally())
+    if error is None:
+        out = np.asarray(out)
+        if out.dtype.kind != "f" or not out.size:
+            return
+        with np.errstate(all="ignore"):
+            top = float(np.max(np.abs(out)))  # NaN when any element is NaN, inf when any is infinite
+        if top <= bound:
+            t.finite += 1
+            return
+        kind = "NaN" if np.isnan(top) else "inf" if np.isinf(top) else f"beyond {bound:g}"
+    else:
+        kind = "raised"
+        t.error = t.error or f"{type(error).__name__}: {error}"
+    t.skipped += 1
+    if kind not in t.kinds:
+        t.kinds.append(kind)
+    if t.first is None:
+        t.first = _range(args)
+
+
+def _range(args) -> tuple | None:
+    vals = [np.asarray(a, dtype=np.float64).ravel() for a in args if np.asarray(a).dtype.kind == "f" and np.size(a)]
+    if not vals:
+        return None
+    v = np.concatenate(vals)
+    return float(v.min()), float(v.max())
+
+
+def domain_text(domain) -> str:
+    """An op's declared domain as the user wrote it: ``interval(-5, -1)``, ``[positive(), real()]``."""
+    if isinstance(domain, (list, tuple)):
+        return "[" + ", ".join(domain_text(d) for d in domain) + "]"
+    name = getattr(domain, "name", None)
+    if domain is None or name == "real":
+        return "real()"
+    if name == "interval":
+        return f"interval({domain.lo:g}, {domain.hi:g})"
+    if name == "positive":
+        return f"positive({domain.margin:g})" if domain.margin else "positive()"
+    if name == "away_from":
+        return f"away_from({list(domain.points)!r}, {domain.margin:g})"
+    return repr(domain)
