@@ -136,6 +136,11 @@ class Cause:
         where = f" [node {self.node} = {self.op}]" if self.node and not self.summary.startswith(f"node {self.node} ") else ""
         return f"{self.id}{where}: {self.summary}"
 
+    def describe(self) -> str:
+        """The cause as every assertion and summary says it (``gs.assert_gradients``, the ``gradspec_check``
+        fixture, ``gs.assert_*``, ``Verdict.summary``): id, node, summary and the evidence that decided it."""
+        return str(self) + (f" (evidence: {self.evidence})" if self.evidence else "")
+
 
 def crash_type(cause) -> str:
     """The exception type of an engine crash while building the graph (an ``error-type`` cause naming an op;

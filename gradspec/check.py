@@ -55,7 +55,7 @@ from .causes import Cause, crash_type
 from .oracles import _plan
 from .oracles.reference import ReferenceOracle as _ReferenceOracle
 
-__all__ = ["check", "Verdict", "Discrepancy", "Comparison", "register_explainer", "register_guard"]
+__all__ = ["check", "Verdict", "Discrepancy", "Comparison", "register_explainer", "register_guard", "finding_lines"]
 
 # Called with (verdict, {oracle name: oracle}) on every disagreement, to set Discrepancy.cause:
 # gradspec.diagnose (same layer; it runs check() itself on one-node cases, so check() cannot import it)
@@ -232,12 +232,25 @@ class Verdict:
             lines.append(f"  skipped {name}: {why}")
         for n in self.notes:
             lines.append(f"  note: {n}" + (f" [{n.evidence}]" if getattr(n, "evidence", "") else ""))
-        for d in self.discrepancies:
-            lines.append("  " + d.message.replace("\n", "\n  "))
+        lines += finding_lines(self.discrepancies, "  ")
         return "\n".join(lines)
 
     def __str__(self) -> str:
         return self.summary()
+
+
+def finding_lines(discrepancies, indent: str = "  ", kind: bool = False) -> list[str]:
+    """Each discrepancy's message, then its cause (CONTRACT §8, ``Cause.describe``) -- said once where several
+    oracle pairs saw the same one.  ``kind``: each message led by ``[kind]``."""
+    lines: list[str] = []
+    said = set()
+    for d in discrepancies:
+        lines.append(indent + (f"[{d.kind}] " if kind else "") + d.message.replace("\n", "\n" + indent))
+        text = d.cause.describe() if getattr(d, "cause", None) is not None else ""
+        if text and text not in said:
+            said.add(text)
+            lines.append(f"{indent}  cause: {text}")
+    return lines
 
 
 def check(case: Case, oracles=None, *, timeout: float | None = None) -> Verdict:

@@ -39,13 +39,14 @@ import hashlib
 import html as _html
 import json
 import os
+import re
 import time
 import uuid
 
 from ._private import result_sink
 from ._private.records import make_record_folder
 from ._private.seeds import current_test
-from .check import Verdict
+from .check import Verdict, finding_lines
 
 __all__ = ["assert_gradients", "GradientMismatch", "GradientCheckInconclusive", "current_report_dir", "refresh_index",
            "ENV_REPORT_DIR", "ENV_SESSION", "assert_op", "assert_torch_function", "assert_engine", "VerificationFailed",
@@ -146,8 +147,7 @@ def assert_gradients(case, *, oracles=None, engine=None, report_dir: str | None 
         path = _write(where, verdict, test)
     n = len(verdict.discrepancies)
     lines = [f"gradspec: {n} gradient discrepanc{'y' if n == 1 else 'ies'}"]
-    for d in verdict.discrepancies:
-        lines.append(f"  [{d.kind}] {d.message}")
+    lines += finding_lines(verdict.discrepancies, "  ", kind=True)  # (each with its cause, as gs.check says it)
     try:
         lines.append("case:\n" + case.to_text())
     except Exception:
@@ -238,14 +238,7 @@ class VerificationInconclusive(VerificationFailed):
 
 def _cause_text(d) -> str:
     cause = getattr(d, "cause", None)
-    if cause is not None:
-        text = f"{cause.id}: {cause.summary}"
-        if cause.node and f"node {cause.node}" not in cause.summary:
-            text += f" [node {cause.node} = {cause.op}]"
-        if cause.evidence:
-            text += f" (evidence: {cause.evidence})"
-        return text
-    return d.message
+    return cause.describe() if cause is not None else d.message
 
 
 def failure_message(result, reports=()) -> str:
@@ -264,13 +257,30 @@ def failure_message(result, reports=()) -> str:
         if getattr(d, "cause", None) is not None and d.message not in lines[-1]:
             lines.append(f"   message: {d.message}")
         written = _written_replay(reports[i]) if i < len(reports) else None
-        if written or getattr(d, "replay", ""):  # the case file already written, else how to write it
-            lines.append(f"   replay: {written or d.replay}")
+        replay = written or _replay_in_a_test(d, i)  # the case file already written, else how to write it
+        if replay:
+            lines.append(f"   replay: {replay}")
     if result.replay:
         lines.append(f"replay the whole run: {result.replay}")
     for r in reports:
         lines.append(f"HTML report: {r}")
     return "\n".join(lines)
+
+
+def _replay_in_a_test(d, i: int) -> str:
+    """A finding's replay as an assertion's reader can follow it.  ``verify_*`` says "result.write_html(DIR), then
+    `gradspec replay DIR/<id>/case.json`", but a test has no ``result`` (tryout9 #9): the plugin's report dir (or
+    ``report_dir=``) writes the case file, and the raised exception carries the result."""
+    replay = getattr(d, "replay", "") or ""
+    if getattr(d, "case", None) is None or not replay.startswith(_WRITE_HTML):
+        return replay
+    command = re.search(r"`(gradspec replay [^`]*)`", replay)
+    return (f"run pytest with --gradspec-report-dir DIR (or pass report_dir=DIR) to write this finding's case file, "
+            f"then `{command.group(1) if command else 'gradspec replay DIR/<id>/case.json'}`; or "
+            f"gs.check(e.result.discrepancies[{i}].case) with the raised exception as e")
+
+
+_WRITE_HTML = "result.write_html(DIR)"  # how verify_*'s replay of a case finding starts (verify.op, torch_function)
 
 
 def _written_replay(index_path: str) -> str | None:
