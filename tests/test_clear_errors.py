@@ -85,3 +85,35 @@ def test_a_plain_function_that_detaches_is_not_said_to_have_a_wrong_backward():
     summary = r.discrepancies[0].cause.summary
     assert ".backward" not in summary and "no gradient to compare" not in summary, summary
     assert "no gradient flows through detached to x0" in summary and "detach" in summary, summary
+
+
+class _ThreeInputs(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, a, b):
+        return x * a * b
+
+    @staticmethod
+    def backward(ctx, g):
+        return g, g, g
+
+
+# Bad arguments to verify_torch_function (tryout9 #8): (kwargs, words the message must hold, words it must not)
+BAD_FN_INPUTS = {
+    # was "verify_torch_function: zip() argument 2 is shorter than argument 1"
+    "domain-list-too-short": (dict(fn=_ThreeInputs.apply, arity=3, domain=[gs.domains.positive()]),
+                              ["domain=", "1 ", "3 ", "one per input"], ["zip()"]),
+    "domain-list-too-long": (dict(fn=_ThreeInputs.apply, domain=[gs.domains.positive()] * 4),
+                             ["domain=", "4 ", "3 ", "one per input"], ["zip()"]),
+    # was "cannot infer fn's number of tensor inputs; pass arity=N"
+    "function-class": (dict(fn=_ThreeInputs), ["_ThreeInputs.apply"], ["cannot infer"]),
+}
+
+
+@pytest.mark.parametrize("kw, words, not_words", BAD_FN_INPUTS.values(), ids=list(BAD_FN_INPUTS))
+def test_bad_verify_torch_function_arguments_name_the_argument_and_the_fix(kw, words, not_words):
+    kw = dict(kw)
+    fn = kw.pop("fn")
+    with pytest.raises((TypeError, ValueError)) as e:
+        gs.verify_torch_function(fn, max_examples=3, seed=0, **kw)
+    text = str(e.value)
+    assert all(w in text for w in words) and not any(w in text for w in not_words), text

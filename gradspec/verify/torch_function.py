@@ -289,6 +289,12 @@ def _unchanged(now, before) -> bool:
     return now.shape == before.shape and bool(torch.all((now == before) | (torch.isnan(now) & torch.isnan(before))))
 
 
+def _torch_function_class() -> type:
+    import torch
+
+    return torch.autograd.Function
+
+
 def _domain_src(d) -> str:
     if isinstance(d, (list, tuple)):
         return "[" + ", ".join(_domain_src(x) for x in d) + "]"
@@ -360,6 +366,9 @@ def verify_torch_function(fn, *, arity: int | None = None, signature: str | None
                         f"(the distance from the inputs to the nearest kink), got {type(kink_distance).__name__}")
     if not callable(fn):
         raise TypeError(f"verify_torch_function expects a callable on torch tensors, got {type(fn).__name__}")
+    if isinstance(fn, type) and issubclass(fn, _torch_function_class()):  # (calling the class runs no forward)
+        raise UserOpError(f"verify_torch_function: {fn.__name__} is a torch.autograd.Function class: pass "
+                          f"{fn.__name__}.apply (the call that runs its forward and records its backward)")
     domain = _domains.coerce(domain, "verify_torch_function")  # a name ('positive') or a clear error
     _num.check_drawable(domain, 1, "verify_torch_function")  # (tryout7 #8: a bare ZeroDivisionError)
     if _is_module(fn):  # parameters and inputs as leaves (gs.verify_module)
@@ -374,6 +383,10 @@ def verify_torch_function(fn, *, arity: int | None = None, signature: str | None
         example_inputs = at[0]  # (the layout and shapes of fn's calls: at= is checked exactly, no draws)
     layout = _layout(fn, arity, signature, params, example_inputs, args)
     _check_signature_arity(fn, signature, layout)
+    if isinstance(domain, (list, tuple)) and len(domain) != layout.arity:  # (was "zip() argument 2 is shorter ...")
+        raise UserOpError(f"verify_torch_function: domain= has {len(domain)} entries for fn's {layout.arity} tensor "
+                          f"input(s): give one domain for all inputs (domain=gs.domains.positive()) or exactly one per "
+                          f"input (a list of {layout.arity})")
     try:
         plan = fn_shapes.plan(fn, layout, example_inputs=example_inputs, signature=signature, shape_fn=shape_fn,
                               params=params, domain=domain, broadcast=broadcast)
