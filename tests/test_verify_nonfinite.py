@@ -79,3 +79,41 @@ def test_a_fuzz_run_that_compared_no_value_is_inconclusive(tmp_path, capsys):
     out = capsys.readouterr()
     assert rc == 3, out.out + out.err
     assert "0 elements" in out.out + out.err and "no gradient value compared" in out.out + out.err
+
+
+def test_two_runs_in_two_threads_keep_their_own_draw_tallies():
+    """(review14 #5) The tally stack was one list for the process: thread A's skipped draw landed in thread B's run
+    (opened after A's), A's stayed empty.  Events order the two threads; nothing is timed."""
+    import threading
+
+    from gradspec._private import draw_tally as T
+
+    a_in, b_in, a_seen, b_read = (threading.Event() for _ in range(4))
+    got: dict = {}
+
+    def run_a():
+        with T.tallying() as t:
+            a_in.set()
+            b_in.wait()
+            T.seen("t14_op_a", [np.array([1.0])], np.array([np.nan]))  # A's own draw, while B's run is open
+            a_seen.set()
+            b_read.wait()
+            got["A"] = dict(t)
+
+    def run_b():
+        a_in.wait()
+        with T.tallying() as t:
+            b_in.set()
+            a_seen.wait()
+            got["B"] = dict(t)
+            got["B active"] = T.active()
+            b_read.set()
+
+    threads = [threading.Thread(target=run_a), threading.Thread(target=run_b)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert list(got["A"]) == ["t14_op_a"] and got["A"]["t14_op_a"].skipped == 1, got
+    assert got["B"] == {} and got["B active"], got
+    assert not T.active()  # (this thread opened no run)

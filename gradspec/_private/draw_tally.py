@@ -24,13 +24,17 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import dataclasses
 
 import numpy as np
 
 __all__ = ["Tally", "tallying", "active", "seen", "domain_text"]
 
-_RUNS: list = []  # the tallies of the verify runs in progress, innermost last
+# The tallies of the verify runs in progress in this thread / context, innermost last (review14 #5: one list for the
+# process put thread A's draws in thread B's run).  A tuple, never mutated: a context that inherits a copy of the
+# variable (a thread started from it, in Pythons that do so) shares no list with its parent.
+_RUNS: contextvars.ContextVar = contextvars.ContextVar("gradspec_draw_tallies", default=())
 
 
 @dataclasses.dataclass
@@ -49,26 +53,24 @@ class Tally:
 def tallying():
     """A dict op name -> :class:`Tally`, filled while the block runs."""
     t: dict = {}
-    _RUNS.append(t)
+    token = _RUNS.set(_RUNS.get() + (t,))
     try:
         yield t
     finally:
-        for i in range(len(_RUNS) - 1, -1, -1):  # (by identity: two empty dicts compare equal)
-            if _RUNS[i] is t:
-                del _RUNS[i]
-                break
+        _RUNS.reset(token)
 
 
 def active() -> bool:
-    return bool(_RUNS)
+    return bool(_RUNS.get())
 
 
 def seen(name: str, args, out=None, error: BaseException | None = None, bound: float = 1e8) -> None:
     """Count one evaluation of user op ``name`` at drawn values ``args``: its output ``out`` (an empty output
     counts for nothing: it says nothing about the values) or the exception it raised."""
-    if not _RUNS:
+    runs = _RUNS.get()
+    if not runs:
         return
-    t = _RUNS[-1].setdefault(name, Tally())
+    t = runs[-1].setdefault(name, Tally())
     if error is None:
         out = np.asarray(out)
         if out.dtype.kind != "f" or not out.size:
