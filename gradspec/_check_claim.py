@@ -13,9 +13,11 @@ inside each root.
 :func:`claim_scale` computes it with a backward pass over absolute values, ``a_in += |J_node|^T a_out`` from
 ``a_root = |seed|``, carrying beside ``a`` the part ``e`` of paths that went through a user op (``e_in +=
 |J_node|^T a_out`` at a user op's node, ``|J_node|^T e_out`` elsewhere); the leaves' ``e`` is the scale.
-``|J_node|`` is the node's local Jacobian, one vjp per output element (:data:`ROWS` at most per node);
-above that, ``|vjp(a_out)|`` stands in, exact for elementwise, broadcasting, reducing and indexing ops (a
-diagonal or non-negative Jacobian) and a lower bound otherwise: a smaller allowance, never a hidden bug.
+``|J_node|`` of gradspec's own op is its local Jacobian, one vjp of its rule per output element (:data:`ROWS`
+at most per node); above that, ``|vjp(a_out)|`` stands in, exact for elementwise, broadcasting, reducing and
+indexing ops (a diagonal or non-negative Jacobian) and a lower bound otherwise: a smaller allowance, never a
+hidden bug.  ``|J_node|`` of a user op comes from central differences of its forward (:func:`_abs_fd`), never
+from its vjp or jvp: a tolerance is never sized by the code it judges.
 ``gs.check`` computes it only where a claim is in force and a comparison failed without it.
 
 Example::
@@ -34,13 +36,18 @@ from __future__ import annotations
 import numpy as np
 
 from . import engine as _E
+from ._private.vjp_patterns import _sum_to
 from .oracles.reference import build_engine_graph
 
-__all__ = ["claim_scale", "ROWS"]
+__all__ = ["claim_scale", "ROWS", "COLS"]
 
 # Output elements up to which a node's |J| is built row by row (one vjp each): the cases a fuzz run shrinks
 # to have a few dozen elements; a case of thousands pays only one vjp per node.
 ROWS = 64
+# Input elements of a user op's node up to which its |J| is measured (2 forward calls each): the full
+# finite-difference oracle already pays ~3 evaluations of the whole case per leaf element up to 1000
+# (oracles.fd, full_limit); above, the claim keeps its other scales.
+COLS = 1000
 
 
 def claim_scale(case) -> dict | None:
@@ -65,13 +72,73 @@ def _backward_abs(case, env) -> dict:
         node = env[n.name].grad_fn
         if node is None or not a[n.name].any():
             continue
-        through = a[n.name] if getattr(spec, "user", False) else e[n.name]
-        for i, (ga, ge) in enumerate(_abs_vjp(node, a[n.name], through)):
+        user = getattr(spec, "user", False)
+        through = a[n.name] if user else e[n.name]
+        pairs = _abs_fd(spec, n.params, node, a[n.name], through) if user else _abs_vjp(node, a[n.name], through)
+        for i, (ga, ge) in enumerate(pairs):
             if ga is not None:
                 name = n.inputs[i]
                 a[name] = a[name] + ga
                 e[name] = e[name] + ge
     return {l.name: e[l.name] for l in case.leaves}
+
+
+def _abs_fd(spec, params, node, a: np.ndarray, e: np.ndarray) -> list:
+    """``_abs_vjp`` of a user op's node, its |J| from central differences of its forward (one column per input
+    element), never from its vjp: that is the code under test, and a vjp not linear in g (one that ignores g,
+    or adds a term that does not scale with it) answers every basis vector with a dense row, a scale ~n times
+    too large that hid a gradient 50% off (review14 #1).  The forward is the function being differentiated.
+    Truncation and rounding errors of the columns (~h^2, ~eps/h relative) are far below any claim; at a kink a
+    column averages the two pieces: a scale, not a value.  Above :data:`COLS` input elements the scale is not
+    computed (raises: the claim keeps its other scales, an allowance only smaller)."""
+    inputs = [t.data for t in node.inputs]
+    if sum(x.size for x in inputs) > COLS:
+        raise _NoScale(f"{spec.name}: more than {COLS} input elements")
+    flat_a, flat_e = a.ravel(), e.ravel()
+    mid = np.asarray(node.out.data, dtype=np.float64).ravel()
+    acc: list = [None] * len(inputs)
+    for i, x in enumerate(inputs):
+        if not node.inputs[i].requires_grad or not np.issubdtype(x.dtype, np.floating):
+            continue
+        cols = np.empty((x.size, flat_a.size))
+        h_unit = float(np.finfo(x.dtype).eps) ** (1 / 3)  # the step that balances truncation and rounding
+        for j in range(x.size):
+            h = h_unit * max(1.0, abs(float(x.flat[j])))
+            cols[j] = _column(spec, params, inputs, i, j, h, mid)
+        acc[i] = (cols @ flat_a).reshape(x.shape), (cols @ flat_e).reshape(x.shape)
+    return acc
+
+
+def _column(spec, params, inputs, i, j, h, mid) -> np.ndarray:
+    """|d out / d inputs[i].flat[j]|: the smaller of two central differences (steps h and h/4), each one-sided
+    where a side leaves the forward's domain.  A jump of the forward within the step grows the estimate as 1/h
+    (a scale ~1e5 too large that would absorb any error): 4x at the smaller step refuses the scale."""
+    wide, narrow = _central(spec, params, inputs, i, j, h, mid), _central(spec, params, inputs, i, j, h / 4, mid)
+    wide, narrow = np.abs(wide), np.abs(narrow)
+    floor = 64 * float(np.finfo(inputs[i].dtype).eps) * float(np.max(np.abs(mid), initial=1.0)) * 4 / h
+    if np.any((narrow > 3 * wide) & (narrow > floor)):
+        raise _NoScale(f"{spec.name}: its forward jumps within {h:.3g} of its input")
+    return np.minimum(wide, narrow)
+
+
+def _central(spec, params, inputs, i, j, h, mid) -> np.ndarray:
+    """d out / d inputs[i].flat[j] by differences of step ~h (float64, flat); ``mid``: the node's output."""
+    def at(step):
+        xs = [x.copy() if k == i else x for k, x in enumerate(inputs)]
+        xs[i].flat[j] += step
+        took = float(xs[i].flat[j]) - float(inputs[i].flat[j])  # (the step as rounded to the input's dtype)
+        return np.asarray(_E.apply(spec, [_E.Tensor(x) for x in xs], params).data, dtype=np.float64).ravel(), took
+    (up, hu), (down, hd) = at(h), at(-h)
+    col = (up - down) / (hu - hd)
+    if not np.all(np.isfinite(col)):
+        col = np.where(np.isfinite(up), (up - mid) / hu, (mid - down) / hd)
+        if not np.all(np.isfinite(col)):
+            raise _NoScale(f"{spec.name}: forward not finite around its input")
+    return col
+
+
+class _NoScale(Exception):
+    """The path scale cannot be computed from an independent source: none (claim_scale returns None)."""
 
 
 def _abs_vjp(node, a: np.ndarray, e: np.ndarray) -> list:
@@ -103,9 +170,8 @@ def _vjp(node, g: np.ndarray, shapes: list) -> list:
             out.append(None)
             continue
         x = np.abs(np.asarray(gi.data if isinstance(gi, _E.Tensor) else gi, dtype=np.float64))
-        if x.shape != shape:
-            lead = x.ndim - len(shape)
-            dims = tuple(range(lead)) + tuple(lead + d for d, s in enumerate(shape) if s == 1 and x.shape[lead + d] != 1)
-            x = x.sum(axis=dims, keepdims=True).reshape(shape) if dims or lead else x.reshape(shape)
+        x = x if x.shape == shape else _sum_to(x, shape)  # (the base layer's: ops.user.sum_to raises instead)
+        if x is None:
+            raise _NoScale("a gradient not of its input's shape")
         out.append(x)
     return out

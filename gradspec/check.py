@@ -652,9 +652,9 @@ def _compare_directional(case, fd, results, kinds, dtype, comparisons, discrepan
             allowed = np.maximum(allowed, _tol.claimed_allowance(*claim, np.maximum(mag, np.abs(dot))))
             if np.any(np.abs(dot - est) > allowed):  # the claim's own scale, |path terms| through the code under test
                 through = (_claim_scale(case) or {}) if through is None else through
-                for l in leaves if through else ():
-                    allowed = np.maximum(allowed, _tol.claimed_allowance(*claim, np.abs(
-                        dirs[l.name].reshape(k, -1)) @ np.ravel(through[l.name])))
+                if through:  # <u, grad> sums over the leaves: so do the bounds of its path terms
+                    paths = sum(np.abs(dirs[l.name].reshape(k, -1)) @ np.ravel(through[l.name]) for l in leaves)
+                    allowed = np.maximum(allowed, _tol.claimed_allowance(*claim, paths))
         ratio = np.abs(dot - est) / np.where(allowed > 0, allowed, np.inf)
         r = float(np.max(ratio, initial=0.0))
         pair = (fd.name, name)

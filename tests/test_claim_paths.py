@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import gradspec as gs
+from gradspec.oracles.fd import FiniteDifferences
 
 RTOL = 1e-4
 EPS = 0.02  # the leaf's gradient is EPS of each path's term: a tolerance on the leaf scale is 50x too small
@@ -100,3 +101,66 @@ def test_the_culprit_is_the_op_the_cause_blames_when_no_single_root_cut_failed()
     d.culprit = "exp"  # a cut that failed named its op: kept
     d.cause = Cause("wrong-vjp", "node v1 = exp(x): ...", node="v1", op="exp")
     assert named_culprit(d) == "exp"
+
+
+# review14 #1: the path scale took |J| of the user op from its own vjp on basis vectors.  A vjp that is not linear in
+# g (it ignores g: CONTRACT §8 seed-ignored; or adds a term that does not scale with g) gives a dense row for every
+# basis vector: the scale grew ~n times and the claim hid a gradient 50% off (b02263f, before the path scale: found).
+NOT_LINEAR = {  # name -> (vjp, rtol, seed drawn from rng): each is wrong by far more than its claim on 64 elements
+    "seed-ignored": (lambda g, x, out: (out.copy(),), 1e-2, lambda rng, n: np.full(n, 2.0)),
+    "affine-in-g": (lambda g, x, out: ((g + 0.5) * out,), 5e-2, lambda rng, n: rng.standard_normal(n)),
+}
+
+
+@pytest.mark.parametrize("name", list(NOT_LINEAR))
+def test_a_claim_never_takes_its_scale_from_the_vjp_under_test(name):
+    vjp, rtol, seed = NOT_LINEAR[name]
+    op = gs.Op("t_claim_not_linear_" + name.replace("-", "_"), forward=np.exp, vjp=vjp)
+    rng = np.random.default_rng(0)
+    n = 64
+    case = gs.Case.build({"x": rng.uniform(-1, 1, n)}, [("y", op.name, ["x"], {})], ["y"], [seed(rng, n)])
+    case.meta["accuracy"] = {"rtol": rtol, "atol": 0.0}
+    v = gs.check(case)
+    assert any(d.kind == "value" for d in v.discrepancies), v.summary()
+
+
+def test_the_scale_of_a_user_op_comes_from_its_forward():
+    """|J| of the seed-ignored exp from differences of its forward: |J|^T |seed| = 2 e^x (its vjp's rows gave
+    2 n e^x), to FD accuracy (~1e-10 relative, far below any claim); a forward that jumps within the step
+    (|J| ~ jump / h) gives no path scale at all."""
+    from gradspec._check_claim import claim_scale
+
+    op = gs.Op("t_claim_scale_ignored", forward=np.exp, vjp=lambda g, x, out: (out.copy(),))
+    x = np.random.default_rng(0).uniform(-1, 1, 16)
+    case = gs.Case.build({"x": x}, [("y", op.name, ["x"], {})], ["y"], [np.full(16, 2.0)])
+    np.testing.assert_allclose(claim_scale(case)["x"], 2 * np.exp(x), rtol=1e-8)
+    step = gs.Op("t_claim_scale_step", forward=lambda x: x + (x > 0), vjp=lambda g, x, out: (g,))
+    case = gs.Case.build({"x": np.array([0.0, 0.5])}, [("y", step.name, ["x"], {})], ["y"], [np.ones(2)])
+    assert claim_scale(case) is None
+
+
+def _many_leaves(delta):
+    """12 one-element leaves, each with tryout9's cancelling pair of paths (one through a loose op), and a leaf of
+    1000 elements whose gradient is tiny: 1012 inputs, above fd.full_limit, so gs.check compares <u, grad> along
+    random directions, each summing 12 path bounds (the max over leaves allowed 1/12 of them: a correct op at 0.9x
+    its claim cried wolf on every one of 5 value sets)."""
+    op = gs.Op("t_claim_many_leaves_" + str(delta).replace(".", "_").replace("-", "m"), forward=np.exp,
+               vjp=lambda g, x, out: (g * out * (1 + delta),))
+    rng = np.random.default_rng(0)
+    leaves = {f"x{i}": rng.uniform(-1, 1, 1) for i in range(12)}
+    leaves["z"] = rng.uniform(-1, 1, 1000)
+    nodes, roots, seeds = [("ez", "exp", ["z"], {})], ["ez"], [np.full(1000, 1e-6)]
+    for i in range(12):
+        nodes += [(f"u{i}", op.name, [f"x{i}"], {}), (f"w{i}", "exp", [f"x{i}"], {})]
+        roots += [f"u{i}", f"w{i}"]
+        seeds += [np.ones(1), np.full(1, -(1 - EPS))]
+    case = gs.Case.build(leaves, nodes, roots, seeds)
+    case.meta["accuracy"] = {"rtol": RTOL, "atol": 0.0}
+    assert case.n_inputs > FiniteDifferences.full_limit
+    return gs.check(case, oracles=["reference", "finite-differences"])
+
+
+@pytest.mark.parametrize("delta,found", [(0.9 * RTOL, False), (10 * RTOL, True)], ids=["ok", "bug"])
+def test_a_directional_comparison_sums_the_path_bounds_of_its_leaves(delta, found):
+    v = _many_leaves(delta)
+    assert v.ok is not found, v.summary()
