@@ -2,8 +2,9 @@
 
     python benchmarks/kink_elements.py [--points 200] [--seed 0]
 
-Six user ops that declare no kinks (so finite differences find them numerically): np.interp, soft-thresholding,
-abs, relu, clamp(-1, 1), maximum(a, b).  Each has a correct vjp and a buggy one whose bug sits beside a kink (a
+Seven user ops that declare no kinks (so finite differences find them numerically): np.interp, soft-thresholding,
+abs, relu, clamp(-1, 1), maximum(a, b), and gate(a, b) = max(a, 0) + b (a > 0) (a kink on a jump surface at
+a = b = 0: b's partial there is a convention, review14 #3).  Each has a correct vjp and a buggy one whose bug sits beside a kink (a
 slope off on one side of it, or on the piece next to it).  Points: 2 to 6 elements, each put exactly on a kink
 with probability 0.4, else drawn from N(0, 1.5^2).  Prints, per op: the correct rule's agree / inconclusive /
 false alarms, and for the buggy rule, among the points where the bug shows at an element off every kink (the
@@ -48,6 +49,10 @@ OPS = {
               lambda g, x, o: (g * ((x > -1) & (x < 1)) * np.where(x > 0.5, 0.98, 1.0),), np.array([-1.0, 1.0]), 1),
     "maximum": (np.maximum, lambda g, a, b, o: (g * (a >= b), g * (a < b)),
                 lambda g, a, b, o: (g * (a >= b), 1.01 * g * (a < b)), None, 2),
+    # a kink on a jump surface (review14 #3): at a = b = 0, a's line has a kink, and f jumps across a = 0 wherever
+    # b != 0, so b's partial depends on the convention at a = 0 (this vjp's a >= 0 is one): not comparable there
+    "gate": (lambda a, b: np.maximum(a, 0.0) + b * (a > 0), lambda g, a, b, o: (g * (a >= 0), g * (a >= 0)),
+             lambda g, a, b, o: (g * (a >= 0), g * (a >= 0) * np.where(a > 0, 1.01, 1.0)), np.array([0.0]), 2),
 }
 
 
@@ -55,11 +60,12 @@ def _point(rng, kinks, arity):
     n = int(rng.integers(2, 7))
     x = rng.normal(0.0, 1.5, n)
     on = rng.uniform(size=n) < 0.4
-    if arity == 1:
+    if kinks is not None:
         x[on] = rng.choice(kinks, size=int(on.sum()))
+    if arity == 1:
         return [x], on
     b = rng.normal(0.0, 1.5, n)
-    b[on] = x[on]  # a tie
+    b[on] = x[on]  # a tie (maximum); gate: a = b = 0
     return [x, b], on
 
 

@@ -17,6 +17,7 @@ import numpy as np
 
 from . import outcome as _outcome
 from . import tolerances as _tol
+from ._private import under_test as _under_test
 from ._private.kinks import EXCLUDED as _EXCLUDED
 from ._private.kinks import OTHERS_UNJUDGED as _OTHERS
 
@@ -87,8 +88,11 @@ def _kinked_notes(case, kinked: dict, comparisons) -> list[str]:
         first = next(iter(elems.values()))
         why = first.split(": ", 1)[1] if first.startswith("finite differences: ") else first
         names = ", ".join(list(elems)[:4]) + (" ..." if len(elems) > 4 else "")
+        none = [op for op in _under_test.user_ops(case) if not _outcome.compared_through(case, comparisons, kinked, op)]
         out.append(f"{name}: {len(elems)} of {n} {_outcome.KINK_ELEMENTS} ({names}): no derivative exists along "
-                   f"their lines through this point ({why}); the other {n - len(elems)} were compared")
+                   f"their lines through this point ({why}); the other {n - len(elems)} were compared"
+                   + (f"; none of them reaches user op {', '.join(repr(o) for o in none)}: its gradient was not judged "
+                      "on this case" if none else ""))
     return out
 
 

@@ -31,6 +31,7 @@ import numpy as np
 
 from ._private import case_budget as _case_budget
 from ._private import structure as _structure
+from ._private import under_test as _under_test
 from ._private.fdstep import EPS32 as _EPS32
 from ._private.fdstep import float32_valued as _float32_valued
 from ._private.fdstep import noise_sigma as _noise_sigma
@@ -430,7 +431,23 @@ def counts_for_run(verdict, op: str | None = None) -> bool:
         return False
     if any(str(n).startswith(EMPTY_LEAVES) for n in verdict.notes):
         return False
-    return op is None or _ran_on_values(verdict.case, op)
+    return op is None or (_ran_on_values(verdict.case, op) and compared_through(
+        verdict.case, verdict.comparisons, getattr(verdict, "unjudged_elements", None), op))
+
+
+def compared_through(case, comparisons, kinked: dict | None, op: str) -> bool:
+    """Whether some of a case's ``comparisons`` judged a gradient element with a path through op ``op`` (from the
+    graph's structure): always, but where an estimate left elements out at kinks (``kinked``: ``Verdict.unjudged_elements``) and
+    compared only elements of leaves that reach no node of ``op`` (review14 #2: another user op's leaves)."""
+    if not kinked:
+        return True
+    reach = _under_test.reaching_leaves(case, op)
+    leaves = [l for l in case.grad_leaves() if l.name in reach]
+    for c in comparisons:
+        ests = [o for o in c.oracles if o in kinked]
+        if all(any(sum(e.startswith(f"{l.name}[") for e in kinked[o]) < l.value.size for l in leaves) for o in ests):
+            return True
+    return False
 
 
 def _ran_on_values(case, op: str) -> bool:

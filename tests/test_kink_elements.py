@@ -130,3 +130,51 @@ def test_the_cause_of_a_bug_beside_a_kink_does_not_blame_the_kinked_element():
     # gradients' fit saw the tie's convention too)
     c = [d for d in _check(MAXIMUM_BUG, [0.5, 1.0, -2.0], b=[0.5, 2.0, -3.0]).discrepancies if d.kind == "value"][0].cause
     assert c.id == "wrong-vjp" and c.factor == 2.0 and "input b" in c.summary, c.summary
+
+
+# review14 #2 and #8: the elements compared beside a kink must include one that reaches the code under test.  Both
+# of the buggy op's elements sit on knots; leaf y reaches only the engine's exp: comparing y's elements judges
+# nothing of the op (before: "agree", "the other 2 were compared").
+INTERP_X3 = gs.Op("ke_interp_x3", forward=lambda x: np.interp(x, XP, FP), vjp=lambda g, x, out: (g * _slope(x) * 3.0,))
+
+
+def _two_branches(op_u, x, op_w="exp", y=(0.3, 0.4)):
+    case = gs.Case.build({"x": np.asarray(x, dtype=np.float64), "y": np.asarray(y, dtype=np.float64)},
+                         [("u", op_u, ["x"], {}), ("w", op_w, ["y"], {})], ["u", "w"],
+                         [np.arange(1.0, len(x) + 1), np.ones(len(y))])
+    return gs.check(case)
+
+
+def test_no_compared_element_reaches_the_op_under_test_stays_inconclusive():
+    from gradspec import outcome
+    v = _two_branches("ke_interp_x3", [0.0, 1.0])
+    assert v.status == "inconclusive", v.summary()
+    assert "kink" in v.reason, v.reason
+    assert "reach no user op 'ke_interp_x3'" in v.nondifferentiable, v.summary()  # says why (#8)
+    assert not outcome.counts_for_run(v, "ke_interp_x3")
+
+
+def test_another_user_op_compared_does_not_count_for_the_op_whose_elements_are_all_on_kinks():
+    from gradspec import outcome
+    v = _two_branches("ke_interp_x3", [0.0, 1.0], op_w="ke_interp", y=(0.3, 0.7))  # y's op is a user op: compared
+    assert v.status == "agree", v.summary()
+    assert not outcome.counts_for_run(v, "ke_interp_x3")
+    assert outcome.counts_for_run(v, "ke_interp")
+    note = _skipped_note(v)
+    assert "ke_interp_x3" in note, v.summary()  # the note says which user op had no compared element (#8)
+
+
+# review14 #3: a kink on a jump surface.  f(a, b) = max(a, 0) + b (a > 0) at (0, 0): a's line has a kink (no jump
+# there: b = 0), but f jumps across a = 0 wherever b != 0, so b's partial is 1 on one side and 0 on the other: it
+# depends on the convention at a = 0 (the vjp's a >= 0 gives 1, FD's line b -> f(0, b) gives 0).  Not comparable.
+JUMPY = gs.Op("ke_jump_surface", forward=lambda a, b: np.maximum(a, 0) + b * (a > 0),
+              vjp=lambda g, a, b, out: (g * (a >= 0), g * (a >= 0)))
+
+
+@pytest.mark.parametrize("a,b,status", [((0.0, 0.7), (0.0, -0.4), "inconclusive"),
+                                        ((0.5, 0.7), (0.0, -0.4), "agree"),
+                                        ((-0.5, 0.7), (0.3, -0.4), "agree")])
+def test_a_kink_on_a_jump_surface_leaves_the_other_elements_unjudged(a, b, status):
+    v = _check(JUMPY, a, b=b)
+    assert v.status == status, v.summary()
+    assert (status == "agree") == ("jump surface" not in v.nondifferentiable), v.summary()

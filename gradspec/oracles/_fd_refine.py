@@ -5,7 +5,8 @@ dominates the error estimate and the third-difference estimate itself becomes un
 retries those elements at h / 16 (at most REFINEMENTS times, while that lowers the error estimate), then
 at the finer steps ``gradspec.tolerances.FD_FINER_STEPS`` (a kink or pole at distance d spoils every step
 above ~d); an element no step resolves is refused with the reason (``_classify``: a jump, a kink, or no
-usable step) -- or, where only kinks remain and other elements were resolved, left out and named (tryout7 #13g).
+usable step) -- or, where only kinks remain and other elements were resolved, left out and named (tryout7 #13g),
+if the others can be compared (review14 #2, #3: ``_not_comparable``).
 ``fd`` runs it only where an element is too coarse: most estimates never come here.
 """
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import tolerances as _tol
+from .._private import under_test as _under_test
 from ._base import NonDifferentiable, OracleError
 from ._fd_lazy import Pass as _Pass
 from ._fd_stencil import COARSE, EPS, FACTORS, ROUNDING_DEPTH, _combine, _points
@@ -40,8 +42,9 @@ def _finer(case, x64, leaves, seeds64, idx, h0, s_first, s0, S0, floor, scale, o
     at distance d spoils every step above ~d); adopt the first clean one per element.  Where none
     is clean, refuse: NonDifferentiable for a kink or jump (the one-sided slopes, or the values,
     disagree by an amount that does not shrink with the step), OracleError otherwise -- except where
-    every such element is a kink and others were resolved (``kinks``, a dict, given): those elements
-    are then left out (an infinite error bound) and named in ``kinks`` (element -> why).
+    every such element is a kink and others were resolved (``kinks``, a dict, given) that can be compared
+    (``_not_comparable``: one reaches the code under test, and none has a partial that changes across a kink):
+    those elements are then left out (an infinite error bound) and named in ``kinks`` (element -> why).
     ``out`` = (r, err, trunc, h), updated in place; returns the evaluations spent."""
     r, err, trunc, h = out
     nf = len(FACTORS)
@@ -68,12 +71,107 @@ def _finer(case, x64, leaves, seeds64, idx, h0, s_first, s0, S0, floor, scale, o
                           trunc[j], r[j]) for i, j in enumerate(left.tolist())]
     if kinks is None or left.size == r.size or any(kind != "kink" for kind, _ in refusals):
         raise refusals[0][1]  # (a jump's or an unresolved element's refusal, or nothing else to compare: the case's)
-    # Only kinks, and other elements resolved: their lines x + t e_k do not cross a kink, so their partials are the
-    # function's whichever convention applies at it (a kink's pieces agree along its surface).  The kinked elements'
-    # estimates (averages of two slopes) get an infinite error bound: nothing is compared there, and they are named.
+    # Only kinks, and other elements resolved: their lines x + t e_k do not cross a kink.  They are compared if one
+    # of them reaches the code under test (else nothing of it would be judged: review14 #2) and their partials are
+    # the same on both sides of every kink found (else they depend on the convention there: review14 #3).
+    compared = np.ones(r.size, dtype=bool)
+    compared[left] = False
+    why, spent = _not_comparable(case, x64, leaves, seeds64, left, fine_h, compared, h, floor)
+    evaluations += spent
+    if why:
+        e = refusals[0][1]
+        raise type(e)(f"{e}; {why}")
+    # The kinked elements' estimates (averages of two slopes) get an infinite error bound: nothing is compared
+    # there, and they are named.
     err[left] = np.inf
     kinks.update((element_name(leaves, j), str(e)) for j, (_, e) in zip(left.tolist(), refusals))
     return evaluations
+
+
+MAX_KINK_PROBES = 16  # kinked elements probed on both sides; more (rare: table ops' kinks are refused earlier by the
+# reach check): the case is refused as a whole, as before per-element judging
+
+
+def _not_comparable(case, x64, leaves, seeds64, kinked, hf, compared, h, floor) -> tuple[str, int]:
+    """Why the ``compared`` elements cannot be judged beside the ``kinked`` ones ("" if they can), and the
+    evaluations spent.
+
+    (1) None of them reaches the code under test (``_private.under_test``): comparing them judges none of it.
+    (2) A kink on a jump surface (review14 #3): f(a, b) = max(a, 0) + b (a > 0) at (0, 0) has a kink on a's line and
+    none on b's, but f jumps across a = 0 wherever b != 0, so b's partial is 1 on one side, 0 on the other: it depends
+    on the convention at the kink.  Probe: each compared element's estimate at x +- hf_k e_k (hf_k: the step at
+    which k's kink was confirmed, so the kink lies within hf_k of x and the two points are on its two sides).
+    Where f's pieces agree along the kink's surface (no jump through x), the two partials differ by the smooth part
+    2 hf_k |d2f/dx_k dx_j| only, with hf_k ~ 1.5e-9 max(|x_k|, 1) (the first step times FD_FINER_STEPS' last factor).
+    Allowed: e+ + e-, the two estimates' own error bounds (the measured difference of two equal partials is within
+    them).  A larger difference is a partial that changes across the kink: not comparable.  A smaller one bounds the
+    true change by 2 (e+ + e-) ~ 4 x the element's own bound (same step, nearby point): what the comparison with an
+    exact oracle already allows finite differences (4 x their bound, tolerances "FD error estimate x4"), so no
+    convention at the kink can make it cry wolf.  (A smooth function whose mixed curvature makes 2 hf_k |d2f| exceed
+    the bounds is refused too: judgements lost, never a false verdict.)  A non-finite probe: not comparable."""
+    reach = _under_test.reaching_leaves(case)
+    off, relevant = 0, np.zeros(compared.size, dtype=bool)
+    for l in leaves:
+        relevant[off:off + l.value.size] = l.name in reach
+        off += l.value.size
+    if not (compared & relevant).any():
+        what = ", ".join(repr(o) for o in _under_test.user_ops(case)) or "root"
+        names = [element_name(leaves, j) for j in np.flatnonzero(compared)[:4].tolist()]
+        return (f"the other {int(compared.sum())} element(s) ({', '.join(names)}{' ...' if compared.sum() > 4 else ''}) "
+                f"reach no {'user op ' if what != 'root' else ''}{what}: no element of the code under test could be "
+                "compared"), 0
+    if kinked.size > MAX_KINK_PROBES:
+        return f"{kinked.size} elements at kinks (more than {MAX_KINK_PROBES} to probe for a jump surface)", 0
+    idx = np.flatnonzero(compared)
+    nf, spent = len(FACTORS), 0
+    for k, step in zip(kinked.tolist(), hf.tolist()):
+        est = []
+        for side in (step, -step):
+            est.append(_estimates_at(case, _nudged(x64, leaves, k, side), leaves, seeds64, idx, h, floor))
+            spent += nf * idx.size + 1
+        (rp, ep), (rm, em) = est
+        with np.errstate(all="ignore"):
+            allowed = ep + em
+            bad = ~(np.abs(rp - rm) <= allowed)
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            return (f"{element_name(leaves, int(idx[i]))}'s partial changes across that kink at "
+                    f"{element_name(leaves, k)}: {rp[i]:.6g} at +{step:.3g}, {rm[i]:.6g} at -{step:.3g} (allowed difference "
+                    f"{allowed[i]:.3g}): a jump surface through this point, its partials depend on the convention "
+                    "at the kink"), spent
+    return "", spent
+
+
+_PROBE_BATCH = 2**17  # leaf elements per batched evaluation (fd.MAX_BATCH_ELEMENTS)
+
+
+def _estimates_at(case, xs, leaves, seeds64, idx, h, floor):
+    """Finite-difference estimates and error bounds of the elements ``idx`` at the inputs ``xs`` (steps ``h``),
+    in chunks of at most _PROBE_BATCH leaf elements per evaluation."""
+    nf = len(FACTORS)
+    s0, S0 = _s_values(case._evaluate({n: v[None] for n, v in xs.items()}, 1), case.roots, seeds64, 1)
+    per = max(1, _PROBE_BATCH // (nf * max([v.size for v in xs.values()] + [1])))
+    r, e = np.empty(idx.size), np.empty(idx.size)
+    for a in range(0, idx.size, per):
+        chunk = idx[a:a + per]
+        batches, nb = _points(xs, leaves, list(chunk), h)
+        s, S = _s_values(case._evaluate(batches, 1), case.roots, seeds64, nb)
+        r[a:a + per], e[a:a + per] = _combine(s.reshape(nf, -1), float(s0[0]), S.reshape(nf, -1).max(axis=0),
+                                              float(S0[0]), h[chunk], floor)[:2]
+    return r, e
+
+
+def _nudged(x64, leaves, j: int, by: float) -> dict:
+    """The inputs with global element ``j`` moved by ``by``."""
+    out, off = dict(x64), 0
+    for l in leaves:
+        if j < off + l.value.size:
+            v = np.array(x64[l.name], dtype=np.float64)
+            v.reshape(-1)[j - off] += by
+            out[l.name] = v
+            return out
+        off += l.value.size
+    return out
 
 
 def _classify(where, coarse, hc, fine, hf, s0, S0, floor, trunc, deriv) -> tuple[str, OracleError]:
