@@ -178,3 +178,14 @@ def test_a_kink_on_a_jump_surface_leaves_the_other_elements_unjudged(a, b, statu
     v = _check(JUMPY, a, b=b)
     assert v.status == status, v.summary()
     assert (status == "agree") == ("jump surface" not in v.nondifferentiable), v.summary()
+
+
+def test_a_compared_element_of_a_leaf_split_by_indexing_that_misses_the_op_does_not_count():
+    # reachability per leaf is too coarse where indexing splits a leaf: x[0] -> the buggy op (on a knot), x[1] -> exp
+    # only: x reaches the op, x[1] does not.  Comparing x[1] judges nothing of the op: inconclusive, as b02263f
+    case = gs.Case.build({"x": np.array([0.0, 0.3])},
+                         [("a", "index_select", ["x"], {"dim": 0, "index": [0]}), ("u", "ke_interp_x3", ["a"], {}),
+                          ("b", "index_select", ["x"], {"dim": 0, "index": [1]}), ("w", "exp", ["b"], {})],
+                         ["u", "w"], [np.array([1.0]), np.array([1.0])])
+    v = gs.check(case)
+    assert v.status == "inconclusive", v.summary()

@@ -96,7 +96,9 @@ def _not_comparable(case, x64, leaves, seeds64, kinked, hf, compared, h, floor) 
     """Why the ``compared`` elements cannot be judged beside the ``kinked`` ones ("" if they can), and the
     evaluations spent.
 
-    (1) None of them reaches the code under test (``_private.under_test``): comparing them judges none of it.
+    (1) None of them reaches the code under test (``_private.under_test``: a path from its leaf; with user ops, also
+    one that moves a user op's input when the element moves by its step: a leaf split by indexing reaches an op with
+    some of its elements only): comparing them judges none of it.
     (2) A kink on a jump surface (review14 #3): f(a, b) = max(a, 0) + b (a > 0) at (0, 0) has a kink on a's line and
     none on b's, but f jumps across a = 0 wherever b != 0, so b's partial is 1 on one side, 0 on the other: it depends
     on the convention at the kink.  Probe: each compared element's estimate at x +- hf_k e_k (hf_k: the step at
@@ -114,6 +116,10 @@ def _not_comparable(case, x64, leaves, seeds64, kinked, hf, compared, h, floor) 
     for l in leaves:
         relevant[off:off + l.value.size] = l.name in reach
         off += l.value.size
+    users = _under_test.user_ops(case)
+    if users and (compared & relevant).any():  # per element: a leaf split by indexing reaches the op with some only
+        relevant[compared & relevant] = _moves_user_inputs(case, x64, leaves, seeds64, np.flatnonzero(
+            compared & relevant), h, set(users))
     if not (compared & relevant).any():
         what = ", ".join(repr(o) for o in _under_test.user_ops(case)) or "root"
         names = [element_name(leaves, j) for j in np.flatnonzero(compared)[:4].tolist()]
@@ -143,6 +149,28 @@ def _not_comparable(case, x64, leaves, seeds64, kinked, hf, compared, h, floor) 
 
 
 _PROBE_BATCH = 2**17  # leaf elements per batched evaluation (fd.MAX_BATCH_ELEMENTS)
+
+
+def _moves_user_inputs(case, x64, leaves, seeds64, idx, h, users: set) -> np.ndarray:
+    """Per element of ``idx``: whether moving it by +-h (its stencil's first two points) changes an input of a node
+    of one of ``users``.  Where none changes, the op's vjp gets no part of that element's gradient at this point
+    (no path, or one flat here: 0 x its vjp), so comparing the element judges nothing of the op."""
+    nf = len(FACTORS)
+    names = {i for n in case.nodes if n.op in users for i in n.inputs}
+    center = case._evaluate({n: v[None] for n, v in x64.items()}, 1)
+    per = max(1, _PROBE_BATCH // (nf * max([v.size for v in x64.values()] + [1])))
+    out = np.zeros(idx.size, dtype=bool)
+    for a in range(0, idx.size, per):
+        chunk = idx[a:a + per]
+        batches, _ = _points(x64, leaves, list(chunk), h)
+        env = case._evaluate(batches, 1)
+        for name in names:
+            got = np.asarray(env[name]).reshape(nf, chunk.size, -1)[:2]  # the rows at +h and -h
+            was = np.asarray(center[name]).reshape(1, 1, -1)
+            with np.errstate(all="ignore"):
+                moved = (got != was) & ~(np.isnan(got) & np.isnan(was))
+            out[a:a + chunk.size] |= moved.any(axis=(0, 2))
+    return out
 
 
 def _estimates_at(case, xs, leaves, seeds64, idx, h, floor):
