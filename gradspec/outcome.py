@@ -41,7 +41,8 @@ from .oracles._fd_probes import STEP32 as _STEP32
 
 __all__ = ["AGREE", "DISAGREE", "INCONCLUSIVE", "exit_code", "forward_error", "user_gated_leaves", "settle_errors", "has_user_ops",
            "torch_no_grad_as_none", "twin_mismatches", "precision_mismatches", "is_torch", "TWIN_ULPS", "EMPTY_LEAVES",
-           "run_notes", "nothing_finite", "OVERFLOW32", "FORWARD32", "counts_for_run", "SHAPES_ONLY"]
+           "run_notes", "nothing_finite", "OVERFLOW32", "FORWARD32", "counts_for_run", "SHAPES_ONLY",
+           "CONSTANT_INPUTS", "UNUSED", "ZERO_SEEDS", "KINKED_OUT", "UNCOUNTED", "uncounted_reason"]
 
 AGREE, DISAGREE, INCONCLUSIVE = "agree", "disagree", "inconclusive"
 EXIT = {AGREE: 0, DISAGREE: 1, INCONCLUSIVE: 3}
@@ -431,7 +432,7 @@ def counts_for_run(verdict, op: str | None = None) -> bool:
         return False
     if any(str(n).startswith(EMPTY_LEAVES) for n in verdict.notes):
         return False
-    return op is None or (_ran_on_values(verdict.case, op) and compared_through(
+    return op is None or (not _unexercised(verdict.case, op) and compared_through(
         verdict.case, verdict.comparisons, getattr(verdict, "unjudged_elements", None), op))
 
 
@@ -450,14 +451,50 @@ def compared_through(case, comparisons, kinked: dict | None, op: str) -> bool:
     return False
 
 
-def _ran_on_values(case, op: str) -> bool:
-    """Whether some node of ``op`` has elements in its output and in one of its inputs."""
+# Why a verify_* run does not count an agreeing case whose values were compared, but none through the op under test
+# (review14 #4: a 100x-wrong vjp agreed on such cases, each counted as a judged case of the op)
+CONSTANT_INPUTS = ("the gradient of the code under test was not exercised: no leaf that requires grad reaches its "
+                   "inputs")
+UNUSED = "the gradient of the code under test was not exercised: it reaches no root (its output is not used)"
+ZERO_SEEDS = "the gradient of the code under test was not exercised: every root it reaches is seeded with zeros"
+KINKED_OUT = ("no gradient element with a path through the code under test was compared: the ones it reaches sit "
+              "at kinks")
+UNCOUNTED = (SHAPES_ONLY, CONSTANT_INPUTS, UNUSED, ZERO_SEEDS, KINKED_OUT)  # a run's reasons for not counting a case
+
+
+def uncounted_reason(verdict, op: str | None = None) -> str:
+    """Why a run does not count an agreeing case (one of :data:`UNCOUNTED`); "" when it counts it or the case did
+    not agree (its own reason says why)."""
+    if verdict.status != AGREE or counts_for_run(verdict, op):
+        return ""
+    if not op or any(str(n).startswith(EMPTY_LEAVES) for n in verdict.notes):
+        return SHAPES_ONLY
+    return _unexercised(verdict.case, op) or (KINKED_OUT if getattr(verdict, "unjudged_elements", None) else SHAPES_ONLY)
+
+
+def _unexercised(case, op: str) -> str:
+    """"" when some node of ``op`` has elements in its output and in an input that a leaf requiring grad (with
+    elements) reaches, and reaches a root whose seed is not all zeros (an implicit seed is 1): its vjp ran on a
+    cotangent that reaches a compared gradient (verify_op of sin, 60 cases, seed 3: 5 where it feeds no root, 3 where
+    every root it feeds is seeded with zeros).  Else why not (structure and seeds only: a cotangent that
+    vanishes on the way, as through floor, is not seen)."""
     try:
         shapes = case.shapes()
     except Exception:  # noqa: BLE001 - shapes that cannot be worked out: the check compared what it compared
-        return True
-    return any(n.op == op and math.prod(shapes[n.name]) and any(math.prod(shapes[i]) for i in n.inputs)
-               for n in case.nodes)
+        return ""
+    mine = [n for n in case.nodes if n.op == op and math.prod(shapes[n.name])
+            and any(math.prod(shapes[i]) for i in n.inputs)]
+    if not mine:
+        return SHAPES_ONLY
+    trainable = {l.name for l in case.grad_leaves() if l.value.size}
+    fed = [n for n in mine if any(math.prod(shapes[i]) and case.ancestors([i]) & trainable for i in n.inputs)]
+    if not fed:
+        return CONSTANT_INPUTS
+    if not any(n.name in case.ancestors(case.roots) for n in fed):
+        return UNUSED
+    live = [r for r, s in zip(case.roots, case.seeds) if s is None or np.any(np.asarray(s) != 0)]
+    reached = case.ancestors(live) if live else set()
+    return "" if any(n.name in reached for n in fed) else ZERO_SEEDS
 
 
 def run_notes(notes: list, verdict) -> None:

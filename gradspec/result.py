@@ -264,6 +264,8 @@ class Result:
             f"seed {self.seed}"
         ]
         lines += [f"  {d}" for d in self.draws_skipped if not self.unfinite]  # (else the head says it)
+        lines += [f"  {k} of {self.cases_run} cases not counted: {why}" for why, k in self.inconclusive.items()
+                  if why in _outcome.UNCOUNTED]
         if self.nondifferentiable:
             lines.append(f"  {self.nondifferentiable} case(s) at non-differentiable points (kinks, jumps) skipped, "
                          "not judged")

@@ -117,3 +117,73 @@ def test_two_runs_in_two_threads_keep_their_own_draw_tallies():
     assert list(got["A"]) == ["t14_op_a"] and got["A"]["t14_op_a"].skipped == 1, got
     assert got["B"] == {} and got["B active"], got
     assert not T.active()  # (this thread opened no run)
+
+
+# (review14 #4) a case counts for a verify_* run of an op only where that op's gradient was exercised: a leaf that
+# requires grad reaches its inputs and it reaches a root whose seed is not all zeros.  Decided from the case's
+# structure and seeds, never from the verdict: a 100x-wrong vjp on such a case agrees, and must not be counted.
+BAD100 = gs.Op("t14_bad100", forward=np.sin, vjp=lambda g, x, out: (g * 100.0,))
+SIN = gs.Op("t14_sin", forward=np.sin, vjp=lambda g, x, out: (g * np.cos(x),))
+
+
+def _op_cases(op: str) -> dict:
+    two = {"x": np.array([0.3, 0.4]), "y": np.array([0.1, 0.2])}
+    return {
+        "constant input": gs.Case.build(two, [("u", op, ["x"], {}), ("w", "mul", ["u", "y"], {})], ["w"],
+                                        [np.array([1.0, 2.0])], requires_grad={"x": False}),
+        "zero seed": gs.Case.build(two, [("u", op, ["x"], {}), ("w", "exp", ["y"], {})], ["u", "w"],
+                                   [np.zeros(2), np.ones(2)]),
+        "zero seed downstream": gs.Case.build(two, [("u", op, ["x"], {}), ("w", "mul", ["u", "y"], {})], ["w"],
+                                              [np.zeros(2)]),
+        "output unused": gs.Case.build(two, [("u", op, ["x"], {}), ("w", "exp", ["y"], {})], ["x", "w"],
+                                       [np.ones(2), np.ones(2)]),
+        "one live root": gs.Case.build(two, [("u", op, ["x"], {}), ("w", "exp", ["u"], {})], ["u", "w"],
+                                       [np.zeros(2), np.array([0.0, 1.0])]),
+    }
+
+
+@pytest.mark.parametrize("which", ["constant input", "zero seed", "zero seed downstream", "output unused"])
+def test_a_case_where_the_ops_gradient_never_mattered_is_not_counted(which):
+    from gradspec import outcome
+
+    v = gs.check(_op_cases("t14_bad100")[which])
+    assert v.status == "agree", v.summary()  # the 100x-wrong vjp never reached a compared value
+    assert not outcome.counts_for_run(v, "t14_bad100")
+    if which != "zero seed downstream":  # (a fuzz run, no op under test: the other ops' values were compared)
+        assert outcome.counts_for_run(v)
+
+
+def test_a_case_where_the_op_reaches_one_live_root_counts_and_finds_the_bug():
+    from gradspec import outcome
+
+    v = gs.check(_op_cases("t14_bad100")["one live root"])
+    assert v.status == "disagree" and outcome.counts_for_run(v, "t14_bad100"), v.summary()
+    ok = gs.check(_op_cases("t14_sin")["one live root"])
+    assert ok.status == "agree" and outcome.counts_for_run(ok, "t14_sin"), ok.summary()
+
+
+def test_a_run_says_how_many_cases_it_did_not_count_and_why_and_none_counted_is_inconclusive():
+    from gradspec.result import Result
+    from gradspec.verify.op import _note_verdicts
+
+    cases = _op_cases("t14_sin")
+    dead = [gs.check(cases[k]) for k in ("constant input", "zero seed", "output unused")]
+    live = gs.check(cases["one live root"])
+
+    none = Result(target="t", what="op", seed=0)
+    for v in dead * 3:
+        none.cases_run += 1
+        _note_verdicts(none, [v], "t14_sin")
+    assert none.judged == 0 and not none.pair_counts
+    assert none.status == "inconclusive" and not none.ok, none.summary()
+    assert "requires grad" in none.reason and "seeded with zeros" in none.reason, none.reason
+    assert "reaches no root" in none.reason, none.reason
+
+    some = Result(target="t", what="op", seed=0)
+    for v in [live] * 12 + dead:
+        some.cases_run += 1
+        _note_verdicts(some, [v], "t14_sin")
+    assert some.judged == 12 and some.status == "agree", some.summary()
+    text = some.summary()
+    assert "1 of 15 cases not counted" in text and "requires grad" in text, text
+    assert "seeded with zeros" in text and "reaches no root" in text, text

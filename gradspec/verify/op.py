@@ -505,13 +505,15 @@ def _count(result: Result, case: Case) -> None:
 
 def _note_verdicts(result: Result, verdicts, op: str | None = None) -> None:
     # a case counts as judged where a pair of oracles compared gradient values (of ``op``, the code under test, when
-    # given: Result.thinly_judged); shapes alone (0-element leaves, or op run on 0 elements) vouch for no value
+    # given: Result.thinly_judged); shapes alone (0-element leaves, or op run on 0 elements) vouch for no value, nor
+    # values compared where the op's gradient was not exercised (constant inputs, zero seeds: review14 #4)
     counted = [_outcome.counts_for_run(v, op) for v in verdicts]
     judged = any(counted)
     result.judged = (result.judged or 0) + judged
     _note_precision(result, verdicts[0].case, judged, verdicts)
-    if not judged and any(v.status == "agree" for v in verdicts):
-        result.inconclusive[_outcome.SHAPES_ONLY] += 1
+    why = "" if judged else next((w for v in verdicts if (w := _outcome.uncounted_reason(v, op))), "")
+    if why:  # (Result.summary says how many cases were not counted, and why)
+        result.inconclusive[why] += 1
     for v, count in zip(verdicts, counted):
         for comp in v.comparisons if count else ():
             result.pair_counts[tuple(comp.oracles)] += 1
