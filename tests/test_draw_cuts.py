@@ -32,14 +32,13 @@ def _call(shape):
 
 def test_a_cut_marks_the_shapes_not_the_op_and_a_later_return_in_time_clears_it():
     H.SLOW["calls"] = 0
-    since = _bounded.snapshot()
-    with case_timeout(1.0):
+    with _bounded.marking() as run, case_timeout(1.0):
         assert _call((3,)) is None  # the one slow call: cut
         assert _call((2,)) is not None  # other shapes: the op is not marked as a whole (it was, for the process)
         again = [_call((3,)) for _ in range(3)]
     # the cut shapes are skipped once, then tried again: the call returns in time and clears the mark
     assert again[0] is None and again[1] is not None and again[2] is not None, again
-    cuts = _bounded.cuts_since(since)
+    cuts = run.cuts()
     assert [(c["op"], c["shapes"], c["draws_cut"], c["cleared"]) for c in cuts] == [(OP, [[3]], 2, True)], cuts
     assert cuts[0]["seconds"] == 1.0
 
@@ -85,8 +84,7 @@ def test_an_op_cut_at_two_shapes_in_a_row_waits_at_every_shapes_until_it_returns
         return np.sin(x)
 
     op = gs.Op("my_forward_hangs_counted", forward=forward, vjp=lambda g, x, out: (g * np.cos(x),))
-    since = _bounded.snapshot()
-    with case_timeout(1.0):
+    with _bounded.marking() as run, case_timeout(1.0):
         def call(shape):
             return _bounded.forward(op, [np.ones(shape)], {}, "a test's draw")
 
@@ -95,7 +93,7 @@ def test_an_op_cut_at_two_shapes_in_a_row_waits_at_every_shapes_until_it_returns
         state["hang"] = False
         assert call((5,)) is not None and state["calls"] == 3  # (the op-wide wait was one call)
         assert call((4,)) is not None and call((6,)) is not None  # returned in time: no op-wide wait
-    assert [(c["shapes"], c["draws_cut"]) for c in _bounded.cuts_since(since)] == [([[2]], 1), ([[3]], 1), ([[4]], 1)]
+    assert [(c["shapes"], c["draws_cut"]) for c in run.cuts()] == [([[2]], 1), ([[3]], 1), ([[4]], 1)]
 
 
 def test_the_cuts_of_several_workers_add_up():
@@ -111,3 +109,46 @@ def test_the_cuts_of_several_workers_add_up():
         merged.merge(s)
     assert [(c["shapes"], c["draws_cut"], c["cleared"]) for c in merged.drawing_cuts] == [([[2]], 4, False),
                                                                                          ([[3]], 3, True)]
+
+
+def test_the_marks_of_a_cut_end_with_its_run():
+    """(review14 #6) A cut under one run's timeout skipped the op in a later call with no timeout at all (None, the
+    forward not called) and in every later run of the process."""
+    H.SLOW["calls"] = 0
+    with _bounded.marking() as run:
+        with case_timeout(1.0):
+            assert _call((3,)) is None and H.SLOW["calls"] == 1  # cut: (3,) is marked for this run
+        assert _call((3,)) is not None and H.SLOW["calls"] == 2  # no timeout in force: no mark applies
+    assert [c["draws_cut"] for c in run.cuts()] == [1]
+    H.SLOW["calls"] = 0
+    with _bounded.marking(), case_timeout(1.0):
+        assert _call((3,)) is None and H.SLOW["calls"] == 1  # cut again, marked in this run only
+    with _bounded.marking() as later, case_timeout(1.0):
+        assert _call((3,)) is not None and H.SLOW["calls"] == 2  # a later run: called (it was skipped)
+    assert later.cuts() == []
+    H.SLOW["calls"] = 0
+    with case_timeout(1.0):  # no run: each call is bounded on its own, nothing is marked
+        assert _call((3,)) is None and _call((3,)) is not None and H.SLOW["calls"] == 2
+
+
+def test_a_runs_marks_are_bounded(monkeypatch):
+    import gradspec as gs
+
+    state = {"calls": 0}
+
+    def forward(x):
+        state["calls"] += 1
+        import time
+        time.sleep(1e9)
+
+    op = gs.Op("my_forward_hangs_bounded", forward=forward, vjp=lambda g, x, out: (g,))
+    monkeypatch.setattr(_bounded, "MAX_MARKS", 2)
+    with _bounded.marking() as run, case_timeout(0.2):
+        assert _bounded.forward(op, [np.ones(2)], {}, "a test's draw") is None
+        assert _bounded.forward(op, [np.ones(3)], {}, "a test's draw") is None  # two in a row: the op waits
+        assert all(_bounded.forward(op, [np.ones(k)], {}, "a test's draw") is None for k in range(4, 9))
+        assert len(run.marked()) <= 2
+    cuts = run.cuts()
+    # called at (2,), (3,), then (the op-wide wait: 1 skip, then 2) at (5,) and (8,); every cut still counted
+    assert state["calls"] == 4 and sum(c["draws_cut"] for c in cuts) == 7, cuts
+    assert not hasattr(_bounded, "hung")  # (exported, used nowhere)

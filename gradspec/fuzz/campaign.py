@@ -350,7 +350,7 @@ class _Campaign:
         from .. import strategies
 
         fh = _enable_faulthandler(self.cfg.state_dir)
-        cuts = _bounded.snapshot()  # (what this run's drawing cuts; the marks are per process)
+        cuts = _bounded.Marks()  # this run's drawing cuts (the marks end with the run)
         cfg = self.cfg
         signals = interrupts.graceful(self._on_signal)  # SIGTERM / SIGHUP as Ctrl-C: what ran is kept (chaos H2)
         signals.__enter__()
@@ -366,7 +366,7 @@ class _Campaign:
                 on_group=self._group,
                 cases_per_example=mean_sets(sets))
             # Saved failures replay once per process: later chunks of a worker skip it (gradspec.fuzz.workers).
-            with case_timeout(cfg.case_timeout):  # the diagnosis of a finding is bounded by it too
+            with case_timeout(cfg.case_timeout), _bounded.marking(cuts):  # (the diagnosis is bounded by it too)
                 self.stats.stop_reason = self.driver.run(replay=bool(cfg.replay_saved))
             self.stats.errors += [e for e in self.driver.errors if e not in self.stats.errors]
             if self.stats.stop_reason == "error":  # (tryout7 #6: an OK from the cases before it)
@@ -381,7 +381,7 @@ class _Campaign:
                 self.stats.interrupted = True
                 self.stats.stop_reason = "interrupted"
             self._record_counts()
-            self.stats.drawing_cuts = _bounded.cuts_since(cuts)
+            self.stats.drawing_cuts = cuts.cuts()
             self.stats.seconds = time.time() - self.t0
             self.stats.processes = [{"shard": self.shard, "pid": os.getpid(), "cases": self.stats.cases,
                                      "seconds": round(self.stats.seconds, 3)}]

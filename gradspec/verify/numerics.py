@@ -242,8 +242,10 @@ def run_within_budget(runner, strategy, evaluate, seconds) -> None:
     from .._private.case_budget import case_timeout
     from ..guard import Alarm, _main_thread
     from ..search import Stop
+    from ..strategies._bounded import marking
 
-    with case_timeout(CASE_TIMEOUT):  # the diagnosis of a finding is bounded by it too
+    # (the diagnosis of a finding is bounded by the timeout too; a drawing cut's marks end with the run)
+    with case_timeout(CASE_TIMEOUT), marking():
         if seconds is None or not _main_thread():
             runner.run(strategy, evaluate)
             return
