@@ -159,6 +159,7 @@ def test_another_user_op_compared_does_not_count_for_the_op_whose_elements_are_a
     v = _two_branches("ke_interp_x3", [0.0, 1.0], op_w="ke_interp", y=(0.3, 0.7))  # y's op is a user op: compared
     assert v.status == "agree", v.summary()
     assert not outcome.counts_for_run(v, "ke_interp_x3")
+    assert outcome.uncounted_reason(v, "ke_interp_x3") == outcome.KINKED_OUT  # (a run's summary says why)
     assert outcome.counts_for_run(v, "ke_interp")
     note = _skipped_note(v)
     assert "ke_interp_x3" in note, v.summary()  # the note says which user op had no compared element (#8)
