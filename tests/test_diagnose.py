@@ -30,7 +30,7 @@ def _short_shrinking(monkeypatch):
     monkeypatch.setattr(search, "SHRINK_CALLS", 25)
 
 
-def _graph(op, inputs: dict, params=None, through_tanh=("x",)):
+def _graph(op, inputs: dict, params=None, through_tanh=("x",), rng=None):
     """leaves -> (tanh of the named ones) -> op -> * w -> sum: the op sits mid-graph."""
     leaves, nodes, names = {}, [], []
     for name, value in inputs.items():
@@ -42,7 +42,8 @@ def _graph(op, inputs: dict, params=None, through_tanh=("x",)):
             names.append(name)
     nodes.append(("y", op.name, names, params or {}))
     shape = _shape(leaves, nodes)
-    leaves["w"] = RNG.uniform(0.5, 1.5, shape) * RNG.choice([-1.0, 1.0], shape)
+    rng = RNG if rng is None else rng
+    leaves["w"] = rng.uniform(0.5, 1.5, shape) * rng.choice([-1.0, 1.0], shape)
     nodes += [("q", "mul", ["y", "w"], {}), ("s", "sum", ["q"], {})]
     return gs.Case.build(leaves, nodes, ["s"], requires_grad={"w": False})
 
@@ -95,8 +96,8 @@ OP_CASES = {
 }
 
 
-def _run(op, inputs, params):
-    return gs.check(_graph(op, inputs, params))
+def _run(op, inputs, params, rng=None):
+    return gs.check(_graph(op, inputs, params, rng=rng))
 
 
 @pytest.mark.parametrize("bug", list(OP_CASES), ids=list(OP_CASES))
@@ -142,8 +143,12 @@ def test_a_factor_near_one_is_no_formula_error_when_rounding_or_one_element_expl
         vjp = lambda g, x, out: ((2.0 * x * g).astype(np.float32).astype(np.float64),)  # noqa: E731
     else:
         vjp = lambda g, x, out: (2.0 * x * g * (1 + 3e-5),)  # noqa: E731
-    op = gs.Op(f"pl_near_one_{len(x)}", forward=lambda x: x * x, vjp=vjp)
-    v = _run(op, {"x": x}, None)
+    op = gs.Op(f"pl_near_one_{words.replace(' ', '_')}", forward=lambda x: x * x, vjp=vjp)
+    # Its own upstream gradient w (seed 0), not the module's shared RNG: whether three float32-rounded products
+    # exceed user code's float64 tolerance depends on their values (with w drawn from the shared stream, 21 of 60
+    # states gave OK or, once, a not-localised cause), so the outcome depended on which tests had run before it in
+    # that xdist worker (it failed once under -n 2).
+    v = _run(op, {"x": x}, None, rng=np.random.default_rng(0))
     assert v.discrepancies, str(v)
     for d in v.discrepancies:
         assert "remove that factor" not in d.cause.summary, d.cause
