@@ -21,7 +21,7 @@ import dataclasses
 import math
 from typing import Sequence
 
-__all__ = ["Domain", "real", "positive", "interval", "away_from", "coerce"]
+__all__ = ["Domain", "real", "positive", "interval", "away_from", "coerce", "text"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,3 +129,31 @@ def _one(d, where: str) -> Domain:
             raise ValueError(f"{where}: domain={d!r} needs arguments: pass gs.domains.{d}({args})")
         raise ValueError(f"{where}: domain={d!r} is not a domain name; give {_ACCEPTS}")
     raise TypeError(f"{where}: domain={d!r} ({type(d).__name__}) is not a domain; give {_ACCEPTS}")
+
+
+def text(domain, *, source: bool = False) -> str:
+    """A declared domain as the user wrote it: for a message (``source=False``: ``interval(-5, -1)``; ``None`` is
+    ``real()``), or as Python source a generated repro can run (``source=True``: ``gs.domains.interval(-5.0, -1.0)``,
+    exact reprs; ``None`` stays ``None``).  A list renders each entry.
+
+    >>> text([interval(-5, -1), positive()])
+    '[interval(-5, -1), positive()]'
+    >>> text(interval(-5, -1), source=True)
+    'gs.domains.interval(-5.0, -1.0)'
+    """
+    if isinstance(domain, (list, tuple)):
+        return "[" + ", ".join(text(d, source=source) for d in domain) + "]"
+    if domain is None and not source:
+        return "real()"
+    name = getattr(domain, "name", None)
+    num = repr if source else (lambda v: format(v, "g"))  # source: exact; a message: short
+    pre = "gs.domains." if source else ""
+    if name == "real":
+        return f"{pre}real()"
+    if name == "interval":
+        return f"{pre}interval({num(domain.lo)}, {num(domain.hi)})"
+    if name == "positive":
+        return f"{pre}positive({num(domain.margin)})" if domain.margin else f"{pre}positive()"
+    if name == "away_from":
+        return f"{pre}away_from({list(domain.points)!r}, {num(domain.margin)})"
+    return repr(domain)

@@ -29,7 +29,7 @@ import dataclasses
 
 import numpy as np
 
-__all__ = ["Tally", "tallying", "active", "seen", "domain_text"]
+__all__ = ["Tally", "tallying", "active", "seen"]
 
 # The tallies of the verify runs in progress in this thread / context, innermost last (review14 #5: one list for the
 # process put thread A's draws in thread B's run).  A tuple, never mutated: a context that inherits a copy of the
@@ -97,19 +97,3 @@ def _range(args) -> tuple | None:
         return None
     v = np.concatenate(vals)
     return float(v.min()), float(v.max())
-
-
-def domain_text(domain) -> str:
-    """An op's declared domain as the user wrote it: ``interval(-5, -1)``, ``[positive(), real()]``."""
-    if isinstance(domain, (list, tuple)):
-        return "[" + ", ".join(domain_text(d) for d in domain) + "]"
-    name = getattr(domain, "name", None)
-    if domain is None or name == "real":
-        return "real()"
-    if name == "interval":
-        return f"interval({domain.lo:g}, {domain.hi:g})"
-    if name == "positive":
-        return f"positive({domain.margin:g})" if domain.margin else "positive()"
-    if name == "away_from":
-        return f"away_from({list(domain.points)!r}, {domain.margin:g})"
-    return repr(domain)

@@ -113,7 +113,7 @@ def fold_draws(result, tally: dict, spec, who: str) -> None:
     the draws it was not finite at (or raised on) are counted in ``result.skipped`` and said in the summary
     (``result.draws_skipped``); a forward finite at no drawn value leaves the run inconclusive (``result.unfinite``:
     the domain named, as the user declared it).  ``who``: how the run names the code ("op 'f'", "fn Log1mexp")."""
-    from .._private.draw_tally import domain_text
+    from ..domains import text as domain_text
 
     t = tally.get(spec.name)
     if t is None or not t.skipped:

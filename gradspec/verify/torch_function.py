@@ -295,21 +295,6 @@ def _torch_function_class() -> type:
     return torch.autograd.Function
 
 
-def _domain_src(d) -> str:
-    if isinstance(d, (list, tuple)):
-        return "[" + ", ".join(_domain_src(x) for x in d) + "]"
-    name = getattr(d, "name", None)
-    if name == "away_from":
-        return f"gs.domains.away_from({list(d.points)!r}, {d.margin!r})"
-    if name == "positive":
-        return f"gs.domains.positive({d.margin!r})" if d.margin else "gs.domains.positive()"
-    if name == "interval":
-        return f"gs.domains.interval({d.lo!r}, {d.hi!r})"
-    if name == "real":
-        return "gs.domains.real()"
-    return repr(d)
-
-
 @fn_shapes.interruptible("torch function")
 @_owned.keeping  # (the buffers of modules fn holds: put back as they were when the run ends)
 def verify_torch_function(fn, *, arity: int | None = None, signature: str | None = None, shape_fn=None, domain=None,
@@ -425,7 +410,7 @@ def verify_torch_function(fn, *, arity: int | None = None, signature: str | None
     if shape_fn is not None:
         extra.append("shape_fn=shape_fn")
     if domain is not None:
-        extra.append(f"domain={_domain_src(domain)}")
+        extra.append(f"domain={_domains.text(domain, source=True)}")
     if params:
         extra.append("params=params")
     if example_inputs is not None:
