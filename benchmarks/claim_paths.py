@@ -13,7 +13,9 @@ Each op is mixed with exp, log, add, mul, sum and logsumexp in N graphs drawn wi
 for every version of gradspec: ``gradspec._private.sampling.sample``), each checked with the reference, finite
 differences and the jacobian.  Counted per op: cases judged, cases where the op's node reaches a root (the
 others cannot show it), cases with a value discrepancy.  Then N value sets of tryout9's graph, whose two paths
-cancel (:func:`cancelling`), the same count.  Run it with ``PYTHONPATH`` set to each version to compare.
+cancel (:func:`cancelling`), the same count.  Then N value sets of a 1,012-input case (:func:`directional`: 12
+leaves through the op beside a 1000-element leaf that reaches no user op), which gs.check compares along random
+directions (above fd.full_limit).  Run it with ``PYTHONPATH`` set to each version to compare.
 """
 
 from __future__ import annotations
@@ -95,6 +97,32 @@ def cancelling(n: int, seed: int) -> dict:
     return out
 
 
+def directional(n: int, seed: int) -> dict:
+    """n value sets of a case of 1,012 inputs: 12 one-element leaves, each through the op to a root of seed 1, and a
+    leaf z of 1000 elements, exp(z) with seed 1, that reaches no user op.  Above fd.full_limit gs.check compares
+    <u, grad> along 16 random directions: session 14's claim summed |u| |grad| over z's elements too, and an op 10x
+    beyond its claim agreed."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for name, (op, planted) in OPS.items():
+        found = 0
+        for _ in range(n):
+            low, high = (0.01, 0.99) if name.startswith("ndtri") else (-1.0, 1.0)
+            leaves = {f"x{i}": rng.uniform(low, high, 1) for i in range(12)}
+            leaves["z"] = rng.uniform(-1, 1, 1000)
+            nodes, roots, seeds = [("ez", "exp", ["z"], {})], ["ez"], [np.ones(1000)]
+            for i in range(12):
+                nodes.append((f"u{i}", op.name, [f"x{i}"], {}))
+                roots.append(f"u{i}")
+                seeds.append(rng.choice([-1.0, 1.0], 1))
+            case = gs.Case.build(leaves, nodes, roots, seeds)
+            case.meta["accuracy"] = {"rtol": RTOL, "atol": 0.0}
+            v = gs.check(case, oracles=["reference", "finite-differences"])
+            found += any(d.kind == "value" for d in v.discrepancies)
+        out[name] = {"planted": planted, "cases": n, "value_discrepancies": found}
+    return out
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--cases", type=int, default=200)
@@ -110,9 +138,13 @@ def main() -> None:
     print("cancelling paths (tryout9's graph):")
     for name, r in canc.items():
         print(f"{name:16s} {str(r['planted']):>7s} {r['cases']:5d} {r['value_discrepancies']:11d}")
+    dire = directional(a.cases, a.seed)
+    print("1,012 inputs, directional comparison (12 through the op, 1000 not):")
+    for name, r in dire.items():
+        print(f"{name:16s} {str(r['planted']):>7s} {r['cases']:5d} {r['value_discrepancies']:11d}")
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"random": res, "cancelling": canc}, f, indent=1)
+            json.dump({"random": res, "cancelling": canc, "directional": dire}, f, indent=1)
 
 
 if __name__ == "__main__":

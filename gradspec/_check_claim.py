@@ -36,10 +36,11 @@ from __future__ import annotations
 import numpy as np
 
 from . import engine as _E
+from ._private.under_test import reaching_leaves, user_ops
 from ._private.vjp_patterns import _sum_to
 from .oracles.reference import build_engine_graph
 
-__all__ = ["claim_scale", "ROWS", "COLS"]
+__all__ = ["claim_scale", "directional_allowance", "ROWS", "COLS"]
 
 # Output elements up to which a node's |J| is built row by row (one vjp each): the cases a fuzz run shrinks
 # to have a few dozen elements; a case of thousands pays only one vjp per node.
@@ -60,6 +61,32 @@ def claim_scale(case) -> dict | None:
                 return _backward_abs(case, env)
     except Exception:  # noqa: BLE001 - the code under test may raise here as anywhere; the claim then has no path scale
         return None
+
+
+def directional_allowance(case, claim, dirs: dict, grads: dict, through: dict | None) -> np.ndarray:
+    """Per direction u (``dirs``: leaf name -> (k, *shape)): what a claim allows ``<u, grad>`` to be off by,
+    ``sum |u| (atol + rtol x scale)`` over the elements of the leaves that reach the code under test
+    (``_private.under_test``), ``scale`` the sum of |path terms| through it (``through``, :func:`claim_scale`)
+    or, where that is not known (None or empty: not computed, or a forward it cannot difference), the element's
+    own |grad| (``grads``), as the per-element comparison's claim.  A leaf reaching no code under test adds
+    nothing: its path terms cannot carry the claimed error, and summed into a direction its |u| |grad| (1000
+    elements of ~1 beside 12 through the op) let a user op 10x beyond its claim agree (session 14)."""
+    rtol, atol = claim
+    k = next(iter(dirs.values())).shape[0] if dirs else 0
+    total = np.zeros(k)
+    by_paths = bool(through) and bool(user_ops(case))  # (no user op: the engine is under test, every path counts)
+    for name in reaching_leaves(case):
+        u = dirs.get(name)
+        if u is None:
+            continue
+        u = np.abs(u.reshape(k, -1))
+        if by_paths:
+            scale = np.ravel(through[name])
+        else:
+            g = grads.get(name)
+            scale = np.zeros(u.shape[1]) if g is None else np.abs(np.asarray(g, dtype=np.float64)).ravel()
+        total += atol * u.sum(axis=1) + rtol * (u @ scale)
+    return total
 
 
 def _backward_abs(case, env) -> dict:

@@ -27,6 +27,7 @@ from . import oracles as _oracles
 from . import outcome as _outcome
 from . import tolerances as _tol
 from ._check_claim import claim_scale as _claim_scale
+from ._check_claim import directional_allowance as _directional_claim
 from ._check_noise import Unmeasured, rounding_noise  # (measured on a failing comparison; report_views imports it from here)
 from ._check_precision import case_dtype as _case_dtype  # noqa: F401 - (tests read it here)
 from ._check_precision import leaf_precisions as _leaf_precisions
@@ -648,13 +649,10 @@ def _compare_directional(case, fd, results, kinds, dtype, comparisons, discrepan
             dot += dirs[l.name].reshape(k, -1) @ g.ravel()
             mag += np.abs(dirs[l.name].reshape(k, -1)) @ np.abs(g.ravel())
         allowed = tol.rtol * np.maximum(mag, np.abs(dot)) + tol.fd_factor * err
-        if _pair_claim(claim, kinds, fd.name, name):
-            allowed = np.maximum(allowed, _tol.claimed_allowance(*claim, np.maximum(mag, np.abs(dot))))
-            if np.any(np.abs(dot - est) > allowed):  # the claim's own scale, |path terms| through the code under test
-                through = (_claim_scale(case) or {}) if through is None else through
-                if through:  # <u, grad> sums over the leaves: so do the bounds of its path terms
-                    paths = sum(np.abs(dirs[l.name].reshape(k, -1)) @ np.ravel(through[l.name]) for l in leaves)
-                    allowed = np.maximum(allowed, _tol.claimed_allowance(*claim, paths))
+        if _pair_claim(claim, kinds, fd.name, name) and np.any(np.abs(dot - est) > allowed):
+            # <u, grad> sums over the leaves: so does the claim, over the path terms through the code under test
+            through = (_claim_scale(case) or {}) if through is None else through
+            allowed = np.maximum(allowed, _directional_claim(case, claim, dirs, res, through))
         ratio = np.abs(dot - est) / np.where(allowed > 0, allowed, np.inf)
         r = float(np.max(ratio, initial=0.0))
         pair = (fd.name, name)
