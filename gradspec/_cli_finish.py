@@ -147,9 +147,15 @@ def _print_skipped(s: dict, out) -> None:
     from ._private.skips import group
 
     out = OneLinePrints(out)
-    if s.get("inconclusive"):
-        print(f"  {s['inconclusive']} of {s['cases']} case(s) compared nothing:", file=out)
-        for why, k, ex in group(s.get("inconclusive_reasons", {}))[:3]:
+    from . import report
+
+    for line in report.not_counted_lines(s):  # (as verify_*'s Result.summary says it)
+        print(f"  {line}", file=out)
+    apart = s.get("not_counted") or {}
+    rest = {w: k for w, k in (s.get("inconclusive_reasons") or {}).items() if w not in apart}
+    if rest:
+        print(f"  {s['inconclusive'] - sum(apart.values())} of {s['cases']} case(s) compared nothing:", file=out)
+        for why, k, ex in group(rest)[:3]:
             print(f"    {k} x {why}" + (f" (e.g. {ex})" if ex else ""), file=out)
     skipped = group(s.get("skipped", {}))  # by kind: one entry per reason, not per node it names
     if skipped:
@@ -170,8 +176,9 @@ def _print_summary(cfg, s: dict, index: str | None, ops: list[str]) -> None:
         head += " - INTERRUPTED (results of what ran)"
     print(head, file=out)
     covered = [o for o, k in s["ops"].items() if k]
-    never = [o for o, k in s["ops"].items() if not k]
-    line = f"  ops: {len(covered)} of {len(s['ops'])} covered"
+    drawn = s.get("ops_drawn")
+    never = [o for o, k in s["ops"].items() if not k and not (drawn or {}).get(o)]
+    line = f"  ops: {len(covered)} of {len(s['ops'])} covered" + (" (counted: their gradient exercised)" if drawn else "")
     if never:
         line += f"; never generated: {', '.join(never[:8])}{' ...' if len(never) > 8 else ''}"
     print(line, file=out)

@@ -213,11 +213,14 @@ def summary_markdown(s: dict, report_dir: str = "reports", link_base: str | None
         out += ["| backward() rule | outcome |", "| --- | --- |"]
         out += [f"| {_md(name)} | {_md(_rule_text(outcome))} |" for name, outcome in sorted(rules.items())]
         out.append("")
-    from .report import drawing_cut_lines, untested_ops
+    from .report import drawing_cut_lines, not_counted_lines, untested_ops
 
     untested = untested_ops(s)
     if untested:
         out += [f"**Warning:** {_md(untested)}", ""]
+    counted = not_counted_lines(s)  # (as verify_* and the terminal say it)
+    if counted:
+        out += [f"- {_md(line)}" for line in counted] + [""]
     skipped = s.get("skipped") or {}
     if skipped:
         out += ["Skipped oracle runs (why: count):", ""]

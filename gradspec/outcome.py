@@ -42,7 +42,8 @@ from .oracles._fd_probes import STEP32 as _STEP32
 __all__ = ["AGREE", "DISAGREE", "INCONCLUSIVE", "exit_code", "forward_error", "user_gated_leaves", "settle_errors", "has_user_ops",
            "torch_no_grad_as_none", "twin_mismatches", "precision_mismatches", "is_torch", "TWIN_ULPS", "EMPTY_LEAVES",
            "run_notes", "nothing_finite", "OVERFLOW32", "FORWARD32", "counts_for_run", "SHAPES_ONLY",
-           "CONSTANT_INPUTS", "UNUSED", "ZERO_SEEDS", "KINKED_OUT", "UNCOUNTED", "uncounted_reason"]
+           "CONSTANT_INPUTS", "UNUSED", "ZERO_SEEDS", "KINKED_OUT", "UNCOUNTED", "uncounted_reason",
+           "run_count"]
 
 AGREE, DISAGREE, INCONCLUSIVE = "agree", "disagree", "inconclusive"
 EXIT = {AGREE: 0, DISAGREE: 1, INCONCLUSIVE: 3}
@@ -422,18 +423,39 @@ SHAPES_ONLY = ("no gradient value compared: every leaf that requires grad, or ev
 
 def counts_for_run(verdict, op: str | None = None) -> bool:
     """Whether a run (``verify_*``, ``fuzz``) counts this case's comparisons: a disagreement always; an agreement
-    only where gradient values were compared -- of op ``op`` (a verify run's code under test), when given.
+    only where gradient values were compared through an op whose gradient the case exercised (:func:`run_count`):
+    op ``op`` (a verify run's code under test) when given, else any op of the case (fuzz: the engine's ops).
     ``gs.check`` on a case whose leaves that require grad all have 0 elements compares the gradients' shapes and
     dtypes (a wrong one is a finding) and agrees with a note (:data:`EMPTY_LEAVES`); an op that ran on 0 elements
     only computed nothing either.  A run of such cases compared no value and must not read as a checked gradient."""
+    return bool(run_count(verdict, op)[0])
+
+
+def run_count(verdict, op: str | None = None) -> tuple[list, str]:
+    """``(ops, why)``: the ops a run counts this case for, and why it counts it for none.  ``ops``: of ``[op]``
+    when given, else of the case's ops (in node order), those whose gradient the case exercised (:func:`_unexercised`)
+    and compared (:func:`compared_through`); every one on a disagreement (a finding always counts); none on a case
+    that did not agree (its own reason says why).  ``why``: one of :data:`UNCOUNTED` when an agreeing case counts
+    for no op (the first of :data:`_CASE_REASONS` its ops give), else "".  One mechanism for ``verify_*`` (the op
+    under test) and ``fuzz`` (every op: a case whose roots are all seeded with zeros compares only zeros)."""
+    case = verdict.case
+    nodes = getattr(case, "nodes", None) or ()
+    ops = [op] if op is not None else list(dict.fromkeys(n.op for n in nodes))
     if verdict.status == DISAGREE:
-        return True
-    if not verdict.comparisons or verdict.status != AGREE:
-        return False
-    if any(str(n).startswith(EMPTY_LEAVES) for n in verdict.notes):
-        return False
-    return op is None or (not _unexercised(verdict.case, op) and compared_through(
-        verdict.case, verdict.comparisons, getattr(verdict, "unjudged_elements", None), op))
+        return ops, ""
+    if verdict.status != AGREE:
+        return [], ""
+    if not verdict.comparisons or any(str(n).startswith(EMPTY_LEAVES) for n in verdict.notes):
+        return [], SHAPES_ONLY
+    if op is None and not nodes:  # (leaves as roots: the values compared are the seeds passed through)
+        return [None], ""
+    kinked = getattr(verdict, "unjudged_elements", None)
+    why = _unexercised_each(case, ops)
+    for o in ops:
+        if not why[o] and not compared_through(case, verdict.comparisons, kinked, o):
+            why[o] = KINKED_OUT
+    counted = [o for o in ops if not why[o]]
+    return counted, "" if counted else next(r for r in _CASE_REASONS if r in why.values())
 
 
 def compared_through(case, comparisons, kinked: dict | None, op: str) -> bool:
@@ -460,41 +482,47 @@ ZERO_SEEDS = "the gradient of the code under test was not exercised: every root 
 KINKED_OUT = ("no gradient element with a path through the code under test was compared: the ones it reaches sit "
               "at kinks")
 UNCOUNTED = (SHAPES_ONLY, CONSTANT_INPUTS, UNUSED, ZERO_SEEDS, KINKED_OUT)  # a run's reasons for not counting a case
+# a case that counts for none of its ops (fuzz): the reason of the op nearest to being counted
+_CASE_REASONS = (ZERO_SEEDS, KINKED_OUT, UNUSED, CONSTANT_INPUTS, SHAPES_ONLY)
 
 
 def uncounted_reason(verdict, op: str | None = None) -> str:
     """Why a run does not count an agreeing case (one of :data:`UNCOUNTED`); "" when it counts it or the case did
     not agree (its own reason says why)."""
-    if verdict.status != AGREE or counts_for_run(verdict, op):
-        return ""
-    if not op or any(str(n).startswith(EMPTY_LEAVES) for n in verdict.notes):
-        return SHAPES_ONLY
-    return _unexercised(verdict.case, op) or (KINKED_OUT if getattr(verdict, "unjudged_elements", None) else SHAPES_ONLY)
+    return run_count(verdict, op)[1]
 
 
 def _unexercised(case, op: str) -> str:
-    """"" when some node of ``op`` has elements in its output and in an input that a leaf requiring grad (with
-    elements) reaches, and reaches a root whose seed is not all zeros (an implicit seed is 1): its vjp ran on a
-    cotangent that reaches a compared gradient (verify_op of sin, 60 cases, seed 3: 5 where it feeds no root, 3 where
-    every root it feeds is seeded with zeros).  Else why not (structure and seeds only: a cotangent that
-    vanishes on the way, as through floor, is not seen)."""
+    """Why op ``op``'s gradient was not exercised on ``case`` ("" when it was): :func:`_unexercised_each`."""
+    return _unexercised_each(case, [op])[op]
+
+
+def _unexercised_each(case, ops) -> dict:
+    """Per op of ``ops``: "" when some node of the op has elements in its output and in an input that a leaf
+    requiring grad (with elements) reaches, and reaches a root whose seed is not all zeros (an implicit seed is 1):
+    its vjp ran on a cotangent that reaches a compared gradient (verify_op of sin, 60 cases, seed 3: 5 where it
+    feeds no root, 3 where every root it feeds is seeded with zeros).  Else why not (structure and seeds only: a
+    cotangent that vanishes on the way, as through floor, is not seen).  The graph is walked once for all ops."""
     try:
         shapes = case.shapes()
     except Exception:  # noqa: BLE001 - shapes that cannot be worked out: the check compared what it compared
-        return ""
-    mine = [n for n in case.nodes if n.op == op and math.prod(shapes[n.name])
-            and any(math.prod(shapes[i]) for i in n.inputs)]
-    if not mine:
-        return SHAPES_ONLY
-    trainable = {l.name for l in case.grad_leaves() if l.value.size}
-    fed = [n for n in mine if any(math.prod(shapes[i]) and case.ancestors([i]) & trainable for i in n.inputs)]
-    if not fed:
-        return CONSTANT_INPUTS
-    if not any(n.name in case.ancestors(case.roots) for n in fed):
-        return UNUSED
+        return {op: "" for op in ops}
+    fed_names = {l.name for l in case.grad_leaves() if l.value.size}  # names a leaf requiring grad reaches
+    for n in case.nodes:  # (nodes come in topological order: a node's inputs before it)
+        if any(i in fed_names for i in n.inputs):
+            fed_names.add(n.name)
+    used = case.ancestors(case.roots)
     live = [r for r, s in zip(case.roots, case.seeds) if s is None or np.any(np.asarray(s) != 0)]
     reached = case.ancestors(live) if live else set()
-    return "" if any(n.name in reached for n in fed) else ZERO_SEEDS
+    out = {}
+    for op in ops:
+        mine = [n for n in case.nodes if n.op == op and math.prod(shapes[n.name])
+                and any(math.prod(shapes[i]) for i in n.inputs)]
+        fed = [n for n in mine if any(math.prod(shapes[i]) and i in fed_names for i in n.inputs)]
+        out[op] = (SHAPES_ONLY if not mine else CONSTANT_INPUTS if not fed
+                   else UNUSED if not any(n.name in used for n in fed)
+                   else "" if any(n.name in reached for n in fed) else ZERO_SEEDS)
+    return out
 
 
 def run_notes(notes: list, verdict) -> None:

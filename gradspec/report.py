@@ -47,6 +47,7 @@ from .report_views import _grads_view, _jacobian_view, _text_array, _tol_parts, 
 
 __all__ = [
     "write_run_report",
+    "not_counted_lines",
     "untested_ops",
     "drawing_cut_lines",
     "write_discrepancy_report",
@@ -199,11 +200,12 @@ Only a failing check writes a report: the checks that passed are not listed here
 {% endfor %}</table>{% if mine %}<p class="small">your code: the oracle runs {{ mine }}.</p>{% endif %}{% else %}<p>No comparisons.</p>{% endif %}
 {% if skipped %}<h3>Oracles not used, and why</h3><table><tr><th class="l">reason</th><th>cases</th><th class="l">example</th></tr>
 {% for why, n, ex in skipped %}<tr><td class="l">{{ why }}</td><td>{{ n }}</td><td class="l">{{ ex }}</td></tr>{% endfor %}</table>{% endif %}
-{% if inconclusive %}<h3>Cases that compared nothing ({{ s.inconclusive }}), and why</h3><table><tr><th class="l">reason</th><th>cases</th><th class="l">example</th></tr>
+{% if not_counted %}<h3>Cases not counted, and why</h3><ul>{% for line in not_counted %}<li>{{ line }}</li>{% endfor %}</ul>{% endif %}
+{% if inconclusive %}<h3>Cases that compared nothing ({{ s.inconclusive - (s.get("not_counted") or {}).values()|sum }}), and why</h3><table><tr><th class="l">reason</th><th>cases</th><th class="l">example</th></tr>
 {% for why, n, ex in inconclusive %}<tr><td class="l">{{ why }}</td><td>{{ n }}</td><td class="l">{{ ex }}</td></tr>{% endfor %}</table>{% endif %}
 </div><div>
 <h2>Coverage per op</h2>
-<p class="small">{{ covered }} of {{ ops|length }} ops appeared in at least one case; red: never generated.</p>
+<p class="small">{{ covered }} of {{ ops|length }} ops {% if s.get("ops_drawn") %}counted in at least one case (their gradient exercised); red: never counted{% else %}appeared in at least one case; red: never generated{% endif %}.</p>
 <table><tr><th class="l">op</th><th>cases</th><th class="l"></th></tr>
 {% for o in ops %}<tr><td class="l">{{ o.name }}</td><td class="{{ 'bad' if o.n == 0 else '' }}">{{ o.n }}</td><td class="l">{% if o.n %}<span class="bar" style="width:{{ o.w }}px"></span>{% else %}<span class="bar z"></span>{% endif %}</td></tr>
 {% endfor %}</table>
@@ -285,7 +287,9 @@ def write_run_report(directory: str, summary: dict, discrepancies=None, title: s
         config=list(cfg.items()),
         pairs=pairs,
         skipped=_skips.group(s.get("skipped") or {})[:30],  # one row per kind, with an example node
-        inconclusive=_skips.group(s.get("inconclusive_reasons") or {}),
+        not_counted=not_counted_lines(s),
+        inconclusive=_skips.group({w: k for w, k in (s.get("inconclusive_reasons") or {}).items()
+                                   if w not in (s.get("not_counted") or {})}),
         ops=ops,
         covered=sum(1 for o in ops if o["n"]),
         untested=untested_ops(s),
@@ -341,6 +345,23 @@ def drawing_cut_lines(cuts: list) -> list[str]:
     return lines
 
 
+def not_counted_lines(s: dict) -> list[str]:
+    """``K of N cases not counted: why`` per reason (a run summary's ``not_counted``), as verify_*'s
+    ``Result.summary`` says it; then the ops no counted case exercised although cases held them.
+
+    >>> not_counted_lines({"cases": 9, "not_counted": {"zeros": 2}, "ops": {"exp": 7, "sin": 0}, "ops_drawn": {"sin": 2}})
+    ['2 of 9 cases not counted: zeros', 'generated but never counted (no case exercised their gradient): sin (2 cases)']
+    """
+    cases = int(s.get("cases") or 0)
+    lines = [f"{k} of {cases} cases not counted: {why}" for why, k in (s.get("not_counted") or {}).items()]
+    drawn = s.get("ops_drawn") or {}
+    dead = [o for o, n in sorted((s.get("ops") or {}).items()) if not n and drawn.get(o)]
+    if dead:
+        lines.append("generated but never counted (no case exercised their gradient): "
+                     + ", ".join(f"{o} ({drawn[o]} case{'s' if drawn[o] != 1 else ''})" for o in dead))
+    return lines
+
+
 def untested_ops(s: dict) -> str:
     """The warning for ops a run never generated (they are untested), with the fix; "" when every op
     ran, or when the ops are only companions of the code under test (verify_op, verify_torch_function).
@@ -352,13 +373,16 @@ def untested_ops(s: dict) -> str:
     never = sorted(o for o, n in ops.items() if not n)
     if not never or s.get("run") in ("op", "torch function"):
         return ""
+    drawn = s.get("ops_drawn") or {}
+    dead = [o for o in never if drawn.get(o)]  # generated, but no counted case exercised the op's gradient
     cases, seconds = int(s.get("cases") or 0), float(s.get("seconds") or 0.0)
     more = max(4 * cases, 100)  # the uncovered share is gone with about 4x the budget in the default mix
     fix = (f"raise verify_engine's budget (max_examples={more} or seconds={max(10, math.ceil(4 * seconds))})"
            if s.get("run") == "engine" else
            f"run longer (--max-examples {more} or --seconds {max(10, math.ceil(4 * seconds))}) or focus on them "
            f"(--ops {','.join(never)})")
-    return f"{len(never)} of {len(ops)} ops were never generated, so they are untested: {', '.join(never)}; {fix}"
+    return (f"{len(never)} of {len(ops)} ops were never {'counted' if dead else 'generated'}, so they are untested: "
+            f"{', '.join(never)}; {fix}")
 
 
 def _norm_record(r: dict) -> dict:

@@ -18,6 +18,7 @@ import html as _html
 import json
 import os
 
+from . import outcome as _outcome
 from . import report, report_cause
 from ._private.records import atomic_write, make_record_folder
 from .result import VerifyDiscrepancy, set_html_writer
@@ -61,6 +62,7 @@ def write_result_html(self, directory: str) -> str:
         "reason": s["reason"],
         "inconclusive": sum(self.inconclusive.values()),
         "inconclusive_reasons": s["inconclusive"],
+        "not_counted": {why: k for why, k in self.inconclusive.items() if why in _outcome.UNCOUNTED},
     }
     index = report.write_run_report(directory, summary, items,
                                     title=report_cause.run_title({"run": self.what, "target": self.target}))

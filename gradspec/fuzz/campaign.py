@@ -208,12 +208,17 @@ class _Campaign:
 
     def count(self, case: Case, verdict: Verdict) -> None:
         s = self.stats
-        s.op_counts.update({n.op for n in case.nodes})  # (each op once per case)
+        s.op_drawn.update({n.op for n in case.nodes})  # (each op once per case)
         keys = self._pair_keys
         pc, pa = s.pair_counts, s.pair_agree
-        counted = _outcome.counts_for_run(verdict)
-        if not counted and verdict.status == "agree":  # 0-element leaves: shapes compared, no value (tryout9 #1)
-            s.inconclusive[_outcome.SHAPES_ONLY] += 1
+        # the ops whose gradient this case exercised (as verify_* counts its op under test): a case with 0-element
+        # leaves (tryout9 #1), or whose roots are all seeded with zeros, compared no value that judges a gradient
+        ops, why = _outcome.run_count(verdict)
+        counted = bool(ops)
+        s.op_counts.update(o for o in ops if o is not None)
+        s.counted += counted
+        if why:  # (Stats.not_counted: "K of N cases not counted: why")
+            s.inconclusive[why] += 1
         for comp in verdict.comparisons if counted else ():
             key = keys.get(comp.oracles)
             if key is None:

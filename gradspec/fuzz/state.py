@@ -150,6 +150,9 @@ def _sig_from_key(key: str) -> tuple:
     return (kind, tuple(pair.split(" vs ")), tuple(o for o in ops.split(",") if o))
 
 
+_COUNTERS = ("op_counts", "op_drawn", "pair_counts", "pair_agree", "skipped", "hard", "inconclusive")
+
+
 @dataclasses.dataclass
 class Stats:
     """What a campaign (or one shard of it) did; shards merge by adding up."""
@@ -159,7 +162,9 @@ class Stats:
     shrink_runs: int = 0
     localise_runs: int = 0  # checks of the reduction after shrinking (gradspec.findings.localise)
     seconds: float = 0.0
-    op_counts: Counter = dataclasses.field(default_factory=Counter)
+    counted: int = 0  # generated cases a run counts (gradspec.outcome.run_count: some op's gradient exercised)
+    op_counts: Counter = dataclasses.field(default_factory=Counter)  # op -> counted cases that exercised its gradient
+    op_drawn: Counter = dataclasses.field(default_factory=Counter)  # op -> generated cases holding a node of it
     pair_counts: Counter = dataclasses.field(default_factory=Counter)
     pair_agree: Counter = dataclasses.field(default_factory=Counter)
     skipped: Counter = dataclasses.field(default_factory=Counter)
@@ -177,12 +182,16 @@ class Stats:
     drawing_cuts: list = dataclasses.field(default_factory=list)  # a user forward cut while drawing (strategies._bounded)
     shards: int = 1
 
+    def not_counted(self) -> dict:
+        """Why generated cases were not counted (one of ``gradspec.outcome.UNCOUNTED``) -> cases."""
+        return {why: k for why, k in self.inconclusive.most_common() if why in _outcome.UNCOUNTED}
+
     def known(self) -> set:
         return {_sig_from_key(k) for rec in self.found.values() for k in rec.get("covers", [])}
 
     def to_json(self) -> dict:
         d = dataclasses.asdict(self)
-        for k in ("op_counts", "pair_counts", "pair_agree", "skipped", "hard", "inconclusive"):
+        for k in _COUNTERS:
             d[k] = dict(getattr(self, k))
         return d
 
@@ -201,7 +210,8 @@ class Stats:
         self.shrink_runs += other.shrink_runs
         self.localise_runs += other.localise_runs
         self.seconds = max(self.seconds, other.seconds)
-        for k in ("op_counts", "pair_counts", "pair_agree", "skipped", "hard", "inconclusive"):
+        self.counted += other.counted
+        for k in _COUNTERS:
             getattr(self, k).update(getattr(other, k))
         self.timeouts += other.timeouts
         for rid, rec in other.found.items():
@@ -353,10 +363,14 @@ def summary_json(cfg: Config, stats: Stats, previous: list | None = None, ops: l
         "inconclusive": sum(stats.inconclusive.values()),
         "inconclusive_reasons": dict(list(fold_numbers(stats.inconclusive).items())[:10]),
         "cases": stats.cases,
+        # cases counted (some op's gradient exercised and compared), and why the others were not (as verify_* says)
+        "counted": stats.counted,
+        "not_counted": stats.not_counted(),
         "discrepancies": len(active),
         "seconds": round(stats.seconds, 3),
         "started": round(cfg.started, 3),  # (epoch seconds: JUnit's timestamp)
-        "ops": dict(sorted(op_counts.items())),
+        "ops": dict(sorted(op_counts.items())),  # counted cases per op (CONTRACT §6: cases per op)
+        "ops_drawn": dict(sorted(stats.op_drawn.items())),  # generated cases per op, counted or not
         "oracles": dict(sorted(stats.pair_counts.items())),
         "agreement": {k: stats.pair_agree.get(k, 0) for k in sorted(stats.pair_counts)},
         "cases_per_second": round(stats.cases / seconds, 2),
