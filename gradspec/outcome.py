@@ -464,13 +464,38 @@ def compared_through(case, comparisons, kinked: dict | None, op: str) -> bool:
     compared only elements of leaves that reach no node of ``op`` (review14 #2: another user op's leaves)."""
     if not kinked:
         return True
+    from .oracles._fd_refine import element_name
+
     reach = _under_test.reaching_leaves(case, op)
     leaves = [l for l in case.grad_leaves() if l.name in reach]
+    # the elements of those leaves, by name (an estimate names the ones it left out the same way)
+    elements = [element_name(leaves, j) for j in range(sum(l.value.size for l in leaves))]
+    seen: dict = {}
     for c in comparisons:
         ests = [o for o in c.oracles if o in kinked]
-        if all(any(sum(e.startswith(f"{l.name}[") for e in kinked[o]) < l.value.size for l in leaves) for o in ests):
+        if all(_compared_moves(case, elements, frozenset(kinked[o]), op, seen) for o in ests):
             return True
     return False
+
+
+def _compared_moves(case, elements: list, left_out: frozenset, op: str, seen: dict) -> bool:
+    """Whether an element of ``elements`` not ``left_out`` moves an input of ``op`` (per element, not per leaf: a
+    leaf split by indexing between two user ops reaches each with some of its elements only).  ``seen``: answers by
+    ``left_out`` (the estimates of one check usually leave out the same elements)."""
+    if left_out not in seen:
+        compared = [e for e in elements if e not in left_out]
+        seen[left_out] = bool(compared) and (
+            len(compared) == len(elements) or _moves(case, compared, op))
+    return seen[left_out]
+
+
+def _moves(case, compared: list, op: str) -> bool:
+    from .oracles._fd_refine import moves_op_inputs
+
+    try:
+        return moves_op_inputs(case, compared, op)
+    except Exception:  # noqa: BLE001 - the forward raising here (it ran in gs.check): judged per leaf, as before
+        return True
 
 
 # Why a verify_* run does not count an agreeing case whose values were compared, but none through the op under test

@@ -190,3 +190,29 @@ def test_a_compared_element_of_a_leaf_split_by_indexing_that_misses_the_op_does_
                          ["u", "w"], [np.array([1.0]), np.array([1.0])])
     v = gs.check(case)
     assert v.status == "inconclusive", v.summary()
+
+
+def _split(op_a, op_b, xa, xb):
+    """x[:2] -> op_a, x[2:] -> op_b: one leaf split by indexing between two user ops (brief s15 fixtrust #3)."""
+    case = gs.Case.build({"x": np.array(list(xa) + list(xb))},
+                         [("a", "index_select", ["x"], {"dim": 0, "index": [0, 1]}), ("u", op_a, ["a"], {}),
+                          ("b", "index_select", ["x"], {"dim": 0, "index": [2, 3]}), ("w", op_b, ["b"], {})],
+                         ["u", "w"], [np.array([1.0, 2.0]), np.array([1.0, 3.0])])
+    return gs.check(case)
+
+
+def test_a_leaf_split_between_two_ops_counts_only_the_op_whose_own_elements_were_compared():
+    # A's elements (x[0], x[1]) off every knot and compared; B's (x[2], x[3]) both on knots (B is 3x wrong, unseen)
+    from gradspec import outcome
+    v = _split("ke_interp", "ke_interp_x3", (0.7, -1.2), (0.0, 1.0))
+    assert v.status == "agree", v.summary()
+    assert set(v.unjudged_elements.get("finite-differences", {})) == {"x[2]", "x[3]"}, v.summary()
+    assert outcome.counts_for_run(v, "ke_interp")
+    assert not outcome.counts_for_run(v, "ke_interp_x3")
+    assert outcome.uncounted_reason(v, "ke_interp_x3") == outcome.KINKED_OUT  # (a run's summary says why)
+    # the same split, the other way round: A's elements all on knots, B's compared
+    v = _split("ke_interp_x3", "ke_interp", (0.0, 1.0), (0.7, -1.2))
+    assert v.status == "agree", v.summary()
+    assert not outcome.counts_for_run(v, "ke_interp_x3")
+    assert outcome.uncounted_reason(v, "ke_interp_x3") == outcome.KINKED_OUT
+    assert outcome.counts_for_run(v, "ke_interp")

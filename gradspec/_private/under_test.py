@@ -5,7 +5,10 @@ through it to a root: the user ops of a case (``spec.user``), or -- a case of en
 under test -- any node, so any path to a root.  Finite differences' per-element judging at kinks
 (``gradspec.oracles._fd_refine``) and a run's count of judged cases (``gradspec.outcome.counts_for_run``) ask this.
 Structure, not values: a path counts whatever the values along it (a relu that is 0 here still lies on it), so a
-leaf that reaches no such node is never counted, and one that does is counted at the leaf's granularity.
+leaf that reaches no such node is never counted, and one that does is counted at the leaf's granularity -- except
+where an estimate left some elements out at kinks: both callers then ask, per compared element, whether moving it by
+finite differences' step moves an input of the op (``_fd_refine.moves_op_inputs``: a leaf split by indexing between
+two user ops reaches each with some of its elements only).
 """
 
 from __future__ import annotations

@@ -19,9 +19,9 @@ from .._private import under_test as _under_test
 from ._base import NonDifferentiable, OracleError
 from ._fd_lazy import Pass as _Pass
 from ._fd_stencil import COARSE, EPS, FACTORS, ROUNDING_DEPTH, _combine, _points
-from ._fd_values import _s_values
+from ._fd_values import _inputs, _s_values
 
-__all__ = ["REFINEMENTS", "refine", "element_name"]
+__all__ = ["REFINEMENTS", "refine", "element_name", "moves_op_inputs"]
 
 REFINEMENTS = 2  # h -> h/16 at most twice; still coarse after that: the oracle refuses the case
 _MAX = np.maximum.reduce
@@ -171,6 +171,21 @@ def _moves_user_inputs(case, x64, leaves, seeds64, idx, h, users: set) -> np.nda
                 moved = (got != was) & ~(np.isnan(got) & np.isnan(was))
             out[a:a + chunk.size] |= moved.any(axis=(0, 2))
     return out
+
+
+def moves_op_inputs(case, elements, op: str) -> bool:
+    """Whether moving one of the leaf ``elements`` (names as :func:`element_name` gives them, "x[2]") by finite
+    differences' step changes an input of a node of user op ``op`` (``_moves_user_inputs``): a run counts a case
+    for ``op`` only where such an element was compared (``outcome.compared_through``: a leaf split by indexing
+    between two user ops reaches each with some of its elements only)."""
+    leaves, x64, flat = _inputs(case)
+    wanted = set(elements)
+    idx = np.array([j for j in range(flat.size) if element_name(leaves, j) in wanted], dtype=np.intp)
+    if not idx.size:
+        return False
+    h = EPS ** (1 / 3) * np.maximum(1.0, np.abs(flat))  # (fd.STEP, fd._steps: the same step)
+    with np.errstate(all="ignore"):
+        return bool(_moves_user_inputs(case, x64, leaves, None, idx, h, {op}).any())
 
 
 def _estimates_at(case, xs, leaves, seeds64, idx, h, floor):
