@@ -202,7 +202,7 @@ def _print_summary(cfg, s: dict, index: str | None, ops: list[str]) -> None:
         print(line, file=out)
     for e in s["errors"][:5]:
         print(f"  problem: {e}", file=out)
-    for line in report.drawing_cut_lines(s.get("drawing_cuts") or []):
+    for line in report.drawing_cut_lines(s.get("drawing_cuts") or []) + list(s.get("draws_skipped") or []):
         print(f"  {line}", file=out)
     if n:
         print(f"  {n} discrepanc{'y' if n == 1 else 'ies'}:", file=out)

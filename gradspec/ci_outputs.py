@@ -229,7 +229,7 @@ def summary_markdown(s: dict, report_dir: str = "reports", link_base: str | None
         out += [f"- {_md(k)}: {v}" + (f" (e.g. {_md(ex)})" if ex else "") for k, v, ex in group(skipped)[:20]] + [""]
     for e in list(s.get("errors") or [])[:10]:
         out.append(f"- problem: {_md(e)}")
-    out += [f"- {_md(line)}" for line in drawing_cut_lines(s.get("drawing_cuts") or [])]
+    out += [f"- {_md(line)}" for line in drawing_cut_lines(s.get("drawing_cuts") or []) + list(s.get("draws_skipped") or [])]
     return "\n".join(out).rstrip() + "\n"
 
 

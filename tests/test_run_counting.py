@@ -14,6 +14,7 @@ import json
 import os
 
 import numpy as np
+import pytest
 
 import gradspec as gs
 from gradspec import outcome
@@ -100,3 +101,40 @@ def test_shards_add_up_what_they_counted(tmp_path):
     assert merged.counted == 2 and merged.not_counted() == {outcome.ZERO_SEEDS: 1}
     assert merged.op_drawn["cos"] == 1 and merged.op_counts["cos"] == 0 and merged.op_counts["sin"] == 1
     assert os.path.isdir(tmp_path / "r")
+
+
+# (fixrun #2) a user op whose forward is never finite on the values drawn: fuzz said "no gradient value compared"
+# without naming the op or its domain (the draws were not tallied in a campaign, and a worker sent none back)
+@pytest.mark.parametrize("workers", [1, 2])
+def test_fuzz_names_the_op_and_its_domain_when_its_forward_was_never_finite(tmp_path, capsys, workers):
+    from gradspec import cli
+
+    out = tmp_path / "r"
+    rc = cli.main(["fuzz", "--ops", "tests._tryout9_code:log1mexp_negdomain", "--max-examples", "20", "--seed", "1",
+                   "--workers", str(workers), "--report-dir", str(out)])
+    text = capsys.readouterr()
+    s = json.loads((out / "summary.json").read_text())
+    assert rc == 3 and s["status"] == "inconclusive", text.out + text.err
+    assert "t9_log1mexp_negdomain" in s["reason"] and "interval(-5, -1)" in s["reason"], s["reason"]
+    assert "not finite (NaN) at every value drawn" in s["reason"] and "check the domain" in s["reason"], s["reason"]
+    drawn = s["draws"]["t9_log1mexp_negdomain"]
+    assert drawn["finite"] == 0 and drawn["skipped"] > 0, drawn
+    assert s["reason"] in text.out, text.out
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_fuzz_counts_the_draws_a_user_forward_refused(tmp_path, capsys, workers):
+    """log on the real line: NaN at every negative draw; the run checks the positive ones and says how many draws
+    were skipped, per op, however many workers drew them."""
+    from gradspec import cli
+
+    out = tmp_path / "r"
+    rc = cli.main(["fuzz", "--ops", "tests._tryout9_code:log_real", "--max-examples", "20", "--seed", "1",
+                   "--workers", str(workers), "--report-dir", str(out)])
+    text = capsys.readouterr()
+    s = json.loads((out / "summary.json").read_text())
+    assert rc == 0 and s["status"] == "agree", text.out + text.err
+    drawn = s["draws"]["t9_log_real"]
+    assert drawn["finite"] > 0 and drawn["skipped"] > 0, drawn
+    line = next((ln for ln in text.out.splitlines() if "t9_log_real" in ln and "draws" in ln), "")
+    assert f"{drawn['skipped']} of {drawn['skipped'] + drawn['finite']} draws" in line and "real()" in line, text.out

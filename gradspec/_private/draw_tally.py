@@ -29,7 +29,10 @@ import dataclasses
 
 import numpy as np
 
-__all__ = ["Tally", "tallying", "active", "seen"]
+from ..domains import text as _domain_text
+from .skips import word_cut
+
+__all__ = ["Tally", "tallying", "active", "seen", "describe", "to_json", "merged"]
 
 # The tallies of the verify runs in progress in this thread / context, innermost last (review14 #5: one list for the
 # process put thread A's draws in thread B's run).  A tuple, never mutated: a context that inherits a copy of the
@@ -97,3 +100,46 @@ def _range(args) -> tuple | None:
         return None
     v = np.concatenate(vals)
     return float(v.min()), float(v.max())
+
+
+def to_json(tally: dict) -> dict:
+    """A run's tallies as JSON (a fuzz worker sends them to its parent with its stats)."""
+    return {name: dataclasses.asdict(t) for name, t in tally.items()}
+
+
+def merged(a: dict, b: dict) -> dict:
+    """Two runs' (workers', chunks') tallies in :func:`to_json` form as one: counts added up, kinds united, the
+    first skipped draw and error of ``a`` where it has one."""
+    out = {name: dict(t, kinds=list(t.get("kinds") or [])) for name, t in a.items()}
+    for name, t in b.items():
+        o = out.setdefault(name, {"finite": 0, "skipped": 0, "kinds": [], "first": None, "error": ""})
+        o["finite"] += t.get("finite", 0)
+        o["skipped"] += t.get("skipped", 0)
+        o["kinds"] += [k for k in t.get("kinds") or [] if k not in o["kinds"]]
+        o["first"] = o.get("first") or t.get("first")
+        o["error"] = o.get("error") or t.get("error") or ""
+    return out
+
+
+def describe(t, who: str, domain) -> tuple[str, str, str]:
+    """What a run says of one op's draws (``t``: a :class:`Tally`, or its :func:`to_json` form; ``who``: how the run
+    names the code, "op 'f'"; ``domain``: as declared, or its text): ``(skip reason, never finite, skipped share)``.  The skip
+    reason counts the skipped draws in the run's skipped oracles; "never finite" (a run that checked nothing of the
+    op, naming its domain: ``gradspec.domains.text``) when no draw was finite, else the line saying how many draws
+    were skipped.  ``("", "", "")`` when none was."""
+    get = t.get if isinstance(t, dict) else lambda k: getattr(t, k)
+    skipped, finite, error, first = get("skipped"), get("finite"), get("error"), get("first")
+    if not skipped:
+        return "", "", ""
+    kinds = [k for k in get("kinds") if k != "raised"]
+    what = " or ".join(([f"was not finite ({', '.join(kinds)})"] if kinds else []) + (["raised"] if error else []))
+    at = f"the first with inputs in [{first[0]:.4g}, {first[1]:.4g}]" if first else "the first"
+    err = f"; its first error: {word_cut(error, 200)}" if error else ""
+    dom = domain if isinstance(domain, str) else _domain_text(domain)  # (a str: rendered where the op was known)
+    key = f"draws: the forward of {who} {what} at values drawn from its domain (redrawn, not checked)"
+    if not finite:
+        return key, (f"the forward of {who} {what} at every value drawn from its domain {dom} ({skipped} draws, "
+                     f"{at}{err}), so no gradient value was checked: check the domain (domain=) and the forward"), ""
+    share = "; that is most of them: check the domain (domain=)" if skipped > finite else ""
+    return key, "", (f"{who}: the forward {what} on {skipped} of {skipped + finite} draws of values from its domain "
+                     f"{dom} ({at}{err}): those draws were skipped (redrawn), their values not checked{share}")

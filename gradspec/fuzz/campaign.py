@@ -18,6 +18,7 @@ from collections import Counter
 from typing import Any, Callable
 
 from .. import outcome as _outcome
+from .._private import draw_tally as _draw_tally
 from .._private import interrupts
 from .._private.case_budget import case_timeout
 from .._private.kinks import tally
@@ -356,6 +357,7 @@ class _Campaign:
 
         fh = _enable_faulthandler(self.cfg.state_dir)
         cuts = _bounded.Marks()  # this run's drawing cuts (the marks end with the run)
+        drawn: dict = {}
         cfg = self.cfg
         signals = interrupts.graceful(self._on_signal)  # SIGTERM / SIGHUP as Ctrl-C: what ran is kept (chaos H2)
         signals.__enter__()
@@ -371,7 +373,8 @@ class _Campaign:
                 on_group=self._group,
                 cases_per_example=mean_sets(sets))
             # Saved failures replay once per process: later chunks of a worker skip it (gradspec.fuzz.workers).
-            with case_timeout(cfg.case_timeout), _bounded.marking(cuts):  # (the diagnosis is bounded by it too)
+            # (the diagnosis is bounded by the timeout too; drawn: the draws a user op's forward refused, by op)
+            with case_timeout(cfg.case_timeout), _bounded.marking(cuts), _draw_tally.tallying() as drawn:
                 self.stats.stop_reason = self.driver.run(replay=bool(cfg.replay_saved))
             self.stats.errors += [e for e in self.driver.errors if e not in self.stats.errors]
             if self.stats.stop_reason == "error":  # (tryout7 #6: an OK from the cases before it)
@@ -387,6 +390,7 @@ class _Campaign:
                 self.stats.stop_reason = "interrupted"
             self._record_counts()
             self.stats.drawing_cuts = cuts.cuts()
+            self.stats.draws = _draws_json(drawn)
             self.stats.seconds = time.time() - self.t0
             self.stats.processes = [{"shard": self.shard, "pid": os.getpid(), "cases": self.stats.cases,
                                      "seconds": round(self.stats.seconds, 3)}]
@@ -431,6 +435,21 @@ class _Campaign:
                 update_record(self.cfg.report_dir, rid, {"cases": f.cases})
             except (OSError, ValueError):
                 pass  # no report folder (no writer, or the report dir failed): the stats carry it
+
+
+def _draws_json(drawn: dict) -> dict:
+    """A run's draw tallies (``_private.draw_tally``) as JSON, each with its op's domain as declared (rendered here,
+    where the op is known: a worker's parent may not hold the user's op)."""
+    from ..domains import text as domain_text
+    from ..spec import registry as _registry
+
+    out = _draw_tally.to_json(drawn)
+    for name, t in out.items():
+        try:
+            t["domain"] = domain_text(_registry.lookup(name).domain)
+        except KeyError:  # (an op of the run is in the table: a name the generator drew from it)
+            t["domain"] = "its declared domain"
+    return out
 
 
 def sets_per_graph(budget: int) -> int:

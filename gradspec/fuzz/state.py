@@ -22,6 +22,7 @@ import numpy as np
 from .. import outcome as _outcome
 from .._private import database as _db
 from .._private import determinism as _determinism
+from .._private import draw_tally as _draw_tally
 from .._private import interrupts as _interrupts
 from .._private.records import atomic_write
 from .._private.skips import fold_numbers
@@ -180,6 +181,7 @@ class Stats:
     lost: list = dataclasses.field(default_factory=list)  # budget a dead worker did not run: {"chunk", "cases", "why"}
     stopped: list = dataclasses.field(default_factory=list)  # errors that stopped a search (the rest never ran)
     drawing_cuts: list = dataclasses.field(default_factory=list)  # a user forward cut while drawing (strategies._bounded)
+    draws: dict = dataclasses.field(default_factory=dict)  # user op -> its draw tally (_private.draw_tally.to_json)
     shards: int = 1
 
     def not_counted(self) -> dict:
@@ -223,6 +225,8 @@ class Stats:
         self.lost += other.lost
         self.stopped += [e for e in other.stopped if e not in self.stopped]
         self.drawing_cuts = merge_cuts(self.drawing_cuts, other.drawing_cuts)
+        self.draws = {n: dict(t, domain=(self.draws.get(n) or other.draws[n]).get("domain"))
+                      for n, t in _draw_tally.merged(self.draws, other.draws).items()}
 
 
 def merge_cuts(a: list, b: list) -> list:
@@ -341,6 +345,9 @@ def summary_json(cfg: Config, stats: Stats, previous: list | None = None, ops: l
     op_counts.update(stats.op_counts)
     status, reason = _outcome.run_status(stats.cases, len(active), sum(stats.pair_counts.values()),
                                          stats.inconclusive.most_common(), stats.errors)
+    never, draws_skipped = _draw_lines(stats.draws)
+    if never and status != "disagree":  # an op of the run refused every value drawn: nothing of it was checked
+        status, reason = "inconclusive", "; ".join(never) + (f"; {reason}" if reason else "")
     unfit = _determinism.not_a_function_among(stats.inconclusive) if status == "agree" else ""
     if unfit:  # a user op whose output changes between calls: what the other cases agreed on is no clean bill
         status, reason = "inconclusive", unfit
@@ -390,6 +397,9 @@ def summary_json(cfg: Config, stats: Stats, previous: list | None = None, ops: l
         # a user op's forward slower than the per-case timeout while a case was drawn: those draws took its node as
         # planned (placeholder values), and the op was skipped there for a while (review F6)
         "drawing_cuts": list(stats.drawing_cuts),
+        # a user op's forward not finite (or raising) at drawn values: the draws redrawn, per op (as verify_* says)
+        "draws": dict(stats.draws),
+        "draws_skipped": draws_skipped,
         "errors": list(stats.errors),
         "crashed": list(stats.crashed),
         "lost": list(stats.lost),
@@ -398,6 +408,17 @@ def summary_json(cfg: Config, stats: Stats, previous: list | None = None, ops: l
         "superseded": superseded,
         "previous": previous or [],
     }
+
+
+def _draw_lines(draws: dict) -> tuple[list, list]:
+    """``(never finite, skipped shares)``: what a run says of its user ops' draws (``_private.draw_tally.describe``,
+    the words verify_* uses: the op and its domain named)."""
+    never, lines = [], []
+    for name, t in sorted(draws.items()):
+        _key, nf, line = _draw_tally.describe(t, f"op {name!r}", t.get("domain") or "its declared domain")
+        never += [nf] if nf else []
+        lines += [line] if line else []
+    return never, lines
 
 
 def hard_regions(counts: Counter, cases: int) -> dict:

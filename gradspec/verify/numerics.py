@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 
+from .._private import draw_tally as _draw_tally
 from .._private.skips import word_cut
 
 __all__ = ["accuracy", "claim_text", "DEFAULT_DTYPES", "dtypes_of", "dtypes_text", "tag", "count_nondifferentiable",
@@ -113,25 +114,16 @@ def fold_draws(result, tally: dict, spec, who: str) -> None:
     the draws it was not finite at (or raised on) are counted in ``result.skipped`` and said in the summary
     (``result.draws_skipped``); a forward finite at no drawn value leaves the run inconclusive (``result.unfinite``:
     the domain named, as the user declared it).  ``who``: how the run names the code ("op 'f'", "fn Log1mexp")."""
-    from ..domains import text as domain_text
-
     t = tally.get(spec.name)
-    if t is None or not t.skipped:
+    if t is None:
         return
-    kinds = [k for k in t.kinds if k != "raised"]
-    what = " or ".join(([f"was not finite ({', '.join(kinds)})"] if kinds else []) + (["raised"] if t.error else []))
-    first = f"the first with inputs in [{t.first[0]:.4g}, {t.first[1]:.4g}]" if t.first else "the first"
-    err = f"; its first error: {word_cut(t.error, 200)}" if t.error else ""
-    dom = domain_text(spec.domain)
-    result.skipped[f"draws: the forward of {who} {what} at values drawn from its domain (redrawn, not checked)"] += t.skipped
-    if not t.finite:
-        result.unfinite = (f"the forward of {who} {what} at every value drawn from its domain {dom} ({t.skipped} draws, "
-                           f"{first}{err}), so no gradient value was checked: check the domain (domain=) and the forward")
-        return
-    share = "; that is most of them: check the domain (domain=)" if t.skipped > t.finite else ""
-    result.draws_skipped.append(f"{who}: the forward {what} on {t.skipped} of {t.skipped + t.finite} draws of values "
-                                f"from its domain {dom} ({first}{err}): those draws were skipped (redrawn), their values "
-                                f"not checked{share}")
+    key, never, line = _draw_tally.describe(t, who, spec.domain)
+    if key:
+        result.skipped[key] += t.skipped
+    if never:
+        result.unfinite = never
+    elif line:
+        result.draws_skipped.append(line)
 
 
 def torch_kinks(kink_distance):
