@@ -277,3 +277,23 @@ def test_one_engine_bug_is_one_finding_with_its_cause_over_every_rule_and_value_
     assert [c for _n, _k, c in got] == ["uses-overwrite"], got
     assert "keeps only one use's gradient" in r.discrepancies[0].cause.summary
     assert r.checks["gradients accumulate across every use of a leaf"] == "failed", r.checks
+
+
+class _DeepRaises(M.Mini):
+    """Raises on backward() through a root whose parent is not a leaf (two nodes deep), with or without a seed:
+    it refuses the graph, not the implicit seed nor a second call."""
+
+    def backward(self, tensor, gradient=None, retain_graph=False):
+        if any(not p.is_leaf for p, _f in tensor.parents):
+            raise RuntimeError("backward through more than one node is not implemented")
+        return super().backward(tensor, gradient, retain_graph)
+
+
+def test_a_raise_with_an_explicit_seed_too_is_not_called_an_implicit_seed_refusal():
+    # session 14: a backward() that raised for another reason was named implicit-seed-refused (and, after an
+    # earlier call, "a second backward raised although the graph was kept") without trying the explicit seed
+    res = R.check_rules(_DeepRaises(), max_examples=SMALL, seed=0)
+    assert res.findings, res.status
+    for f in res.findings:
+        assert f.cause.id == "error-type", f.cause
+        assert "neither the implicit seed nor an earlier call" in f.cause.summary, f.cause.summary

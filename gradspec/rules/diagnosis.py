@@ -361,16 +361,32 @@ def _raise_cause(sc, got, ref, k, ctx=None) -> Cause:
     own = _own_node_raise(sc, got, k, ctx) if step.kind == "backward" else None
     if own is not None:  # an op's backward raises whatever the seed: the op, not a backward() rule
         return own
-    if step.kind == "backward" and step.seed is None and why != "implicit":
+    seeded, fresh = _still_raises(sc, k, ctx) if step.kind == "backward" else (None, None)
+    if step.kind == "backward" and step.seed is None and why != "implicit" and seeded is not True:
         cid, summary = ("implicit-seed-refused", f"backward(y) without a seed raised for an output of shape "
                         f"{sc.shapes()[step.target]} (numel 1); torch accepts an implicit seed of ones for any shape "
                         "with one element")
-    elif step.kind == "backward" and any(s.kind == "backward" for s in sc.steps[:k - 1]):
+    elif step.kind == "backward" and any(s.kind == "backward" for s in sc.steps[:k - 1]) and fresh is not True:
         cid, summary = "error-type", ("a second backward raised although the graph was kept (retain_graph=True) or "
                                       "nothing in it needed freed buffers; torch does not raise here")
     else:
-        cid, summary = "error-type", f"{step.text()} raised where torch does not"
+        cid, summary = "error-type", f"{step.text()} raised where torch does not" + (
+            " (given an explicit seed of ones, as the only call on a fresh graph, too: neither the implicit seed nor "
+            "an earlier call is the reason; no single op's backward raises on its own)" if fresh else "")
     return Cause(cid, summary, evidence=ev + "\n" + sc.code())
+
+
+def _still_raises(sc, k, ctx) -> tuple:
+    """Whether backward call ``k`` still raises where torch does not given its seed explicitly (np.ones where it
+    had none), after the same earlier calls; and as the only call on a fresh graph.  Each True / False / None
+    (cannot tell, or no ``ctx``).  An engine that raises either way refuses the graph, not the implicit seed nor
+    a second call (a raise misread as implicit-seed-refused: session 14)."""
+    if ctx is None:
+        return None, None
+    explicit = _explicit(sc, k)
+    seeded = _raises_alone(ctx, Scenario(sc.leaves, sc.nodes, explicit.steps[:k], sc.rule, sc.requires_grad))
+    fresh = _raises_alone(ctx, Scenario(sc.leaves, sc.nodes, [explicit.steps[k - 1]], sc.rule, sc.requires_grad))
+    return seeded, fresh
 
 
 def _explicit(sc, k) -> Scenario:
