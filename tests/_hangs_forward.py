@@ -77,3 +77,6 @@ if torch is not None:
         @staticmethod
         def backward(ctx, g):
             return g
+# a forward that returns at once: a test's stand-in for guard.bounded says it hung at every drawing call (counted,
+# nothing sleeps: tests/test_draw_cuts.py, the marks a worker carries from chunk to chunk)
+forward_said_hung = gs.Op("my_forward_said_hung", forward=np.sin, vjp=_vjp)

@@ -152,3 +152,53 @@ def test_a_runs_marks_are_bounded(monkeypatch):
     # called at (2,), (3,), then (the op-wide wait: 1 skip, then 2) at (5,) and (8,); every cut still counted
     assert state["calls"] == 4 and sum(c["draws_cut"] for c in cuts) == 7, cuts
     assert not hasattr(_bounded, "hung")  # (exported, used nowhere)
+
+
+def _chunks_paying(tmp_path, monkeypatch, chunks: int) -> tuple[list, list]:
+    """Timeouts paid by the drawing calls of an op whose forward 'hangs' for good, over ``chunks`` chunks of one
+    run in one worker: (timeouts per chunk, the drawing cuts each chunk sends back).  guard.bounded is replaced by
+    a stand-in that says "hung" for the op without calling it (one call = one timeout a real hang would cost)."""
+    from gradspec.fuzz import workers
+    from gradspec.fuzz.state import Config
+    from gradspec.guard import Hung
+
+    paid = {"n": 0}
+
+    def bounded(fn, what):
+        if "my_forward_said_hung" in what:
+            paid["n"] += 1
+            raise Hung(what, 1.0)
+        return fn()
+
+    monkeypatch.setattr(_bounded, "bounded", bounded)
+    monkeypatch.setattr(workers, "freeze_heap", lambda: None)  # (a worker's own process only)
+    cfg = Config(ops=["tests._hangs_forward:forward_said_hung"], report_dir=str(tmp_path / "r"), max_examples=6,
+                 seed=3, case_timeout=1.0, oracles=["reference", "finite-differences"], replay_saved=False)
+    per_chunk, sent = [], []
+    for k in range(chunks):
+        before = paid["n"]
+        stats = workers._chunk_stats(cfg, {"chunk": k}, lambda *a: None)
+        per_chunk.append(paid["n"] - before)
+        sent.append(stats.drawing_cuts)
+    return per_chunk, sent
+
+
+def test_a_worker_carries_its_drawing_marks_from_chunk_to_chunk(tmp_path, monkeypatch):
+    """(fixrun #3) Each chunk of a worker was a run of its own, its marks new: a forward that hangs for good cost
+    about as many timeouts in every chunk as in the first.  The marks are the worker's run's now (still per run:
+    another run_id starts with none); each chunk sends back only the cuts it made (the controller adds them up)."""
+    per_chunk, sent = _chunks_paying(tmp_path, monkeypatch, 3)
+    assert per_chunk[0] >= 2, per_chunk  # (cut at two shapes in a row: the op waits at every shapes)
+    assert per_chunk[1] + per_chunk[2] < per_chunk[0], per_chunk  # the later chunks keep waiting, doubling
+    drawn = [sum(c["draws_cut"] for c in s) for s in sent]
+    assert all(drawn), sent  # each chunk's cuts (skipped calls count as cut draws), none sent twice:
+    assert sum(drawn) == sum(c["draws_cut"] for c in _worker_marks().cuts()), (drawn, _worker_marks().cuts())
+    again, _ = _chunks_paying(tmp_path, monkeypatch, 1)  # another run (its own run_id) in the same worker
+    assert again == per_chunk[:1], (again, per_chunk)  # starts with no marks: the first chunk's cost again
+
+
+def _worker_marks():
+    from gradspec.fuzz import workers
+
+    marks = [v["_marks"] for v in workers._FOUND_HERE.values() if "_marks" in v]
+    return marks[-1]

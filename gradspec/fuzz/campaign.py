@@ -36,7 +36,7 @@ from ..strategies import _bounded
 from ..strategies._groups import mean_sets
 from .inflight import Inflight
 from .prefetch import Prefetch
-from .state import BUILTIN_ENGINES, SNAPSHOT_EVERY, STATE, Config, ReportDirError, Stats, _atomic_json, _sig_from_key, _sig_key
+from .state import BUILTIN_ENGINES, SNAPSHOT_EVERY, STATE, Config, ReportDirError, Stats, _atomic_json, _sig_from_key, _sig_key, cuts_since
 
 __all__ = ["SALVAGE_NOTE", "resolve", "run_campaign", "run_shard"]
 
@@ -162,8 +162,11 @@ def _db_key(cfg: Config, ops: list[str]) -> bytes:
 
 
 class _Campaign:
-    def __init__(self, cfg: Config, shard: int, progress=None, on_found=None, oracles=None, found=None) -> None:
+    def __init__(self, cfg: Config, shard: int, progress=None, on_found=None, oracles=None, found=None,
+                 marks=None) -> None:
         self.cfg = cfg
+        # the run's drawing-cut marks (strategies._bounded): new, or a worker's, carried from chunk to chunk
+        self.marks = marks if marks is not None else _bounded.Marks()
         self.shard = shard
         self._warm = not cfg.case_timeout  # untimed checks need no warm-up
         self.progress = progress
@@ -356,7 +359,8 @@ class _Campaign:
         from .. import strategies
 
         fh = _enable_faulthandler(self.cfg.state_dir)
-        cuts = _bounded.Marks()  # this run's drawing cuts (the marks end with the run)
+        cuts = self.marks  # this run's drawing cuts (the marks end with the run: a worker's, with its last chunk)
+        before = cuts.cuts()  # (a worker's marks carry earlier chunks' cuts: this chunk sends back its own)
         drawn: dict = {}
         cfg = self.cfg
         signals = interrupts.graceful(self._on_signal)  # SIGTERM / SIGHUP as Ctrl-C: what ran is kept (chaos H2)
@@ -389,7 +393,7 @@ class _Campaign:
                 self.stats.interrupted = True
                 self.stats.stop_reason = "interrupted"
             self._record_counts()
-            self.stats.drawing_cuts = cuts.cuts()
+            self.stats.drawing_cuts = cuts_since(before, cuts.cuts())
             self.stats.draws = _draws_json(drawn)
             self.stats.seconds = time.time() - self.t0
             self.stats.processes = [{"shard": self.shard, "pid": os.getpid(), "cases": self.stats.cases,

@@ -30,7 +30,7 @@ from ..causes import ENGINE_IDS, crash_type
 from ..findings import covered  # noqa: F401  (re-exported: gradspec.fuzz.covered)
 
 __all__ = ["Config", "Stats", "ReportDirError", "covered", "summary_json", "write_summary", "supersede",
-           "progress_printer", "BUILTIN_ENGINES", "STATE", "DEFAULT_EXAMPLES"]
+           "progress_printer", "BUILTIN_ENGINES", "STATE", "DEFAULT_EXAMPLES", "cuts_since"]
 
 BUILTIN_ENGINES = ("reference", "torch-cpu", "torch-cuda")
 STATE = ".gradspec"  # campaign bookkeeping under the report dir (run configs, shard snapshots)
@@ -242,6 +242,18 @@ def merge_cuts(a: list, b: list) -> list:
         else:
             out[key] = dict(c)
     return [out[k] for k in sorted(out, key=repr)]
+
+
+def cuts_since(before: list, after: list) -> list:
+    """The drawing cuts made between two readings of one run's marks (``Marks.cuts()``): what a worker's chunk
+    sends back when the worker carries its marks from chunk to chunk (the controller adds the chunks' up)."""
+    was = {(c.get("op"), repr(c.get("shapes"))): c.get("draws_cut", 0) for c in before}
+    out = []
+    for c in after:
+        k = c.get("draws_cut", 0) - was.get((c.get("op"), repr(c.get("shapes"))), 0)
+        if k > 0:
+            out.append({**c, "draws_cut": k})
+    return out
 
 
 def _atomic_json(path: str, obj) -> None:

@@ -47,6 +47,7 @@ from ..case import Case
 from ..causes import Cause, process_died
 from ..check import Discrepancy, Verdict
 from ..guard import guarded_check
+from ..strategies import _bounded
 from . import heartbeat
 from .campaign import _Campaign
 from .distributed import _forget, stale_inflight
@@ -199,7 +200,11 @@ def _chunk_stats(cfg: Config, chunk: dict, on_found: Callable) -> Stats:
         known = _FOUND_HERE.setdefault(cfg.run_id, {})
         cfg.replay_saved = not known.get("_replayed")
         freeze_heap()  # a worker gradspec fuzz started runs nothing but its chunks (_private.memory)
-        stats = _Campaign(cfg, chunk["chunk"], on_found=on_found, found=dict(known.get("found", {}))).run()
+        # The run's drawing-cut marks (strategies._bounded) go on from chunk to chunk in this worker: a forward
+        # that hangs for good cost ~2 timeouts per chunk when each chunk started with none (fixrun #3)
+        marks = known.setdefault("_marks", _bounded.Marks())
+        stats = _Campaign(cfg, chunk["chunk"], on_found=on_found, found=dict(known.get("found", {})),
+                          marks=marks).run()
         known["_replayed"] = True
         known.setdefault("found", {}).update(stats.found)
         stats.found = {rid: rec for rid, rec in stats.found.items() if rid not in known.get("sent", set())}
