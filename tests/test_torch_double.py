@@ -216,3 +216,36 @@ def test_gradspecs_own_error_in_the_second_order_check_is_not_blamed_on_fn(monke
     assert check(case) == []
     note = next(n for n in result.notes if "ZeroDivisionError" in n)
     assert "gradspec" in note and "not your code" in note and "fn's backward raised" not in note, note
+
+
+class _HalfSquareWhereInBackward(torch.autograd.Function):
+    """0.5 (x - 1)^2 for x > 1, else 0; its backward is right to first order, but selects with torch.where from a
+    branch that is NaN where it is not taken (exp(log(x - 1)) at x < 1): autograd through that backward sends the
+    branch a zero gradient, and log's backward makes it 0 · nan = NaN there (the where trap, tryout9 F3, inside a
+    backward).  (At x = 1 exactly the branch is finite, exp(-inf) = 0, and its backward 0 · inf: NaN unnamed.)"""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return torch.where(x > 1, 0.5 * (x - 1) ** 2, torch.zeros_like(x))
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return g * torch.where(x > 1, torch.exp(torch.log(x - 1)), torch.zeros_like(x))
+
+
+def test_a_nan_double_backward_from_a_where_in_the_backward_is_found_and_named():
+    # brief s15 fixtrust #4: the second-order sum was NaN, its error bound too (it adds |autograd|), and the check
+    # dropped the case as "not finite": the run agreed and said second-order gradients were checked
+    from gradspec.verify.torch_double import directional_second_order
+
+    x = [torch.tensor([-1.0, 2.0], dtype=torch.float64)]
+    auto, fd, err = directional_second_order(_HalfSquareWhereInBackward.apply, x, {})
+    assert np.isnan(auto) and np.isfinite(fd) and np.isfinite(err), (auto, fd, err)
+    r = gs.verify_torch_function(_HalfSquareWhereInBackward.apply, arity=1, max_examples=30, seed=1)
+    found = _double_findings(r)
+    assert found and not r.ok, str(r)
+    summary = found[0].cause.summary
+    assert "torch.where" in summary and "nan" in summary and "test_torch_double.py" in summary, summary
+    assert "double-where" in found[0].cause.fix, found[0].cause.fix

@@ -33,6 +33,7 @@ import contextlib
 import numpy as np
 
 from .. import tolerances as _tol
+from .._private.torch_where import FIX as _WHERE_FIX
 from ..case import Case
 from ..causes import Cause
 from ..result import VerifyDiscrepancy
@@ -156,7 +157,9 @@ def directional_second_order(call, xs, params) -> tuple[float | None, float, flo
     # rounding of autograd's own second-order sum: its terms are ~ |g| |v| |u| / |x| in size (one derivative
     # more than the first-order terms |g| |v|), summed in another order than anything else here
     terms = float(g.abs().sum()) * _largest(vs) * _largest(us) / max(_largest(xs), 1e-3)
-    return auto, fd, abs(c2 - c1) + noise + _tol.EXACT_RTOL["float64"] * (abs(auto or 0.0) + abs(fd) + terms)
+    # (a non-finite autograd sum adds nothing: the bound is finite differences' own, and the NaN is a finding)
+    size2 = abs(auto) if auto is not None and np.isfinite(auto) else 0.0
+    return auto, fd, abs(c2 - c1) + noise + _tol.EXACT_RTOL["float64"] * (size2 + abs(fd) + terms)
 
 
 def _largest(ts) -> float:
@@ -308,8 +311,9 @@ class DoubleBackwardCheck:
                          "differences of fn's first-order backward")
         if abs(auto - fd) <= tol:
             return []
-        if self._held(xs, node, f"{auto:.6g} by autograd vs {fd:.6g} by central differences of its first-order "
-                                "backward"):
+        finite = bool(np.isfinite(auto))  # (NaN / inf where the differences are finite: never a saved-constant's doing)
+        if finite and self._held(xs, node, f"{auto:.6g} by autograd vs {fd:.6g} by central differences of its "
+                                           "first-order backward"):
             return []
         try:
             if not first_order_agrees(self.spec.torch, xs, node.params):
@@ -317,7 +321,8 @@ class DoubleBackwardCheck:
         except Exception:  # noqa: BLE001 - cannot tell: nothing decided
             return []
         self.found = True
-        return [self._wrong(case, node, auto, fd, err)]
+        return [self._wrong(case, node, auto, fd, err, None if finite else _traps_in_backward(self.spec.torch, xs,
+                                                                                               node.params))]
 
     def _held(self, xs, node, what: str) -> bool:
         """Note (and True) when fn saves tensors computed inside forward: its double backward is then wrong
@@ -336,7 +341,7 @@ class DoubleBackwardCheck:
                 "(broadcast there), or return them as outputs")
         return bool(held)
 
-    def _wrong(self, case, node, auto, fd, err) -> VerifyDiscrepancy:
+    def _wrong(self, case, node, auto, fd, err, traps=None) -> VerifyDiscrepancy:
         fn = self.spec.name.removeprefix("torch_")
         where = f"node {node.name} = {node.op}({', '.join(node.inputs)})"
         through = f"{fn}.backward"
@@ -351,13 +356,22 @@ class DoubleBackwardCheck:
                    "no_grad), so wherever g requires grad (a gradient penalty, a Hessian-vector product) torch gives "
                    "a wrong second order without an error; compute it in torch ops from the saved inputs, or mark "
                    "the backward @once_differentiable so torch refuses a double backward")
+        fix = f"differentiate {through} correctly (every input it uses needs its term)"
+        if not np.isfinite(auto):
+            why = ("autograd's second-order gradient is not finite where the first-order backward is smooth and "
+                   "finite: " + (f"{'; '.join(t.words() for t in traps[:2])} — autograd through that select sends "
+                                 "the branch a zero gradient there and the branch's own backward multiplies it by its "
+                                 "non-finite values (0 · nan = nan)" if traps else
+                                 "a 0 · inf or inf - inf inside the backward's own backward (a where / masked_fill "
+                                 "whose unselected branch is NaN or inf, a division by a value that is 0 there?)"))
+            fix = _WHERE_FIX if traps else fix
         summary = (f"{where}: the double backward of {fn} (autograd through {through}, create_graph=True) is "
                    f"wrong: along a fixed direction, d/dt <J^T g, v> is {auto:.6g} by autograd but {fd:.6g} by central "
                    f"differences of {fn}'s first-order backward (which agrees with J^T g); {why}")
         rel = abs(auto - fd) / max(abs(auto), abs(fd), 1e-300)
         d = VerifyDiscrepancy("value", ("torch-cpu", "finite-differences"), f"{self.target}: {summary}", case,
                               values=(auto, fd), abs_err=abs(auto - fd), rel_err=rel,
-                              tolerance=_allowed(err, auto, fd),
+                              tolerance=_allowed(err, auto if np.isfinite(auto) else 0.0, fd),
                               tolerance_why=f"4 x step-difference estimate ({err:.3g}) + "
                                             f"{_tol.DOUBLE_BACKWARD_RTOL:g} relative",
                               replay=self.replay, check_name=CHECK_NAME)
@@ -369,5 +383,32 @@ class DoubleBackwardCheck:
                                  f"perturbing {', '.join(node.inputs)} (every input of fn, also those the case "
                                  "holds constant for its first-order checks); skip this check with "
                                  "verify_torch_function(..., double_backward=False)",
-                        fix=f"differentiate {through} correctly (every input it uses needs its term)")
+                        fix=fix)
         return d
+
+
+def _traps_in_backward(call, xs, params) -> list:
+    """The where / masked_fill selects met, with a branch that is NaN or inf where not selected, while fn's backward
+    runs with grad enabled at ``xs`` (``_private.torch_where.recording``: the trap the first-order checks watch in a
+    plain function's forward, here inside a backward being differentiated); [] where none, where fn's output is not
+    made by a Function's backward directly, or where the probe fails.  The backward is called on its node itself
+    (``ctx`` = the node, as ``BackwardCFunction.apply`` does; not through ``apply``, whose frame tells the trap's
+    place finder a Function's forward is running): torch's autograd engine runs it without the caller's
+    TorchFunctionMode."""
+    import torch
+
+    from .._private.torch_where import recording
+
+    try:
+        ys = [x.detach().to(torch.float64).requires_grad_(True) for x in xs]
+        with torch.enable_grad():
+            out = call(*ys, **params)
+            node = out.grad_fn
+            if not isinstance(node, torch.autograd.function.BackwardCFunction):
+                return []
+            g = torch.from_numpy(_fixed(tuple(out.shape), 0.0)).requires_grad_(True)
+            with recording() as traps:
+                node._forward_cls.backward(node, g)
+        return list(traps)
+    except Exception:  # noqa: BLE001 - a probe for words only: the finding stands without them
+        return []
