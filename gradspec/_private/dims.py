@@ -1,8 +1,11 @@
-"""Canonical forms of ``dim`` arguments: negative ints, so a leading batch axis never shifts them."""
+"""Canonical forms of ``dim`` arguments: negative ints, so a leading batch axis never shifts them; and the axes a
+gradient is summed over down to a broadcast input's shape (:func:`summed_to`)."""
 
 from __future__ import annotations
 
 from typing import Iterable
+
+import numpy as np
 
 
 def norm_dim(dim: int, ndim: int, *, name: str = "dim") -> int:
@@ -33,3 +36,20 @@ def norm_dims(dim, ndim: int) -> tuple[int, ...]:
 
 def pos_dims(dims: Iterable[int], ndim: int) -> tuple[int, ...]:
     return tuple(d + ndim if d < 0 else d for d in dims)
+
+
+def summed_to(grad, shape) -> np.ndarray | None:
+    """``grad`` summed, keeping its rank, over the axes along which an input of ``shape`` was broadcast to
+    ``grad.shape`` (the leading ones, and those where ``shape`` has 1 and ``grad`` does not); None when ``shape``
+    has the larger rank.  The one reduction behind ``gradspec.ops.user.sum_to`` (which raises on a mismatch) and
+    the diagnosis' ``vjp_patterns._sum_to`` (which returns None).
+
+    >>> summed_to(np.ones((2, 3)), (3,)).tolist()
+    [[2.0, 2.0, 2.0]]
+    """
+    grad = np.asarray(grad)
+    lead = grad.ndim - len(shape)
+    if lead < 0:
+        return None
+    axes = tuple(range(lead)) + tuple(lead + i for i, s in enumerate(shape) if s == 1 and grad.shape[lead + i] != 1)
+    return grad.sum(axis=axes, keepdims=True) if axes else grad

@@ -27,6 +27,7 @@ from fractions import Fraction
 
 import numpy as np
 
+from .dims import summed_to as _summed_to
 from .vjp_broadcast import broadcast as _broadcast
 from .vjp_broadcast import dim_arg as _dim
 from .vjp_fit import EXPLAINED, columns, explains, fit, flat
@@ -453,13 +454,10 @@ def _same(a: np.ndarray, b: np.ndarray) -> bool:
 
 def _sum_to(a: np.ndarray, shape: tuple) -> np.ndarray | None:
     """``a`` summed over the axes along which an input of ``shape`` was broadcast to ``a.shape``."""
-    lead = a.ndim - len(shape)
-    if lead < 0:
+    s = _summed_to(a, tuple(shape))  # (gradspec.ops.user.sum_to's reduction, None where it would raise)
+    if s is None:
         return None
-    s = a.sum(axis=tuple(range(lead))) if lead else a
-    for i, n in enumerate(shape):
-        if n == 1 and s.shape[i] != 1:
-            s = s.sum(axis=i, keepdims=True)
+    s = s.reshape(s.shape[s.ndim - len(shape):])  # (the leading axes summed, kept as 1s: dropped)
     return s if s.shape == tuple(shape) else None
 
 

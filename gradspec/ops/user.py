@@ -44,6 +44,7 @@ import numpy as np
 from .. import domains as _domains
 from .._private import numpy_jitter as _nj
 from .._private import opaque_noise as _opaque_noise
+from .._private.dims import summed_to as _summed_to
 from .._private.signature import SignatureError, elementwise, parse, signature_out_shape
 from ..spec.opspec import OpSpec, align_ranks
 from ..spec.registry import register
@@ -134,11 +135,9 @@ def sum_to(grad, shape) -> np.ndarray:
     """
     grad = np.asarray(grad)
     shape = tuple(shape)
-    lead = grad.ndim - len(shape)
-    if lead < 0:
+    out = _summed_to(grad, shape)
+    if out is None:
         raise ValueError(f"sum_to: cannot sum shape {grad.shape} down to the larger rank of {shape}")
-    axes = tuple(range(lead)) + tuple(lead + i for i, s in enumerate(shape) if s == 1 and grad.shape[lead + i] != 1)
-    out = grad.sum(axis=axes, keepdims=True) if axes else grad
     return out.reshape(shape)
 
 
