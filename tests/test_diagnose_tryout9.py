@@ -58,6 +58,14 @@ def xlogx_masked_fill(x):
     return (x * torch.log(x)).masked_fill(x <= 0, 0.0)
 
 
+def xlogx_nan_to_num(x):  # the NaN masked in the value by nan_to_num (brief s15 #4): its backward meets it all the same
+    return torch.nan_to_num(x * torch.log(x))
+
+
+def xlogx_nan_to_num_method(x):
+    return (x * torch.log(x)).nan_to_num(nan=0.0)
+
+
 def xlogx_safe(x):  # the double-where: right everywhere
     safe = torch.where(x > 0, x, torch.ones_like(x))
     return torch.where(x > 0, safe * torch.log(safe), torch.zeros_like(x))
@@ -85,6 +93,8 @@ WHERE_TRAPS = {
     "where-other-branch-scalar-input": (xlogx_where_other, [-0.5, 1.5]),
     "tensor-where-method": (xlogx_method, [-2.0, 0.7]),
     "masked-fill": (xlogx_masked_fill, [-1.0, 3.0]),
+    "nan-to-num": (xlogx_nan_to_num, [-1.0, 3.0]),
+    "nan-to-num-method": (xlogx_nan_to_num_method, [-0.5, 2.0]),
 }
 
 
@@ -96,7 +106,7 @@ def test_the_unselected_branch_of_a_where_is_named_with_the_double_where_fix(cas
         assert (c.id, c.node, c.pattern) == ("wrong-vjp", "y", "unselected-branch"), c
         assert "division" not in c.summary and "0/0" not in c.summary, c.summary
         assert "does not select" in c.summary and "nan" in c.summary, c.summary
-        name = "masked_fill" if "masked" in case_id else "where"
+        name = "masked_fill" if "masked" in case_id else "nan_to_num" if "nan-to-num" in case_id else "where"
         assert name in c.summary and ".py:" in c.summary, c.summary  # the call and where it is in the user's code
         assert "double-where" in c.fix and "safe" in c.fix, c.fix
 

@@ -2,12 +2,16 @@
 
 ``torch.where(x > 0, x * log(x), 0)`` is finite everywhere, but at x < 0 its gradient is NaN: ``where`` sends a
 zero gradient to the branch it does not select, and that branch's backward multiplies the zero by its own
-non-finite values there (``mul``'s gradient for x is g * log(x) = 0 * nan = nan).  ``masked_fill`` is the same
-select.  Torch's autograd applies that exactly as written; the fix is in the code: compute the branch on a safe
-input (the "double-where").  :func:`recording` runs one call under a pass-through ``TorchFunctionMode`` that notes
-every such select met on tensors that require grad (nothing the call computes changes), with the place in the
-user's code that made it.  Selects inside a custom ``autograd.Function``'s forward run under no_grad and are not
-noted: that Function's own backward is what is checked there.
+non-finite values there (``mul``'s gradient for x is g * log(x) = 0 * nan = nan). ``masked_fill`` is the same
+select, and so is ``nan_to_num``: it keeps its input where finite and a constant elsewhere, so masking the NaN in
+the value (``torch.nan_to_num(x * log(x))``) leaves it in the gradient all the same. Torch's autograd applies that
+exactly as written; the fix is in the code: compute the branch on a safe input (the "double-where").
+:func:`recording` runs one call under a pass-through ``TorchFunctionMode`` that notes every such select met on
+tensors that require grad (nothing the call computes changes), with the place in the user's code that made it.
+Selects inside a custom ``autograd.Function``'s forward run under no_grad and are not noted: that Function's own
+backward is what is checked there; a select inside that backward is noted where its double backward is NaN
+(``verify.torch_double``, which calls the backward itself: torch's autograd engine runs backwards without the
+caller's TorchFunctionMode).
 
 Example::
 
@@ -79,6 +83,9 @@ def _selects(name: str, method: bool, args, kwargs) -> list:
     (``method``: called as a Tensor method, the tensor first)."""
     import torch
 
+    if name.startswith("nan_to_num"):  # a select too: it keeps its input where finite, a constant elsewhere
+        x = args[0] if args else kwargs.get("input")
+        return [(x, torch.isfinite(x), "its input (kept only where finite)")] if isinstance(x, torch.Tensor) else []
     if name == "where" and method and args:
         # Tensor.where(self, condition, other): the tensor itself is the branch taken where condition holds
         cond, a, b = (list(args[1:2]) or [kwargs.get("condition")])[0], args[0], (
@@ -107,7 +114,8 @@ def recording():
     from torch.overrides import TorchFunctionMode
 
     found: list = []
-    names = {"where": "torch.where", "masked_fill": "masked_fill", "masked_fill_": "masked_fill_"}
+    names = {"where": "torch.where", "masked_fill": "masked_fill", "masked_fill_": "masked_fill_",
+             "nan_to_num": "nan_to_num", "nan_to_num_": "nan_to_num_"}
 
     class _Mode(TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):
