@@ -1,6 +1,6 @@
 """Do two versions of gradspec give the same verdicts?  For cost work that must not change any answer.
 
-    python benchmarks/verdict_equality.py --before DIR [--corpus FILE] [--json FILE]
+    python benchmarks/verdict_equality.py --before DIR [--corpus FILE] [--json FILE] [--list]
 
 ``DIR`` is an older checkout (e.g. ``git worktree add /tmp/old <commit>`` or ``git archive <commit> |
 tar -x -C /tmp/old``); this checkout is "after".  Both run in their own subprocess on the same cases
@@ -101,6 +101,46 @@ def compare(before: dict, after: dict) -> list[str]:
     return diffs
 
 
+def classify(key: str, a: dict, b: dict) -> tuple[str, bool]:
+    """What changed in one check (``--list``), and whether it is a regression: a correct case (the 'cpu' key and
+    the oracle subsets: every op as shipped) going from agree/inconclusive to disagree, or a planted bug going
+    from disagree to anything else.  Classes, first that applies: ``status A -> B``; ``witnesses`` (the same
+    status, an oracle refused/skipped/errored on one side only: a judgement gained or lost); ``ratio/bound`` (the
+    same status, refusals and values, a comparison's max_ratio or a discrepancy's tolerance moved); ``values``
+    (estimates differ); ``notes`` (text only)."""
+    planted = key != "cpu" and "+" not in key
+    if a["status"] != b["status"]:
+        bad = (b["status"] == "disagree" and a["status"] != "disagree") if not planted else (
+            a["status"] == "disagree" and b["status"] != "disagree")
+        return f"status {a['status']} -> {b['status']}", bad
+    if any(a[f] != b[f] for f in ("skipped", "excused", "errors", "unjudged", "nondifferentiable")) or (
+            set(a["results"]) != set(b["results"])):
+        return "witnesses", False
+    if a["results"] != b["results"]:
+        return "values", False
+    if a["comparisons"] != b["comparisons"] or a["discrepancies"] != b["discrepancies"]:
+        return "ratio/bound", False
+    return "notes", False
+
+
+def listing(before: dict, after: dict) -> list[str]:
+    """One line per differing check: key #i, its class, bad or not, and what moved (``--list``)."""
+    out = []
+    for key, rows in before["checks"].items():
+        for i, (a, b) in enumerate(zip(rows, after["checks"].get(key, []))):
+            fields = [f for f in a if a[f] != b.get(f)]
+            if not fields:
+                continue
+            what, bad = classify(key, a, b)
+            lost = sorted(set(a["results"]) - set(b["results"]))
+            won = sorted(set(b["results"]) - set(a["results"]))
+            extra = (f" witnesses lost {lost}" if lost else "") + (f" gained {won}" if won else "")
+            ratios = [(x[0], x[2], y[2]) for x, y in zip(a["comparisons"], b["comparisons"]) if x != y]
+            out.append(f"{'BAD ' if bad else ''}{key} #{i} [{what}]{extra} fields {fields}"
+                       + (f" ratios {ratios[:3]}" if ratios else ""))
+    return out
+
+
 def _load(path: str) -> dict:
     with open(path) as f:
         return json.load(f)
@@ -111,6 +151,7 @@ def main(argv=None) -> int:
     p.add_argument("--before", help="an older checkout (its gradspec/ is imported in the 'before' subprocess)")
     p.add_argument("--corpus", default=None, help="the cases (JSON list); drawn with this checkout and saved if missing")
     p.add_argument("--json", default=None, help="write both versions' verdicts here")
+    p.add_argument("--list", action="store_true", help="list every differing check with its class (classify())")
     p.add_argument("--dump", nargs=2, metavar=("CORPUS", "OUT"), help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.dump:
@@ -135,6 +176,14 @@ def main(argv=None) -> int:
     diffs = compare(before, after)
     print(f"before: {before['gradspec']}\nafter:  {after['gradspec']}")
     print(f"{total} checks ({', '.join(f'{k} {v}' for k, v in sorted(counts.items()))}): {len(diffs)} differ")
+    if a.list:
+        rows = listing(before, after)
+        kinds = Counter(r.split("[", 1)[1].split("]", 1)[0] for r in rows)
+        print(f"classes: {', '.join(f'{k} {v}' for k, v in sorted(kinds.items()))}; "
+              f"regressions (correct -> disagree, planted bug -> not disagree): {sum(r.startswith('BAD') for r in rows)}")
+        for r in rows:
+            print("  " + r)
+        return 1 if any(r.startswith("BAD") for r in rows) else 0
     for d in diffs[:20]:
         print("  " + d)
     return 1 if diffs else 0
