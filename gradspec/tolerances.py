@@ -128,6 +128,10 @@ def lookup(dtype: str, kind_a: str, kind_b: str) -> Tolerance:
 # patterns are uncorrelated from one point to the next) keeps the line 4096x narrower than the
 # stencil: a pole or kink that the stencil straddles is not inside the line, where it would pass
 # for noise and hide behind a large error estimate.
+# Only where a node runs user code or the engine's _cast (session 15): gradspec's own ops compute in
+# float64 on FD's float64 inputs, whose rounding the ROUNDING_DEPTH / VALUE_DEPTH model bounds; there
+# sigma only raised the floor by a smooth function's own 4th differences (gradspec.oracles.fd's
+# docstring, "Graphs of gradspec's own ops", has the argument; tests/test_fd_noise_scope.py the premise).
 FD_NOISE_POINTS = 16
 FD_NOISE_SPACING = 4096.0
 FD_NOISE_SIGMAS = 10.0

@@ -248,9 +248,10 @@ def _estimate_small(s, S, s0, S0, h, floor):
     return r, err, trunc, refine
 
 
-def _stencil(flat, h, n, finite=False):
+def _stencil(flat, h, n, finite=False, noise=True):
     """(3n + 1 + FD_NOISE_POINTS, n) matrix of points: row 0 the centre, then x + f h e_j for f in
-    FACTORS, then the noise line ``x + noise_pattern(n) h`` (none for n = 0).
+    FACTORS, then the noise line ``x + noise_pattern(n) h`` (none for n = 0, or ``noise`` False: the
+    graph runs no user code, ``fd._inline_pass``; the first 3n + 1 rows are then the same floats).
 
     Every element perturbed, all leaves in one matrix sliced per leaf: the small-case twin of
     ``_points``, which stays for chunks and refinement, where only the perturbed leaf may be
@@ -262,13 +263,16 @@ def _stencil(flat, h, n, finite=False):
         # the offsets as one (rows, n) matrix of multipliers of h, -0.0 where an element stays: x + -0.0
         # is x for every x but inf (-0.0 * inf is NaN), and x + m h is the addition below, so the same
         # matrix in two numpy calls instead of seven
-        X = _stencil_dense(n) * h
+        X = (_stencil_dense(n) if noise else _stencil_dense(n)[: len(FACTORS) * n + 1]) * h
         X += flat
         return X
-    X = np.empty((len(FACTORS) * n + 1 + (_tol.FD_NOISE_POINTS if n else 0), n))
+    X = np.empty((len(FACTORS) * n + 1 + (_tol.FD_NOISE_POINTS if n and noise else 0), n))
     X[:] = flat
     if n:
         idx, mult, col = _stencil_plan(n)
+        if not noise:  # (the plan lists the stencil's offsets first, then the noise line's)
+            k = len(FACTORS) * n
+            idx, mult, col = idx[:k], mult[:k], col[:k]
         X.reshape(-1)[idx] += mult * h[col]
     return X
 

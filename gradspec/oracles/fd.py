@@ -39,7 +39,11 @@ For black-box code (user ops, torch Functions) three more things (issue 13; the 
 reasons are in ``gradspec.tolerances``):
 
 * the forward's own noise is measured on 16 extra points of the same pass (an ill-conditioned
-  solve inside the user's code rounds at kappa eps, not a few ulps) and enters the rounding term;
+  solve inside the user's code rounds at kappa eps, not a few ulps) and enters the rounding term,
+  and a line of those points that repeats its values (a staircase: lower precision inside) or a
+  stencil that gave one value everywhere (probed farther, ``_fd_probes.flat_or_stairs``) makes FD
+  step aside -- only where a node runs such code (``_user_code``: a user op, or the engine's
+  ``_cast``; session 15, issue 15, see "Graphs of gradspec's own ops" below);
 * where the step stays too coarse, steps down to h/4096 are tried (a pole or kink at distance d
   spoils every step above ~d) before the oracle refuses, with the reason;
 * a kink (one-sided slopes whose difference does not shrink with the step) or a jump (values
@@ -48,6 +52,40 @@ reasons are in ``gradspec.tolerances``):
   except where only kinks were found and at some elements only: those elements' estimates get an
   infinite error bound and are named (``FDResult.kinks``), and the other elements, whose lines
   cross no kink, are compared (tryout7 #13g; ``Verdict.unjudged_elements``).
+
+Graphs of gradspec's own ops (no user op, no ``_cast``) take neither the noise line nor the staircase
+probes (session 15: 16 of FD's 3n + 17 rows, and at a constant output one more forward of 4 points, for
+FD <= 2x plain central differences).  Why the error bound stays sound without them: the three exist for
+rounding that no model of the graph predicts -- an ill-conditioned computation inside opaque code (kappa
+eps), or a computation at a lower precision than its dtype (a staircase).  The table's ops are numpy
+closed forms that compute in their inputs' dtype, float64 here (``_fd_probes.float32_node`` rests on the
+same fact; ``tests/test_fd_noise_scope.py`` checks it on drawn graphs), so each value of s carries the
+rounding the model bounds: ``ROUNDING_DEPTH eps (S + |s|)``, and at least ``VALUE_DEPTH eps max|value|
+sum|seed|`` with max|value| over every node (an input absorbed into a large intermediate, or cancelling
+inside an op, is covered by that intermediate's size).  That model is what bounds every other estimate
+of such a graph, before the noise line existed (issue 13) and since.  On these graphs:
+
+* sigma: the floor was ``max(vfloor, FD_NOISE_SIGMAS sigma)``; for float64 closed forms sigma ~ eps |s|
+  (``gradspec.tolerances``), and where 10 sigma stood above the floor it measured the line's own 4th
+  differences of a smooth function near a zero of s, not noise (``_noise_blocked``'s docstring).  The
+  bound is now the model's: tighter there by that margin, the same elsewhere (``floor`` = ``vfloor``).
+* staircase: exact repeats along the line where the slope predicts a change of RESOLUTION_FLOORS rounding
+  floors do not occur in code the model bounds (``_fd_probes.staircase``); the test detected lower
+  precision inside, which these ops do not have.
+* a constant output (every stencil value of s the same float): the estimate is 0 and its true error is
+  |g_j| itself.  With each s value within delta (the rounding bound) of the exact one, s(x + h e_j) =
+  s(x - h e_j) gives |2 h_j g_j + h_j^3 f'''/3| <= 2 delta, so |g_j| <= delta / h_j + h_j^2 |f'''| / 6; the
+  third difference (0 here too, its four values within delta each) bounds h_j^3 |f'''| by 8 delta, so |g_j|
+  <= (1 + 8/6) delta / h_j = 2.33 delta / h_j: within the estimate's bound 2.4 delta / h_j (the same 1/h + 8/6h).
+  The far probe looked for a staircase wider than 2 h (float32 tanh at x = 5): lower precision again.
+  Where the output is constant because the graph is flat there (relu below 0) the estimate 0 is exact,
+  and the probe could only refuse it (a flat region's edge within 2.5e-2 |x|: "the edge of a flat region").
+* noise_or_feature ran only where sigma raised the floor: never on these graphs.
+Tighter bounds and fewer refusals only, and user code keeps every test bit for bit.  The stencil rows are
+the same floats; an estimate moves only through refinement, whose "too coarse" test (trunc > 0.5 err, with
+trunc > COARSE max(|r|, scale)) now sees the model's err: an element whose truncation term sat between half
+of it and half of the noise-raised one is refined at h / 16 (kept where that lowers its bound).
+``benchmarks/README.md`` (session 15, fdline) lists the verdicts that moved (estimates only, no status).
 """
 
 from __future__ import annotations
@@ -281,7 +319,7 @@ def _inline_pass(case, x64, leaves, flat, h, n, watch, hl, specs, user=True) -> 
     """Small n: the centre is row 0 of the one batched pass, the noise line its last rows (the fixed
     cost of a second evaluation would dominate a graph of a few elements).  ``hl``: the steps as
     Python floats, given for n <= SMALL_N when every step is finite (the small forms' condition)."""
-    X = _stencil(flat, h, n, hl is not None)
+    X = _stencil(flat, h, n, hl is not None, user)
     rows = X.shape[0]
     env = case._forward(_leaf_batches(case, x64, leaves, X), 1, specs)  # (_evaluate's batched path)
     f32 = _probes.float32_node(case, env) if n and user else ""
@@ -352,11 +390,11 @@ def _chunked_pass(case, x64, leaves, flat, h, n, watch, specs, user=True) -> _Pa
         for name, c in watched:
             rc = _reach(env[name], c)
             reach[name] = np.maximum(reach[name], rc) if name in reach else rc
-    if n:
+    if n and user:  # (the noise line only where a node runs user code: _run_pass)
         noise = _noise_rows(flat, h)
         sn = _s_values(case._forward(_leaf_batches(case, x64, leaves, noise), 1, specs), case.roots, seeds64, len(noise))[0]
         evaluations += len(noise)
-    line = sn.tolist() if n else ()
+    line = sn.tolist() if n and user else ()
     return _Pass(center, _floor(vmax, seeds64), seeds64, s0, s_vals, reach, evaluations,
                  _Rounding(S=(S_vals, S0, None), line=line), tuple(line), f32=f32)
 
@@ -467,10 +505,12 @@ _OP_TABLE = _registry.all_specs()  # (the table itself: ops registered later are
 
 
 def _user_code(specs) -> bool:
-    """Whether a node runs user code (``_fd_probes``' float32 tests look only there), from the specs at hand:
-    ``_fd_probes._runs_user_code`` asks the structure memo, which outside a check scope computes it afresh."""
+    """Whether a node runs code whose rounding the model does not bound: user code (``_fd_probes``' float32 tests
+    look only there; ``_fd_probes._runs_user_code`` asks the structure memo, which outside a check scope computes
+    it afresh) or the engine's ``_cast``, the one table op that may round to a lower precision than its input's.
+    Where this is False, FD takes no noise line and no staircase probe (the module's docstring says why)."""
     for spec in specs:
-        if getattr(spec, "user", True):
+        if getattr(spec, "user", True) or spec.name == "_cast":
             return True
     return False
 
@@ -498,7 +538,7 @@ def _run_pass(case, x64, leaves, flat, h, n, plan, hl=None, specs=None, user=Tru
     False where none of them runs user code (no float32-inside test then: ``_user_code``)."""
     if specs is None:
         specs = _specs(case)
-    rows = len(FACTORS) * n + 1 + (_tol.FD_NOISE_POINTS if n else 0)
+    rows = len(FACTORS) * n + 1 + (_tol.FD_NOISE_POINTS if n and user else 0)
     inline = rows * max([l.value.size for l in case.leaves]) <= MAX_BATCH_ELEMENTS and (
         rows <= INLINE_ROWS or rows <= INLINE_ROWS_CHECKED and rows * _largest_of(case, specs) <= MAX_BATCH_ELEMENTS)
     if inline:
