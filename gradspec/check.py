@@ -528,13 +528,15 @@ def _compare_group(case, leaves, names, pairs, results, kinds, dtype, m, M, fd_e
         # claim's path scale, a backward pass over absolute values).
         comps, founds = [], []
         claim_now = opaque if attempt else claim
+        # (a claim is never applied on the comparison's own scale while its path scale is not computed: that scale
+        # counts paths that do not run through the code under test, _private.pairs._claim_allowance)
         fast = _fast_pairs(case, leaves, names, results, kinds, dtype, m if M is None else M, fd_errs, noise, gated,
-                           claim_now, through)
-        if claim_now is not None and through is None and not all(p in fast for p in pairs):
+                           claim_now if through is not None or not _user_claim(claim_now) else _tol.opaque_part(claim_now),
+                           through or None)
+        if _user_claim(claim_now) and through is None and not all(p in fast for p in pairs):
             through = _claim_scale(case) or {}
-            if through:
-                fast = _fast_pairs(case, leaves, names, results, kinds, dtype, m if M is None else M, fd_errs, noise,
-                                   gated, claim_now, through)
+            fast = _fast_pairs(case, leaves, names, results, kinds, dtype, m if M is None else M, fd_errs, noise,
+                               gated, claim_now, through or None)
         if all(p in fast for p in pairs):  # every pair agrees (the common case: the loop below, without its steps)
             return [Comparison(p, True, fast[p]) for p in pairs], []
         for a, b in pairs:
@@ -559,6 +561,11 @@ def _compare_group(case, leaves, names, pairs, results, kinds, dtype, m, M, fd_e
                     d.edge = (dtype, noise.why)
             break
     return comps, founds
+
+
+def _user_claim(claim) -> bool:
+    """Whether ``claim`` holds an accuracy the code under test declared (not only gradspec's OPAQUE_RTOL)."""
+    return bool(claim.user if isinstance(claim, _tol._OpaqueClaim) else claim)
 
 
 def _reference_answer(results, kinds) -> dict | None:

@@ -35,7 +35,7 @@ __all__ = ["Tolerance", "TOLERANCES", "lookup", "EXACT_RTOL", "NOISE_ULPS", "NOI
            "FD_NOISE_SPACING", "FD_NOISE_SIGMAS", "FD_FEATURE_SHRINK", "FD_FEATURE_RATIO", "TINY32", "underflow_floor",
            "FD_FINER_STEPS", "KINK_PERSISTS", "KINK_ROUNDING", "FD_SHAKY",
            "MIN_JUDGED_CASES", "FD_WITNESS_GAP",
-           "claimed_allowance", "accuracy_claim", "describe_claim", "OPAQUE_RTOL", "opaque_claim",
+           "claimed_allowance", "accuracy_claim", "describe_claim", "OPAQUE_RTOL", "opaque_claim", "opaque_part",
            "DOUBLE_BACKWARD_RTOL", "FORWARD32_RTOL", "CAST_ULPS"]
 
 EPS64 = float(np.finfo(np.float64).eps)
@@ -200,12 +200,15 @@ def claimed_allowance(rtol, atol, scale):
     ``gradspec fuzz --rtol/--atol``, recorded in ``case.meta["accuracy"]``), element-wise.
 
     A comparison allows the larger of this and gradspec's own tolerance (CONTRACT §3), only for
-    pairs in which a side runs the code under test (``gradspec.check``).  ``scale`` is the same
-    per-element scale as gradspec's own rtol, max(|a|, |b|, |J|^T |seed|, leaf max), and where a
-    comparison fails without it, the sum of |path terms| through the code under test
-    (``gradspec._check_claim``): a claimed relative accuracy of the op's derivative carries through
-    the chain rule, each path through the op off by at most rtol of its own size, whatever other
-    paths add (|J|^T |seed| alone sums J's entries, already summed over the paths inside each root).
+    pairs in which a side runs the code under test (``gradspec.check``).  ``scale`` is the sum of
+    |path terms| through the code under test (``gradspec._check_claim``), computed where a comparison
+    fails without the claim: a claimed relative accuracy of the op's derivative carries through the
+    chain rule, each path through the op off by at most rtol of its own size, whatever other paths add
+    (|J|^T |seed| alone sums J's entries, already summed over the paths inside each root), and paths
+    that never run through it carry none of its error (gradspec's own scale, max(|a|, |b|, |J|^T |seed|,
+    leaf max), let a user op 0.1 off at a claim of 1e-4 agree beside another element's gradient of
+    1.6e6: ``_private.pairs._claim_allowance``).  Where the path scale cannot be computed, that own
+    scale stands in.
     """
     return atol + rtol * scale
 
@@ -283,12 +286,22 @@ def opaque_claim(claim):
     return c
 
 
+def opaque_part(claim):
+    """``claim`` without the accuracy the code under test declared: gradspec's OPAQUE_RTOL alone where ``claim``
+    is an :func:`opaque_claim`, else None."""
+    if isinstance(claim, _OpaqueClaim):
+        c = _OpaqueClaim((OPAQUE_RTOL, 0.0))
+        c.user = None
+        return c
+    return None
+
+
 def describe_claim(claim, through=None) -> str:
     """The words for a claim's allowance; ``through``: the sum of |path terms| through the code under test was
     part of its scale (``gradspec._check_claim``)."""
     if not claim:
         return ""
-    scale = "max(the same scale, sum of |path terms| through the code under test)" if through else "the same scale"
+    scale = "the sum of |path terms| through the code under test" if through else "the same scale"
     if isinstance(claim, _OpaqueClaim) and not (claim.user and claim.user[0] >= OPAQUE_RTOL):
         said = f" (it claims atol={claim.user[1]:.3g} + rtol={claim.user[0]:.3g})" if claim.user else ""
         return (f"; the larger of that and rtol={claim[0]:.3g} x {scale}{' + atol=' + format(claim[1], '.3g') if claim[1] else ''}"

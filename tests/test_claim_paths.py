@@ -178,3 +178,22 @@ def test_a_directional_claim_counts_only_paths_through_the_op(delta, found):
         assert values and "directional" in values[0].message, v.summary()
     else:
         assert v.ok, v.summary()
+
+
+# The same in the per-element comparison: x[0] runs through the op (gradient ~1.3), x[1] only through exp with a seed
+# of 1e6.  The claim's scale was max(|g|, the leaf's largest |g|, |J|^T |seed|, paths through the op): x[1]'s 1.6e6
+# on x[0], so an op 1000x beyond its claim (0.1 relative) agreed -- and disagreed without any claim.
+def _split_leaf(delta):
+    op = gs.Op("t_claim_split_" + str(int(round(delta / RTOL * 10))), forward=np.exp,
+               vjp=lambda g, x, out: (g * out * (1 + delta),))
+    case = gs.Case.build({"x": np.array([0.3, 0.5])},
+                         [("a", "index_select", ["x"], {"dim": 0, "index": [0]}), ("u", op.name, ["a"], {}),
+                          ("b", "index_select", ["x"], {"dim": 0, "index": [1]}), ("w", "exp", ["b"], {})],
+                         ["u", "w"], [np.array([1.0]), np.array([1e6])])
+    return _judged(case)
+
+
+@pytest.mark.parametrize("delta,found", [(0.9 * RTOL, False), (1000 * RTOL, True)], ids=["ok", "bug-1000x"])
+def test_a_claim_per_element_counts_only_paths_through_the_op(delta, found):
+    v = _split_leaf(delta)
+    assert v.status == ("disagree" if found else "agree"), v.summary()

@@ -52,8 +52,8 @@ def _allowed(rtol, scale_a, scale_b, m, noise, fd, claim=None, floor=_tol.SUBNOR
     """The tolerance model of ``gradspec.tolerances``, element-wise (shared by both comparison paths):
     ``rtol * max(scale_a, scale_b, m) + floor + NOISE_FACTOR * noise + fd``, or where the code under
     test claims an accuracy (``claim`` = (rtol, atol), arrays per pair or floats) the larger of that
-    and ``atol + rtol * max(the same scale, through)``, ``through`` the sum of |path terms| through the
-    code under test (``gradspec._check_claim``; None: not computed).
+    and the claim's allowance (:func:`_claim_allowance`: ``atol + rtol * through``, ``through`` the sum of
+    |path terms| through the code under test, ``gradspec._check_claim``; None: not computed, the same scale).
 
     ``scale_*`` are each side's max(|g_j|, its leaf's max), ``m`` is ``|J|^T |seed|`` (or None), ``fd``
     the finite-difference allowance.  The absolute floor sits far below any meaningful gradient:
@@ -67,9 +67,24 @@ def _allowed(rtol, scale_a, scale_b, m, noise, fd, claim=None, floor=_tol.SUBNOR
         allowed = allowed + _tol.NOISE_FACTOR * noise
     allowed = allowed + fd
     if claim is not None:
-        on = scale if through is None else np.maximum(scale, through)
-        allowed = np.maximum(allowed, _tol.claimed_allowance(claim[0], claim[1], on))
+        allowed = np.maximum(allowed, _claim_allowance(claim, scale, through))
     return allowed
+
+
+def _claim_allowance(claim, scale, through, on=1.0):
+    """What a claim allows (``on``: 1, or per pair 1 / 0 where it does not apply): the accuracy the code under test
+    claims, ``atol + rtol x through`` -- the sum of |path terms| through that code (``gradspec._check_claim``), never
+    the comparison's own scale, whose leaf maximum and |J|^T |seed| count paths that never run through it (x[1]'s
+    gradient 1.6e6 beside x[0]'s 1.3 through a user op let it be 0.1 off at a claim of 1e-4); ``scale`` only where
+    ``through`` is None (it could not be computed).  For code gradspec cannot see inside (``tolerances.opaque_claim``)
+    also ``OPAQUE_RTOL x scale``: gradspec's own allowance for opaque code, on its own scale."""
+    user = claim.user if isinstance(claim, _tol._OpaqueClaim) else claim
+    out = 0.0
+    if isinstance(claim, _tol._OpaqueClaim):
+        out = _tol.claimed_allowance(_tol.OPAQUE_RTOL * on, 0.0, scale)
+    if user:
+        out = np.maximum(out, _tol.claimed_allowance(user[0] * on, user[1] * on, scale if through is None else through))
+    return out
 
 
 def _path_scale(jac, quiet: bool = False) -> np.ndarray:
@@ -197,9 +212,8 @@ def _fast_pairs(case, leaves, names, results, kinds, dtype, M, fd_errs, noise, g
             allowed += fd
         if claim is not None:  # per pair: the claim, or 0 for pairs of two estimates
             on = np.array([[_pair_claim(claim, kinds, a, b) is not None] for a, b in pairs], dtype=np.float64)
-            if through is not None:
-                scale = np.maximum(scale, _flat(through, leaves))
-            np.maximum(allowed, _tol.claimed_allowance(claim[0] * on, claim[1] * on, scale), out=allowed)
+            np.maximum(allowed, _claim_allowance(claim, scale, None if through is None else _flat(through, leaves), on),
+                       out=allowed)
         if not np.isfinite(allowed).all():  # an infinite scale or error bound: let _compare sort it out
             return {}
         d = R[I]
