@@ -24,7 +24,7 @@ from ._private.skips import word_cut
 from .case import Case, NodeDef
 from .causes import ENGINE_IDS, Cause
 
-__all__ = ["explain_finding"]
+__all__ = ["explain_finding", "in_place_read_again"]
 
 _ENGINE_KIND_IDS = {
     "seed-shape": "seed-shape-accepted",
@@ -150,3 +150,25 @@ def _raised_cause(case: Case, d) -> Cause:
                      node=node.name, op=node.op, evidence=word_cut(text, 400), pattern="other")
     return Cause("not-localised", f"{who} raised on this case; no single node could be named ({_clip(text, 160)})",
                  evidence=word_cut(text, 400))
+
+
+def in_place_read_again(case: Case, d) -> Cause | None:
+    """A node whose Function writes into its input in place (``ctx.mark_dirty``) while another node reads that
+    input too: a witness that ran the call on the tensor itself read the written values there (program order), the
+    reference engine the values the tensor had (a program of values).  Two programs, so their difference says
+    nothing of the backward - never "state between calls" (tryout10 F4).  gradspec gives each in-place call its
+    own copy; this names the case should a witness still share one."""
+    for node in case.nodes:
+        inplace = getattr(case.spec(node.op), "inplace", None)
+        if inplace is None or not inplace.seen:
+            continue
+        for name in dict.fromkeys(node.inputs):
+            other = next((n for n in case.nodes if n is not node and name in n.inputs), None)
+            if other is not None:
+                return Cause("not-localised", f"{_where(node, case.spec(node.op))} writes into its input {name} in "
+                             f"place (ctx.mark_dirty), and {_where(other, case.spec(other.op))} reads {name} too: a "
+                             "witness that ran the call on that tensor itself (program order) and one that reads "
+                             f"{name} as it was (a program of values) computed different programs; {d.oracles[0]} vs "
+                             f"{d.oracles[1]} says nothing of the backward. gradspec gives each in-place call its "
+                             "own copy: please report this case", node=node.name, op=node.op, evidence=d.message)
+    return None

@@ -120,7 +120,7 @@ def _torch_raw(spec, ins: list, g: np.ndarray, params: dict, requires: list | No
     xs = [torch.tensor(np.array(x, dtype=np.float32 if keep and np.asarray(x).dtype == np.float32 else np.float64),
                        requires_grad=bool(r)) for x, r in zip(ins, requires, strict=True)]
     inplace = getattr(spec, "inplace", None)
-    given = xs if inplace is None or not inplace.seen else [x.clone() if x.requires_grad else x for x in xs]
+    given = xs if inplace is None or not inplace.seen else [x.clone() for x in xs]
     with torch.enable_grad():
         y = _direct(spec)(*given, **params)
     fn = getattr(y, "grad_fn", None)

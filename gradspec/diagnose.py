@@ -62,7 +62,7 @@ from ._diagnose_engine import (
     _engine_shared_shape,
     empty_broadcast,
 )
-from ._diagnose_findings import _raised_cause, drawing_backward_cause, explain_finding
+from ._diagnose_findings import _raised_cause, drawing_backward_cause, explain_finding, in_place_read_again
 from ._diagnose_points import factor_at_points, flat_forward_words, float32_only, not_linear_in_g, overflow_words, swapped_inputs
 from ._diagnose_raw import (
     _forward_mutation_cause,
@@ -736,6 +736,9 @@ def _unlocalised(case, d, suspect, fallback: Cause | None = None, verdict=None) 
     drew = drawing_backward_cause(case, d)  # no node wrong on its own, twice alike: a backward drawing its own mask
     if drew is not None:
         return drew
+    reread = in_place_read_again(case, d)  # two programs, not state between calls (tryout10 F4)
+    if reread is not None:
+        return reread
     calls = {}
     for n in case.nodes:
         calls[n.op] = calls.get(n.op, 0) + 1

@@ -244,20 +244,24 @@ class InPlace:
         self._tries = 0
 
     def inputs(self, call, xs: list) -> list:
-        """``xs`` as fn may receive them; ``call(list)`` runs fn on a list of its tensors (the probe)."""
-        if not any(_is_tensor(x) and x.requires_grad for x in xs):
-            return xs
-        if self.seen is None:
+        """``xs`` as fn may receive them; ``call(list)`` runs fn on a list of its tensors (the probe).
+
+        Once fn is seen writing into its inputs, EVERY tensor is copied, also one that does not require grad (a
+        buffer ``buf.add_(x)`` writes into): a graph that reads that tensor again after the call must read the value
+        it had, as the reference engine (a program of values) does; else the torch witness computed another program
+        and the difference was blamed on fn (tryout10 F4)."""
+        if self.seen is None and any(_is_tensor(x) and x.requires_grad for x in xs):
             self._probe(call, xs)
         if not self.seen:
             return xs
-        return [x.clone() if _is_tensor(x) and x.requires_grad else x for x in xs]
+        return [x.clone() if _is_tensor(x) else x for x in xs]
 
     def _probe(self, call, xs: list) -> None:
         import torch
 
-        copies = [x.detach().clone().requires_grad_(True).clone() if _is_tensor(x) and x.requires_grad else x
-                  for x in xs]
+        # (a tensor that does not require grad is copied too: fn may write into it, and it is the caller's)
+        copies = [(x.detach().clone().requires_grad_(True).clone() if x.requires_grad else x.detach().clone())
+                  if _is_tensor(x) else x for x in xs]
         before = [x.grad_fn if _is_tensor(x) else None for x in copies]
         try:
             with torch.enable_grad():

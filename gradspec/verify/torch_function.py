@@ -514,8 +514,10 @@ def verify_torch_function(fn, *, arity: int | None = None, signature: str | None
             _num.run_within_budget(runner, strategy, _num.with_deadline(evaluate, result, seconds, target, run_replay), seconds)
     _num.fold_draws(result, drawn, spec, f"fn {label}")
     if spec.inplace.seen:
-        result.note(f"{label} modifies its input in place (ctx.mark_dirty): it was given non-leaf copies of its inputs, "
-                    "as a caller must (torch refuses an in-place change of a leaf that requires grad)")
+        result.note(f"{label} modifies its input in place (ctx.mark_dirty): every call was given copies of its tensor "
+                    "inputs (non-leaf ones where they require grad), as a caller must (torch refuses an in-place change "
+                    "of a leaf that requires grad); a graph node that reads such an input again reads the value it had, "
+                    "in every witness alike")
     if spec.inplace.unmarked and not any(getattr(d.cause, "id", None) == "forward-mutates-input" for d in result.discrepancies):
         result.note(torch_call.unmarked_note(label, spec.inplace.unmarked))
     if fn_shapes.nonfinite_note(spec):

@@ -1,0 +1,97 @@
+"""tryout10's torch Functions: an in-place (ctx.mark_dirty) Function on a graph that reads its dirtied input again,
+a forward that mutates what it stashed on ctx, ``at=`` points with non-float arguments, what a passing run held
+fixed, and the notes on a backward's returns.  Expectations come from how each Function in
+tests/_tryout10_torchfn.py was written (its comments), never from running gradspec."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+import gradspec as gs
+from gradspec import caseio
+from tests import _tryout10_torchfn as T
+
+MOD = "tests._tryout10_torchfn"
+
+
+def _in_place_case(tmp_path, reads_again: bool = True):
+    """tryout10 F4's shrunk case: y = f(x0, x1); t = tanh(x0); y2 = f(t, x1), f = AddScaledInplace (a graph that
+    reads x0 after f wrote into it), as verify_torch_function wrote it."""
+    leaf = lambda name, data, rg: {"name": name, "requires_grad": rg, "value": {  # noqa: E731
+        "dtype": "float64", "shape": [1, 2], "data": [float.hex(v) for v in data]}}
+    seed = lambda data: {"dtype": "float64", "shape": [1, 2], "data": [float.hex(v) for v in data]}  # noqa: E731
+    node = lambda name, op, ins, p: {"name": name, "op": op, "inputs": ins, "params": p}  # noqa: E731
+    op = "torch_AddScaledInplace"
+    d = {"format": "gradspec-case/1", "engine": "reference", "user_ops": {op: f"{MOD}:AddScaledInplace"},
+         "leaves": [leaf("x0", [0.32170366688834073, -1.9710766378250741], False),
+                    leaf("x1", [1.3116126075925647, 1.5266189817219973], True)],
+         "nodes": [node("y", op, ["x0", "x1"], {"arg2": 0.5}), node("t", "tanh", ["x0" if reads_again else "x1"], {}),
+                   node("y2", op, ["t", "x1"], {"arg2": 0.5})],
+         "roots": ["y", "y2"],
+         "seeds": [seed([-1.043624991465423, 1.4350724237877683]), seed([0.5027385001701481, -1.3574042765875693])],
+         "meta": {"generator": "gradspec.verify_torch_function (twice, learnt shapes)", "dtype": "float64",
+                  "torch_functions": [op], "torch_function_specs": {op: {
+                      "n_args": 3, "tensor_pos": [0, 1], "shape": "forward", "domain": None}}}}
+    p = tmp_path / "case.json"
+    p.write_text(json.dumps(d))
+    return caseio.load(str(p), allow_import=(MOD,))
+
+
+# F4 (high, false alarm + wrong cause): the reference engine reads x0 as it was (a program of values), the torch
+# witness read the buffer AddScaledInplace had written into (program order): two programs, and the difference was
+# called "keeps state between calls".  Every witness must compute the same program: the in-place call gets its own copy.
+def test_an_in_place_function_whose_input_is_read_again_agrees(tmp_path):
+    v = gs.check(_in_place_case(tmp_path))
+    assert v.ok, [(d.message, d.cause and d.cause.summary) for d in v.discrepancies]
+
+
+def test_an_in_place_function_agrees_on_a_graph_that_does_not_read_it_again(tmp_path):
+    v = gs.check(_in_place_case(tmp_path, reads_again=False))
+    assert v.ok, [(d.message, d.cause and d.cause.summary) for d in v.discrepancies]
+
+
+def _ex(n=1, shape=(3, 4)):
+    return tuple(torch.linspace(-1.5, 1.3, 12, dtype=torch.float64).reshape(shape) + k for k in range(n))
+
+
+@pytest.mark.parametrize("fn, ex", [
+    (T.AddScaledInplace.apply, _ex(2) + (0.5,)),
+    (T.ScaleInplace.apply, _ex(1)),
+    (T.FirstHalfView.apply, _ex(1)),
+], ids=["add-scaled-inplace", "scale-inplace", "first-half-view"])
+def test_in_place_and_view_returning_functions_agree(fn, ex):
+    r = gs.verify_torch_function(fn, example_inputs=ex, max_examples=40, seed=1)
+    assert r.status == "agree", [d.cause.summary if d.cause else d.message for d in r.discrepancies]
+
+
+def test_the_in_place_probe_writes_into_no_callers_tensor():
+    from gradspec.verify.torch_call import InPlace
+
+    buf, x = torch.zeros(2, dtype=torch.float64), torch.ones(2, dtype=torch.float64, requires_grad=True)
+    ip = InPlace()
+    given = ip.inputs(lambda ts: T.AddScaledInplace.apply(ts[0], ts[1], 0.5), [buf, x])
+    assert ip.seen and given[0] is not buf and given[1] is not x
+    assert buf.tolist() == [0.0, 0.0]  # neither the probe nor the copy wrote into the caller's buffer
+
+
+def test_a_write_into_an_input_read_again_is_not_called_state_between_calls(tmp_path, monkeypatch):
+    """The diagnosis on its own: were a witness still to run the in-place call on the caller's tensor (the copy this
+    file's first test asks for undone), the difference is that write, read again by another node - never evidence
+    of class state."""
+    from gradspec.verify import torch_call
+
+    def shared(self, call, xs):  # before F4's fix: a tensor that does not require grad was passed as given
+        if self.seen is None and any(isinstance(x, torch.Tensor) and x.requires_grad for x in xs):
+            self._probe(call, xs)
+        return [x.clone() if self.seen and isinstance(x, torch.Tensor) and x.requires_grad else x for x in xs]
+
+    monkeypatch.setattr(torch_call.InPlace, "inputs", shared)
+    v = gs.check(_in_place_case(tmp_path))
+    assert not v.ok  # (the two programs differ: this test is about the words)
+    for d in v.discrepancies:
+        assert d.cause is not None and "state between calls" not in d.cause.summary, d.cause.summary
+        assert "in place" in d.cause.summary and "y = torch_AddScaledInplace" in d.cause.summary, d.cause.summary
+
