@@ -481,6 +481,31 @@ def unselected_branch_words(mini: Case, node: NodeDef, spec) -> str | None:
             "forward's value is finite")
 
 
+def masked_in_backward_words(mini: Case, node: NodeDef, spec) -> str:
+    """Words for a torch Function whose backward masks non-finite values with ``nan_to_num`` at the node's inputs
+    (a where in a backward is not named: one whose unselected branch is NaN gives the same first-order values as
+    the double-where, and is common): a finite gradient there is the mask's replacement,
+    not a derivative, and beside a wrong value it is the likely cause (x * y / y masked to 0 where y = 0).  ""
+    where none is met (``_private.torch_where.backward_traps``, from running the backward, never from names)."""
+    if not _is_torch_function(spec) or getattr(spec, "fn_has_backward", True) is False:
+        return ""
+    import torch
+
+    from ._private.torch_where import backward_traps
+
+    ins, g = _node_inputs(mini, node)
+    if not all(np.asarray(v).dtype.kind == "f" for v in ins):
+        return ""
+    traps = backward_traps(_direct(spec), [torch.from_numpy(np.array(v, dtype=np.float64)) for v in ins],
+                           dict(node.params), lambda shape, _phase: np.broadcast_to(g, shape).copy())
+    # (nan_to_num only: a where in a backward whose unselected branch is NaN is harmless to first order, common)
+    traps = [t for t in traps if t.what.startswith("nan_to_num")]
+    if not traps:
+        return ""
+    return ("; its backward masks non-finite values: " + "; ".join(t.words() for t in traps[:2]) + " — the gradient "
+            "there is the mask's replacement, not a derivative: compute it without the 0/0 or inf instead of masking")
+
+
 def graph_where_trap(case: Case, values: dict) -> Cause | None:
     """The cause of a non-finite gradient that no node explains on its own, where a ``where`` node of the graph does
     not select a branch computed by other nodes that is NaN or inf there: the zero gradient ``where`` sends that

@@ -72,6 +72,7 @@ from ._diagnose_raw import (
     _returned_shapes,
     _split_case,
     graph_where_trap,
+    masked_in_backward_words,
     partial_broadcast_words,
     unselected_branch_words,
 )
@@ -557,6 +558,8 @@ def _wrong_vjp(mini: Case, node: NodeDef, spec, suspect: str, u: dict, t: dict, 
         if pattern == "scale" and abs(factor - 1) >= 1e-3:  # (a factor near 1 has its own words)
             pattern, factor, detail = factor_at_points(mini, node, spec, suspect, twin, run, u, t,
                                                          (pattern, factor, detail))
+    if first.kind != "nan-inf-pattern":  # a finite wrong value a mask in the backward made
+        detail += masked_in_backward_words(mini, node, spec)
     if run is not None and twin is not None:
         detail = float32_only(mini, suspect, twin, run) + detail
     part = None if run is None or twin is None else by_output(mini, node, spec, lambda g2: _recheck(mini, g2, run),

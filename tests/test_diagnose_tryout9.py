@@ -125,6 +125,28 @@ def test_a_backward_s_own_nan_is_not_blamed_on_the_where_in_its_forward():
         assert "does not select" not in c.summary and "double-where" not in c.fix, c
 
 
+class MaskedRatioFn(torch.autograd.Function):
+    """x -> x * y / y (x where y != 0): its backward computes g * y / y, NaN where y = 0, and masks it with
+    nan_to_num: a finite gradient, 0 where it should be g (brief s15 #4: masked, finite but wrong)."""
+
+    @staticmethod
+    def forward(ctx, x, y):
+        ctx.save_for_backward(y)
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, g):
+        (y,) = ctx.saved_tensors
+        return torch.nan_to_num(g * y / y), None
+
+
+def test_a_nan_masked_by_nan_to_num_in_a_backward_is_named_beside_the_finite_wrong_value():
+    op = _op(MaskedRatioFn.apply, 2)
+    for c in _causes(op, {"x0": [0.5, 1.5], "x1": [0.0, 2.0]}, np.ones(2)):
+        assert c.id == "wrong-vjp", c
+        assert "nan_to_num" in c.summary and "masks" in c.summary and ".py:" in c.summary, c.summary
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # F4: a mean over the broadcast axis where the sum belongs, on several inputs at once
 # ---------------------------------------------------------------------------------------------------------------

@@ -31,7 +31,7 @@ import dataclasses
 
 from .torch_cuts import _user_frame
 
-__all__ = ["recording", "Trap", "FIX"]
+__all__ = ["recording", "backward_traps", "Trap", "FIX"]
 
 _MOST = 3  # traps kept per call (the first names the place; more add nothing)
 
@@ -135,3 +135,29 @@ def recording():
 
     with _Mode():
         yield found
+
+
+def backward_traps(call, xs, params, seed) -> list:
+    """The :class:`Trap` s met while the backward of the Function whose output ``call(*xs, **params)`` is runs with
+    grad enabled (its inputs and the upstream gradient ``seed(shape, 0.0)`` requiring grad, as under
+    ``create_graph=True``): a where / masked_fill / nan_to_num in the backward itself.  [] where none, where the
+    output is not made by a Function's backward directly, or where the probe fails.  The backward is called on its
+    node itself (``ctx`` = the node, as ``BackwardCFunction.apply`` does; not through ``apply``, whose frame tells
+    the place finder a Function's forward is running): torch's autograd engine runs backwards without the caller's
+    TorchFunctionMode, so a backward run by ``autograd.grad`` is never seen."""
+    import numpy as np
+    import torch
+
+    try:
+        ys = [x.detach().to(torch.float64).requires_grad_(True) for x in xs]
+        with torch.enable_grad():
+            out = call(*ys, **params)
+            node = out.grad_fn
+            if not isinstance(node, torch.autograd.function.BackwardCFunction):
+                return []
+            g = torch.from_numpy(np.asarray(seed(tuple(out.shape), 0.0), dtype=np.float64)).requires_grad_(True)
+            with recording() as traps:
+                node._forward_cls.backward(node, g)
+        return list(traps)
+    except Exception:  # noqa: BLE001 - a probe for words only: what it was asked for stands without them
+        return []

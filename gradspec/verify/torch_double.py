@@ -34,6 +34,7 @@ import numpy as np
 
 from .. import tolerances as _tol
 from .._private.torch_where import FIX as _WHERE_FIX
+from .._private.torch_where import backward_traps as _backward_traps
 from ..case import Case
 from ..causes import Cause
 from ..result import VerifyDiscrepancy
@@ -321,8 +322,8 @@ class DoubleBackwardCheck:
         except Exception:  # noqa: BLE001 - cannot tell: nothing decided
             return []
         self.found = True
-        return [self._wrong(case, node, auto, fd, err, None if finite else _traps_in_backward(self.spec.torch, xs,
-                                                                                               node.params))]
+        return [self._wrong(case, node, auto, fd, err, None if finite else _backward_traps(
+            self.spec.torch, xs, node.params, _fixed))]
 
     def _held(self, xs, node, what: str) -> bool:
         """Note (and True) when fn saves tensors computed inside forward: its double backward is then wrong
@@ -385,30 +386,3 @@ class DoubleBackwardCheck:
                                  "verify_torch_function(..., double_backward=False)",
                         fix=fix)
         return d
-
-
-def _traps_in_backward(call, xs, params) -> list:
-    """The where / masked_fill selects met, with a branch that is NaN or inf where not selected, while fn's backward
-    runs with grad enabled at ``xs`` (``_private.torch_where.recording``: the trap the first-order checks watch in a
-    plain function's forward, here inside a backward being differentiated); [] where none, where fn's output is not
-    made by a Function's backward directly, or where the probe fails.  The backward is called on its node itself
-    (``ctx`` = the node, as ``BackwardCFunction.apply`` does; not through ``apply``, whose frame tells the trap's
-    place finder a Function's forward is running): torch's autograd engine runs it without the caller's
-    TorchFunctionMode."""
-    import torch
-
-    from .._private.torch_where import recording
-
-    try:
-        ys = [x.detach().to(torch.float64).requires_grad_(True) for x in xs]
-        with torch.enable_grad():
-            out = call(*ys, **params)
-            node = out.grad_fn
-            if not isinstance(node, torch.autograd.function.BackwardCFunction):
-                return []
-            g = torch.from_numpy(_fixed(tuple(out.shape), 0.0)).requires_grad_(True)
-            with recording() as traps:
-                node._forward_cls.backward(node, g)
-        return list(traps)
-    except Exception:  # noqa: BLE001 - a probe for words only: the finding stands without them
-        return []
