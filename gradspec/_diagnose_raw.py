@@ -541,3 +541,84 @@ def graph_where_trap(case: Case, values: dict) -> Cause | None:
                          node=node.name, op=node.op, pattern="unselected-branch", fix=FIX,
                          evidence=f"{name} = {_fmt(values[name])}; condition = {_fmt(values[node.inputs[0]])}")
     return None
+
+
+# =============================================================================================
+# a forward that stashes a tensor on ctx and then modifies it in place (tryout10 F6): every tensor set on ctx is
+# recorded with its version as it is set, forward runs, and a version that moved is the stash modified after it
+# =============================================================================================
+
+_CTX_OWN = frozenset({"to_save", "dirty_tensors", "non_differentiable", "saved_for_forward", "materialize_grads"})
+
+
+def _stash_mutation(spec, ins: list, g: np.ndarray, params: dict) -> tuple[list, str] | None:
+    """(the ctx attributes a torch Function's forward modified in place after setting them, the gradient its
+    backward gives with them as they were set), or None when none was, or putting them back changes nothing."""
+    import torch
+
+    def call():
+        xs = [torch.tensor(np.array(x, dtype=np.float64), requires_grad=True) for x in ins]
+        with torch.enable_grad():
+            return xs, spec.torch(*xs, **params)
+
+    _, y = call()
+    node = getattr(y, "grad_fn", None)
+    if not isinstance(y, torch.Tensor) or node is None or not hasattr(node, "_forward_cls") \
+            or str(getattr(node._forward_cls, "__module__", "")).startswith("torch."):
+        return None
+    cls, stashed = type(node), {}
+
+    def watch(self, k, v):  # ctx.k = v in forward: the tensor, its version now, its values now
+        if isinstance(v, torch.Tensor) and not k.startswith("_") and k not in _CTX_OWN:
+            stashed[k] = (v, v._version, v.detach().clone())
+        super(cls, self).__setattr__(k, v)
+
+    had = cls.__dict__.get("__setattr__")
+    cls.__setattr__ = watch  # (the Function's own generated ctx class, for one forward call; put back below)
+    try:
+        xs, y = call()
+    finally:
+        if had is None:
+            del cls.__setattr__
+        else:
+            cls.__setattr__ = had
+    moved = {k: s for k, s in stashed.items() if s[0]._version != s[1]}
+    if not moved:
+        return None
+    gt = torch.from_numpy(np.array(g, dtype=np.float64).reshape(tuple(y.shape)))
+    now = torch.autograd.grad(y, xs, gt, retain_graph=True, allow_unused=True)
+    with torch.no_grad():
+        for v, _, before in moved.values():
+            v.copy_(before)
+    then = torch.autograd.grad(y, xs, gt, allow_unused=True)
+    if all((a is None) == (b is None) and (a is None or torch.equal(a, b)) for a, b in zip(now, then, strict=True)):
+        return None  # the backward does not read them (or not so that it matters): not the cause
+    return list(moved), "; ".join(_fmt(a.detach()) for a in then if a is not None)
+
+
+def _stash_mutation_cause(mini: Case, c: Cause) -> Cause | None:
+    """``c`` (a torch Function node's wrong gradient) named as a forward that modified what it stashed on ctx."""
+    node = mini.nodes[0] if len(mini.nodes) == 1 else None
+    if node is None:
+        return None
+    spec = mini.spec(node.op)
+    try:
+        values = mini.evaluate()
+        got = _stash_mutation(spec, [np.asarray(values[i]) for i in node.inputs],
+                              np.ones(np.shape(values[node.name])), node.params)
+    except Exception:  # noqa: BLE001 - the probe itself failed: no cause from it
+        return None
+    if got is None:
+        return None
+    names, then = got
+    attrs = ", ".join(f"ctx.{k}" for k in names)
+    fn = spec.name.removeprefix("torch_")
+    return Cause(c.id, f"{_where(node, spec)}: {_whose(spec, 'torch-cpu')} is wrong because {fn}'s forward sets "
+                 f"{attrs}, then modifies that tensor in place before it returns, so the backward reads the modified "
+                 "values (with them as they were set it gives "
+                 f"{then} at upstream g = ones); clone what you stash (ctx.t = t.clone()) or stash it after the last "
+                 "in-place change, or compute out of place; ctx.save_for_backward would have made torch refuse the "
+                 "change", node=c.node, op=c.op, evidence=f"{c.evidence}; forward modified {attrs} after setting it",
+                 pattern=c.pattern, factor=c.factor,
+                 fix="clone a tensor before stashing it on ctx if forward modifies it afterwards, or save it with "
+                     "ctx.save_for_backward")

@@ -71,6 +71,7 @@ from ._diagnose_raw import (
     _returned_dtype,
     _returned_shapes,
     _split_case,
+    _stash_mutation_cause,
     graph_where_trap,
     masked_in_backward_words,
     partial_broadcast_words,
@@ -503,6 +504,7 @@ def _node_cause(mini, node, spec, suspect, v, twin, first, run=None) -> Cause:
         if m is not None:
             return Cause(c.id, m.summary, node=c.node, op=c.op, evidence=f"{c.evidence}; {m.evidence}",
                          pattern=c.pattern, factor=c.factor, fix=m.fix)
+        return _stash_mutation_cause(mini, c) or c  # (or what its forward modified after stashing it: tryout10 F6)
     return c
 
 

@@ -95,3 +95,26 @@ def test_a_write_into_an_input_read_again_is_not_called_state_between_calls(tmp_
         assert d.cause is not None and "state between calls" not in d.cause.summary, d.cause.summary
         assert "in place" in d.cause.summary and "y = torch_AddScaledInplace" in d.cause.summary, d.cause.summary
 
+
+# F6: a forward that stashes a tensor on ctx and then modifies it in place was found as "no simple pattern" /
+# "the ratio varies": the backward reads the modified values.  The cause names the attribute and the fix.
+def test_a_forward_that_modifies_what_it_stashed_on_ctx_is_named():
+    r = gs.verify_torch_function(T.SquareSavedMutated.apply, example_inputs=_ex(1), max_examples=25, seed=1)
+    assert r.status == "disagree"
+    c = r.discrepancies[0].cause
+    assert c is not None and c.id == "wrong-vjp", c
+    for words in ("forward", "ctx.t", "in place", "clone"):
+        assert words in c.summary, c.summary
+    assert "no simple pattern" not in c.summary and "ratio varies" not in c.summary, c.summary
+
+
+def test_a_forward_that_modifies_a_clone_it_did_not_stash_agrees():
+    r = gs.verify_torch_function(T.SquareSavedGood.apply, example_inputs=_ex(1), max_examples=25, seed=1)
+    assert r.status == "agree", [d.cause.summary if d.cause else d.message for d in r.discrepancies]
+
+
+def test_a_forward_that_fills_a_tensor_it_stashed_on_purpose_agrees():
+    """ctx.mask = zeros; ctx.mask.scatter_(...) writes the stash on purpose (the values backward needs): the
+    modification is no cause where the backward is right."""
+    r = gs.verify_torch_function(T.TopKGateStashFilled.apply, example_inputs=_ex(1) + (2,), max_examples=25, seed=1)
+    assert r.status == "agree", [d.cause.summary if d.cause else d.message for d in r.discrepancies]
