@@ -1,0 +1,94 @@
+"""How often gs.check judges a user op that sits behind a built-in kinked op with one element at (or near) its kink.
+
+    python benchmarks/kink_builtin.py [--points 100] [--seed 0]
+
+The built-in ops relu, abs, clamp(-1, 1) and maximum declare a ``kink_distance``; finite differences refuse a whole
+case when any input element of such a node is within 4x their step of a kink (``oracles._fd_reach.check_reach``), and
+step aside entirely at an exact kink (``_private.kinks.exclusion``), while a user op's kinks found numerically are left
+out element by element (``FDResult.kinks``, ``Verdict.unjudged_elements``).  Here the code under test is a smooth user
+op ``u = exp(y)`` (its vjp right, or 1.01x: a bug on every element) behind the built-in ``y = op(x, ...)``; 2 to 6
+elements, each put on a kink with probability 0.4 ("exact") or 1e-9 from it ("near"), else drawn from N(0, 1.5^2).
+Prints, per built-in op and placement: the correct op's agree / inconclusive / false alarms, and the buggy op's found
+(disagree) / missed (agree) / inconclusive, among points where the bug shows (an element off every kink with a
+nonzero slope through the built-in).  Run with PYTHONPATH=<a checkout> to measure that checkout (before/after).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import sys
+
+import numpy as np
+
+import gradspec as gs
+
+GOOD = gs.Op("bkb_exp", forward=np.exp, vjp=lambda g, y, out: (g * out,))
+BAD = gs.Op("bkb_exp_bug", forward=np.exp, vjp=lambda g, y, out: (1.01 * g * out,))
+
+# name: (table op, its params, kinks, arity, slope of the built-in at x: where the user op's bug can show)
+BUILTIN = {
+    "relu": ("relu", {}, np.array([0.0]), 1, lambda x: x > 0),
+    "abs": ("abs", {}, np.array([0.0]), 1, lambda x: x != 0),
+    "clamp": ("clamp", {"min": -1.0, "max": 1.0}, np.array([-1.0, 1.0]), 1, lambda x: (x > -1) & (x < 1)),
+    "maximum": ("maximum", {}, None, 2, lambda x: np.ones(x.shape, dtype=bool)),
+}
+
+
+def _point(rng, kinks, arity, near: bool):
+    n = int(rng.integers(2, 7))
+    x = rng.normal(0.0, 1.5, n)
+    on = rng.uniform(size=n) < 0.4
+    off = 1e-9 if near else 0.0
+    if kinks is not None:
+        x[on] = rng.choice(kinks, size=int(on.sum())) + off
+    if arity == 1:
+        return [x], on
+    b = rng.normal(0.0, 1.5, n)
+    b[on] = x[on] + off  # a tie of maximum (or within 1e-9 of one)
+    return [x, b], on
+
+
+def run(points: int, seed: int) -> dict:
+    rng = np.random.default_rng(seed)
+    out = {}
+    for name, (op, params, kinks, arity, slope) in BUILTIN.items():
+        for near in (False, True):
+            counts = collections.Counter()
+            for _ in range(points):
+                args, on = _point(rng, kinks, arity, near)
+                seed_ = rng.normal(size=args[0].size)
+                leaves = {f"x{i}": a for i, a in enumerate(args)}
+                for user, tag in ((GOOD, "correct"), (BAD, "bug")):
+                    case = gs.Case.build(leaves, [("y", op, list(leaves), params), ("u", user.name, ["y"], {})],
+                                         ["u"], [seed_])
+                    if tag == "bug" and not np.any(slope(args[0]) & ~on):
+                        continue  # the bug cannot show: every element with a slope sits on a kink
+                    counts[f"{tag} {gs.check(case).status}"] += 1
+            out[f"{name} {'near' if near else 'exact'}"] = dict(counts)
+    return out
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--points", type=int, default=100)
+    p.add_argument("--seed", type=int, default=0)
+    a = p.parse_args(argv)
+    res = run(a.points, a.seed)
+    total = collections.Counter()
+    print(f"{'op':16} {'correct: agree':>15} {'inconcl.':>9} {'FALSE ALARM':>12} | {'bug shows':>9} {'found':>6} "
+          f"{'missed':>7} {'inconcl.':>9}")
+    for name, c in res.items():
+        total.update(c)
+        shows = sum(v for k, v in c.items() if k.startswith("bug "))
+        print(f"{name:16} {c.get('correct agree', 0):>15} {c.get('correct inconclusive', 0):>9} "
+              f"{c.get('correct disagree', 0):>12} | {shows:>9} {c.get('bug disagree', 0):>6} "
+              f"{c.get('bug agree', 0):>7} {c.get('bug inconclusive', 0):>9}")
+    shows = sum(v for k, v in total.items() if k.startswith("bug "))
+    print(f"{'total':16} {total['correct agree']:>15} {total['correct inconclusive']:>9} {total['correct disagree']:>12} "
+          f"| {shows:>9} {total['bug disagree']:>6} {total['bug agree']:>7} {total['bug inconclusive']:>9}")
+    return 1 if total["correct disagree"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
