@@ -118,3 +118,37 @@ def test_a_forward_that_fills_a_tensor_it_stashed_on_purpose_agrees():
     modification is no cause where the backward is right."""
     r = gs.verify_torch_function(T.TopKGateStashFilled.apply, example_inputs=_ex(1) + (2,), max_examples=25, seed=1)
     assert r.status == "agree", [d.cause.summary if d.cause else d.message for d in r.discrepancies]
+
+
+# F2: at= points are laid out as example_inputs, non-float arguments (an int k, an int64 index, a count) included;
+# before, every such point was refused: "fn's shape rule refuses input shapes [(2, 4)]" (its own example's shapes).
+def test_at_takes_points_with_an_int_argument():
+    x = torch.tensor([[3.0, 1.0, 1.0, 0.5], [0.2, 0.7, 0.5, 0.1]], dtype=torch.float64)
+    r = gs.verify_torch_function(T.TopKGate.apply, example_inputs=(x, 2), at=[(x, 2), (x + 1, 3)], seed=0)
+    assert r.status == "agree" and r.cases_run == 2, (r.status, r.reason, r.cases_run)
+
+
+def test_at_takes_points_with_an_index_tensor_and_a_count():
+    x6, idx = torch.linspace(-1, 1, 18, dtype=torch.float64).reshape(6, 3), torch.tensor([0, 2, 2, 1, 0, 2])
+    r = gs.verify_torch_function(T.SegmentSum.apply, example_inputs=(x6, idx, 3), at=[(x6, idx, 3)], seed=0)
+    assert r.status == "agree" and r.cases_run == 1, (r.status, r.reason, r.cases_run)
+
+
+def test_at_checks_its_points_own_index_values():
+    """A duplicate index given in an at= point (the example has none) is the point checked: the bug is found."""
+    x = torch.linspace(-1, 1, 12, dtype=torch.float64).reshape(4, 3)
+    r = gs.verify_torch_function(T.GatherRowsDropDups.apply, example_inputs=(x, torch.tensor([0, 2, 1])),
+                                 at=[(x, torch.tensor([0, 2, 2]))], seed=0)
+    assert r.status == "disagree", (r.status, r.reason)
+
+
+@pytest.mark.parametrize("point, words", [
+    ((torch.ones(2, 4, dtype=torch.float64),), ("2 arguments", "got 1")),
+    ((torch.ones(2, 4, dtype=torch.float64), torch.ones(2, 4, dtype=torch.float64)), ("argument 1", "int")),
+    ((2, torch.ones(2, 4, dtype=torch.float64)), ("argument 0", "float tensor")),
+], ids=["arity", "float-tensor-for-k", "number-for-x"])
+def test_an_at_point_that_does_not_fit_names_the_argument(point, words):
+    x = torch.ones(2, 4, dtype=torch.float64)
+    with pytest.raises(gs.UserOpError) as e:
+        gs.verify_torch_function(T.TopKGate.apply, example_inputs=(x, 2), at=[point], seed=0)
+    assert all(w in str(e.value) for w in words), str(e.value)

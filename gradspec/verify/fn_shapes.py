@@ -46,7 +46,7 @@ from .._private.torch_structs import NOT_A_TENSOR
 from ..case import Case
 from ..guard import Hung, hangs_seen
 from ..spec.opspec import OpSpec
-from .torch_call import CallLayout, outputs
+from .torch_call import ARG_PREFIX, CallLayout, _encode, outputs
 
 __all__ = ["Plan", "plan", "model_cases", "out_rules", "op_example_cases", "spread_note", "nonfinite_note",
            "interruptible", "at_cases"]
@@ -707,16 +707,16 @@ def at_cases(spec: OpSpec, layout: CallLayout, points, seed: int) -> list:
     cases = []
     for k, call in enumerate(points):
         call = (call,) if isinstance(call, torch.Tensor) else tuple(call)
-        if len(call) != layout.n_args or not all(isinstance(call[p], torch.Tensor) and call[p].is_floating_point()
-                                                 for p in layout.tensor_pos):
-            raise ValueError(f"at=[{k}] does not fit fn's call layout: it needs {layout.n_args} arguments with float "
-                             f"tensors at positions {layout.tensor_pos} (as in example_inputs=); got {len(call)}")
+        _fits(k, call, layout)
         leaves = {f"x{i}": call[p].detach().cpu().numpy().copy() for i, p in enumerate(layout.tensor_pos)}
+        # the point's own non-float arguments (an int k, an index tensor), as the example's travel: node params
+        params = {f"{ARG_PREFIX}{p}": _encode(v) for p, v in enumerate(call) if p not in layout.tensor_pos}
         shapes = [v.shape for v in leaves.values()]
-        out = spec.out_shape(shapes, {})
+        out = spec.out_shape(shapes, params)
         if out is None:
-            raise ValueError(f"at=[{k}]: fn's shape rule refuses input shapes {shapes}")
-        case = Case.build(leaves, [("y", spec.name, list(leaves), {})], ["y"], [np.ones(out)])
+            raise ValueError(f"at=[{k}]: fn's shape rule refuses input shapes {shapes}"
+                             + (f" with {_args_words(params)}" if params else ""))
+        case = Case.build(leaves, [("y", spec.name, list(leaves), params)], ["y"], [np.ones(out)])
         y = np.asarray(case.evaluate()["y"])
         seed_arr = rng.uniform(0.5, 1.5, y.shape) * rng.choice([-1.0, 1.0], y.shape)
         case.seeds = [seed_arr.astype(y.dtype)]
@@ -724,3 +724,31 @@ def at_cases(spec: OpSpec, layout: CallLayout, points, seed: int) -> list:
         case.meta["generator"] = f"gradspec.verify_torch_function (at=[{k}])"
         cases.append(case)
     return cases
+
+
+def _fits(k: int, call: tuple, layout: CallLayout) -> None:
+    """ValueError naming the first argument of at=[k] that is not where example_inputs had its kind: a float
+    tensor at each differentiated position, anything but one elsewhere (a number, an int/bool tensor)."""
+    import torch
+
+    if len(call) != layout.n_args:
+        raise ValueError(f"at=[{k}] does not fit fn's call layout: fn takes {layout.n_args} arguments (as in "
+                         f"example_inputs=: float tensors at positions {layout.tensor_pos}), got {len(call)}")
+    for p, v in enumerate(call):
+        is_float = isinstance(v, torch.Tensor) and v.is_floating_point()
+        given = f"a {str(v.dtype).removeprefix('torch.')} tensor" if isinstance(v, torch.Tensor) else \
+            f"{type(v).__name__} {v!r:.40}"
+        if p in layout.tensor_pos and not is_float:
+            raise ValueError(f"at=[{k}]: argument {p} must be a float tensor (as in example_inputs=), got {given}")
+        if p not in layout.tensor_pos and is_float:
+            held = layout.fixed.get(p)
+            was = (f"an {held.get('dtype', 'int64')} tensor" if isinstance(held, dict) else
+                   f"{type(held).__name__} {held!r:.40}") if p in layout.fixed else "a drawn non-tensor value"
+            raise ValueError(f"at=[{k}]: argument {p} is not differentiated (example_inputs= has {was} there), "
+                             f"got a float tensor")
+
+
+def _args_words(params: dict) -> str:
+    return ", ".join(f"argument {n[len(ARG_PREFIX):]} = " + (f"an {v.get('dtype')} tensor of shape "
+                     f"{tuple(np.shape(v['__tensor__']))}" if isinstance(v, dict) else f"{v!r:.40}")
+                     for n, v in params.items())
