@@ -14,7 +14,7 @@ holds no value of a case: values enter as arguments on every call.  What the gen
 in by the caller as a namespace (this module imports nothing of gradspec, so it sits in the base layer).
 
 Generating costs ~0.1-0.3 ms a structure (``compile``), more than a few calls of a small case save, so the
-caller generates only for a structure it has met several times (``_reference_plan.COMPILE_AFTER``).
+callers generate only for a structure met ``COMPILE_AFTER`` times.
 
 Example::
 
@@ -25,7 +25,15 @@ Example::
 
 from __future__ import annotations
 
-__all__ = ["forward_function", "backward_function"]
+__all__ = ["forward_function", "backward_function", "tangent_function", "COMPILE_AFTER"]
+
+# From a structure's COMPILE_AFTER-th call on, the reference oracle's forward and backward schedules and the jacobian
+# oracle's propagation run as straight-line code.  Measured (the reference) on
+# the n <= 10 cases of /tmp/s13/corpus.json (load ~10): generating costs ~0.36 ms a structure (median; ``compile``)
+# and saves ~4-5 us a call (47 -> 42 us), so it repays after ~80 calls.  With C/s ~ 70, waiting for the 64th call
+# (the ski-rental rule) costs at most about twice the best choice made knowing the number of calls: fuzz checks
+# ~6-16 value sets of a graph and never pays for it; verify_* at fixed shapes and gs.check in a loop do.
+COMPILE_AFTER = 64
 
 
 def forward_function(specs: list, params_how: list, inputs: list, cand: list, nleaves: int, namespace: dict):
@@ -115,3 +123,23 @@ def _compile(lines: list, name: str, ns: dict):
     src = "\n".join(lines) + "\n"
     exec(compile(src, f"<gradspec straight-line {name}>", "exec"), ns)  # noqa: S102 - our own generated source
     return ns[name]
+
+
+def tangent_function(steps: list, nleaves: int, namespace: dict):
+    """The jacobian oracle's propagation loop of one structure (``jacobian._propagate_planned`` after the
+    leaves' blocks) written out as ``f(T, vals, nodes, k) -> T``: one call of the oracle's own ``step``
+    (``jacobian._jvp_step``, the one step of both of its paths) per node, with the same arguments.
+
+    ``steps``: ``(node index, spec, input positions, which inputs carry a tangent)``; ``namespace`` holds
+    ``step``."""
+    ns = dict(namespace)
+    lines = ["def propagate(T, vals, nodes, k):"]
+    add = lines.append
+    for j, spec, ins, use in steps:
+        ns[f"s{j}"] = spec
+        ns[f"i{j}"] = ins
+        m = nleaves + j
+        tans = ", ".join(f"T[{a}]" if u else "None" for a, u in zip(ins, use))
+        add(f" T[{m}] = step(nodes[{j}], s{j}, [{tans}], vals, i{j}, vals[{m}], k)")
+    add(" return T")
+    return _compile(lines, "propagate", ns)

@@ -45,13 +45,6 @@ _NODE_INIT = E.Node.__init__
 
 _RAW, _DYN = "raw", "dynamic"  # a node's params: the case's own (no normalizer) / canonicalized on every call
 
-# From a structure's COMPILE_AFTER-th call on, its forward and each backward schedule run as straight-line code
-# (``_private.straightline``: this module's loops written out once, the same calls in the same order).  Measured on
-# the n <= 10 cases of /tmp/s13/corpus.json (load ~10): generating costs ~0.36 ms a structure (median; ``compile``)
-# and saves ~4-5 us a call (47 -> 42 us), so it repays after ~80 calls.  With C/s ~ 70, waiting for the 64th call
-# (the ski-rental rule) costs at most about twice the best choice made knowing the number of calls: fuzz checks
-# ~6-16 value sets of a graph and never pays for it; verify_* at fixed shapes and gs.check in a loop do.
-COMPILE_AFTER = 64
 
 
 class _Abandon(Exception):
@@ -102,10 +95,10 @@ def vjp(case, p):
     rp.calls = calls = rp.calls + 1
     try:
         fwd = rp.forward
-        if fwd is None and calls >= COMPILE_AFTER:
+        if fwd is None and calls >= _straight.COMPILE_AFTER:
             fwd = _compile_forward(p, rp)
         ts, rg, params = fwd(case.leaves, case.nodes) if fwd else _forward(case, p, rp)
-        return _backward(case, p, rp, ts, rg, params, calls >= COMPILE_AFTER)
+        return _backward(case, p, rp, ts, rg, params, calls >= _straight.COMPILE_AFTER)
     except _Abandon:
         return None
 

@@ -18,6 +18,7 @@ import numpy as np
 
 from .._private import limits as _limits
 from .._private import percase as _percase
+from .._private import straightline as _straight
 from .._private import structure as _structure
 from .._private.kinks import exclusion
 from .._private.prologue import oracle_call
@@ -119,7 +120,7 @@ class _JacPlan:
     (tiny ones kept, else ``_block``'s arguments), and the propagation steps: per node that receives a tangent, its index, spec,
     input positions and which of them carry one into the JVP rule (``_propagate``'s masking)."""
 
-    __slots__ = ("n", "leaves", "row_blocks", "col_blocks", "sizes", "chunks", "steps")
+    __slots__ = ("n", "leaves", "row_blocks", "col_blocks", "sizes", "chunks", "steps", "calls", "straight")
 
     def __init__(self, case, p, vals: list) -> None:
         self.leaves = [(i, vals[i].size, case.leaves[i].shape, case.leaves[i].value.dtype, case.leaves[i].name)
@@ -151,6 +152,8 @@ class _JacPlan:
                 carries[p.nleaves + k] = True
                 diff = spec.differentiable
                 self.steps.append((k, spec, ins, tuple(diff is None or diff[i] for i in range(len(ins)))))
+        self.calls = 0
+        self.straight = None  # (the steps as straight-line code: _propagate_planned)
 
 
 def _planned(case, p, max_inputs: int) -> Jacobian:
@@ -205,6 +208,13 @@ def _propagate_planned(case, p, jp, vals: list, blocks, k: int) -> list:
         tangents[i] = tiny.copy() if tiny is not None else \
             (_block if small else _block.__wrapped__)(*args).copy().reshape(shape)
     nodes = case.nodes
+    f = jp.straight
+    if f is None:
+        jp.calls += 1
+        if jp.calls >= _straight.COMPILE_AFTER:
+            f = jp.straight = _straight.tangent_function(jp.steps, p.nleaves, {"step": _jvp_step})
+    if f is not None:
+        return f(tangents, vals, nodes, k)
     base = p.nleaves
     for j, spec, ins, use in jp.steps:
         tangents[base + j] = _jvp_step(nodes[j], spec, [tangents[i] if u else None for i, u in zip(ins, use)],
