@@ -15,6 +15,10 @@ order they arrive (torch's ready queue: highest sequence number first), each red
 where its shape or dtype is not its input's, the leaf's result a fresh copy (``engine._accumulate``).  So the
 gradients are bit for bit the engine's (``benchmarks/verdict_equality.py``; ``tests/test_oracle_plans.py``).
 
+From a structure's ``straightline.COMPILE_AFTER``-th call on, ``_forward`` and ``_loop`` run as straight-line code
+generated once per structure (forward) and per schedule (backward) by ``_private.straightline``: the same calls
+with the same arguments in the same order, each position a local variable instead of a list slot.
+
 Whatever this path does not replay goes to the engine (:func:`vjp` returns None, or the run is abandoned
 before anything is returned, and the engine runs it from the start): grad mode off around the oracle; an
 engine function replaced (tests corrupt the engine on purpose: their mutants must reach the oracle); operands
