@@ -605,3 +605,24 @@ def test_op_order_is_simple_first():
 def test_docstring_examples_run(module):
     result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
     assert result.attempted >= 1 and result.failed == 0
+
+
+def test_tame_array_draws_what_allowed_sample_draws_bit_for_bit():
+    """``values.tame_array`` (the value repair's redraw) keeps its intervals and numpy's ``choice``
+    arithmetic per domain set; it must give the very values, and leave the generator in the very state,
+    of ``Allowed.sample`` on the tame set (Generator.choice with p, then the uniforms)."""
+    from gradspec import domains as D
+    from gradspec._private import values as V
+
+    doms = [None, D.positive(), D.interval(-1, 1), D.interval(5, 6), D.interval(-3, 0.1), [D.positive(), D.interval(0, 2)],
+            D.Domain(points=(0.0, 1.0), margin=0.1)]
+    for d in doms:
+        for seed in range(40):
+            for shape in [(), (1,), (3,), (2, 4), (0,), (5, 1, 2)]:
+                for dt in ("float64", "float32"):
+                    r1, r2 = np.random.default_rng(seed), np.random.default_rng(seed)
+                    a = V.tame_array(r1, shape, d, dtype=dt)
+                    n = int(np.prod(shape, dtype=np.int64))
+                    b = V._tame_set(d, 1e-3, 1e3).sample(r2, n).reshape(shape).astype(dt)
+                    assert (a.dtype, a.shape, a.tobytes()) == (b.dtype, b.shape, b.tobytes()), (d, seed, shape)
+                    assert r1.random() == r2.random()

@@ -361,13 +361,44 @@ def undrawable(domains, min_magnitude: float = 1e-3, max_magnitude: float = 1e3)
 def tame_array(rng: np.random.Generator, shape: tuple, domains, *, min_magnitude: float = 1e-3,
                max_magnitude: float = 1e3, dtype="float64") -> np.ndarray:
     """Distinct moderate values (|v| in [0.25, 2] where the domain allows) for repairing a case."""
+    n = int(np.prod(shape, dtype=np.int64))
+    try:
+        key = (tuple(_as_list(domains)), float(min_magnitude), float(max_magnitude))
+        hash(key)
+    except TypeError:  # an unhashable domain: the same computation, uncached
+        return _tame_set(domains, min_magnitude, max_magnitude).sample(rng, n).reshape(shape).astype(dtype)
+    cdf, lo, width = _tame_plan(*key)
+    # What Allowed.sample draws, bit for bit (tests/test_strategies.py compares them): numpy's
+    # Generator.choice with p is this cumulative-sum search over one uniform per element; its
+    # per-call checks of p, and the intervals (Allowed.of and tame, a few dozen us a repair), are done
+    # once per domain set.
+    which = cdf.searchsorted(rng.random(n), side="right")
+    return (lo[which] + width[which] * rng.random(n)).reshape(shape).astype(dtype)
+
+
+def _tame_set(domains, min_magnitude: float, max_magnitude: float) -> "Allowed":
     allowed = Allowed.of(_as_list(domains), min_magnitude, max_magnitude)
     if allowed.empty:
         allowed = Allowed.of(_as_list(domains), 1e-6, 1e6)
     if allowed.empty:
         raise ValueError(undrawable(domains, 1e-6, 1e6) or f"no value can be drawn from {domains!r}")
-    n = int(np.prod(shape, dtype=np.int64))
-    return allowed.tame().sample(rng, n).reshape(shape).astype(dtype)
+    return allowed.tame()
+
+
+@functools.lru_cache(maxsize=1024)
+def _tame_plan(domains: tuple, min_magnitude: float, max_magnitude: float):
+    """``(cdf, lo, width)`` of :meth:`Allowed.sample` over ``tame_array``'s set for these domains."""
+    ivs = [iv for iv in _tame_set(list(domains), min_magnitude, max_magnitude).intervals if iv[1] > iv[0]] \
+        or _tame_set(list(domains), min_magnitude, max_magnitude).intervals
+    lengths = np.array([y - x for x, y in ivs], dtype=float)
+    p = lengths / lengths.sum() if lengths.sum() > 0 else np.full(len(ivs), 1 / len(ivs))
+    cdf = p.cumsum()
+    cdf /= cdf[-1]
+    lo = np.array([x for x, _ in ivs])
+    hi = np.array([y for _, y in ivs])
+    for a in (cdf, lo, hi):
+        a.setflags(write=False)
+    return cdf, lo, hi - lo
 
 
 def element_margin_ok(domain, a: np.ndarray) -> bool:
