@@ -24,7 +24,7 @@ Example::
 
 from __future__ import annotations
 
-__all__ = ["scope", "once", "active"]
+__all__ = ["scope", "once", "active", "offer_forward", "take_forward"]
 
 
 class _Memo:
@@ -83,3 +83,35 @@ def once(case, key, fn):
     except KeyError:
         v = data[key] = fn()
         return v
+
+
+# The forward values a draw computed for a case's final values (the value check of
+# ``gradspec.strategies``: every node's ``np.asarray(spec.forward(*args, **params))`` on the very
+# leaf arrays the case holds, with the same params), kept on the case until its first check takes them.
+_DRAWN = "_gradspec_drawn_forward"
+
+
+def offer_forward(case, env: dict) -> None:
+    """Give ``case`` the forward ``env`` (leaf and node name -> array) computed for its values when it was
+    drawn; :func:`take_forward` hands it on once."""
+    setattr(case, _DRAWN, env)
+
+
+def take_forward(case) -> dict | None:
+    """The forward offered for ``case`` (removed from it: taken once), or None -- also when any leaf no
+    longer holds the very array object that forward was computed from, or a node's value is missing."""
+    env = case.__dict__.pop(_DRAWN, None) if hasattr(case, "__dict__") else None
+    if env is None:
+        return None
+    out = {}
+    for leaf in case.leaves:
+        v = env.get(leaf.name)
+        if v is not leaf.value:
+            return None
+        out[leaf.name] = v
+    for n in case.nodes:
+        v = env.get(n.name)
+        if v is None:
+            return None
+        out[n.name] = v
+    return out

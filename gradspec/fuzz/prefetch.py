@@ -110,7 +110,12 @@ class Prefetch:
         for c in cases:
             self.store[id(c)] = (c, {})
             s = self._scopes[id(c)] = (c, _percase.scope(c))
-            s[1].__enter__()
+            memo = s[1].__enter__()
+            # The forward the draw computed at these very values (``strategies.value_set``): the memo's
+            # forward, instead of computing it again (the kink test and the rules read it).
+            env = _percase.take_forward(c)
+            if env is not None and "forward" not in memo:
+                memo["forward"] = env
         _structure.share(cases)  # (the sets of one graph structure: what depends on it alone, computed once)
         try:
             with oracle_threads(), _engine._quiet_fp(), _bounded(self.timeout) as arm:

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from .._private import draw_tally as _draw_tally
 from .._private import graphwalk as _graphwalk
+from .._private import percase as _percase
 from .._private import values as _values
 from ..case import Case
 from . import _bounded, _hard
@@ -304,14 +305,16 @@ def _repair(draw, g: Graph, vals: dict, cfg: _Cfg, reject: bool = True, shared: 
 
 
 def value_set(draw, g: Graph, cfg: _Cfg, dtype_mode: str, reject: bool = True, template: Case | None = None,
-              seed_blocks: bool = True, shared: bool = False) -> Case | None:
+              seed_blocks: bool = True, shared: bool = False, keep_forward: bool = False) -> Case | None:
     """One set of values for graph ``g`` (leaf values, repairs, the hard-region plant, one seed per
     root) as a :class:`Case`.  ``g`` may be changed by a repair (an input detached onto a fresh
     leaf) unless ``shared``: then such a repair works on a copy.  None when the values resist repair
     and not ``reject``.
     ``template``: a case of the same graph, whose canonical structure is reused if no repair changed it.
     ``seed_blocks``: each seed drawn as a block of its own (as ``cases()`` always has: Hypothesis'
-    mutator copies such blocks, which shapes the mix it generates); a group's sets draw them inline."""
+    mutator copies such blocks, which shapes the mix it generates); a group's sets draw them inline.
+    ``keep_forward``: the value check's last clean pass (every node's forward at these very values) is
+    offered to the case's first check (``_private.percase.offer_forward``; fuzz's prefetch takes it)."""
     vals = leaf_values(draw, g)
     env, g = _repair(draw, g, vals, cfg, reject, shared)
     if env is None:
@@ -338,7 +341,26 @@ def value_set(draw, g: Graph, cfg: _Cfg, dtype_mode: str, reject: bool = True, t
     case.meta["dtype"] = dtype_mode
     if hard:
         case.meta["hard"] = hard
+    if keep_forward:
+        _offer_forward(case, g, env)
     return case
+
+
+def _offer_forward(case: Case, g: Graph, env: dict) -> None:
+    """Offer ``env`` (the clean pass of ``_first_bad_node`` at the case's final values) as the case's
+    forward where it is exactly what ``Case._forward`` computes: the same function (no user op: theirs
+    may be cut by a timeout and replaced by a placeholder), the very leaf arrays, the same ops, inputs
+    and params node by node (the case's canonical params equal the graph's, which ``spec.canonical``
+    made; anything that cannot be compared is not offered)."""
+    if len(case.nodes) != len(g.nodes) or any(spec.user for spec, _ in _node_plan(g)):
+        return
+    try:
+        for cn, gn in zip(case.nodes, g.nodes):
+            if cn.name != gn.name or cn.op != gn.op or cn.inputs != gn.inputs or not bool(cn.params == gn.params):
+                return
+    except Exception:  # noqa: BLE001 - params that do not compare (arrays): the check computes its own
+        return
+    _percase.offer_forward(case, env)
 
 
 @st.composite

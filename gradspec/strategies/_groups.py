@@ -44,10 +44,11 @@ def _set_strategy(draw):
         # The first set repairs the graph itself (as cases() does: a set that resists repair rejects
         # the group); later ones share it (a repair that detaches an input works on a copy), are
         # dropped alone, and reuse its canonical structure.
-        case = value_set(draw, g, cfg, mode, seed_blocks=False)
+        case = value_set(draw, g, cfg, mode, seed_blocks=False, keep_forward=True)
         drawn.append(case)
         return case
-    return value_set(draw, g, cfg, mode, reject=False, template=drawn[0], seed_blocks=False, shared=True)
+    return value_set(draw, g, cfg, mode, reject=False, template=drawn[0], seed_blocks=False, shared=True,
+                     keep_forward=True)
 
 
 _SET = _set_strategy()
