@@ -254,24 +254,47 @@ def not_linear_in_g(mini: Case, suspect: str, recheck) -> str | None:
             "returns exactly 2 times): g is applied twice (g·g)")
 
 
-def overflow_words(mini: Case) -> str | None:
-    """Why a rule returns NaN/inf where J^T·g is finite, when an input is beyond where exp overflows in its
-    dtype (|x| > log(max), 709.8 in float64, 88.7 in float32): an intermediate exp(x) is inf there, and
-    inf/inf or inf·0 is NaN.  None for inputs that small (then a 0/0 is likelier)."""
-    big = []
-    for leaf in mini.leaves:
-        v = np.asarray(leaf.value)
-        if v.dtype.kind != "f" or not v.size:
+def nonfinite_words(mini: Case, u: dict) -> str:
+    """Why a rule returns NaN/inf where J^T·g is finite, from the inputs at the non-finite elements of ``u``
+    (the rule's gradients by leaf name) only (tryout10 F11: an |x| = 851 in another row is no evidence).
+
+    An input exactly 0 at such an element: a division by it (x/0, 0/0).  Else an input there, or in its row
+    along the last axis (a softmax's or logsumexp's NaN can sit next to the big element), beyond where exp
+    overflows in its dtype (|x| > log(max), 709.8 in float64, 88.7 in float32): an intermediate exp(x) is inf,
+    and inf/inf or inf·0 is NaN.  Else neither is evidenced, and both stay a question."""
+    bad = _nonfinite_mask(mini, u)
+    same = [(l.name, np.asarray(l.value)) for l in mini.leaves if np.asarray(l.value).dtype.kind == "f"
+            and bad is not None and np.shape(l.value) == bad.shape]
+    zeros = [(name, np.argwhere(bad & (v == 0))) for name, v in same]
+    zeros = [(name, at) for name, at in zeros if len(at)]
+    if zeros:
+        name, at = zeros[0]
+        where = ", ".join(f"{name}[{', '.join(str(int(i)) for i in ix)}]" if len(ix) else name for ix in at[:3])
+        return (f"a 0/0 or x/0: a division by an input that is 0 there, {where} = 0{', ...' if len(at) > 3 else ''}"
+                "); compute it without the singular step")
+    for name, v in same:
+        rows = bad if v.ndim == 0 else np.broadcast_to(bad.any(axis=-1, keepdims=True), v.shape)
+        near = np.abs(v[rows & np.isfinite(v)])
+        limit = float(np.log(np.finfo(v.dtype).max))
+        if near.size and float(near.max()) > limit:
+            return (f"at |{name}| = {float(near.max()):.6g} there, beyond {limit:.4g} where exp overflows in {v.dtype}, "
+                    "an intermediate exp(x) is inf and inf/inf or inf·0 gives NaN (e.g. exp(x) / (1 + exp(x))): "
+                    "compute it in a form that cannot overflow (sigmoid(x), exp(x - max), log1p(exp(-|x|)))")
+    return "a 0/0 or inf/inf: a division by an input that is 0 there?); compute it without the singular step"
+
+
+def _nonfinite_mask(mini: Case, u: dict):
+    """Where any differentiable leaf's gradient in ``u`` is non-finite, over the leaves' common shape (the
+    first such leaf's shape; leaves of other shapes do not add), or None."""
+    mask = None
+    for leaf in mini.grad_leaves():
+        if u.get(leaf.name) is None:
             continue
-        top = float(np.max(np.abs(v[np.isfinite(v)]), initial=0.0))
-        if top > float(np.log(np.finfo(v.dtype).max)):
-            big.append((leaf.name, top, v.dtype))
-    if not big:
-        return None
-    name, top, dt = big[0]
-    return (f"at |{name}| = {top:.6g}, beyond {float(np.log(np.finfo(dt).max)):.4g} where exp overflows in {dt}, an "
-            "intermediate exp(x) is inf and inf/inf or inf·0 gives NaN (e.g. exp(x) / (1 + exp(x))): compute it in a "
-            "form that cannot overflow (sigmoid(x), exp(x - max), log1p(exp(-|x|)))")
+        m = ~np.isfinite(np.asarray(u[leaf.name], dtype=np.float64))
+        if m.shape != np.shape(leaf.value) or not m.any():
+            continue
+        mask = m if mask is None else (mask | m if mask.shape == m.shape else mask)
+    return mask
 
 
 def flat_forward_words(leaves: list, u: dict, t: dict, g: np.ndarray, J=None) -> str | None:

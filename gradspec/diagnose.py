@@ -63,7 +63,7 @@ from ._diagnose_engine import (
     empty_broadcast,
 )
 from ._diagnose_findings import _raised_cause, drawing_backward_cause, explain_finding, in_place_read_again
-from ._diagnose_points import factor_at_points, flat_forward_words, float32_only, not_linear_in_g, overflow_words, swapped_inputs
+from ._diagnose_points import factor_at_points, flat_forward_words, float32_only, nonfinite_words, not_linear_in_g, swapped_inputs
 from ._diagnose_raw import (
     _forward_mutation_cause,
     _mutation_cause,
@@ -546,8 +546,7 @@ def _wrong_vjp(mini: Case, node: NodeDef, spec, suspect: str, u: dict, t: dict, 
         detail = f"it returns non-finite values ({_fmt(first.values)}) where J^T·g is finite: {trap}"
     elif first.kind == "nan-inf-pattern":
         pattern, factor = "other", None
-        why = overflow_words(mini) or ("a 0/0 or inf/inf: a division by an input that is 0 there?); compute it "
-                                       "without the singular step")
+        why = nonfinite_words(mini, u)
         detail = f"it returns non-finite values ({_fmt(first.values)}) where J^T·g is finite ({why}" + (
             ")" if why.startswith("at |") else "")
     elif flat and pattern in ("other", "scale"):  # (a factor fitted to J^T·g = 0 + rounding is noise: tryout6 #7's 3e11)

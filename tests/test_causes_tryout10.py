@@ -1,0 +1,37 @@
+"""Causes tryout10 found wrong or vague (F11, F5): each finding must name what is actually wrong.
+
+The expected words come from how each piece of code in tests/_tryout10_code.py was written wrong, never
+from running gradspec."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import gradspec as gs
+from gradspec.case import Case, Leaf, NodeDef
+from tests import _tryout10_code as T
+
+
+def _cumprod_case(x):
+    return gs.check(Case([Leaf("x0", np.asarray(x, dtype=np.float64))], [NodeDef("v0", "t10_cumprod_div0", ["x0"], {})],
+                         ["v0"], [np.ones(np.shape(x))]))
+
+
+def test_a_division_by_a_zero_input_is_not_blamed_on_an_exp_overflow():
+    # F11: row 1 holds the zeros that make 0/0 in the backward's "/ x"; row 0 holds 851, beyond 709.8 where exp
+    # overflows in float64, but the op has no exp and row 0's gradient is finite (no zero in it)
+    assert T.cumprod_div0.name == "t10_cumprod_div0"
+    r = _cumprod_case([[851.0, 1.0, 2.0], [0.5, 0.0, 0.0]])
+    assert r.discrepancies, "the /x backward must be found"
+    s = r.discrepancies[0].cause.summary
+    assert "overflow" not in s and "709" not in s, s
+    assert "division by an input that is 0" in s and "x0[1, 1]" in s, s
+
+
+def test_the_verify_op_run_of_tryout10_names_the_zero_input():
+    # the tryout's own run (seed 0, 60 cases): its shrunk case holds |x| = 851 in another row than the NaNs
+    r = gs.verify_op(T.cumprod_div0, max_examples=60, seed=0)
+    assert r.discrepancies
+    s = r.discrepancies[0].cause.summary
+    assert "overflow" not in s and "division by an input that is 0" in s, s
+
