@@ -163,6 +163,9 @@ class Result:
     # per op (verify.numerics.fold_draws); ``unfinite``: why the run is inconclusive when it was never finite
     draws_skipped: list = dataclasses.field(default_factory=list)
     unfinite: str = ""
+    # what every case held at the example's value (a torch function's int/bool tensor arguments and numbers): one
+    # phrase each; a passing gs.assert_torch_function warns with them (tryout10 F7: a green test hid them)
+    held: list = dataclasses.field(default_factory=list)
 
     def _status_reason(self) -> tuple[str, str]:
         if self.not_a_function:  # no comparison means anything (its findings set aside: determinism.set_aside)

@@ -48,7 +48,7 @@ from ._private.records import make_record_folder
 from ._private.seeds import current_test
 from .check import Verdict, finding_lines
 
-__all__ = ["assert_gradients", "GradientMismatch", "GradientCheckInconclusive", "current_report_dir", "refresh_index",
+__all__ = ["assert_gradients", "HeldFixedWarning", "GradientMismatch", "GradientCheckInconclusive", "current_report_dir", "refresh_index",
            "ENV_REPORT_DIR", "ENV_SESSION", "assert_op", "assert_torch_function", "assert_engine", "VerificationFailed",
            "VerificationInconclusive", "write_result", "current_test"]
 
@@ -222,6 +222,23 @@ def refresh_index(where: str) -> str:
 # =============================================================================================
 
 
+class HeldFixedWarning(UserWarning):
+    """A passing ``gs.assert_torch_function`` held arguments at the example's values in every case (an index, a
+    mask, a target, a number): a bug that shows only at other values was not searched.  ``-W
+    error::gradspec.testing.HeldFixedWarning`` makes such a test fail."""
+
+
+def _warn_held(result) -> None:
+    held = list(getattr(result, "held", None) or ())
+    if held:
+        import warnings
+
+        warnings.warn(HeldFixedWarning(
+            f"gradspec: {result.target} passed with arguments held fixed in every case: {'; '.join(held)} -- a bug "
+            "that depends on their values (a duplicate index, an empty mask, an ignored target) was not searched; "
+            "pass at= points with other values (at=[(x, idx2, ...)]) or other example_inputs"), stacklevel=4)
+
+
 class VerificationFailed(AssertionError):
     """A ``verify_*`` run did not agree; ``.result`` is the :class:`gradspec.Result`, ``.reports``
     the folders written into the report dir (empty without one)."""
@@ -307,6 +324,7 @@ def _assert(run, target, kw) -> object:
         result = run(target, **kw)
     status = result.status
     if status == "agree":
+        _warn_held(result)  # a green test says what it did not vary (tryout10 F7)
         return result
     if status == "inconclusive" and how == "skip":
         import pytest

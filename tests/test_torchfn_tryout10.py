@@ -152,3 +152,24 @@ def test_an_at_point_that_does_not_fit_names_the_argument(point, words):
     with pytest.raises(gs.UserOpError) as e:
         gs.verify_torch_function(T.TopKGate.apply, example_inputs=(x, 2), at=[point], seed=0)
     assert all(w in str(e.value) for w in words), str(e.value)
+
+
+# F7: a passing assert_torch_function never showed that an int/bool tensor argument was held at the example's
+# values (a backward that drops duplicate indices passes when the example has none): the Result says what was held,
+# and a passing assertion warns (pytest's warnings summary names the test; -W error::... makes it fail).
+def test_a_passing_assertion_says_which_index_tensor_was_held():
+    x = torch.linspace(-1, 1, 12, dtype=torch.float64).reshape(4, 3)
+    with pytest.warns(gs.testing.HeldFixedWarning) as w:
+        r = gs.assert_torch_function(T.GatherRowsDropDups.apply, example_inputs=(x, torch.tensor([0, 2, 1])),
+                                     max_examples=10, seed=0)
+    assert r.status == "agree"  # (the bug needs a duplicate index: the example has none)
+    text = str(w[0].message)
+    for words in ("position 1", "int64", "3 elements", "example's values", "at="):
+        assert words in text, text
+    assert r.held and "position 1" in r.held[0], r.held
+
+
+def test_a_run_with_only_float_tensors_holds_nothing_and_does_not_warn(recwarn):
+    r = gs.assert_torch_function(T.FirstHalfView.apply, example_inputs=_ex(1), max_examples=5, seed=0)
+    assert r.held == [] and not [w for w in recwarn if issubclass(w.category, gs.testing.HeldFixedWarning)]
+

@@ -171,9 +171,22 @@ class CallLayout:
             text += (f": to vary the numbers pass args={{{hint}}} (from hypothesis import strategies as st) beside "
                      "example_inputs")
         if tensors:
-            text += ("; a tensor argument is only ever the example's: pass other example_inputs (another target, "
-                     "index or mask) in another call to check it at other values")
+            text += ("; a tensor argument is only ever the example's: pass at= points with other values (a "
+                     "duplicate index, an empty mask, an ignored target: at=[(x, idx2, ...)]) or other example_inputs "
+                     "in another call to check it there")
         return text
+
+    def held_words(self) -> list:
+        """One phrase per argument every case holds at the example's value (an int/bool tensor, a number)."""
+        out = []
+        for k, v in sorted(self.fixed.items()):
+            if isinstance(v, dict) and "__tensor__" in v:
+                n = int(np.prod(np.shape(v["__tensor__"]), dtype=np.int64))
+                out.append(f"position {k} ({v.get('dtype', 'int64')} tensor, {n} element{'s' if n != 1 else ''}) at "
+                           "the example's values")
+            elif v is None or isinstance(v, (bool, int, float, str)):
+                out.append(f"position {k} = {v!r:.40}")
+        return out
 
     def names(self) -> set:
         return {f"{ARG_PREFIX}{k}" for k in list(self.fixed) + list(self.drawn)}
