@@ -173,3 +173,19 @@ def test_a_run_with_only_float_tensors_holds_nothing_and_does_not_warn(recwarn):
     r = gs.assert_torch_function(T.FirstHalfView.apply, example_inputs=_ex(1), max_examples=5, seed=0)
     assert r.held == [] and not [w for w in recwarn if issubclass(w.category, gs.testing.HeldFixedWarning)]
 
+
+# F9: d.case.to_json() of a verify_torch_function finding recorded no import path ("user_ops": {}), so `gradspec
+# replay` refused it while the report folder's case.json replayed: one serialisation, both replayable.
+def test_a_findings_own_case_json_replays(tmp_path):
+    from tests.test_replay_findings import replay
+
+    x = torch.linspace(-1, 1, 12, dtype=torch.float64).reshape(4, 3)
+    r = gs.verify_torch_function(T.GatherRowsDropDups.apply, example_inputs=(x, torch.tensor([0, 2, 1])),
+                                 at=[(x, torch.tensor([0, 2, 2]))], seed=0)
+    assert r.status == "disagree"
+    text = r.discrepancies[0].case.to_json()
+    assert json.loads(text)["user_ops"] == {"torch_GatherRowsDropDups": f"{MOD}:GatherRowsDropDups"}, text[:300]
+    (tmp_path / "case.json").write_text(text)
+    p = replay(tmp_path / "case.json", tmp_path, MOD)
+    assert p.returncode == 1, p.stdout + p.stderr
+

@@ -514,6 +514,10 @@ def verify_torch_function(fn, *, arity: int | None = None, signature: str | None
         else:
             _num.run_within_budget(runner, strategy, _num.with_deadline(evaluate, result, seconds, target, run_replay), seconds)
     _num.fold_draws(result, drawn, spec, f"fn {label}")
+    for d in result.discrepancies if spec.import_path else ():  # d.case.to_json() replays as the report's case.json
+        c = getattr(d, "case", None)  # does (tryout10 F9: it had "user_ops": {} and `gradspec replay` refused it)
+        if c is not None and any(n.op == spec.name for n in c.nodes):
+            c.user_ops.setdefault(spec.name, spec.import_path)
     if spec.inplace.seen:
         result.note(f"{label} modifies its input in place (ctx.mark_dirty): every call was given copies of its tensor "
                     "inputs (non-leaf ones where they require grad), as a caller must (torch refuses an in-place change "
