@@ -189,3 +189,27 @@ def test_a_findings_own_case_json_replays(tmp_path):
     p = replay(tmp_path / "case.json", tmp_path, MOD)
     assert p.returncode == 1, p.stdout + p.stderr
 
+
+# F10 / F3: what a backward returns that torch drops or casts without a word: a float "gradient" for an int64 index
+# (ctx.needs_input_grad ignored), and a float32 gradient for a float64 input of an op that computes in float32
+# inside (compared at float32 precision there, so no value shows it): notes, whatever the op computes inside.
+def test_a_gradient_returned_for_an_index_input_is_noted():
+    x = torch.linspace(-1, 1, 12, dtype=torch.float64).reshape(4, 3)
+    r = gs.verify_torch_function(T.GatherRowsGradForIndex.apply, example_inputs=(x, torch.tensor([0, 2, 2])),
+                                 max_examples=10, seed=0)
+    assert r.status == "agree"
+    said = [n for n in r.notes if "needs_input_grad" in n]
+    assert said and "position 1" in said[0] and "int64" in said[0], r.notes
+
+
+def test_a_float32_gradient_for_a_float64_input_is_noted_when_fn_computes_in_float32():
+    r = gs.verify_torch_function(T.Softplus32Dtype.apply, example_inputs=_ex(1), max_examples=10, seed=0)
+    said = [n for n in r.notes if "returns float32" in n]
+    assert said and "input 0" in said[0] and "float64" in said[0], r.notes
+
+
+def test_a_right_backward_gets_no_return_note():
+    x = torch.linspace(-1, 1, 12, dtype=torch.float64).reshape(4, 3)
+    r = gs.verify_torch_function(T.SegmentSum.apply, example_inputs=(x, torch.tensor([0, 2, 2, 1]), 3),
+                                 max_examples=5, seed=0)
+    assert not [n for n in r.notes if "needs_input_grad" in n or "returns float32" in n], r.notes

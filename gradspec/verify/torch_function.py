@@ -37,7 +37,7 @@ from ..ops.user import Op, UserOpError
 from ..result import Result
 from ..search import _check_budget, _resolve_seed, _Runner
 from ..spec import registry as _registry
-from . import fn_shapes, torch_call, torch_double, torch_float32, torch_grad_shapes, torch_layouts, torch_surrogate
+from . import fn_shapes, torch_call, torch_double, torch_float32, torch_grad_shapes, torch_layouts, torch_returns, torch_surrogate
 from . import numerics as _num
 from .op import COMPANIONS, _budget_text, _check_op_case, _count, _op_cases, _wrap
 from .torch_call import ARG_PREFIX, CallLayout, InPlace, _decode, blocks, flat, jitter_float32, label_of, outputs, schema_of
@@ -518,6 +518,8 @@ def verify_torch_function(fn, *, arity: int | None = None, signature: str | None
         c = getattr(d, "case", None)  # does (tryout10 F9: it had "user_ops": {} and `gradspec replay` refused it)
         if c is not None and any(n.op == spec.name for n in c.nodes):
             c.user_ops.setdefault(spec.name, spec.import_path)
+    for text in torch_returns.returns_notes(fn, example_inputs, label) if example_inputs is not None else ():
+        result.note(text)  # what its backward returns that torch drops or casts silently (tryout10 F10, F3)
     if spec.inplace.seen:
         result.note(f"{label} modifies its input in place (ctx.mark_dirty): every call was given copies of its tensor "
                     "inputs (non-leaf ones where they require grad), as a caller must (torch refuses an in-place change "

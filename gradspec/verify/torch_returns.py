@@ -1,0 +1,61 @@
+"""What a torch Function's backward returns that torch drops or casts without a word, read once per run at the
+example (tryout10 F10, F3): a gradient for an int/bool tensor argument (torch discards it: ``ctx.needs_input_grad``
+ignored), and a gradient in a lower precision than its float input (torch casts it back).  Neither changes a value
+gradspec compares where the op computes in float32 inside (the comparison is at float32 precision there), so the
+dtype is read from the return itself, never inferred from the values.
+
+Example::
+
+    >>> import torch
+    >>> class Half(torch.autograd.Function):
+    ...     @staticmethod
+    ...     def forward(ctx, x):
+    ...         return x * 2
+    ...     @staticmethod
+    ...     def backward(ctx, g):
+    ...         return (2 * g).float()
+    >>> print(returns_notes(Half.apply, (torch.ones(2, dtype=torch.float64),), "Half")[0][:46])
+    Half's backward returns float32 for input 0, a
+"""
+
+from __future__ import annotations
+
+__all__ = ["returns_notes"]
+
+
+def returns_notes(fn, example, label: str) -> list:
+    """Notes on what ``fn``'s backward returns at ``example`` (fn's positional arguments); [] when nothing is odd
+    or it cannot be read (not a torch.autograd.Function's output, a tuple output, a raise)."""
+    import torch
+
+    example = (example,) if isinstance(example, torch.Tensor) else tuple(example or ())
+    try:
+        # non-leaf copies (an in-place Function may write into them); everything else a copy too
+        args = [(x.detach().clone().requires_grad_(True).clone() if x.is_floating_point() else x.clone())
+                if isinstance(x, torch.Tensor) else x for x in example]
+        with torch.enable_grad():
+            y = fn(*args)
+        node = getattr(y, "grad_fn", None)
+        if not isinstance(y, torch.Tensor) or node is None or not hasattr(node, "_forward_cls") \
+                or str(getattr(node._forward_cls, "__module__", "")).startswith("torch."):
+            return []
+        res = node.apply(torch.ones_like(y))
+    except Exception:  # noqa: BLE001 - cannot be read: the run's own checks stand
+        return []
+    res = res if isinstance(res, tuple) else (res,)
+    notes = []
+    for k, (x, r) in enumerate(zip(args, res)):
+        if not isinstance(x, torch.Tensor) or not isinstance(r, torch.Tensor):
+            continue
+        dt = str(x.dtype).removeprefix("torch.")
+        if not x.is_floating_point():
+            notes.append(f"{label}'s backward returns a {str(r.dtype).removeprefix('torch.')} tensor for position {k}, "
+                         f"a {dt} argument that cannot require grad: torch drops it without a word; return None there "
+                         f"(check ctx.needs_input_grad[{k}]), as a gradient computed for it is work thrown away")
+        elif r.is_floating_point() and torch.finfo(r.dtype).bits < torch.finfo(x.dtype).bits:
+            got = str(r.dtype).removeprefix("torch.")
+            notes.append(f"{label}'s backward returns {got} for input {k}, a {dt} input: torch casts it back to {dt} "
+                         f"without a word, so that gradient carries {got}'s rounding (where fn computes in {got} inside "
+                         f"the comparison is at {got} precision and no value shows it); return it in the input's dtype "
+                         "(.to(x.dtype))")
+    return notes
