@@ -50,7 +50,8 @@ def returns_notes(fn, example, label: str) -> list:
         dt = str(x.dtype).removeprefix("torch.")
         if not x.is_floating_point():
             notes.append(f"{label}'s backward returns a {str(r.dtype).removeprefix('torch.')} tensor for position {k}, "
-                         f"a {dt} argument that cannot require grad: torch drops it without a word; return None there "
+                         f"{'an' if dt.startswith('int') else 'a'} {dt} argument that cannot require grad: torch "
+                         "drops it without a word; return None there "
                          f"(check ctx.needs_input_grad[{k}]), as a gradient computed for it is work thrown away")
         elif r.is_floating_point() and torch.finfo(r.dtype).bits < torch.finfo(x.dtype).bits:
             got = str(r.dtype).removeprefix("torch.")
