@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from ._diagnose_text import _fmt
-from ._private.vjp_patterns import columns, disagrees, explains, fit, flat, only_wrong, split_wrong, swapped
+from ._private.vjp_patterns import columns, disagrees, explains, fit, flat, only_wrong, slice_factors, slice_words, split_wrong, swapped
 from .case import Case, Leaf
 
 __all__: list = []
@@ -201,6 +201,36 @@ def _on_one_line(mini, suspect, twin, run, t: dict, leaves) -> bool:
     a, b = flat(t, leaves), flat(t2, leaves)
     na, nb = float(np.linalg.norm(a)), float(np.linalg.norm(b))
     return na > 0 and nb > 0 and abs(float(np.dot(a, b))) >= _ONE_LINE * na * nb
+
+
+def factors_per_slice(mini, node, spec, suspect, twin, run, u: dict, t: dict) -> str | None:
+    """The words for a gradient that is a different constant multiple of J^T·g along each slice of one axis
+    (``slice_factors``), where the same factors hold at the nearby points (``nearby``) that could be checked,
+    at least one; else None.  A per-slice normaliser over the wrong set (a full length where a masked count
+    belongs) does not depend on the input values; a slice whose J^T·g is always a multiple of one vector fits
+    some factor whatever the code computes, and that factor moves with the input (tryout10's layernorm rows of
+    two: 1.3e5 at one point, 1.9e5 at the next)."""
+    leaves = [l for l in mini.grad_leaves() if u.get(l.name) is not None and t.get(l.name) is not None]
+    found = slice_factors(leaves, u, t)
+    if found is None:
+        return None
+    name, axis, cs = found
+    checked = 0
+    for m2 in nearby(mini, node, spec):
+        try:
+            v2 = run(m2)
+        except Exception:  # noqa: BLE001 - no answer at that point: it says nothing
+            continue
+        tw = twin if twin in v2.results else "finite-differences"
+        u2, t2 = v2.results.get(suspect), v2.results.get(tw)
+        if u2 is None or t2 is None or u2.get(name) is None or t2.get(name) is None:
+            continue
+        again = slice_factors([l for l in m2.grad_leaves() if l.name == name], u2, t2, where=(name, axis))
+        if again is None or again[2].shape != cs.shape or np.any(
+                np.abs(again[2] - cs) > _SAME_FACTOR * np.maximum(np.abs(cs), np.abs(again[2]))):
+            return None
+        checked += 1
+    return slice_words(name, axis, np.ndim(u[name]), cs) if checked else None
 
 
 def float32_only(mini, suspect, twin, run) -> str:

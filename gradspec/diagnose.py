@@ -63,7 +63,7 @@ from ._diagnose_engine import (
     empty_broadcast,
 )
 from ._diagnose_findings import _raised_cause, drawing_backward_cause, explain_finding, in_place_read_again
-from ._diagnose_points import factor_at_points, flat_forward_words, float32_only, nonfinite_words, not_linear_in_g, swapped_inputs
+from ._diagnose_points import factor_at_points, factors_per_slice, flat_forward_words, float32_only, nonfinite_words, not_linear_in_g, swapped_inputs
 from ._diagnose_raw import (
     _forward_mutation_cause,
     _mutation_cause,
@@ -554,6 +554,9 @@ def _wrong_vjp(mini: Case, node: NodeDef, spec, suspect: str, u: dict, t: dict, 
     elif pattern != "permuted" and run is not None and twin is not None and (
             swap := swapped_inputs(mini, node, suspect, twin, run)):
         pattern, factor, detail = "permuted", None, swap
+    elif pattern == "other" and "no simple pattern" in detail and run is not None and twin is not None and (
+            per := factors_per_slice(mini, node, spec, suspect, twin, run, u, t)):
+        detail = detail[:detail.index("it differs from J^T·g on")] + per
     elif pattern != "other" and run is not None and twin is not None:
         pattern, factor, detail = _confirmed(mini, node, spec, suspect, twin, run, J, (pattern, factor, detail))
         if pattern == "scale" and abs(factor - 1) >= 1e-3:  # (a factor near 1 has its own words)

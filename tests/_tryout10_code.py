@@ -9,7 +9,7 @@ import numpy as np
 
 import gradspec as gs
 
-__all__ = ["cumprod_div0"]
+__all__ = ["cumprod_div0", "MaskedMeanFullCount", "centre_scaled"]
 
 
 def _cumprod_vjp_div(g, x, out):
@@ -21,3 +21,38 @@ def _cumprod_vjp_div(g, x, out):
 cumprod_div0 = gs.Op("t10_cumprod_div0", forward=lambda x: np.cumprod(x, -1), vjp=_cumprod_vjp_div,
                      signature="(n)->(n)")
 
+
+def _masked_mean_class():
+    import torch
+
+    class MaskedMeanFullCount(torch.autograd.Function):
+        """mean of x over the True elements of mask along the last axis; the backward divides by the full
+        length D where the row's count of True belongs: count/D × the gradient, row by row."""
+
+        @staticmethod
+        def forward(ctx, x, mask):
+            m = mask.to(x.dtype)
+            cnt = m.sum(-1, keepdim=True).clamp(min=1)
+            ctx.save_for_backward(m)
+            return (x * m).sum(-1) / cnt[..., 0]
+
+        @staticmethod
+        def backward(ctx, g):
+            (m,) = ctx.saved_tensors
+            return g[..., None] * m / m.shape[-1], None
+
+    return MaskedMeanFullCount
+
+
+MaskedMeanFullCount = _masked_mean_class()
+
+
+def _centre_vjp_scaled(g, x, out):
+    """x - mean(x) along the last axis, whose backward g - mean(g) is multiplied by 1 + sum(x^2) of the row:
+    a different factor per row, but one that moves with the input (no count or length computed over the wrong
+    set)."""
+    return ((g - g.mean(-1, keepdims=True)) * (1 + (x * x).sum(-1, keepdims=True)),)
+
+
+centre_scaled = gs.Op("t10_centre_scaled", forward=lambda x: x - x.mean(-1, keepdims=True), vjp=_centre_vjp_scaled,
+                      signature="(n)->(n)")

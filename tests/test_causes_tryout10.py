@@ -35,3 +35,26 @@ def test_the_verify_op_run_of_tryout10_names_the_zero_input():
     s = r.discrepancies[0].cause.summary
     assert "overflow" not in s and "division by an input that is 0" in s, s
 
+
+def test_a_masked_mean_dividing_by_the_full_length_is_a_factor_per_row():
+    # F5: rows with 2 and 3 of 5 elements selected get 2/5 and 3/5 of their gradient, the full row is right
+    import torch
+
+    x = torch.linspace(-1, 1, 15, dtype=torch.float64).reshape(3, 5)
+    mask = torch.tensor([[1, 1, 0, 0, 0], [1, 1, 1, 1, 1], [0, 1, 1, 1, 0]], dtype=torch.bool)
+    r = gs.verify_torch_function(T.MaskedMeanFullCount.apply, example_inputs=(x, mask), max_examples=20, seed=0)
+    assert r.discrepancies, "the full-length divisor must be found"
+    s = r.discrepancies[0].cause.summary
+    assert "no simple pattern" not in s and "along each row" in s and "normaliser" in s, s
+
+
+def test_a_factor_per_row_that_moves_with_the_input_is_no_normaliser():
+    # a factor per row fits here (1 + |x_r|^2 on each row), but it is not the same at nearby inputs: the
+    # normaliser words would send the user after a count that is not there
+    assert T.centre_scaled.name == "t10_centre_scaled"
+    x = np.array([[0.5, -1.0, 2.0, 0.25], [1.5, 0.75, -0.5, 1.0], [-2.0, 0.5, 1.25, -0.75]])
+    r = gs.check(Case([Leaf("x0", x)], [NodeDef("v0", "t10_centre_scaled", ["x0"], {})], ["v0"],
+                      [np.array([[1.0, -0.5, 2.0, 0.5], [0.25, 1.0, -1.0, 1.5], [2.0, 1.0, 0.5, -1.5]])]))
+    assert r.discrepancies, "the scaled backward must be found"
+    s = r.discrepancies[0].cause.summary
+    assert "normaliser" not in s, s

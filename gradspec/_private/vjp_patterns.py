@@ -33,7 +33,8 @@ from .vjp_broadcast import dim_arg as _dim
 from .vjp_fit import EXPLAINED, columns, explains, fit, flat
 from .vjp_fit import HYP_RTOL as _HYP_RTOL
 
-__all__ = ["classify", "split_wrong", "name_factor", "snap", "dims", "shape_pattern", "columns", "flat", "fit", "explains",
+__all__ = ["classify", "slice_factors", "slice_words",
+           "split_wrong", "name_factor", "snap", "dims", "shape_pattern", "columns", "flat", "fit", "explains",
            "EXPLAINED", "by_output", "disagrees", "swapped", "transposed", "only_wrong"]
 
 # A factor is named as a simple rational when it matches one to this relative accuracy (the fitted
@@ -220,6 +221,52 @@ def _symmetrised(leaves, u: dict, t: dict) -> str | None:
                         "of; symmetrise the result of the backward (sym(X) = (X + X^T)/2) as the input is a symmetric "
                         "matrix")
     return None
+
+
+def slice_factors(leaves, u: dict, t: dict, where=None):
+    """(leaf name, axis, factors) for a gradient that is a constant multiple of J^T·g along each slice of one
+    axis of an input, a different multiple per slice (tryout10 F5: a masked mean's backward dividing by the full
+    length D where the row's count belongs is count/D × J^T·g, row by row), else None.  ``where``: (name,
+    axis), the only leaf and axis tried (the same slices at another point).
+
+    Solid at this point only where a slice pins its factor: two nonzero elements or more with one ratio (one
+    element fits any factor), on a slice whose factor is not 1; every slice must fit (explains, the same
+    tolerance as the global factor's), the factors must differ (one factor is the global ``scale``), and a
+    slice where J^T·g is 0 must be 0 too.  A slice whose J^T·g is always a multiple of one vector (a row of
+    two under a normalisation: multiples of [1, -1]) fits a factor whatever the code computes: the caller
+    checks the factors at other inputs (``_diagnose_points.factors_per_slice``)."""
+    for l in leaves:
+        x, want = np.asarray(u[l.name], dtype=np.float64), np.asarray(t[l.name], dtype=np.float64)
+        if x.ndim < 2 or x.shape != want.shape or (where is not None and where[0] != l.name):
+            continue
+        for axis in reversed(range(x.ndim)) if where is None else [where[1]]:
+            cs = _factors_along(np.moveaxis(x, axis, -1), np.moveaxis(want, axis, -1), where is None)
+            if cs is not None:
+                return l.name, axis, cs
+    return None
+
+
+def _factors_along(x: np.ndarray, want: np.ndarray, pin: bool) -> np.ndarray | None:
+    rows_x, rows_t = x.reshape(-1, x.shape[-1]), want.reshape(-1, want.shape[-1])
+    cs = np.array([fit(a, b) if np.any(b) else 1.0 for a, b in zip(rows_x, rows_t)], dtype=np.float64)
+    if not np.all(np.isfinite(cs)) or not explains(x.ravel(), (cs[:, None] * rows_t).ravel(), want.ravel()):
+        return None
+    pinned = [c for c, b in zip(cs, rows_t) if np.count_nonzero(b) >= 2 and abs(c - 1) > _SMALL]
+    if pin and (not pinned or np.ptp(cs) <= _SMALL * float(np.max(np.abs(cs)))):
+        return None
+    return cs
+
+
+def slice_words(name: str, axis: int, ndim: int, cs: np.ndarray) -> str:
+    """The words for ``slice_factors``' finding."""
+    off = [k for k in range(len(cs)) if abs(cs[k] - 1) > _SMALL]
+    along = "each row (along the last axis)" if axis == ndim - 1 else f"each slice along axis {axis}"
+    shown = ", ".join(f"{cs[k]:.4g}" for k in off[:4]) + (", ..." if len(off) > 4 else "")
+    return (f"input {name}'s gradient is a constant multiple of J^T·g along {along}, a different one per slice: "
+            f"{len(off)} of {len(cs)} slices are off by the factors {shown}"
+            f"{' (the others are right)' if len(off) < len(cs) else ''}, the same at other inputs: a per-slice "
+            "normaliser (a count, length, norm or sum) computed over the wrong set, e.g. the full length where a "
+            "masked count belongs?")
 
 
 def _masked(uu: np.ndarray, tt: np.ndarray) -> str | None:
