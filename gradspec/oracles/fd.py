@@ -101,6 +101,7 @@ from .._private import structure as _structure
 from .._private.kinks import center_kink_distances, exclusion
 from .._private.prologue import oracle_call
 from ..spec import registry as _registry
+from . import _fd_even as _even
 from . import _fd_probes as _probes
 from ._base import NonDifferentiable, Oracle, OracleError
 from ._fd_lazy import LazyErrors
@@ -437,7 +438,11 @@ def _float64_gradient(case, leaves, x64, flat, h, plan, hl, p: _Pass, check_reac
     coarse (``_fd_lazy.settled``) the error bound is left to be computed when first asked for."""
     n = flat.size
     small_s = (p.sl if p.sl is not None else p.s.tolist()) if n <= SMALL_N else None
-    got = _settled_small(small_s, p.s0, hl, p.vfloor) if small_s is not None else _settled(p.s, p.s0, h, p.vfloor)
+    # elements whose corrected estimate the even part of s may spoil beyond its bound (_fd_even): the eager path
+    even = _even.suspects(p.s, p.s0, h)
+    got = None
+    if not even.size:
+        got = _settled_small(small_s, p.s0, hl, p.vfloor) if small_s is not None else _settled(p.s, p.s0, h, p.vfloor)
     if got is not None:  # the steps of _estimate_small's path with refine False, or _refine's with nothing to refine
         r, lower, kept = got
         if check_reach and p.reach:
@@ -456,7 +461,7 @@ def _float64_gradient(case, leaves, x64, flat, h, plan, hl, p: _Pass, check_reac
         _not_finite(int(np.argwhere(~np.isfinite(p.s))[0][1]), h)
     if check_reach and p.reach:  # a kink within reach explains a coarse estimate better than "varies too fast"
         _check_reach(plan, p.center, p.reach, p.tops, center_kink_distances(case))
-    if small is not None and not small[3]:
+    if small is not None and not small[3] and not even.size:
         if floor > p.vfloor:
             _noise_blocked(case, x64, leaves, flat, h, p, *(np.array(a) for a in small[:3]))
         _probes.staircase(p, small[0], h, leaves, (_s_at, (case, x64, leaves, p.seeds64), flat))
@@ -465,10 +470,12 @@ def _float64_gradient(case, leaves, x64, flat, h, plan, hl, p: _Pass, check_reac
         r, err, trunc = (np.array(a) for a in small[:3])
     else:
         r, err, trunc = _combine_all(p.s, p.s0, p.S, p.S0, h, floor)
+    spent = _even.mirror(case, x64, leaves, p, h, floor, even, (r, err, trunc)) if even.size else 0
     if floor > p.vfloor:
         _noise_blocked(case, x64, leaves, flat, h, p, r, err, trunc)
     kinks: dict = {}
     h_final, more = _refine(case, x64, leaves, p, h, floor, (r, err, trunc), kinks)
+    more += spent
     _probes.staircase(p, r, h, leaves, (_s_at, (case, x64, leaves, p.seeds64), flat))  # (h: the noise line's steps)
     out = _result(leaves, r, err, h_final, p.evaluations + more)
     out.kinks = kinks

@@ -1,0 +1,132 @@
+"""Finite differences where the even part of s leaks into the corrected estimate (private to ``gradspec.oracles.fd``).
+
+Along element j, write ``s(x + t e_j) - s(x) = O(t) + E(t)`` (odd and even parts).  The central difference
+``D = (O(h) - O(-h)) / 2h`` sees the odd part only.  Its correction comes from the third difference, which takes
+``s(x + 2h)`` and no ``s(x - 2h)``, so it sees both: ``h^3 T = [O(2h) - 2 O(h)] + [E(2h) - 4 E(h)]``.  The odd bracket
+is ``h^3 f''' + ...`` (the truncation of D that the correction removes and whose size is the error estimate); the
+even bracket is ``h^4 f''''/2 + ...``, zero for a quadratic even part, and lands in the corrected estimate as an error
+``-h^3 f''''/12`` that the estimate ``|h^2 T / 6|`` does not bound: it is sound only while ``h |f''''| << |f'''|``.
+
+That fails where f''' is small for the function's scale while f'''' is not (tryout10 F1): a LayerNorm row of equal
+values followed by GELU.  With rstd = 1/sqrt(1e-5) = 316 and w = 10, z = w xhat moves ~2600 t; GELU has a z^2 term
+and no z^3 term at 0, so the even part has the scale rho ~ 4e-4 and f'''' ~ f' 24 / rho^3 ~ 8e13, while f''' comes
+from rstd's own curvature (scale ~1e-2): the estimate said 2e-3, the error was 1.4e-3 at [3, 0] and up to 6.5x the
+estimate at [2, 5], and gs.check called a correct op wrong.
+
+The 4 values of the stencil cannot tell f''' from h f''''.  ``suspects`` therefore asks a model of the function's
+scale: Cauchy's estimate |f^(k)| / k! <~ M / rho^k, rho read off the stencil's own coefficients (f' / f'' and
+f' / f'''; the smaller: a larger leak), predicts the leak ``|f''| h^3 / rho^2`` (the leading term of
+``(E(2h) - 4 E(h)) / 6h`` with the even coefficients e_k ~ e_1 / rho^(2k-2)).  Where that can exceed
+FD_EVEN_SHARE of the element's error estimate, ``mirror`` evaluates ``s(x - 2h e_j)`` (one point per such element)
+and replaces the estimate by the symmetric 5-point one, ``R5 = (4 D(h) - D(2h)) / 3``: the even part cancels
+exactly, its error is ``-h^4 f^(5) / 30`` and its estimate ``|D(h) - R5| = h^2 f'''/6 + h^4 f^(5)/24`` (the classic
+Richardson pair on the odd part alone, sound under the assumption the design already makes, one order higher).
+The rounding share stays ``2.4 delta / h`` (R5 and its correction sum to 2 / h in |coefficients|).  Where
+``s(x - 2h)`` is not finite (a domain edge there), the 3-point estimate stays and the predicted leak is added to its
+error bound.
+
+On the examples at hand (rho from f' / f'' = 3.9e-4 against the series' 9.4e-4) the prediction is 6x the actual
+leak.  The model can under-predict where f'' is accidentally small as well as f''' (an even part that starts at
+t^4): then the estimate is as unsound as before, no worse.  Elements the model clears cost nothing more; a
+flagged one costs one evaluation.  The float32 estimate (``fd._float32_gradient``) and the refinement at h / 16
+(``_fd_refine``, where the leak shrinks 16x faster than the estimate) keep the 3-point stencil.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import tolerances as _tol
+from ._fd_stencil import _RD_EPS, COARSE, _repeat
+from ._fd_values import _s_values
+
+__all__ = ["suspects", "mirror"]
+
+_NONE = np.empty(0, dtype=np.intp)
+_PER_PASS = 2**17  # leaf elements per batched evaluation (fd.MAX_BATCH_ELEMENTS)
+
+
+def _predicted_leak(s, s0, h, top=None):
+    """The model's leak ``|f''| h^3 / rho^2`` per element, from the (3, n) stencil values (NaN where s is flat).
+    ``top`` (the largest |s| per element): |f''| is taken less the second difference's rounding 4 RD_EPS top / h^2,
+    so that rounding alone (a gradient element that is 0 up to noise: f' ~ f'' ~ noise, rho ~ h) flags nothing.
+    A true |f''| under that level leaks at most 4 RD_EPS top h / rho^2, below 1.7 (h / rho)^2 of the estimate's
+    rounding share 2.4 RD_EPS top / h: material only for rho ~ h, where the truncation term already calls the
+    step too coarse (``_fd_refine``)."""
+    sp, sm, s2 = s
+    with np.errstate(all="ignore"):
+        d = np.abs(sp - sm) / (2 * h)
+        a = np.abs(sp - 2 * s0 + sm) / (h * h)
+        if top is not None:
+            a = np.maximum(a - 4 * _RD_EPS * top / (h * h), 0.0)
+        t = np.abs(s2 - 3 * sp + 3 * s0 - sm) / (h * h * h)
+        rho = np.minimum(2 * d / a, np.sqrt(6 * d / t))
+        return a * h**3 / (rho * rho)
+
+
+def suspects(s, s0: float, h) -> np.ndarray:
+    """Elements whose predicted leak exceeds FD_EVEN_SHARE of a lower bound of their error estimate
+    (``_fd_lazy.settled``'s: the truncation term plus the rounding share without S and the floor), among those
+    the 3-point estimate does not call too coarse.  A too coarse one goes to refinement as before: there a kink
+    at x shows (|x| at 0: the 3-point correction is a third of the jump in slope, and ``_fd_refine`` names the
+    kink), which the symmetric stencil would hide (its estimate there is the average of the two slopes)."""
+    if not s.shape[1]:
+        return _NONE
+    sp, sm, s2 = s
+    with np.errstate(all="ignore"):
+        top = np.maximum(np.maximum(np.abs(sp), np.abs(sm)), np.maximum(np.abs(s2), abs(s0)))
+        leak = _predicted_leak(s, s0, h, top)
+        trunc = np.abs(s2 - 3 * sp + 3 * s0 - sm) / (6 * h)
+        lower = trunc + 2.4 * _RD_EPS * top / h
+        flagged = leak > _tol.FD_EVEN_SHARE * lower
+        if not flagged.any():
+            return _NONE
+        r = np.abs((sp - sm) / (2 * h) - (s2 - 3 * sp + 3 * s0 - sm) / (6 * h))
+        scale = max(float(np.nanmax(r, initial=0.0)), 1e-300)
+        coarse = ~(trunc <= COARSE * np.maximum(r, scale))  # (_fd_refine's test, without its err half)
+        return np.flatnonzero(flagged & ~coarse)
+
+
+def _mirror_values(case, x64, leaves, seeds64, idx, h):
+    """s and S at x - 2 h_j e_j for each element j of ``idx`` (chunks of at most _PER_PASS leaf elements)."""
+    per = max(1, _PER_PASS // max([v.size for v in x64.values()] + [1]))
+    s_out, S_out = np.empty(idx.size), np.empty(idx.size)
+    for a in range(0, idx.size, per):
+        chunk = idx[a:a + per]
+        k = chunk.size
+        batches = {name: _repeat(v, k) for name, v in x64.items()}
+        off = 0
+        for l in leaves:
+            size = l.value.size
+            mine = (chunk >= off) & (chunk < off + size)
+            if mine.any():
+                arr = np.empty((k, size))
+                arr[:] = x64[l.name].ravel()
+                arr[np.flatnonzero(mine), chunk[mine] - off] += -2.0 * h[chunk[mine]]  # (as the stencil's f h, f = -2)
+                batches[l.name] = arr.reshape((k,) + l.shape)
+            off += size
+        s, S = _s_values(case._evaluate(batches, 1), case.roots, seeds64, k)
+        s_out[a:a + k], S_out[a:a + k] = s, S
+    return s_out, S_out
+
+
+def mirror(case, x64, leaves, p, h, floor: float, idx, out) -> int:
+    """The 5-point estimate at the ``suspects`` ``idx``: ``out`` = (r, err, trunc), updated in place; returns the
+    evaluations spent."""
+    r, err, trunc = out
+    sm2, Sm2 = _mirror_values(case, x64, leaves, p.seeds64, idx, h)
+    sp, sm, s2 = p.s[:, idx]
+    hj = h[idx]
+    with np.errstate(all="ignore"):
+        d1 = (sp - sm) / (2 * hj)
+        corr = ((s2 - sm2) / (4 * hj) - d1) / 3
+        top = np.maximum(np.maximum(np.abs(p.s[:, idx]).max(axis=0), np.abs(sm2)), abs(p.s0))
+        S = np.maximum(np.maximum(p.S[:, idx].max(axis=0), Sm2), p.S0)
+        e5 = np.abs(corr) + 2.4 * np.maximum(_RD_EPS * (S + top), floor) / hj
+    ok = np.isfinite(sm2) & np.isfinite(Sm2) & np.isfinite(e5)
+    j = idx[ok]
+    r[j], err[j], trunc[j] = (d1 - corr)[ok], e5[ok], np.abs(corr)[ok]
+    if not ok.all():  # (no usable x - 2h: the 3-point estimate, its bound raised by the predicted leak)
+        j = idx[~ok]
+        err[j] += _predicted_leak(p.s[:, j], p.s0, h[j])
+    return int(idx.size)

@@ -1,0 +1,82 @@
+"""Finite differences' error estimate where the even part of s leaks into the corrected estimate (tryout10 F1).
+
+At a LayerNorm row of equal values (variance 0, rstd = 1/sqrt(eps) = 316) followed by GELU, s(x + t e_j) has a large
+even part (GELU's z^2 term, z ~ 2600 t) and an accidentally small third derivative (GELU has no z^3 term at 0; the
+odd part's curvature comes from rstd alone, on a scale ~1e-2).  The 3-point stencil's corrected estimate takes its
+correction from s(x + 2h), so it picks up the even part's 4th-order term h^3 f''''/12 (~1.4e-3 here), while its
+error estimate |h^2 T / 6| (T the third difference) measures mostly f''': the estimate said 2e-3 where the error was
+up to 6.5x it, and gs.check called a correct op (and torch's own layer_norm + gelu) wrong.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import gradspec as gs
+from gradspec.case import Case
+from gradspec.oracles.fd import fd_gradient
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+special = pytest.importorskip("scipy.special")
+
+EPS = 1e-5
+# the tryout's shrunk case (hex floats, as its case.json): x = all ones (4 x 6, every row constant), the weight w
+# and the upstream gradient of the failing run (seed 3)
+W = [
+    "0x1.4000000000000p+3", "-0x1.4000000000000p+3", "0x1.c7cf463b020c5p+2", "-0x1.aabdda9fba63dp+3",
+    "-0x1.0000000000000p-1", "0x1.11be258b22d0fp+2",
+]
+SEED = [
+    "-0x1.2bda35279f7d8p-1", "0x1.793f3a0a5bdfap-1", "0x1.4d2052c72e6dep+0", "0x1.15089239de860p+0",
+    "-0x1.3031a120142c1p-1", "-0x1.ddc2d076aa165p-1", "-0x1.f54636353e119p-1", "0x1.51c94c8c87925p-1",
+    "-0x1.3c0d3f89b100bp+0", "-0x1.3a33381010bc8p-1", "-0x1.c84f0fb6e77d2p-1", "0x1.044915a8e3488p+0",
+    "0x1.dc7b46a0d7193p-1", "-0x1.16386e61aa94ep+0", "-0x1.3ce2efee2c3ecp+0", "-0x1.74cdee49c1b9cp+0",
+    "0x1.9182d09f9288dp-1", "0x1.2607309451eacp+0", "0x1.323b3628a67e2p+0", "0x1.95df7e77bd0f3p-1",
+    "0x1.00c34ee7e0a53p-1", "-0x1.7934b14c13b0dp+0", "0x1.98c80b8be344bp-1", "0x1.a0c2c5f4474dep-1",
+]
+
+
+def _case_arrays():
+    return (np.ones((4, 6)), np.array([float.fromhex(v) for v in W]),
+            np.array([float.fromhex(v) for v in SEED]).reshape(4, 6))
+
+
+def _ln_gelu_np(x, w):
+    mu = x.mean(-1, keepdims=True)
+    var = ((x - mu) ** 2).mean(-1, keepdims=True)
+    z = (x - mu) / np.sqrt(var + EPS) * w
+    return 0.5 * z * (1 + special.erf(z / np.sqrt(2)))
+
+
+def _truth(x, w, g):
+    xt = torch.tensor(x, requires_grad=True)
+    y = F.gelu(F.layer_norm(xt, (x.shape[-1],), torch.tensor(w), None, EPS))
+    return torch.autograd.grad(y, xt, torch.tensor(g))[0].numpy()
+
+
+_op = gs.Op("fd_even_ln_gelu", forward=_ln_gelu_np, signature="(n),(n)->(n)",
+            vjp=lambda g, x, w, out: (_truth(x, w, g), np.zeros_like(w)))
+
+
+def test_the_error_estimate_bounds_the_error_at_a_constant_layernorm_row():
+    x, w, g = _case_arrays()
+    case = Case.build({"x0": x, "x1": w}, [("y", "fd_even_ln_gelu", ["x0", "x1"], {})], ["y"], [g],
+                      requires_grad={"x1": False})
+    res = fd_gradient(case)
+    err = np.asarray(res.error["x0"])
+    off = np.abs(res.grads["x0"] - _truth(x, w, g))
+    # the estimate itself (not the comparison's 4x of it) bounds the true error: on main it was off by 6.5x it
+    assert (off <= err).all(), (off / err).max()
+
+
+def test_torch_own_layer_norm_gelu_agrees_at_a_constant_row():
+    x, w, _ = _case_arrays()
+
+    def ln_gelu(x, w):
+        return F.gelu(F.layer_norm(x, (x.shape[-1],), w, None, EPS))
+
+    xt, wt = torch.tensor(x), torch.tensor(w)
+    r = gs.verify_torch_function(ln_gelu, example_inputs=(xt, wt), at=[(xt, wt)], seed=3, dtypes=("float64",))
+    assert r.status == "agree", [d.message[:300] for d in r.discrepancies]
