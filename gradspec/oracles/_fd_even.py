@@ -40,7 +40,7 @@ from .. import tolerances as _tol
 from ._fd_stencil import _RD_EPS, COARSE, _repeat
 from ._fd_values import _s_values
 
-__all__ = ["suspects", "mirror"]
+__all__ = ["suspects", "mirror", "correct"]
 
 _NONE = np.empty(0, dtype=np.intp)
 _PER_PASS = 2**17  # leaf elements per batched evaluation (fd.MAX_BATCH_ELEMENTS)
@@ -64,12 +64,13 @@ def _predicted_leak(s, s0, h, top=None):
         return a * h**3 / (rho * rho)
 
 
-def suspects(s, s0: float, h) -> np.ndarray:
+def suspects(s, s0: float, h, scale=None) -> np.ndarray:
     """Elements whose predicted leak exceeds FD_EVEN_SHARE of a lower bound of their error estimate
     (``_fd_lazy.settled``'s: the truncation term plus the rounding share without S and the floor), among those
     the 3-point estimate does not call too coarse.  A too coarse one goes to refinement as before: there a kink
     at x shows (|x| at 0: the 3-point correction is a third of the jump in slope, and ``_fd_refine`` names the
-    kink), which the symmetric stencil would hide (its estimate there is the average of the two slopes)."""
+    kink), which the symmetric stencil would hide (its estimate there is the average of the two slopes).
+    ``scale``: the gradient's scale in that test (the largest |estimate| of all elements; default: of these)."""
     if not s.shape[1]:
         return _NONE
     sp, sm, s2 = s
@@ -82,13 +83,15 @@ def suspects(s, s0: float, h) -> np.ndarray:
         if not flagged.any():
             return _NONE
         r = np.abs((sp - sm) / (2 * h) - (s2 - 3 * sp + 3 * s0 - sm) / (6 * h))
-        scale = max(float(np.nanmax(r, initial=0.0)), 1e-300)
+        if scale is None:
+            scale = max(float(np.nanmax(r, initial=0.0)), 1e-300)
         coarse = ~(trunc <= COARSE * np.maximum(r, scale))  # (_fd_refine's test, without its err half)
         return np.flatnonzero(flagged & ~coarse)
 
 
-def _mirror_values(case, x64, leaves, seeds64, idx, h):
-    """s and S at x - 2 h_j e_j for each element j of ``idx`` (chunks of at most _PER_PASS leaf elements)."""
+def _mirror_values(case, x64, leaves, seeds64, idx, steps: dict):
+    """s and S at x - 2 h_j e_j for each element j of ``idx`` (``steps``: j -> h_j; chunks of at most _PER_PASS
+    leaf elements)."""
     per = max(1, _PER_PASS // max([v.size for v in x64.values()] + [1]))
     s_out, S_out = np.empty(idx.size), np.empty(idx.size)
     for a in range(0, idx.size, per):
@@ -102,7 +105,8 @@ def _mirror_values(case, x64, leaves, seeds64, idx, h):
             if mine.any():
                 arr = np.empty((k, size))
                 arr[:] = x64[l.name].ravel()
-                arr[np.flatnonzero(mine), chunk[mine] - off] += -2.0 * h[chunk[mine]]  # (as the stencil's f h, f = -2)
+                hj = np.array([steps[j] for j in chunk[mine].tolist()])
+                arr[np.flatnonzero(mine), chunk[mine] - off] += -2.0 * hj  # (as the stencil's f h, with f = -2)
                 batches[l.name] = arr.reshape((k,) + l.shape)
             off += size
         s, S = _s_values(case._evaluate(batches, 1), case.roots, seeds64, k)
@@ -111,22 +115,44 @@ def _mirror_values(case, x64, leaves, seeds64, idx, h):
 
 
 def mirror(case, x64, leaves, p, h, floor: float, idx, out) -> int:
-    """The 5-point estimate at the ``suspects`` ``idx``: ``out`` = (r, err, trunc), updated in place; returns the
-    evaluations spent."""
+    """The 5-point estimate at the ``suspects`` ``idx`` of the first pass ``p``: ``out`` = (r, err, trunc), updated
+    in place; returns the evaluations spent."""
     r, err, trunc = out
-    sm2, Sm2 = _mirror_values(case, x64, leaves, p.seeds64, idx, h)
-    sp, sm, s2 = p.s[:, idx]
-    hj = h[idx]
+    sub = (r[idx], err[idx], trunc[idx])
+    spent = correct(case, x64, leaves, p.seeds64, (p.s[:, idx], p.S[:, idx], p.s0, p.S0), h[idx], idx, floor, sub,
+                    np.arange(idx.size))
+    r[idx], err[idx], trunc[idx] = sub
+    return spent
+
+
+def correct(case, x64, leaves, seeds64, values, hk, elems, floor: float, out, local=None, scale=None) -> int:
+    """The 5-point estimate for elements ``elems`` (global indices) measured at steps ``hk``: ``values`` = (s, S,
+    s0, S0), s and S (3, k) at x + f hk e_j; ``out`` = (r, err, trunc) of those k elements, updated in place at
+    ``local`` (default: ``suspects(s, s0, hk, scale)``); returns the evaluations spent."""
+    s, S, s0, S0 = values
+    if local is None:
+        local = suspects(s, s0, hk, scale)
+    if not local.size:
+        return 0
+    r, err, trunc = out
+    sm2, Sm2 = _mirror_values(case, x64, leaves, seeds64, np.asarray(elems)[local], _scatter(elems, local, hk))
+    sp, sm, s2 = s[:, local]
+    hj = hk[local]
     with np.errstate(all="ignore"):
         d1 = (sp - sm) / (2 * hj)
         corr = ((s2 - sm2) / (4 * hj) - d1) / 3
-        top = np.maximum(np.maximum(np.abs(p.s[:, idx]).max(axis=0), np.abs(sm2)), abs(p.s0))
-        S = np.maximum(np.maximum(p.S[:, idx].max(axis=0), Sm2), p.S0)
-        e5 = np.abs(corr) + 2.4 * np.maximum(_RD_EPS * (S + top), floor) / hj
+        top = np.maximum(np.maximum(np.abs(s[:, local]).max(axis=0), np.abs(sm2)), abs(s0))
+        Sx = np.maximum(np.maximum(S[:, local].max(axis=0), Sm2), S0)
+        e5 = np.abs(corr) + 2.4 * np.maximum(_RD_EPS * (Sx + top), floor) / hj
     ok = np.isfinite(sm2) & np.isfinite(Sm2) & np.isfinite(e5)
-    j = idx[ok]
+    j = local[ok]
     r[j], err[j], trunc[j] = (d1 - corr)[ok], e5[ok], np.abs(corr)[ok]
     if not ok.all():  # (no usable x - 2h: the 3-point estimate, its bound raised by the predicted leak)
-        j = idx[~ok]
-        err[j] += _predicted_leak(p.s[:, j], p.s0, h[j])
-    return int(idx.size)
+        j = local[~ok]
+        err[j] += _predicted_leak(s[:, j], s0, hk[j])
+    return int(local.size)
+
+
+def _scatter(elems, local, hk) -> dict:
+    """global element -> its step, for the elements ``elems[local]``."""
+    return dict(zip(np.asarray(elems)[local].tolist(), hk[local].tolist()))

@@ -16,6 +16,7 @@ import numpy as np
 
 from .. import tolerances as _tol
 from .._private import under_test as _under_test
+from . import _fd_even as _even
 from ._base import NonDifferentiable, OracleError
 from ._fd_lazy import Pass as _Pass
 from ._fd_stencil import COARSE, EPS, FACTORS, ROUNDING_DEPTH, _combine, _points
@@ -274,7 +275,11 @@ def refine(case, x64, leaves, p: _Pass, h, floor, out, kinks=None):
         s, S = _s_values(case._evaluate(batches, 1), case.roots, seeds64, nb)
         evaluations += nb
         s = s.reshape(nf, coarse.size)
-        r2, e2, t2 = _combine(s, s0, S.reshape(nf, -1).max(axis=0), S0, h2[coarse], floor)
+        S = S.reshape(nf, -1)
+        r2, e2, t2 = _combine(s, s0, S.max(axis=0), S0, h2[coarse], floor)
+        # (where the even part of s would leak into the estimate at this step too: the 5-point one, _fd_even)
+        evaluations += _even.correct(case, x64, leaves, seeds64, (s, S, s0, S0), h2[coarse], coarse, floor,
+                                     (r2, e2, t2), scale=scale)
         better = e2 < err[coarse]
         sel = coarse[better]
         r[sel], err[sel], trunc[sel], h[sel] = r2[better], e2[better], t2[better], h2[sel]
