@@ -43,7 +43,7 @@ __all__ = ["AGREE", "DISAGREE", "INCONCLUSIVE", "exit_code", "forward_error", "u
            "torch_no_grad_as_none", "twin_mismatches", "precision_mismatches", "is_torch", "TWIN_ULPS", "EMPTY_LEAVES",
            "run_notes", "nothing_finite", "OVERFLOW32", "FORWARD32", "counts_for_run", "SHAPES_ONLY",
            "CONSTANT_INPUTS", "UNUSED", "ZERO_SEEDS", "KINKED_OUT", "UNCOUNTED", "uncounted_reason",
-           "run_count"]
+           "run_count", "exercises"]
 
 AGREE, DISAGREE, INCONCLUSIVE = "agree", "disagree", "inconclusive"
 EXIT = {AGREE: 0, DISAGREE: 1, INCONCLUSIVE: 3}
@@ -515,6 +515,13 @@ def uncounted_reason(verdict, op: str | None = None) -> str:
     """Why a run does not count an agreeing case (one of :data:`UNCOUNTED`); "" when it counts it or the case did
     not agree (its own reason says why)."""
     return run_count(verdict, op)[1]
+
+
+def exercises(case, op: str) -> bool:
+    """Whether ``case``, by its structure and seeds, exercises op ``op``'s gradient (:func:`_unexercised`): not a case
+    whose reason would be :data:`CONSTANT_INPUTS`, :data:`UNUSED` or :data:`ZERO_SEEDS` (an op on 0 elements is:
+    its gradients' shapes are compared).  ``verify_*`` draws only such cases (fixrun #4: 8 of 60 were not)."""
+    return _unexercised(case, op) not in (CONSTANT_INPUTS, UNUSED, ZERO_SEEDS)
 
 
 def _unexercised(case, op: str) -> str:
