@@ -10,11 +10,14 @@ up to 6.5x it, and gs.check called a correct op (and torch's own layer_norm + ge
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
 import gradspec as gs
 from gradspec.case import Case
+from gradspec.oracles import _fd_even as _even
 from gradspec.oracles.fd import fd_gradient
 
 torch = pytest.importorskip("torch")
@@ -80,3 +83,55 @@ def test_torch_own_layer_norm_gelu_agrees_at_a_constant_row():
     xt, wt = torch.tensor(x), torch.tensor(w)
     r = gs.verify_torch_function(ln_gelu, example_inputs=(xt, wt), at=[(xt, wt)], seed=3, dtypes=("float64",))
     assert r.status == "agree", [d.message[:300] for d in r.discrepancies]
+
+
+def _stencils(rng, k):
+    """k single-element stencils (sp, sm, s2) of s(x + t) = s0 + sum_i c_i t^i / i! at t = h, -h, 2h: coefficients
+    of random sign and log-uniform size over 16 decades, a third of them 0 (an even part without f' or f''', the
+    F1 shape; mse at its minimum; a one-sided kink: sm = s0), steps 1e-9 .. 1e-2, s0 from 0 to 1e6; a fifth
+    instead s0 plus a few hundred ulps of it at each point."""
+    out = []
+    for _ in range(k):
+        c = rng.choice([-1.0, 1.0], 5) * 10.0 ** rng.uniform(-8, 8, 5) * (rng.random(5) > 1 / 3)
+        s0 = float(rng.choice([0.0, 1.0]) * 10.0 ** rng.uniform(-6, 6) * rng.choice([-1, 1]))
+        h = 10.0 ** rng.uniform(-9, -2)
+
+        def at(t):
+            return s0 + sum(ci * t ** (i + 1) / math.factorial(i + 1) for i, ci in enumerate(c))
+        sp, sm, s2 = at(h), at(-h), at(2 * h)
+        if rng.random() < 0.05:
+            sm = s0
+        if rng.random() < 0.2:  # (differences at the rounding level of s0: where E's rounding share decides)
+            sp, sm, s2 = (s0 + s0 * 2.0 ** -52 * d for d in rng.integers(-300, 300, 3))
+        out.append((sp, sm, s2, s0, h))
+    return out
+
+
+def test_the_python_prefilter_never_clears_an_element_the_numpy_test_flags():
+    """``_fd_even._cleared`` (in Python floats, ahead of the numpy test on every FD estimate up to SMALL_N
+    elements) must not clear an element ``_flag`` would flag: on 20,000 random stencils, each alone and in
+    blocks of 10, with the coarse filter off (scale 1e300) so that every flag shows.  The draw must put flagged
+    elements near the prefilter's edge for the test to say anything: within 4x of it (its margin is 2x; the
+    closest flagged element of this draw sits at 2.3x, 10 within 4x: a _K 2.5x too large fails here).  Its bound
+    on E / O is implied by the other wherever E's rounding share leaves e > 0: no draw can fault that one."""
+    rng = np.random.default_rng(15)
+    flagged = cleared = near = 0
+    for sp, sm, s2, s0, h in _stencils(rng, 20000):
+        s = np.array([[sp], [sm], [s2]])
+        hit = _even._flag(s, s0, np.array([h]), 1e300).size > 0
+        ok = _even._cleared(s.tolist(), s0)
+        assert not (hit and ok), (sp, sm, s2, s0, h)
+        flagged += hit
+        cleared += ok
+        e, o = abs(sp + sm - 2 * s0), abs(sp - sm)
+        k = _even._K * max(abs(s0), abs(sp), abs(sm))
+        near += hit and o > 0 and (e / o <= 4 * _even._Q and e ** 3 / o ** 2 < 4 * k)
+    assert flagged > 500 and cleared > 5000 and near >= 5, (flagged, cleared, near)
+    blocks = np.array(_stencils(np.random.default_rng(16), 2000)).T
+    for a in range(0, 2000, 10):
+        sp, sm, s2, s0v, hv = blocks[:, a:a + 10]
+        s = np.vstack([sp, sm, s2 + s0v[0] - s0v])  # (one s0 a block: shift each stencil to it)
+        s[0] += s0v[0] - s0v
+        s[1] += s0v[0] - s0v
+        got = _even.suspects(s, s0v[0], hv, 1e300)
+        assert np.array_equal(got, _even._flag(s, s0v[0], hv, 1e300))

@@ -439,7 +439,7 @@ def _float64_gradient(case, leaves, x64, flat, h, plan, hl, p: _Pass, check_reac
     n = flat.size
     small_s = (p.sl if p.sl is not None else p.s.tolist()) if n <= SMALL_N else None
     # elements whose corrected estimate the even part of s may spoil beyond its bound (_fd_even): the eager path
-    even = _even.suspects(p.s, p.s0, h)
+    even = _even.suspects(p.s, p.s0, h, rows=small_s)
     got = None
     if not even.size:
         got = _settled_small(small_s, p.s0, hl, p.vfloor) if small_s is not None else _settled(p.s, p.s0, h, p.vfloor)
