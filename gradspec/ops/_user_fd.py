@@ -16,6 +16,7 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import math
 
 import numpy as np
@@ -23,7 +24,7 @@ import numpy as np
 from .. import tolerances as _tol
 from .._private import float32_line as _f32line
 
-__all__ = ["fd_jvp", "fd_step_scale", "fd_rounding_noise", "FDStepError", "NOISE_ULPS", "FD_STEP", "FD_STEP32"]
+__all__ = ["fd_jvp", "fd_step_scale", "fd_rounding_noise", "fd_memo", "FDStepError", "NOISE_ULPS", "FD_STEP", "FD_STEP32"]
 
 
 _STEP_SCALE = [1.0]
@@ -63,6 +64,71 @@ def fd_rounding_noise(seed: int = 0):
         yield
     finally:
         _NOISE[0] = old
+
+
+_MEMO: list = [None]  # a _Memo while fd_memo() is active
+
+
+class _Memo(dict):
+    """What one oracle answer's passes computed, by what it was computed from (``_digest``): the JVPs of the
+    first pass, the centre's recomputation, the float32 line's evidence and the noise line's sigma.  A pass
+    repeating a computation with the same op, inputs, tangents and step takes its answer (the forward is a
+    function of its inputs: every oracle assumes it, and ``determinism.probe`` checks it before any compares).
+    JVPs are kept up to ``MEMO_ELEMENTS`` elements in all, then computed again (the answer is the same)."""
+
+    size = 0
+
+    def keep(self, size: int) -> bool:
+        if self.size + size > MEMO_ELEMENTS:
+            return False
+        self.size += size
+        return True
+
+
+# 2**22 float64 elements (32 MiB) of first-pass JVPs kept for the noise pass: a few thousand inputs beside
+# outputs of a thousand elements; beyond it the noise pass evaluates its points again, as before.
+MEMO_ELEMENTS = 2**22
+
+
+@contextlib.contextmanager
+def fd_memo():
+    """Inside the block (one answer of the jacobian oracle over FD-JVPs: ``fd_jacobian_error``'s passes), a
+    computation that a previous pass made from the very same op, inputs, tangents and step is not made again:
+    the rounding-noise pass (the first pass's JVPs plus noise) evaluates only its noise line, and the float32
+    and noise lines, which depend on the inputs alone, are laid once for all four passes.  Re-entrant."""
+    if _MEMO[0] is not None:
+        yield
+        return
+    _MEMO[0] = _Memo()
+    try:
+        yield
+    finally:
+        _MEMO[0] = None
+
+
+def _digest(spec, arrays, params) -> tuple:
+    """What a computation depends on: the op (the spec object itself), each array's dtype, shape and bytes (a
+    128-bit BLAKE2 digest of them: tangents reach a MiB) and the params (the objects themselves, by identity:
+    the node's, held by the case for the whole answer)."""
+    h = hashlib.blake2b(digest_size=16)
+    for a in arrays:
+        if a is None:
+            h.update(b"-")
+            continue
+        a = np.ascontiguousarray(a)
+        h.update(f"{a.dtype.str}{a.shape}".encode())
+        h.update(a.view(np.uint8).reshape(-1) if a.size else b"")
+    return (id(spec), h.digest(), tuple(sorted((k, id(v)) for k, v in params.items())))
+
+
+def _memoized(what: str, spec, xs, params, compute):
+    memo = _MEMO[0]
+    if memo is None:
+        return compute()
+    key = (what, _digest(spec, xs, params))
+    if key not in memo:
+        memo[key] = compute()
+    return memo[key]
 
 
 def _active_directions(tangents, n) -> np.ndarray:
@@ -113,79 +179,122 @@ def fd_jvp(spec):
             return np.zeros((n,) + np.shape(out), dtype=np.float64)
         xs = [np.asarray(x, dtype=np.float64) if np.issubdtype(np.asarray(x).dtype, np.floating) else np.asarray(x)
               for x in inputs]
+        rng = _NOISE[0]
+        memo, key = _MEMO[0], None
+        if memo is not None and _STEP_SCALE[0] == 1.0:
+            key = ("jvp", _digest(spec, xs, params), _digest(None, list(tangents) + [np.asarray(out)], {}))
+        est = memo.get(key) if key is not None and rng is not None else None
+        if est is None:
+            est = _estimate(spec, tangents, xs, out, params, n, coeffs)
+            if key is not None and rng is None and memo.keep(est.size):
+                memo[key] = est
+        else:  # the noise pass at the first pass's inputs, tangents and step: its points' values are known
+            est.replay(spec)
         res = np.zeros((n,) + np.shape(out), dtype=np.float64)
-        out = np.asarray(out, dtype=np.float64)
-        with np.errstate(all="ignore"):
-            low = out.size and np.array_equal(out.astype(np.float32), out)
-        if low:
-            # the stencil evaluates the forward in float64: so must its centre.  A float32 case's output
-            # (rounded to float32, then cast) would pass for curvature in every second difference and refuse
-            # each step; an output that float32 holds exactly is recomputed (the same value in a float64 case)
-            with np.errstate(all="ignore"):
-                out = np.asarray(spec.forward_batched([x[None] for x in xs], params, 1), dtype=np.float64)[0]
-        active = np.nonzero(_active_directions(tangents, n))[0]
-        if active.size == 0:
-            return res
-        dist = _distance_to_singular(spec, xs, params)
-        # Work along unit directions (max |t| = 1) and scale back: the chain rule can hand over
-        # tangents of any size (1e-300 after a saturated softmax), the step must not follow them.
-        tmax = np.zeros(n)
-        for t, x in zip(tangents, xs, strict=True):
-            if t is not None:
-                tt = np.abs(np.asarray(t, dtype=np.float64)).reshape(n, int(np.size(x)))
-                tmax = np.maximum(tmax, tt.max(axis=1, initial=0.0))
-        safe = np.where(tmax > 0, tmax, 1.0)
-        units = [None if t is None else np.asarray(t, dtype=np.float64) / safe.reshape((n,) + (1,) * (np.ndim(t) - 1))
-                 for t in tangents]
-        scale = np.ones(n)
-        reach = np.full(n, np.inf)
-        for u, x, d in zip(units, xs, dist, strict=True):
-            if u is None:
-                continue
-            tt = np.abs(u).reshape(n, int(np.size(x)))
-            moved = tt > 0
-            xa = np.broadcast_to(np.maximum(1.0, np.abs(x)).reshape(1, -1), tt.shape)
-            scale = np.maximum(scale, np.where(moved, xa, 0.0).max(axis=1, initial=1.0))
-            db = np.broadcast_to(np.asarray(d).reshape(1, -1), tt.shape)
-            with np.errstate(all="ignore"):
-                per = np.where(moved, db / np.where(moved, tt, 1.0), np.inf)
-                reach = np.minimum(reach, per.min(axis=1, initial=np.inf))
-        h = np.minimum(FD_STEP * scale, reach / 32.0) * _STEP_SCALE[0]
-        biggest = max([int(np.size(out))] + [int(np.size(x)) for x in xs] + [1])
-        chunk = max(1, 2_000_000 // (8 * biggest))
-        eps = np.finfo(np.float64).eps  # the forward's precision: float32's once it shows (float32_valued)
-        why = getattr(spec, "float32_seen", "") or _f32line.forward_steps(
-            spec.name, lambda b: spec.forward_batched(b, params, 1), xs, NOISE_ULPS)
-        if why:  # float32 hidden behind float64 arithmetic (no value is a float32 number): as below, from the start
-            eps, h = np.finfo(np.float32).eps, np.minimum(FD_STEP32 * scale, reach / 32.0) * _STEP_SCALE[0]
-            _FLOAT32_SEEN.append(spec.name)
-            _FLOAT32_WHY[spec.name] = why
-            _f32line.learnt(spec, why)
-        for start in range(0, active.size, chunk):
-            idx = active[start : start + chunk]
-            k = idx.size
-            d1, f1, d2, f2 = _two_steps(spec, units, xs, params, idx, h, coeffs, out, eps)
-            if d1 is None:  # float32 inside: the float32 step and rounding from here on
-                eps = np.finfo(np.float32).eps
-                h = np.minimum(FD_STEP32 * scale, reach / 32.0) * _STEP_SCALE[0]
-                _FLOAT32_SEEN.append(spec.name)
-                d1, f1, d2, f2 = _two_steps(spec, units, xs, params, idx, h, coeffs, out, eps)
-            r = (16.0 * d2 - d1) / 15.0
-            if why and not _visible32(out):  # hidden float32: the float32 step (0.04 max(1, |x|)) can exceed its scale
-                _quarter_step(spec, (units, xs, params, idx, h, coeffs, out), r, np.maximum(f1, f2), why)
-            rng = _NOISE[0]
+        for idx, r, fmax, hs, eps in est.parts:
             if rng is not None:
-                hs = h[idx].reshape((k,) + (1,) * (r.ndim - 1))
                 # the larger of the rounding model and the noise measured on this forward (an
                 # ill-conditioned solve inside the op rounds at kappa eps, not a few ulps)
-                level = np.maximum(NOISE_ULPS * eps * np.maximum(f1, f2),
-                                   _tol.FD_NOISE_SIGMAS * _measured_noise(spec, xs, params))
+                level = np.maximum(NOISE_ULPS * eps * fmax, _tol.FD_NOISE_SIGMAS * _measured_noise(spec, xs, params))
                 amp = 3.3 * level / hs
                 r = r + amp * rng.uniform(-1.0, 1.0, r.shape)
-            res[idx] = r * tmax[idx].reshape((k,) + (1,) * (r.ndim - 1))
+            res[idx] = r * est.tmax[idx].reshape((idx.size,) + (1,) * (r.ndim - 1))
         return res
 
     return jvp
+
+
+def _estimate(spec, tangents, xs, out, params, n, coeffs):
+    """``fd_jvp``'s JVPs before any rounding noise is added: per chunk of active directions (idx), the
+    Richardson estimate along the unit directions, the largest |f| over its stencils, its steps and the
+    precision it was estimated at (``_Est``)."""
+    est = _Est()
+    out = np.asarray(out, dtype=np.float64)
+    with np.errstate(all="ignore"):
+        low = out.size and np.array_equal(out.astype(np.float32), out)
+    if low:
+        # the stencil evaluates the forward in float64: so must its centre.  A float32 case's output
+        # (rounded to float32, then cast) would pass for curvature in every second difference and refuse
+        # each step; an output that float32 holds exactly is recomputed (the same value in a float64 case)
+        out = _memoized("centre", spec, xs, params, lambda: _centre(spec, xs, params))
+    active = np.nonzero(_active_directions(tangents, n))[0]
+    if active.size == 0:
+        return est
+    dist = _distance_to_singular(spec, xs, params)
+    # Work along unit directions (max |t| = 1) and scale back: the chain rule can hand over
+    # tangents of any size (1e-300 after a saturated softmax), the step must not follow them.
+    tmax = np.zeros(n)
+    for t, x in zip(tangents, xs, strict=True):
+        if t is not None:
+            tt = np.abs(np.asarray(t, dtype=np.float64)).reshape(n, int(np.size(x)))
+            tmax = np.maximum(tmax, tt.max(axis=1, initial=0.0))
+    est.tmax = tmax
+    safe = np.where(tmax > 0, tmax, 1.0)
+    units = [None if t is None else np.asarray(t, dtype=np.float64) / safe.reshape((n,) + (1,) * (np.ndim(t) - 1))
+             for t in tangents]
+    scale = np.ones(n)
+    reach = np.full(n, np.inf)
+    for u, x, d in zip(units, xs, dist, strict=True):
+        if u is None:
+            continue
+        tt = np.abs(u).reshape(n, int(np.size(x)))
+        moved = tt > 0
+        xa = np.broadcast_to(np.maximum(1.0, np.abs(x)).reshape(1, -1), tt.shape)
+        scale = np.maximum(scale, np.where(moved, xa, 0.0).max(axis=1, initial=1.0))
+        db = np.broadcast_to(np.asarray(d).reshape(1, -1), tt.shape)
+        with np.errstate(all="ignore"):
+            per = np.where(moved, db / np.where(moved, tt, 1.0), np.inf)
+            reach = np.minimum(reach, per.min(axis=1, initial=np.inf))
+    h = np.minimum(FD_STEP * scale, reach / 32.0) * _STEP_SCALE[0]
+    biggest = max([int(np.size(out))] + [int(np.size(x)) for x in xs] + [1])
+    chunk = max(1, 2_000_000 // (8 * biggest))
+    eps = np.finfo(np.float64).eps  # the forward's precision: float32's once it shows (float32_valued)
+    why = getattr(spec, "float32_seen", "") or _memoized("steps", spec, xs, params, lambda: _f32line.forward_steps(
+        spec.name, lambda b: spec.forward_batched(b, params, 1), xs, NOISE_ULPS))
+    if why:  # float32 hidden behind float64 arithmetic (no value is a float32 number): as below, from the start
+        eps, h = np.finfo(np.float32).eps, np.minimum(FD_STEP32 * scale, reach / 32.0) * _STEP_SCALE[0]
+        est.seen.append(why)
+        _FLOAT32_SEEN.append(spec.name)
+        _FLOAT32_WHY[spec.name] = why
+        _f32line.learnt(spec, why)
+    for start in range(0, active.size, chunk):
+        idx = active[start : start + chunk]
+        k = idx.size
+        d1, f1, d2, f2 = _two_steps(spec, units, xs, params, idx, h, coeffs, out, eps)
+        if d1 is None:  # float32 inside: the float32 step and rounding from here on
+            eps = np.finfo(np.float32).eps
+            h = np.minimum(FD_STEP32 * scale, reach / 32.0) * _STEP_SCALE[0]
+            _FLOAT32_SEEN.append(spec.name)
+            est.seen.append("")
+            d1, f1, d2, f2 = _two_steps(spec, units, xs, params, idx, h, coeffs, out, eps)
+        r = (16.0 * d2 - d1) / 15.0
+        if why and not _visible32(out):  # hidden float32: the float32 step (0.04 max(1, |x|)) can exceed its scale
+            _quarter_step(spec, (units, xs, params, idx, h, coeffs, out), r, np.maximum(f1, f2), why)
+        est.parts.append((idx, r, np.maximum(f1, f2), h[idx].reshape((k,) + (1,) * (r.ndim - 1)), eps))
+        est.size += r.size
+    return est
+
+
+class _Est:
+    """``_estimate``'s answer: ``parts`` (idx, r, max |f|, step, eps) per chunk, ``tmax`` (the directions' scales),
+    ``seen`` the float32 evidence it recorded as it went (``replay`` records it again for a pass that reuses it)."""
+
+    __slots__ = ("parts", "tmax", "seen", "size")
+
+    def __init__(self) -> None:
+        self.parts, self.tmax, self.seen, self.size = [], None, [], 0
+
+    def replay(self, spec) -> None:
+        for why in self.seen:
+            if why:
+                _FLOAT32_WHY[spec.name] = why
+                _f32line.learnt(spec, why)
+            _FLOAT32_SEEN.append(spec.name)
+
+
+def _centre(spec, xs, params):
+    with np.errstate(all="ignore"):
+        return np.asarray(spec.forward_batched([x[None] for x in xs], params, 1), dtype=np.float64)[0]
 
 
 def _visible32(out) -> bool:
@@ -227,6 +336,11 @@ def _quarter_step(spec, args, r, fmax, why: str = "") -> None:
 
 
 def _measured_noise(spec, xs, params) -> np.ndarray:
+    """``_noise_line``'s sigma, laid once per inputs inside ``fd_memo``."""
+    return _memoized("noise", spec, xs, params, lambda: _noise_line(spec, xs, params))
+
+
+def _noise_line(spec, xs, params) -> np.ndarray:
     """Per output element, the forward's rounding noise measured on a line of FD_NOISE_POINTS
     points around the inputs (``gradspec._private.fdstep.noise_sigma``).  The line is spaced like the
     FD oracle's step (eps^(1/3) |x| / 64: a span of ~1e-7 |x|), not like this JVP's (eps^(1/5)): a

@@ -19,6 +19,7 @@ import math
 import numpy as np
 
 from ..ops import user as _user
+from ..ops._user_fd import fd_memo
 from ..ops.user import FDStepError, fd_rounding_noise, fd_step_scale
 from ._base import Oracle, OracleError
 from .jacobian import JacobianOracle
@@ -34,10 +35,18 @@ def fd_jacobian_error(case, jac_vjp: dict | None = None) -> dict:
     (truncation error: it changes with the step), and with the finite-difference JVPs' rounding
     error injected as random noise of its own size (:func:`gradspec.ops.user.fd_rounding_noise`:
     rounding is what limits a JVP entry that is tiny next to the op's output, e.g. a saturated
-    softmax); plus 1e-12 of the leaf's largest gradient."""
+    softmax); plus 1e-12 of the leaf's largest gradient.  Inside ``fd_memo`` (``FDJacobianOracle.result``
+    opens it around the first pass too) the noise pass evaluates no stencil point: its JVPs are the first
+    pass's, whose values are known, plus the noise."""
     from .jacobian import jacobian
 
-    base = jac_vjp if jac_vjp is not None else jacobian(case).vjp
+    with fd_memo():
+        return _error(case, jac_vjp if jac_vjp is not None else jacobian(case).vjp)
+
+
+def _error(case, base: dict) -> dict:
+    from .jacobian import jacobian
+
     err = {k: np.zeros(np.shape(v)) for k, v in base.items()}
     for s in (1.7, 0.55, None):
         ctx = fd_step_scale(s) if s is not None else fd_rounding_noise(0)
@@ -99,8 +108,9 @@ class FDJacobianOracle(Oracle):
         try:
             del _user._FLOAT32_SEEN[:]
             _user._FLOAT32_WHY.clear()
-            g = jacobian(case).vjp
-            out = _FDRes(g, fd_jacobian_error(case, g), ", ".join(dict.fromkeys(_user._FLOAT32_SEEN)))
+            with fd_memo():  # (the first pass's JVPs kept for the noise pass)
+                g = jacobian(case).vjp
+                out = _FDRes(g, fd_jacobian_error(case, g), ", ".join(dict.fromkeys(_user._FLOAT32_SEEN)))
             out.float32_why = "; ".join(dict.fromkeys(_user._FLOAT32_WHY.values()))
             return out
         except FDStepError as e:  # no step could be trusted: refuse, with the reason
