@@ -59,13 +59,22 @@ def test_the_noise_pass_evaluates_only_its_noise_line():
     # each pass evaluates the graph's forward once (jacobian's values) and its stencils; the noise pass adds
     # its noise line.  Before: the noise pass evaluated the first pass's stencils again (660 = 4 x 161 + 16)
     assert total <= passes[1.0] + passes[1.7] + passes[0.55] + 1 + _tol.FD_NOISE_POINTS, (total, passes)
-    assert passes[1.0] > 20 * 8  # (20 directions x an 8-point stencil pair at least: the count is of points)
+    # one pass: the graph's forward once, then per direction (20) the stencils at h and h / 2, 8 points less
+    # the 2 they share (h / 2's +-2 points are h's +-1 points): 121; before, 161
+    assert passes[1.0] == 1 + 20 * 6, passes
 
 
-def test_the_answer_is_the_one_of_evaluating_everything():
+def _full_stencils(monkeypatch):
+    # every stencil point evaluated, as before (outer=None: nothing taken from the stencil at twice the step)
+    full = U._stencil
+    monkeypatch.setattr(U, "_stencil", lambda *a, outer=None, **kw: full(*a, **kw))
+
+
+def test_the_answer_is_the_one_of_evaluating_everything(monkeypatch):
     case = _case(1)
     got = FDJacobianOracle().result(case)
-    # the same passes run one by one, outside the oracle (no memo: every pass evaluates its points)
+    # the same passes run one by one, outside the oracle (no memo) and every stencil point evaluated
+    _full_stencils(monkeypatch)
     base = jacobian(case).vjp
     err = {k: np.zeros(np.shape(v)) for k, v in base.items()}
     for ctx in (U.fd_step_scale(1.7), U.fd_step_scale(0.55), U.fd_rounding_noise(0)):
