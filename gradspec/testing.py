@@ -236,7 +236,8 @@ def _warn_held(result) -> None:
         warnings.warn(HeldFixedWarning(
             f"gradspec: {result.target} passed with arguments held fixed in every case: {'; '.join(held)} -- a bug "
             "that depends on their values (a duplicate index, an empty mask, an ignored target) was not searched; "
-            "pass at= points with other values (at=[(x, idx2, ...)]) or other example_inputs"), stacklevel=4)
+            "draw an int/bool tensor with args={k: gs.strategies.indices(example_k)}, or pass at= points with other "
+            "values (at=[(x, idx2, ...)])"), stacklevel=4)
 
 
 class VerificationFailed(AssertionError):

@@ -171,3 +171,73 @@ class TopKGateStashFilled(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g):
         return g * ctx.mask, None
+
+
+class SegmentSumFirstRowOnly(torch.autograd.Function):
+    """SegmentSum; BUG: backward written for unique segment ids: only the first row of each segment gets its
+    gradient (a duplicate segment id's other rows get 0)."""
+
+    @staticmethod
+    def forward(ctx, x, idx, nseg):
+        ctx.save_for_backward(idx)
+        return x.new_zeros((nseg,) + x.shape[1:]).index_add_(0, idx, x)
+
+    @staticmethod
+    def backward(ctx, g):
+        (idx,) = ctx.saved_tensors
+        n = idx.numel()
+        first = torch.full((int(idx.max()) + 1,), n).scatter_reduce_(0, idx, torch.arange(n), "amin")
+        rows = first[first < n]
+        gx = g.new_zeros((n,) + g.shape[1:])
+        gx[rows] = g[idx[rows]]
+        return gx, None, None
+
+
+class MaskedMean(torch.autograd.Function):
+    """Mean of x over the last axis where a bool mask is True; a row with no True element gives 0: correct."""
+
+    @staticmethod
+    def forward(ctx, x, mask):
+        m = mask.to(x.dtype)
+        cnt = m.sum(-1, keepdim=True).clamp(min=1)
+        ctx.save_for_backward(m, cnt)
+        return (x * m).sum(-1) / cnt[..., 0]
+
+    @staticmethod
+    def backward(ctx, g):
+        m, cnt = ctx.saved_tensors
+        return g[..., None] * m / cnt, None
+
+
+class MaskedMeanNoClamp(torch.autograd.Function):
+    """MaskedMean without the clamp: a row with no True element is 0/0 (NaN) in forward and backward alike; the
+    backward is the derivative wherever the forward is finite (a precondition of the op, not a gradient bug)."""
+
+    @staticmethod
+    def forward(ctx, x, mask):
+        m = mask.to(x.dtype)
+        cnt = m.sum(-1, keepdim=True)
+        ctx.save_for_backward(m, cnt)
+        return (x * m).sum(-1) / cnt[..., 0]
+
+    @staticmethod
+    def backward(ctx, g):
+        m, cnt = ctx.saved_tensors
+        return g[..., None] * m / cnt, None
+
+
+class MaskedMeanFullCount(torch.autograd.Function):
+    """MaskedMean; BUG: backward divides by the full row length, not the number of True elements (right only for
+    an all-True row)."""
+
+    @staticmethod
+    def forward(ctx, x, mask):
+        m = mask.to(x.dtype)
+        cnt = m.sum(-1, keepdim=True).clamp(min=1)
+        ctx.save_for_backward(m)
+        return (x * m).sum(-1) / cnt[..., 0]
+
+    @staticmethod
+    def backward(ctx, g):
+        (m,) = ctx.saved_tensors
+        return g[..., None] * m / m.shape[-1], None

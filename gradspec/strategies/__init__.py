@@ -54,6 +54,7 @@ from ._args import (
 from ._cases import _cases, _seeds, _values_strategy
 from ._graph import Graph, GraphLeaf, _config, _graphs
 from ._groups import CaseGroup, _case_groups
+from ._indices import indices_strategy as _indices_strategy
 from ._ops import op_order, unusable_ops
 from ._shapes import _shapes
 
@@ -65,6 +66,7 @@ __all__ = [
     "graphs",
     "cases",
     "case_groups",
+    "indices",
     "CaseGroup",
     "op_order",
     "unusable_ops",
@@ -74,6 +76,28 @@ __all__ = [
 ]
 
 CHECK_MARGIN = _values.CHECK_MARGIN
+
+
+def indices(like, *, low: int | None = None, high: int | None = None, values=None):
+    """Torch int/bool tensors shaped like ``like`` (an example's index, segment id, target or mask), for
+    ``gs.verify_torch_function(fn, example_inputs=(x, idx), args={1: gst.indices(idx)})``: the argument is drawn in
+    every case instead of held at the example's value.
+
+    Same shape and dtype as ``like``; values in ``like``'s observed range [min, max] (never outside: an index
+    out of range is the caller's error, not a gradient bug), or in [``low``, ``high``], or from ``values`` (e.g.
+    ``[-100, 0, 1, 2]`` for targets with an ignore_index of -100); a bool ``like`` gives masks.  Few distinct
+    values per draw, so duplicates (and, about one draw in four, a constant tensor: all-False masks, one segment)
+    are likely; shrinks towards ``like``'s own values.  (``gradspec.strategies._indices``.)
+
+    Example::
+
+        >>> import torch
+        >>> from hypothesis import find
+        >>> from gradspec import strategies as gst
+        >>> find(gst.indices(torch.tensor([0, 2, 1])), lambda t: len(set(t.tolist())) < 3).shape
+        torch.Size([3])
+    """
+    return _indices_strategy(like, low, high, values)
 
 
 def shapes(*, min_dims: int = 0, max_dims: int = 4, min_side: int = 0, max_side: int = 5):

@@ -323,8 +323,7 @@ def _hold_tied(model: _sl.ShapeModel, layout: CallLayout) -> str:
     (4, n) with 3 targets is a call no caller makes (a row without a target), yet SoftmaxXent's forward takes it
     and its backward is then wrong on that row -- a finding about calls that never happen.  The sizes are
     matched by value: an axis of the same size by chance is held too (less variety, never a false finding)."""
-    sizes = {int(n) for v in layout.fixed.values() if isinstance(v, dict) and "__tensor__" in v
-             for n in np.shape(v["__tensor__"]) if int(n) > 1}
+    sizes = {int(n) for shape in layout.tensor_shapes() for n in shape if int(n) > 1}  # (drawn ones too: their shape)
     held = [c for c in range(len(model.sizes)) if model.varies[c] and model.sizes[c] in sizes]
     # (and those fn itself accepts at no other size beside that tensor: MaskedScale's x fixed at its mask's (3, 4))
     fixed = [c for c in range(len(model.sizes)) if not model.varies[c] and model.sizes[c] in sizes]

@@ -171,10 +171,31 @@ class CallLayout:
             text += (f": to vary the numbers pass args={{{hint}}} (from hypothesis import strategies as st) beside "
                      "example_inputs")
         if tensors:
-            text += ("; a tensor argument is only ever the example's: pass at= points with other values (a "
-                     "duplicate index, an empty mask, an ignored target: at=[(x, idx2, ...)]) or other example_inputs "
-                     "in another call to check it there")
+            text += ("; a tensor argument is only ever the example's: draw its values with args={"
+                     + ", ".join(f"{k}: gs.strategies.indices(<the example's tensor>)" for k, _ in tensors)
+                     + "} (duplicates, constant tensors, all-False masks likely), or pass at= points with other "
+                     "values (a duplicate index, an empty mask, an ignored target: at=[(x, idx2, ...)])")
         return text
+
+    def tensor_shapes(self) -> list:
+        """The shapes of the int/bool tensor arguments: the example's held ones and those gs.strategies.indices
+        draws (always of its example's shape)."""
+        from ..strategies._indices import SHAPE
+
+        return ([tuple(np.shape(v["__tensor__"])) for v in self.fixed.values() if isinstance(v, dict) and "__tensor__" in v]
+                + [tuple(getattr(s, SHAPE)) for s in self.drawn.values() if hasattr(s, SHAPE)])
+
+    def drawn_note(self) -> str:
+        """What the int/bool tensors drawn by ``gs.strategies.indices`` were drawn from ("" when none is)."""
+        from ..strategies._indices import DESCRIPTION
+
+        said = [(k, getattr(s, DESCRIPTION)) for k, s in sorted(self.drawn.items()) if hasattr(s, DESCRIPTION)]
+        if not said:
+            return ""
+        return ("int/bool tensor argument(s) drawn in every case (gs.strategies.indices), not held: "
+                + "; ".join(f"position {k}: {what}" for k, what in said)
+                + " (few distinct values a draw: duplicates and constant tensors likely; a finding shrinks towards "
+                "the example's values)")
 
     def held_words(self) -> list:
         """One phrase per argument every case holds at the example's value (an int/bool tensor, a number)."""

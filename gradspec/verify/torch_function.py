@@ -445,6 +445,8 @@ def verify_torch_function(fn, *, arity: int | None = None, signature: str | None
     if layout.held_note():  # non-tensor arguments that never vary (a bug only at other values passes)
         result.note(layout.held_note())
         result.held = layout.held_words() if at is None else []  # (at= points carry their own values)
+    if layout.drawn_note() and at is None:
+        result.note(layout.drawn_note())  # (gs.strategies.indices: what range each drawn index came from)
     if not double_backward:
         result.note("second-order gradients (double backward) not checked (double_backward=False)")
     for text in (plan.why, plan.warning, plan.model is not None and fn_shapes.spread_note(domain),
