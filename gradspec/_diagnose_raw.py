@@ -551,9 +551,11 @@ def graph_where_trap(case: Case, values: dict) -> Cause | None:
 _CTX_OWN = frozenset({"to_save", "dirty_tensors", "non_differentiable", "saved_for_forward", "materialize_grads"})
 
 
-def _stash_mutation(spec, ins: list, g: np.ndarray, params: dict) -> tuple[list, str] | None:
+def _stash_mutation(spec, ins: list, g: np.ndarray, params: dict, right: list | None = None) -> tuple[list, str] | None:
     """(the ctx attributes a torch Function's forward modified in place after setting them, the gradient its
-    backward gives with them as they were set), or None when none was, or putting them back changes nothing."""
+    backward gives with them as they were set), or None when none was, or putting them back changes nothing, or
+    (``right``: J^T·g per input, None where unknown) does not make the gradient right (review15 #3: a stash filled
+    in place on purpose, read by a backward wrong for another reason, is not the cause)."""
     import torch
 
     def call():
@@ -593,30 +595,49 @@ def _stash_mutation(spec, ins: list, g: np.ndarray, params: dict) -> tuple[list,
     then = torch.autograd.grad(y, xs, gt, allow_unused=True)
     if all((a is None) == (b is None) and (a is None or torch.equal(a, b)) for a, b in zip(now, then, strict=True)):
         return None  # the backward does not read them (or not so that it matters): not the cause
+    if right is not None and not _restored_right(then, right):
+        return None  # putting them back does not fix the gradient: the backward is wrong for another reason
     return list(moved), "; ".join(_fmt(a.detach()) for a in then if a is not None)
 
 
-def _stash_mutation_cause(mini: Case, c: Cause) -> Cause | None:
-    """``c`` (a torch Function node's wrong gradient) named as a forward that modified what it stashed on ctx."""
+def _restored_right(then: tuple, right: list) -> bool:
+    """Every gradient ``then`` (torch, per input) equals J^T·g where it is known.  rtol 1e-5, atol 1e-7 x the
+    largest |J^T·g|: J^T·g from the twin is exact in float64 but for finite differences' truncation and rounding
+    (relative ~1e-7 at the step gradspec takes); a backward that a stash put back makes right is right to float64
+    rounding, and what is wrong for another reason (a factor, a sign) is off by O(1)."""
+    known = [(a, np.asarray(r, dtype=np.float64)) for a, r in zip(then, right, strict=True) if r is not None]
+    if not known or any(a is None or tuple(a.shape) != r.shape for a, r in known):
+        return False
+    top = max(float(np.max(np.abs(r), initial=0.0)) for _, r in known)
+    return all(np.allclose(a.detach().numpy(), r, rtol=1e-5, atol=1e-7 * top) for a, r in known)
+
+
+def _stash_mutation_cause(mini: Case, c: Cause, right: dict | None = None) -> Cause | None:
+    """``c`` (a torch Function node's wrong gradient) named as a forward that modified what it stashed on ctx,
+    when putting the stash back makes the gradient J^T·g (``right``: the twin's gradients at mini's seed)."""
     node = mini.nodes[0] if len(mini.nodes) == 1 else None
     if node is None:
         return None
     spec = mini.spec(node.op)
     try:
         values = mini.evaluate()
-        got = _stash_mutation(spec, [np.asarray(values[i]) for i in node.inputs],
-                              np.ones(np.shape(values[node.name])), node.params)
+        out = np.shape(values[node.name])
+        seed = mini.seeds[0] if mini.seeds and mini.seeds[0] is not None else None
+        g = np.ones(out) if seed is None or right is None else np.broadcast_to(np.asarray(seed, dtype=np.float64), out)
+        got = _stash_mutation(spec, [np.asarray(values[i]) for i in node.inputs], g, node.params,
+                              None if right is None else [right.get(i) for i in node.inputs])
     except Exception:  # noqa: BLE001 - the probe itself failed: no cause from it
         return None
     if got is None:
         return None
     names, then = got
+    at = "ones" if seed is None or right is None else _fmt(g)
     attrs = ", ".join(f"ctx.{k}" for k in names)
     fn = spec.name.removeprefix("torch_")
     return Cause(c.id, f"{_where(node, spec)}: {_whose(spec, 'torch-cpu')} is wrong because {fn}'s forward sets "
                  f"{attrs}, then modifies that tensor in place before it returns, so the backward reads the modified "
                  "values (with them as they were set it gives "
-                 f"{then} at upstream g = ones); clone what you stash (ctx.t = t.clone()) or stash it after the last "
+                 f"{then} at upstream g = {at}); clone what you stash (ctx.t = t.clone()) or stash it after the last "
                  "in-place change, or compute out of place; ctx.save_for_backward would have made torch refuse the "
                  "change", node=c.node, op=c.op, evidence=f"{c.evidence}; forward modified {attrs} after setting it",
                  pattern=c.pattern, factor=c.factor,

@@ -120,6 +120,17 @@ def test_a_forward_that_fills_a_tensor_it_stashed_on_purpose_agrees():
     assert r.status == "agree", [d.cause.summary if d.cause else d.message for d in r.discrepancies]
 
 
+def test_a_stash_filled_on_purpose_is_not_blamed_for_a_backward_wrong_otherwise():
+    """review15 #3: putting the stash back as it was set changes the gradient (exp(x) -> x) but does not make it
+    J^T·g; the backward's own mistake (a factor 2) is the cause, as before the stash probe."""
+    r = gs.verify_torch_function(T.ExpStashFilledTwice.apply, example_inputs=(torch.linspace(-1, 1, 3, dtype=torch.float64),),
+                                 max_examples=10, seed=1)
+    assert r.status == "disagree"
+    c = r.discrepancies[0].cause
+    assert c is not None and "ctx.e" not in c.summary and "clone" not in c.summary, c.summary
+    assert "2 × J^T·g" in c.summary, c.summary
+
+
 # F2: at= points are laid out as example_inputs, non-float arguments (an int k, an int64 index, a count) included;
 # before, every such point was refused: "fn's shape rule refuses input shapes [(2, 4)]" (its own example's shapes).
 def test_at_takes_points_with_an_int_argument():
