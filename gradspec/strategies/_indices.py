@@ -19,10 +19,11 @@ from typing import Any
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
-__all__ = ["indices_strategy", "DESCRIPTION", "SHAPE"]
+__all__ = ["indices_strategy", "DESCRIPTION", "SHAPE", "EXAMPLE"]
 
 DESCRIPTION = "_gs_indices"  # the attribute on a strategy that says what it draws (verify's note reads it)
 SHAPE = "_gs_indices_shape"  # and the shape it draws (verify holds the float inputs' axes of those sizes)
+EXAMPLE = "_gs_indices_example"  # and its example (verify probes fn's shapes there, never at a random draw)
 # One choice of 0..7 per draw: 0 the example itself (the shortest choice sequence, so where shrinking ends: a
 # shrinker prefers fewer choices, and a constant tensor took two), 1..5 a few shared values, 6..7 (about one draw in
 # four) the whole tensor one value
@@ -94,5 +95,6 @@ def indices_strategy(like, low=None, high=None, values=None):
 
     s = draw()
     setattr(s, SHAPE, shape)
+    setattr(s, EXAMPLE, like.detach().cpu().clone())
     setattr(s, DESCRIPTION, f"{str(dtype).replace('torch.', '')} tensors of shape {shape}, {words}")
     return s

@@ -89,6 +89,7 @@ class _FnProbe:
         self.fn, self.layout = fn, layout
         self.kw = {k: _first(v) for k, v in (params or {}).items()}
         self.kw.update({k: _first(v) for k, v in layout.strategies().items()})
+        self.kw.update(layout.examples())  # (a drawn index: probed at the example's, not a random draw)
         self.doms = domain if isinstance(domain, (list, tuple)) else [domain] * layout.arity
         self.example = example
         self.multi = False

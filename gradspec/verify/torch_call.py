@@ -185,6 +185,14 @@ class CallLayout:
         return ([tuple(np.shape(v["__tensor__"])) for v in self.fixed.values() if isinstance(v, dict) and "__tensor__" in v]
                 + [tuple(getattr(s, SHAPE)) for s in self.drawn.values() if hasattr(s, SHAPE)])
 
+    def examples(self) -> dict:
+        """Param name -> the example's value, encoded, for each drawn argument that has one (gs.strategies.indices):
+        what fn's shapes are probed at (a random draw could be the all-False mask fn's forward gives NaN at)."""
+        from ..strategies._indices import EXAMPLE
+
+        return {f"{ARG_PREFIX}{k}": _encode(getattr(s, EXAMPLE)) for k, s in sorted(self.drawn.items())
+                if hasattr(s, EXAMPLE)}
+
     def drawn_note(self) -> str:
         """What the int/bool tensors drawn by ``gs.strategies.indices`` were drawn from ("" when none is)."""
         from ..strategies._indices import DESCRIPTION
