@@ -284,33 +284,79 @@ def not_linear_in_g(mini: Case, suspect: str, recheck) -> str | None:
             "returns exactly 2 times): g is applied twice (g·g)")
 
 
-def nonfinite_words(mini: Case, u: dict) -> str:
+def nonfinite_words(mini: Case, u: dict, probe=None) -> str:
     """Why a rule returns NaN/inf where J^T·g is finite, from the inputs at the non-finite elements of ``u``
     (the rule's gradients by leaf name) only (tryout10 F11: an |x| = 851 in another row is no evidence).
 
-    An input exactly 0 at such an element: a division by it (x/0, 0/0).  Else an input there, or in its row
+    An input exactly 0 at such an element: a division by it (x/0, 0/0).  An input there, or in its row
     along the last axis (a softmax's or logsumexp's NaN can sit next to the big element), beyond where exp
     overflows in its dtype (|x| > log(max), 709.8 in float64, 88.7 in float32): an intermediate exp(x) is inf,
-    and inf/inf or inf·0 is NaN.  Else neither is evidenced, and both stay a question."""
+    and inf/inf or inf·0 is NaN.  Where both hold, neither is named alone (review15 #4: a 0 that divides nothing
+    next to an overflow): ``probe(case)`` (the rule's gradients on another case, or None) re-runs the rule with
+    the zeros moved off 0, and the NaN going or staying says which; without it both are said.  Else neither is
+    evidenced, and both stay a question."""
     bad = _nonfinite_mask(mini, u)
     same = [(l.name, np.asarray(l.value)) for l in mini.leaves if np.asarray(l.value).dtype.kind == "f"
             and bad is not None and np.shape(l.value) == bad.shape]
     zeros = [(name, np.argwhere(bad & (v == 0))) for name, v in same]
     zeros = [(name, at) for name, at in zeros if len(at)]
+    zero = ""
     if zeros:
         name, at = zeros[0]
-        where = ", ".join(f"{name}[{', '.join(str(int(i)) for i in ix)}]" if len(ix) else name for ix in at[:3])
-        return (f"a 0/0 or x/0: a division by an input that is 0 there, {where} = 0{', ...' if len(at) > 3 else ''}"
-                "); compute it without the singular step")
+        zero = ", ".join(f"{name}[{', '.join(str(int(i)) for i in ix)}]" if len(ix) else name for ix in at[:3])
+        zero += f" = 0{', ...' if len(at) > 3 else ''}"
+    over = _overflow_words(same, bad)
+    if zero and over:
+        gone = _zeros_moved_off(mini, bad, probe)
+        if gone is None:
+            return (f"an exp overflow or a division by 0, both possible here: {over}; and {zero} there, which "
+                    "gives 0/0 or x/0 if the code divides by it); compute it in a form that cannot overflow and "
+                    "without the singular step")
+        over, zero = ("", f"{zero}, and the NaN goes with the zeros moved off 0 (to 0.5)") if gone else (
+            f"{over}, and the NaN stays with {zero.split(' = ')[0]} moved off 0 (to 0.5)", "")
+    if zero:
+        return (f"a 0/0 or x/0: a division by an input that is 0 there, {zero}); compute it without the "
+                "singular step")
+    if over:
+        return (f"{over}: compute it in a form that cannot overflow (sigmoid(x), exp(x - max), "
+                "log1p(exp(-|x|)))")
+    return "a 0/0 or inf/inf: a division by an input that is 0 there?); compute it without the singular step"
+
+
+def _overflow_words(same: list, bad) -> str:
+    """The words for an input at (or in the row of) a non-finite element beyond where exp overflows, or ""."""
     for name, v in same:
         rows = bad if v.ndim == 0 else np.broadcast_to(bad.any(axis=-1, keepdims=True), v.shape)
         near = np.abs(v[rows & np.isfinite(v)])
         limit = float(np.log(np.finfo(v.dtype).max))
         if near.size and float(near.max()) > limit:
             return (f"at |{name}| = {float(near.max()):.6g} there, beyond {limit:.4g} where exp overflows in {v.dtype}, "
-                    "an intermediate exp(x) is inf and inf/inf or inf·0 gives NaN (e.g. exp(x) / (1 + exp(x))): "
-                    "compute it in a form that cannot overflow (sigmoid(x), exp(x - max), log1p(exp(-|x|)))")
-    return "a 0/0 or inf/inf: a division by an input that is 0 there?); compute it without the singular step"
+                    "an intermediate exp(x) is inf and inf/inf or inf·0 gives NaN (e.g. exp(x) / (1 + exp(x)))")
+    return ""
+
+
+def _zeros_moved_off(mini: Case, bad, probe) -> bool | None:
+    """Whether the rule's gradients are finite at every element of ``bad`` that holds a 0 input once each such
+    0 is 0.5 (``probe``: the rule's gradients on a case, or None), or None when that cannot be told.  0.5: off
+    the singular point, far below any overflow, in the domain of log and sqrt."""
+    if probe is None:
+        return None
+    leaves, at = [], np.zeros(bad.shape, dtype=bool)
+    for l in mini.leaves:
+        v = np.asarray(l.value)
+        if v.dtype.kind == "f" and v.shape == bad.shape and np.any(bad & (v == 0)):
+            at |= bad & (v == 0)
+            v = np.where(bad & (v == 0), v.dtype.type(0.5), v)
+        leaves.append(Leaf(l.name, v, l.differentiable))
+    try:
+        u2 = probe(Case(leaves, mini.nodes, mini.roots, mini.seeds, engine=mini.engine, user_ops=dict(mini.user_ops)))
+    except Exception:  # noqa: BLE001 - the rule failed on the probe: nothing told
+        return None
+    grads = [np.asarray(u2[l.name], dtype=np.float64) for l in mini.grad_leaves()
+             if u2 is not None and u2.get(l.name) is not None and np.shape(u2[l.name]) == bad.shape]
+    if not grads:
+        return None
+    return bool(all(np.all(np.isfinite(gr[at])) for gr in grads))
 
 
 def _nonfinite_mask(mini: Case, u: dict):

@@ -546,7 +546,7 @@ def _wrong_vjp(mini: Case, node: NodeDef, spec, suspect: str, u: dict, t: dict, 
         detail = f"it returns non-finite values ({_fmt(first.values)}) where J^T·g is finite: {trap}"
     elif first.kind == "nan-inf-pattern":
         pattern, factor = "other", None
-        why = nonfinite_words(mini, u)
+        why = nonfinite_words(mini, u, None if run is None else lambda c: run(c).results.get(suspect))
         detail = f"it returns non-finite values ({_fmt(first.values)}) where J^T·g is finite ({why}" + (
             ")" if why.startswith("at |") else "")
     elif flat and pattern in ("other", "scale"):  # (a factor fitted to J^T·g = 0 + rounding is noise: tryout6 #7's 3e11)

@@ -9,7 +9,7 @@ import numpy as np
 
 import gradspec as gs
 
-__all__ = ["cumprod_div0", "MaskedMeanFullCount", "centre_scaled"]
+__all__ = ["cumprod_div0", "MaskedMeanFullCount", "centre_scaled", "mul_exp_overflow", "mul_div_b"]
 
 
 def _cumprod_vjp_div(g, x, out):
@@ -20,6 +20,22 @@ def _cumprod_vjp_div(g, x, out):
 
 cumprod_div0 = gs.Op("t10_cumprod_div0", forward=lambda x: np.cumprod(x, -1), vjp=_cumprod_vjp_div,
                      signature="(n)->(n)")
+
+
+def _mul_vjp_exp_overflow(g, x, b, out):
+    """y = x * b; x's gradient as g·b·exp(x)/exp(x): inf/inf = NaN where exp(x) overflows (|x| > 709.8).
+    Nothing divides by b (review15 #4: a b that is 0 at that element is no division)."""
+    e = np.exp(x)
+    return g * b * e / e, g * x
+
+
+def _mul_vjp_div_b(g, x, b, out):
+    """y = x * b; b's gradient as g·x·b/b: 0/0 = NaN where b is 0.  No exp anywhere (a large x is no overflow)."""
+    return g * b, g * x * b / b
+
+
+mul_exp_overflow = gs.Op("t10_mul_exp_overflow", forward=lambda x, b: x * b, vjp=_mul_vjp_exp_overflow)
+mul_div_b = gs.Op("t10_mul_div_b", forward=lambda x, b: x * b, vjp=_mul_vjp_div_b)
 
 
 def _masked_mean_class():

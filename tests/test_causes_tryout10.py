@@ -36,6 +36,38 @@ def test_the_verify_op_run_of_tryout10_names_the_zero_input():
     assert "overflow" not in s and "division by an input that is 0" in s, s
 
 
+def _mul_case(op, x, b):
+    return gs.check(Case([Leaf("x0", np.asarray(x)), Leaf("x1", np.asarray(b))], [NodeDef("y", op.name, ["x0", "x1"], {})],
+                         ["y"], [np.ones(len(x))]))
+
+
+def test_an_exp_overflow_is_not_blamed_on_a_zero_input_that_divides_nothing():
+    # review15 #4: at element 0, x0 = 800 (exp overflows: inf/inf) and x1 = 0 (the op divides by nothing): the
+    # words must not say "a division by an input that is 0" without the overflow; moving x1 off 0 keeps the NaN
+    r = _mul_case(T.mul_exp_overflow, [800.0, 0.5, 1.5], [0.0, 2.0, 3.0])
+    assert r.discrepancies, "the overflowing backward must be found"
+    s = r.discrepancies[0].cause.summary
+    assert "overflow" in s and "|x0| = 800" in s, s
+    assert "division by an input that is 0 there, x1[0]" not in s, s
+
+
+def test_a_division_by_a_zero_input_next_to_a_large_input_names_the_division():
+    # the other way round: x1 = 0 is the divisor (0/0), x0 = 800 at the same element but no exp anywhere
+    r = _mul_case(T.mul_div_b, [800.0, 0.5, 1.5], [0.0, 2.0, 3.0])
+    assert r.discrepancies, "the /b backward must be found"
+    s = r.discrepancies[0].cause.summary
+    assert "division by an input that is 0" in s and "x1[0]" in s and "overflow" not in s, s
+
+
+def test_without_a_probe_a_zero_next_to_an_overflow_names_both():
+    from gradspec._diagnose_points import nonfinite_words
+
+    case = Case([Leaf("x0", np.array([800.0, 0.5])), Leaf("x1", np.array([0.0, 2.0]))],
+                [NodeDef("y", T.mul_exp_overflow.name, ["x0", "x1"], {})], ["y"], [np.ones(2)])
+    s = nonfinite_words(case, {"x0": np.array([np.nan, 2.0]), "x1": np.array([800.0, 0.5])})
+    assert "both possible" in s and "overflow" in s and "x1[0] = 0" in s, s
+
+
 def test_a_masked_mean_dividing_by_the_full_length_is_a_factor_per_row():
     # F5: rows with 2 and 3 of 5 elements selected get 2/5 and 3/5 of their gradient, the full row is right
     import torch
