@@ -185,6 +185,27 @@ def test_a_run_with_only_float_tensors_holds_nothing_and_does_not_warn(recwarn):
     assert r.held == [] and not [w for w in recwarn if issubclass(w.category, gs.testing.HeldFixedWarning)]
 
 
+def test_a_held_number_is_listed_but_does_not_warn():
+    """review15 #6: a held int dim is listed in r.held (with the args= that varies it) but does not warn: the
+    warning's bugs (a duplicate index, an empty mask, an ignored target) need an int/bool tensor, and under
+    filterwarnings = error the passing test failed."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", gs.testing.HeldFixedWarning)
+        r = gs.assert_torch_function(T.SumDim.apply, example_inputs=(_ex(1)[0], 1), max_examples=5, seed=0)
+    assert r.held and r.held[0].startswith("position 1 = 1") and "args={1: st.integers(" in r.held[0], r.held
+
+
+def test_a_held_index_warns_with_the_index_only_and_lists_the_number_too():
+    x6, idx = torch.linspace(-1, 1, 18, dtype=torch.float64).reshape(6, 3), torch.tensor([0, 2, 2, 1, 0, 2])
+    with pytest.warns(gs.testing.HeldFixedWarning) as w:
+        r = gs.assert_torch_function(T.SegmentSum.apply, example_inputs=(x6, idx, 3), max_examples=5, seed=0)
+    text = str(w[0].message)
+    assert "position 1" in text and "position 2" not in text and "gs.strategies.indices" in text, text
+    assert [h.split(" ")[1] for h in r.held] == ["1", "2"], r.held
+
+
 # F9: d.case.to_json() of a verify_torch_function finding recorded no import path ("user_ops": {}), so `gradspec
 # replay` refused it while the report folder's case.json replayed: one serialisation, both replayable.
 def test_a_findings_own_case_json_replays(tmp_path):

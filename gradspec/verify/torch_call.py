@@ -67,6 +67,11 @@ def _decode(v):
     return v
 
 
+# how held_words() says an int/bool tensor held in every case: the phrases HeldFixedWarning is raised for (a number
+# or string held is listed but does not warn: a duplicate index, an empty mask, an ignored target need a tensor)
+HELD_TENSOR = "at the example's values"
+
+
 def _strategy_hint(v) -> str:
     """A Hypothesis strategy, as source, of values around ``v`` (what a user would pass in args=)."""
     if isinstance(v, bool) or v is None:
@@ -206,15 +211,17 @@ class CallLayout:
                 "the example's values)")
 
     def held_words(self) -> list:
-        """One phrase per argument every case holds at the example's value (an int/bool tensor, a number)."""
+        """One phrase per argument every case holds at the example's value (an int/bool tensor, a number), each
+        with what varies it (review15 #6: a number's advice is args=, a tensor's is indices or at=)."""
         out = []
         for k, v in sorted(self.fixed.items()):
             if isinstance(v, dict) and "__tensor__" in v:
                 n = int(np.prod(np.shape(v["__tensor__"]), dtype=np.int64))
-                out.append(f"position {k} ({v.get('dtype', 'int64')} tensor, {n} element{'s' if n != 1 else ''}) at "
-                           "the example's values")
+                out.append(f"position {k} ({v.get('dtype', 'int64')} tensor, {n} element{'s' if n != 1 else ''}) "
+                           f"{HELD_TENSOR} (draw it with args={{{k}: gs.strategies.indices(<the example's tensor>)}} "
+                           "or pass at= points)")
             elif v is None or isinstance(v, (bool, int, float, str)):
-                out.append(f"position {k} = {v!r:.40}")
+                out.append(f"position {k} = {v!r:.40} (vary it with args={{{k}: {_strategy_hint(v)}}})")
         return out
 
     def names(self) -> set:
