@@ -15,11 +15,11 @@ nonzero slope through the built-in).  Run with PYTHONPATH=<a checkout> to measur
 
 from __future__ import annotations
 
-import argparse
 import collections
 import sys
 
 import numpy as np
+from kink_elements import table_main  # (the table both kink benchmarks print; run as a script, from benchmarks/)
 
 import gradspec as gs
 
@@ -70,24 +70,7 @@ def run(points: int, seed: int) -> dict:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--points", type=int, default=100)
-    p.add_argument("--seed", type=int, default=0)
-    a = p.parse_args(argv)
-    res = run(a.points, a.seed)
-    total = collections.Counter()
-    print(f"{'op':16} {'correct: agree':>15} {'inconcl.':>9} {'FALSE ALARM':>12} | {'bug shows':>9} {'found':>6} "
-          f"{'missed':>7} {'inconcl.':>9}")
-    for name, c in res.items():
-        total.update(c)
-        shows = sum(v for k, v in c.items() if k.startswith("bug "))
-        print(f"{name:16} {c.get('correct agree', 0):>15} {c.get('correct inconclusive', 0):>9} "
-              f"{c.get('correct disagree', 0):>12} | {shows:>9} {c.get('bug disagree', 0):>6} "
-              f"{c.get('bug agree', 0):>7} {c.get('bug inconclusive', 0):>9}")
-    shows = sum(v for k, v in total.items() if k.startswith("bug "))
-    print(f"{'total':16} {total['correct agree']:>15} {total['correct inconclusive']:>9} {total['correct disagree']:>12} "
-          f"| {shows:>9} {total['bug disagree']:>6} {total['bug agree']:>7} {total['bug inconclusive']:>9}")
-    return 1 if total["correct disagree"] else 0
+    return table_main(run, 100, __doc__, argv)
 
 
 if __name__ == "__main__":

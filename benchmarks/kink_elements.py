@@ -91,9 +91,11 @@ def run(points: int, seed: int) -> dict:
     return out
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--points", type=int, default=200)
+def table_main(run, points: int, doc: str, argv=None) -> int:
+    """Parse --points/--seed, ``run(points, seed)`` (name -> counts of "correct <status>" / "bug <status>"), print
+    the table of both kink benchmarks (kink_builtin.py too) and exit 1 on a false alarm."""
+    p = argparse.ArgumentParser(description=doc.splitlines()[0])
+    p.add_argument("--points", type=int, default=points)
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args(argv)
     res = run(a.points, a.seed)
@@ -110,6 +112,10 @@ def main(argv=None) -> int:
     print(f"{'total':16} {total['correct agree']:>15} {total['correct inconclusive']:>9} {total['correct disagree']:>12} "
           f"| {shows:>9} {total['bug disagree']:>6} {total['bug agree']:>7} {total['bug inconclusive']:>9}")
     return 1 if total["correct disagree"] else 0
+
+
+def main(argv=None) -> int:
+    return table_main(run, 200, __doc__, argv)
 
 
 if __name__ == "__main__":

@@ -128,14 +128,9 @@ class GatherRowsDropDups(torch.autograd.Function):
         return gx, None
 
 
-class GatherRowsGradForIndex(torch.autograd.Function):
-    """x[idx] by rows, right for x; BUG: returns a float 'gradient' for the int64 index (needs_input_grad ignored)."""
-
-    @staticmethod
-    def forward(ctx, x, idx):
-        ctx.save_for_backward(idx)
-        ctx.n = x.shape[0]
-        return x.index_select(0, idx)
+class GatherRowsGradForIndex(GatherRowsDropDups):
+    """x[idx] by rows (GatherRowsDropDups' forward), right for x; BUG: returns a float 'gradient' for the int64
+    index (needs_input_grad ignored)."""
 
     @staticmethod
     def backward(ctx, g):
@@ -201,14 +196,9 @@ class SumDim(torch.autograd.Function):
         return g.unsqueeze(ctx.dim).expand(ctx.shape), None
 
 
-class SegmentSumFirstRowOnly(torch.autograd.Function):
-    """SegmentSum; BUG: backward written for unique segment ids: only the first row of each segment gets its
-    gradient (a duplicate segment id's other rows get 0)."""
-
-    @staticmethod
-    def forward(ctx, x, idx, nseg):
-        ctx.save_for_backward(idx)
-        return x.new_zeros((nseg,) + x.shape[1:]).index_add_(0, idx, x)
+class SegmentSumFirstRowOnly(SegmentSum):
+    """SegmentSum (its forward); BUG: backward written for unique segment ids: only the first row of each segment
+    gets its gradient (a duplicate segment id's other rows get 0)."""
 
     @staticmethod
     def backward(ctx, g):
