@@ -12,13 +12,16 @@ inside each root.
 
 :func:`claim_scale` computes it with a backward pass over absolute values, ``a_in += |J_node|^T a_out`` from
 ``a_root = |seed|``, carrying beside ``a`` the part ``e`` of paths that went through a user op (``e_in +=
-|J_node|^T a_out`` at a user op's node, ``|J_node|^T e_out`` elsewhere); the leaves' ``e`` is the scale.
+|J_node|^T a_out`` at a user op's node, ``|J_node|^T e_out`` elsewhere); the leaves' ``e`` is the scale.  With an
+engine under test (no user op) every node's backward is code under test: ``e`` is ``a`` at every node, the whole
+``|J|^T |seed|`` (review15 #8: a claim was worth its atol only).
 ``|J_node|`` of gradspec's own op is its local Jacobian, one vjp of its rule per output element (:data:`ROWS`
-at most per node); above that, ``|vjp(a_out)|`` stands in, exact for elementwise, broadcasting, reducing and
-indexing ops (a diagonal or non-negative Jacobian) and a lower bound otherwise: a smaller allowance, never a
-hidden bug.  ``|J_node|`` of a user op comes from central differences of its forward (:func:`_abs_fd`), never
-from its vjp or jvp: a tolerance is never sized by the code it judges.
-``gs.check`` computes it only where a claim is in force and a comparison failed without it.
+at most per node; above, the scale is not sized: ``|vjp(a_out)|`` is |J^T a|, whose signs cancel inside a linear
+layer -- 1e-17 of |J|^T a, review15 #2).  ``|J_node|`` of a user op comes from central differences of its forward
+(:func:`_abs_fd`), never from its vjp or jvp: a tolerance is never sized by the code it judges.
+``gs.check`` computes it only where a claim is in force and a comparison failed without it; where it cannot be
+sized (:func:`claim_scale_why`), a comparison that passes only with the comparison's own scale is inconclusive,
+with the reason, never agree (review15 #5).
 
 Example::
 
@@ -40,11 +43,12 @@ from ._private.under_test import reaching_leaves, user_ops
 from ._private.vjp_patterns import _sum_to
 from .oracles.reference import build_engine_graph
 
-__all__ = ["claim_scale", "directional_allowance", "ROWS", "COLS"]
+__all__ = ["claim_scale", "claim_scale_why", "directional_allowance", "ROWS", "COLS"]
 
-# Output elements up to which a node's |J| is built row by row (one vjp each): the cases a fuzz run shrinks
-# to have a few dozen elements; a case of thousands pays only one vjp per node.
-ROWS = 64
+# Output elements up to which a node's |J| is built row by row (one vjp each, ~10 us on the small arrays a fuzz
+# run draws): 4096 bounds the cost of a node at ~50 ms, paid only where a claim is in force and a comparison failed
+# without it.  Above, the scale is not sized (no cheaper bound is sound: |vjp(a)| cancels, review15 #2).
+ROWS = 4096
 # Input elements of a user op's node up to which its |J| is measured (2 forward calls each): the full
 # finite-difference oracle already pays ~3 evaluations of the whole case per leaf element up to 1000
 # (oracles.fd, full_limit); above, the claim keeps its other scales.
@@ -53,14 +57,33 @@ COLS = 1000
 
 def claim_scale(case) -> dict | None:
     """Per leaf (by name, an array of its shape): the sum of |path terms| through the code under test; None
-    where it cannot be computed (a forward or vjp that raises: the caller keeps its other scales)."""
+    where it cannot be sized (:func:`claim_scale_why` says why)."""
+    return claim_scale_why(case)[0]
+
+
+def claim_scale_why(case) -> tuple[dict | None, str]:
+    """(:func:`claim_scale`, "") or (None, why it cannot be sized here: "op X: more than 1000 input elements").
+    Only the expected failures are caught (:class:`_NoScale`, and the user's forward raising, turned into one
+    where it is called): an error of gradspec's own code here is a bug, raised, never "cannot be sized" (review15
+    #1: a TypeError read as that let a user op 1000x beyond its claim agree)."""
     try:
         with np.errstate(all="ignore"):
-            env, _ = build_engine_graph(case)
+            env = _graph(case)
             with _E.no_grad():
-                return _backward_abs(case, env)
-    except Exception:  # noqa: BLE001 - the code under test may raise here as anywhere; the claim then has no path scale
-        return None
+                return _backward_abs(case, env), ""
+    except _NoScale as e:
+        who = ", ".join(sorted(user_ops(case))) or "the engine under test"
+        return None, f"the accuracy claim of {who} could not be sized here: {e}"
+
+
+def _graph(case) -> dict:
+    """The case's values on gradspec's engine; a user op's forward that raises is "cannot be sized"."""
+    if not user_ops(case):
+        return build_engine_graph(case)[0]
+    try:
+        return build_engine_graph(case)[0]
+    except Exception as e:  # noqa: BLE001 - the code under test may raise anything; gradspec's own ops ran in the oracles
+        raise _NoScale(f"a forward raised {type(e).__name__}") from e
 
 
 def directional_allowance(case, claim, dirs: dict, grads: dict, through: dict | None) -> np.ndarray:
@@ -74,7 +97,7 @@ def directional_allowance(case, claim, dirs: dict, grads: dict, through: dict | 
     rtol, atol = claim
     k = next(iter(dirs.values())).shape[0] if dirs else 0
     total = np.zeros(k)
-    by_paths = bool(through) and bool(user_ops(case))  # (no user op: the engine is under test, every path counts)
+    by_paths = bool(through)  # (no user op: the engine is under test, every path counts: through is |J|^T |seed|)
     for name in reaching_leaves(case):
         u = dirs.get(name)
         if u is None:
@@ -95,18 +118,19 @@ def _backward_abs(case, env) -> dict:
     e = {name: np.zeros(np.shape(t.data)) for name, t in env.items()}
     for r, s in zip(case.roots, case.seeds):
         a[r] = a[r] + (1.0 if s is None else np.abs(np.asarray(s, dtype=np.float64)))
+    engine = not user_ops(case)  # (an engine under test: every node's backward is code under test)
     for n, spec in zip(reversed(case.nodes), reversed(specs)):
         node = env[n.name].grad_fn
         if node is None or not a[n.name].any():
             continue
         user = getattr(spec, "user", False)
-        through = a[n.name] if user else e[n.name]
+        through = a[n.name] if user or engine else e[n.name]
         pairs = _abs_fd(spec, n.params, node, a[n.name], through) if user else _abs_vjp(node, a[n.name], through)
-        for i, (ga, ge) in enumerate(pairs):
-            if ga is not None:
+        for i, pair in enumerate(pairs):
+            if pair is not None:  # (None: an input with no gradient, review15 #1)
                 name = n.inputs[i]
-                a[name] = a[name] + ga
-                e[name] = e[name] + ge
+                a[name] = a[name] + pair[0]
+                e[name] = e[name] + pair[1]
     return {l.name: e[l.name] for l in case.leaves}
 
 
@@ -117,10 +141,12 @@ def _abs_fd(spec, params, node, a: np.ndarray, e: np.ndarray) -> list:
     too large that hid a gradient 50% off (review14 #1).  The forward is the function being differentiated.
     Truncation and rounding errors of the columns (~h^2, ~eps/h relative) are far below any claim; at a kink a
     column averages the two pieces: a scale, not a value.  Above :data:`COLS` input elements the scale is not
-    computed (raises: the claim keeps its other scales, an allowance only smaller)."""
+    sized (raises :class:`_NoScale`): ``gs.check`` then never lets the comparison's own scale stand in silently --
+    a comparison failing without the claim is inconclusive with the reason (review15 #5: that scale, larger, let an
+    op 1000x beyond its claim agree)."""
     inputs = [t.data for t in node.inputs]
     if sum(x.size for x in inputs) > COLS:
-        raise _NoScale(f"{spec.name}: more than {COLS} input elements")
+        raise _NoScale(f"op {spec.name} has more than {COLS} input elements to difference its forward over")
     flat_a, flat_e = a.ravel(), e.ravel()
     mid = np.asarray(node.out.data, dtype=np.float64).ravel()
     acc: list = [None] * len(inputs)
@@ -144,7 +170,7 @@ def _column(spec, params, inputs, i, j, h, mid) -> np.ndarray:
     wide, narrow = np.abs(wide), np.abs(narrow)
     floor = 64 * float(np.finfo(inputs[i].dtype).eps) * float(np.max(np.abs(mid), initial=1.0)) * 4 / h
     if np.any((narrow > 3 * wide) & (narrow > floor)):
-        raise _NoScale(f"{spec.name}: its forward jumps within {h:.3g} of its input")
+        raise _NoScale(f"the forward of op {spec.name} jumps within {h:.3g} of its input")
     return np.minimum(wide, narrow)
 
 
@@ -154,18 +180,22 @@ def _central(spec, params, inputs, i, j, h, mid) -> np.ndarray:
         xs = [x.copy() if k == i else x for k, x in enumerate(inputs)]
         xs[i].flat[j] += step
         took = float(xs[i].flat[j]) - float(inputs[i].flat[j])  # (the step as rounded to the input's dtype)
-        return np.asarray(_E.apply(spec, [_E.Tensor(x) for x in xs], params).data, dtype=np.float64).ravel(), took
+        try:
+            y = _E.apply(spec, [_E.Tensor(x) for x in xs], params).data
+        except Exception as e:  # noqa: BLE001 - the user's forward, off its input by ~h: it may raise anything
+            raise _NoScale(f"the forward of op {spec.name} raised {type(e).__name__} within {h:.3g} of its input") from e
+        return np.asarray(y, dtype=np.float64).ravel(), took
     (up, hu), (down, hd) = at(h), at(-h)
     col = (up - down) / (hu - hd)
     if not np.all(np.isfinite(col)):
         col = np.where(np.isfinite(up), (up - mid) / hu, (mid - down) / hd)
         if not np.all(np.isfinite(col)):
-            raise _NoScale(f"{spec.name}: forward not finite around its input")
+            raise _NoScale(f"the forward of op {spec.name} is not finite around its input")
     return col
 
 
 class _NoScale(Exception):
-    """The path scale cannot be computed from an independent source: none (claim_scale returns None)."""
+    """The path scale cannot be sized from an independent source (claim_scale_why: None and this message)."""
 
 
 def _abs_vjp(node, a: np.ndarray, e: np.ndarray) -> list:
@@ -173,8 +203,7 @@ def _abs_vjp(node, a: np.ndarray, e: np.ndarray) -> list:
     out = node.out.data
     shapes = [np.shape(t.data) for t in node.inputs]
     if out.size > ROWS:
-        ga, ge = _vjp(node, a.astype(out.dtype), shapes), _vjp(node, e.astype(out.dtype), shapes)
-        return [None if x is None else (x, y) for x, y in zip(ga, ge)]
+        raise _NoScale(f"node {node.spec.name} has more than {ROWS} output elements to take |J| over row by row")
     acc: list = [None] * len(shapes)
     flat_a, flat_e = a.ravel(), e.ravel()
     for k in np.flatnonzero(flat_a):

@@ -114,6 +114,21 @@ def _discount_edge_of_precision(comparisons, discrepancies) -> str:
             f"cannot be held to {dtype} precision on this case, which is not judged")
 
 
+def _discount_unsized_claim(comparisons, discrepancies) -> str:
+    """Value findings that fail without a declared accuracy claim and pass only with it applied on the comparison's
+    own scale (tagged ``unsized`` by check's comparison): the claim's scale, the sum of |path terms| through the
+    code under test (``gradspec._check_claim``), could not be sized here, and the own scale counts paths that do
+    not run through that code (a user op 1000x beyond its claim agreed on it, review15 #5).  Where they are the
+    case's only findings but raises, the case is unjudged with the reason; never agree, never a discrepancy."""
+    unsized = [d for d in discrepancies if getattr(d, "unsized", None)]
+    if not unsized or any(d.kind != "raised" and d not in unsized for d in discrepancies):
+        return ""
+    comparisons[:] = []
+    discrepancies[:] = [d for d in discrepancies if d.kind == "raised"]
+    return (f"{unsized[0].unsized}, so it was not applied: the "
+            f"gradients disagree beyond gradspec's own tolerance ({unsized[0].message.split(' — ')[0]}) and agree "
+            "only on a scale that counts paths not running through the code under test; not judged")
+
 
 def _discount_mismatched_twins(case, dtype, kinds, comparisons, discrepancies, errors, excused, notes) -> None:
     """Torch disagreed: if a user op's torch twin computes another forward on this case, torch is no

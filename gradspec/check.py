@@ -26,7 +26,7 @@ from . import engine as _engine
 from . import oracles as _oracles
 from . import outcome as _outcome
 from . import tolerances as _tol
-from ._check_claim import claim_scale as _claim_scale
+from ._check_claim import claim_scale_why as _claim_scale_why
 from ._check_claim import directional_allowance as _directional_claim
 from ._check_noise import Unmeasured, rounding_noise  # (measured on a failing comparison; report_views imports it from here)
 from ._check_precision import case_dtype as _case_dtype  # noqa: F401 - (tests read it here)
@@ -38,6 +38,7 @@ from ._check_rules import (
     _discount_numerical_kinks,
     _discount_other_precision,
     _discount_shaky_estimates,
+    _discount_unsized_claim,
     _drop_estimates,
     _ix,
     _kinked_notes,
@@ -521,6 +522,7 @@ def _compare_group(case, leaves, names, pairs, results, kinds, dtype, m, M, fd_e
     noise = None
     opaque = _tol.opaque_claim(claim) if dtype == "float64" and _outcome.has_user_ops(case) else claim
     through = None  # the claim's own scale: |path terms| through the code under test (_check_claim), once
+    unsized = ""  # why that scale could not be sized here ({} through): the claim is then not applied (review15 #5)
     for attempt in range(2):
         # The rounding-noise floor only ever loosens a tolerance, and measuring it costs three
         # more backward passes: measure it only when a comparison fails without it (the same for
@@ -528,15 +530,18 @@ def _compare_group(case, leaves, names, pairs, results, kinds, dtype, m, M, fd_e
         # claim's path scale, a backward pass over absolute values).
         comps, founds = [], []
         claim_now = opaque if attempt else claim
-        # (a claim is never applied on the comparison's own scale while its path scale is not computed: that scale
+        # (a claim is never applied on the comparison's own scale while its path scale is not sized: that scale
         # counts paths that do not run through the code under test, _private.pairs._claim_allowance)
+        use = claim_now if through or not _user_claim(claim_now) else _tol.opaque_part(claim_now)
         fast = _fast_pairs(case, leaves, names, results, kinds, dtype, m if M is None else M, fd_errs, noise, gated,
-                           claim_now if through is not None or not _user_claim(claim_now) else _tol.opaque_part(claim_now),
-                           through or None)
+                           use, through or None)
         if _user_claim(claim_now) and through is None and not all(p in fast for p in pairs):
-            through = _claim_scale(case) or {}
-            fast = _fast_pairs(case, leaves, names, results, kinds, dtype, m if M is None else M, fd_errs, noise,
-                               gated, claim_now, through or None)
+            through, unsized = _claim_scale_why(case)
+            through = through or {}
+            if through:
+                use = claim_now
+                fast = _fast_pairs(case, leaves, names, results, kinds, dtype, m if M is None else M, fd_errs, noise,
+                                   gated, use, through)
         if all(p in fast for p in pairs):  # every pair agrees (the common case: the loop below, without its steps)
             return [Comparison(p, True, fast[p]) for p in pairs], []
         for a, b in pairs:
@@ -547,7 +552,12 @@ def _compare_group(case, leaves, names, pairs, results, kinds, dtype, m, M, fd_e
             if M is None and m is not None:
                 M = _per_leaf(m, leaves)
             comp, found = _compare(case, a, b, results[a], results[b], kinds, tol, M, fd_errs, noise, gated,
-                                   _pair_claim(claim_now, kinds, a, b), through or None)
+                                   _pair_claim(use, kinds, a, b), through or None)
+            if found and unsized and _pair_claim(claim_now, kinds, a, b) and _compare(
+                    case, a, b, results[a], results[b], kinds, tol, M, fd_errs, noise, gated,
+                    _pair_claim(claim_now, kinds, a, b), None)[0].agreed:  # agrees only on the unfit own scale
+                for d in found:
+                    d.unsized = unsized
             comps.append(comp)
             founds.extend(found)
         if not any(d.kind == "value" for d in founds) or attempt or not retry:
@@ -582,7 +592,8 @@ def _unjudged(case, leaves, kinds, nondiff, comparisons, discrepancies, skipped,
     """Why nothing on this case is judged ("" when it is): a kink found numerically, no leaf requiring grad,
     a torch Function compared only with itself.  Comparisons (and discrepancies but raises) are dropped then.
     ``kinked``: estimates that located the kinks themselves (elements left out): their findings stand."""
-    unjudged = _discount_edge_of_precision(comparisons, discrepancies) or _discount_numerical_kinks(
+    unjudged = _discount_edge_of_precision(comparisons, discrepancies) or _discount_unsized_claim(
+        comparisons, discrepancies) or _discount_numerical_kinks(
         case, kinds, comparisons, discrepancies, set(kinked or ()))
     if nondiff and not unjudged:  # FD found the kink or jump itself: the case is skipped the same way
         comparisons[:] = []
@@ -645,7 +656,7 @@ def _compare_directional(case, fd, results, kinds, dtype, comparisons, discrepan
     except Exception as e:
         skipped[fd.name] = f"finite differences (directional): {type(e).__name__}: {e}"
         return
-    through = None
+    through, unsized = None, ""
     for name, res in results.items():
         tol = _tol.lookup(dtype, "fd", kinds[name].kind)
         dot = np.zeros(k)
@@ -656,10 +667,15 @@ def _compare_directional(case, fd, results, kinds, dtype, comparisons, discrepan
             dot += dirs[l.name].reshape(k, -1) @ g.ravel()
             mag += np.abs(dirs[l.name].reshape(k, -1)) @ np.abs(g.ravel())
         allowed = tol.rtol * np.maximum(mag, np.abs(dot)) + tol.fd_factor * err
+        claimed = None
         if _pair_claim(claim, kinds, fd.name, name) and np.any(np.abs(dot - est) > allowed):
             # <u, grad> sums over the leaves: so does the claim, over the path terms through the code under test
-            through = (_claim_scale(case) or {}) if through is None else through
-            allowed = np.maximum(allowed, _directional_claim(case, claim, dirs, res, through))
+            if through is None:
+                through, unsized = _claim_scale_why(case)
+                through = through or {}
+            claimed = np.maximum(allowed, _directional_claim(case, claim, dirs, res, through))
+            if through:
+                allowed, claimed = claimed, None  # (else not applied: the own |grad| stands in, review15 #5)
         ratio = np.abs(dot - est) / np.where(allowed > 0, allowed, np.inf)
         r = float(np.max(ratio, initial=0.0))
         pair = (fd.name, name)
@@ -683,6 +699,8 @@ def _compare_directional(case, fd, results, kinds, dtype, comparisons, discrepan
                     tol.describe() + _tol.describe_claim(_pair_claim(claim, kinds, fd.name, name), through),
                 )
             )
+            if claimed is not None and unsized and np.all(np.abs(dot - est) <= claimed):
+                discrepancies[-1].unsized = unsized  # agrees only on the unfit own scale: inconclusive
 
 
 def _fd_allowance(fd_errs, a, b, leaf, tol):
