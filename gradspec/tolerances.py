@@ -216,8 +216,9 @@ def claimed_allowance(rtol, atol, scale):
     (|J|^T |seed| alone sums J's entries, already summed over the paths inside each root), and paths
     that never run through it carry none of its error (gradspec's own scale, max(|a|, |b|, |J|^T |seed|,
     leaf max), let a user op 0.1 off at a claim of 1e-4 agree beside another element's gradient of
-    1.6e6: ``_private.pairs._claim_allowance``).  Where the path scale cannot be computed, that own
-    scale stands in.
+    1.6e6: ``_private.pairs._claim_allowance``).  Where the path scale cannot be sized, the claim is not
+    applied, and a comparison that agrees only with it on that own scale is inconclusive, with the reason
+    (``gradspec._check_rules._discount_unsized_claim``): never agree on a scale that would hide the bug.
     """
     return atol + rtol * scale
 
