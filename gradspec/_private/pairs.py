@@ -76,8 +76,9 @@ def _claim_allowance(claim, scale, through, on=1.0):
     claims, ``atol + rtol x through`` -- the sum of |path terms| through that code (``gradspec._check_claim``), never
     the comparison's own scale, whose leaf maximum and |J|^T |seed| count paths that never run through it (x[1]'s
     gradient 1.6e6 beside x[0]'s 1.3 through a user op let it be 0.1 off at a claim of 1e-4); ``scale`` only where
-    ``through`` is None (not sized: gs.check applies it then only to tell "inconclusive" from "disagree").  For code gradspec cannot see inside (``tolerances.opaque_claim``)
-    also ``OPAQUE_RTOL x scale``: gradspec's own allowance for opaque code, on its own scale."""
+    ``through`` is None (not sized: gs.check applies it then only to tell "inconclusive" from "disagree").  For
+    code gradspec cannot see inside (``tolerances.opaque_claim``) also ``OPAQUE_RTOL x scale``: gradspec's own
+    allowance for opaque code, on its own scale."""
     user = claim.user if isinstance(claim, _tol._OpaqueClaim) else claim
     out = 0.0
     if isinstance(claim, _tol._OpaqueClaim):
