@@ -12,6 +12,8 @@ step, refuses, or finds a kink or a jump; the chunked layout is also forced on s
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -82,6 +84,14 @@ def _differences(a, b) -> list[str]:
     return out
 
 
+def _left_out_near_builtin_kink(a, b) -> bool:
+    """The old code refused the whole case where an input of relu/abs/clamp/maximum/minimum was within reach of its
+    kink; now the elements whose stencil moves such a position are left out (``oracles/_fd_kinkpos.py``)."""
+    return (isinstance(a, tuple) and a[0] == "OracleError" and re.search(
+        r"\((relu|abs|clamp|maximum|minimum)\) is .* not differentiable", a[1]) is not None
+            and isinstance(b, tuple) and ("built-in kinked op" in b[1] or "minimum within 4x of its kink" in b[1]))
+
+
 @pytest.fixture
 def three_point(monkeypatch):
     """The 3-point stencil everywhere, as the old code: the 5-point estimate where the even part of s would leak into
@@ -94,6 +104,8 @@ def test_fd_gives_the_same_estimates_and_refusals_as_before(corpus, three_point)
     for i, case in enumerate(corpus):
         for kw in ({}, {"check_reach": False}):
             a, b = _outcome(old, case, **kw), _outcome(fd, case, **kw)
+            if _left_out_near_builtin_kink(a, b):
+                continue  # (a change of the outcome, not of speed: tests/test_kink_builtin.py)
             kinds.add(a[0] if isinstance(a, tuple) else "refined" if a.evaluations > 3 * case.n_inputs + 17 else "estimate")
             mismatches += [f"case {i} {kw} {case.ops}: {d}" for d in _differences(a, b)]
     assert not mismatches, "\n".join(mismatches[:5])

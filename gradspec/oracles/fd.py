@@ -102,6 +102,7 @@ from .._private.kinks import center_kink_distances, exclusion
 from .._private.prologue import oracle_call
 from ..spec import registry as _registry
 from . import _fd_even as _even
+from . import _fd_kinkpos as _kinkpos
 from . import _fd_probes as _probes
 from ._base import NonDifferentiable, Oracle, OracleError
 from ._fd_lazy import LazyErrors
@@ -440,13 +441,14 @@ def _float64_gradient(case, leaves, x64, flat, h, plan, hl, p: _Pass, check_reac
     small_s = (p.sl if p.sl is not None else p.s.tolist()) if n <= SMALL_N else None
     # elements whose corrected estimate the even part of s may spoil beyond its bound (_fd_even): the eager path
     even = _even.suspects(p.s, p.s0, h, rows=small_s)
+    # elements whose stencil moves a position of relu/abs/clamp/maximum/minimum near its kink (_fd_kinkpos): where
+    # the reach check would refuse the case for such ops alone, those elements are left out, the others compared
+    near = _kinkpos.near_kinks(case, x64, leaves, h, plan, p) if check_reach and p.reach else _kinkpos.NONE
     got = None
-    if not even.size:
+    if not even.size and not near.size:
         got = _settled_small(small_s, p.s0, hl, p.vfloor) if small_s is not None else _settled(p.s, p.s0, h, p.vfloor)
     if got is not None:  # the steps of _estimate_small's path with refine False, or _refine's with nothing to refine
         r, lower, kept = got
-        if check_reach and p.reach:
-            _check_reach(plan, p.center, p.reach, p.tops, center_kink_distances(case))
         _probes.staircase(p, r, h, leaves, (_s_at, (case, x64, leaves, p.seeds64), flat))
         if small_s is not None:
             r, lower = np.array(r), np.array(lower)
@@ -459,9 +461,7 @@ def _float64_gradient(case, leaves, x64, flat, h, plan, hl, p: _Pass, check_reac
         _not_finite(small[1], h)
     if small is None and not _ALL(np.isfinite(p.s), axis=None):
         _not_finite(int(np.argwhere(~np.isfinite(p.s))[0][1]), h)
-    if check_reach and p.reach:  # a kink within reach explains a coarse estimate better than "varies too fast"
-        _check_reach(plan, p.center, p.reach, p.tops, center_kink_distances(case))
-    if small is not None and not small[3] and not even.size:
+    if small is not None and not small[3] and not even.size and not near.size:
         if floor > p.vfloor:
             _noise_blocked(case, x64, leaves, flat, h, p, *(np.array(a) for a in small[:3]))
         _probes.staircase(p, small[0], h, leaves, (_s_at, (case, x64, leaves, p.seeds64), flat))
@@ -471,11 +471,15 @@ def _float64_gradient(case, leaves, x64, flat, h, plan, hl, p: _Pass, check_reac
     else:
         r, err, trunc = _combine_all(p.s, p.s0, p.S, p.S0, h, floor)
     spent = _even.mirror(case, x64, leaves, p, h, floor, even, (r, err, trunc)) if even.size else 0
+    if near.size:  # nothing is compared there: no refinement, no noise test
+        err[near], trunc[near] = np.inf, 0.0
     if floor > p.vfloor:
         _noise_blocked(case, x64, leaves, flat, h, p, r, err, trunc)
     kinks: dict = {}
     h_final, more = _refine(case, x64, leaves, p, h, floor, (r, err, trunc), kinks)
     more += spent
+    if near.size:
+        more += _kinkpos.leave_out(case, x64, leaves, p, near, h, err, floor, kinks)
     _probes.staircase(p, r, h, leaves, (_s_at, (case, x64, leaves, p.seeds64), flat))  # (h: the noise line's steps)
     out = _result(leaves, r, err, h_final, p.evaluations + more)
     out.kinks = kinks
@@ -742,6 +746,8 @@ class FiniteDifferences(Oracle):
         if nonfinite:
             return False, f"finite differences: leaf values of {', '.join(nonfinite)} are not finite"
         why = exclusion(case, "finite differences")
+        if why and case.n_inputs <= self.full_limit and _kinkpos.exact_only_at_own(case):
+            why = None  # (fd_gradient's reach check leaves out the elements that move those positions: _fd_kinkpos)
         return (False, why) if why else (True, "")
 
     def result(self, case, check_reach: bool = True) -> FDResult:

@@ -1,0 +1,162 @@
+"""Per-element judging beside a kink of gradspec's own elementwise kinked ops (relu, abs, clamp, maximum, minimum).
+
+Where a watched input of one of these ops is within 4x the perturbation reach of its kink, ``check_reach`` refuses
+the whole case.  For these ops the kink is a property of each position of the op's output (``x`` at 0 for relu and
+abs, at a bound for clamp, ``a - b`` at 0 for maximum and minimum), so the leaf elements whose stencil rows move a
+near-kink position by at least a quarter of its distance to the kink (the reach check's 4x, per position) can be
+named: ``flagged``.  The others' stencil lines keep every such position on its side of the kink (a move below a
+quarter of the distance, or none at a position on the kink), so their estimates are those of one smooth piece,
+as the reach check asks of a whole case.  ``fd`` gives the flagged elements an infinite error bound (``FDResult.kinks``)
+and compares the others where ``_fd_refine._not_comparable`` allows (they reach the code under test; their partials
+agree on both sides of each flagged element's kink).
+
+Sound where numeric detection alone is not: a kink at h/2 from x along a line makes FD's error delta/4 with an error
+estimate of ~0; here the op's own declaration says where the kink is.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._private.kinks import center_kink_distances, exact_kinks
+from ._base import OracleError
+from ._fd_reach import check_reach
+from ._fd_refine import _not_comparable, element_name
+from ._fd_stencil import FACTORS, _points
+
+__all__ = ["OPS", "NONE", "near_kinks", "leave_out", "flagged", "eligible", "exact_only_at_own"]
+
+_PROBE_BATCH = 2**17  # leaf elements per batched evaluation (fd.MAX_BATCH_ELEMENTS)
+
+
+def _unary_x(x, **_):
+    return np.asarray(x, dtype=np.float64)
+
+
+def _tie(a, b):
+    return np.subtract(np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64))
+
+
+# op -> (q(*inputs, **params): the quantity whose value decides the piece, per output position; its kinks(params))
+OPS = {
+    "relu": (_unary_x, lambda params: (0.0,)),
+    "abs": (_unary_x, lambda params: (0.0,)),
+    "clamp": (_unary_x, lambda params: tuple(float(b) for b in (params.get("min"), params.get("max")) if b is not None)),
+    "maximum": (_tie, lambda params: (0.0,)),
+    "minimum": (_tie, lambda params: (0.0,)),
+}
+
+
+def eligible(node, spec) -> bool:
+    """Whether ``node`` is one of gradspec's own ops whose kinks are per position (a user op of the same name is not)."""
+    return node.op in OPS and not getattr(spec, "user", True) and len(node.inputs) == (1 if node.op in (
+        "relu", "abs", "clamp") else 2)
+
+
+def exact_only_at_own(case) -> bool:
+    """Whether every node at an exact kink (``_private.kinks.exact_kinks``: "name = op(inputs)") is ``eligible``: then
+    finite differences need not step aside for the whole case (their full gradient's reach check names the elements
+    that move those positions; the directional mode has no such check, and ``FiniteDifferences.applies`` asks this
+    only below its ``full_limit``)."""
+    at = exact_kinks(case)
+    if not at:
+        return False
+    nodes = {n.name: n for n in case.nodes}
+    for entry in at:
+        node = nodes.get(entry.split(" = ", 1)[0])
+        if node is None or not eligible(node, case.spec(node.op)):
+            return False
+    return True
+
+
+def _rows(v, shape, nb, k):
+    """A batched pass's value of a tensor of ``shape`` (kept unbatched where nothing moves it) as (nb, 1..., *shape)
+    with ``k`` dimensions after the batch's, the op's output's: numpy broadcasts the rows as the op broadcasts one."""
+    v = np.asarray(v)
+    shape = tuple(shape)
+    if v.shape != (nb,) + shape:
+        v = np.broadcast_to(v, (nb,) + shape)
+    return v.reshape((nb,) + (1,) * (k - len(shape)) + shape)
+
+
+def _distance(q, kinks):
+    d = np.full(q.shape, np.inf)
+    for k in kinks:
+        d = np.minimum(d, np.abs(q - k))
+    return d
+
+
+def flagged(case, x64, leaves, h, plan, p, known) -> np.ndarray:
+    """The global indices of the leaf elements whose stencil rows (steps ``h``) move a near-kink position of an
+    ``eligible`` node by at least a quarter of its distance to the kink (a position on the kink: by anything).
+    Raises as ``check_reach`` does where a node of ``plan`` that is not eligible is within reach of its kink (those
+    still refuse the whole case).  ``p``: the first pass (its centre and reach)."""
+    rest = [w for w in plan if not eligible(w[0], w[1])]
+    check_reach(rest, p.center, p.reach, p.tops, known)
+    mine = [w[0] for w in plan if eligible(w[0], w[1])]
+    n = int(sum(l.value.size for l in leaves))
+    out = np.zeros(n, dtype=bool)
+    if not mine or not n:
+        return np.flatnonzero(out)
+    center = case._evaluate(x64, 0)  # (unbatched: a batched pass may keep an input that no leaf moves unbatched)
+    q0, d0 = {}, {}
+    with np.errstate(all="ignore"):
+        for node in mine:
+            fq, kinks = OPS[node.op]
+            q = np.asarray(fq(*[center[i] for i in node.inputs]))
+            q0[node.name], d0[node.name] = q, _distance(q, kinks(node.params))
+    nf = len(FACTORS)
+    per = max(1, _PROBE_BATCH // (nf * max([v.size for v in x64.values()] + [1])))
+    for a in range(0, n, per):
+        chunk = np.arange(a, min(n, a + per))
+        batches, _ = _points(x64, leaves, list(chunk), h)
+        env = case._evaluate(batches, 1)
+        with np.errstate(all="ignore"):
+            for node in mine:
+                fq, _k = OPS[node.op]
+                nb = nf * chunk.size
+                k = q0[node.name].ndim
+                q = fq(*[_rows(env[i], np.shape(center[i]), nb, k) for i in node.inputs])
+                q = np.broadcast_to(q, (nb,) + q0[node.name].shape).reshape(nf, chunk.size, -1)
+                moved = np.abs(q - q0[node.name].reshape(1, 1, -1))
+                d = d0[node.name].reshape(1, 1, -1)
+                # (NaN moves or distances: flagged, the conservative side)
+                hit = ~(moved <= 0) & ~(4 * moved < d)
+                out[chunk] |= hit.any(axis=(0, 2))
+    return np.flatnonzero(out)
+
+
+NONE = np.zeros(0, dtype=np.intp)
+
+
+def near_kinks(case, x64, leaves, h, plan, p) -> np.ndarray:
+    """The reach check (refuses as before where it passes or where an op other than ``_fd_kinkpos.OPS`` is within
+    reach of its kink), else the elements ``_fd_kinkpos.flagged`` names (empty: nothing near after all)."""
+    known = center_kink_distances(case)
+    try:
+        check_reach(plan, p.center, p.reach, p.tops, known)
+        return NONE
+    except OracleError as e:
+        if not any(eligible(w[0], w[1]) for w in plan):
+            raise
+        first = e
+    near = flagged(case, x64, leaves, h, plan, p, known)
+    if near.size == sum(l.value.size for l in leaves):
+        raise first  # (every element near a kink: nothing to compare)
+    return near
+
+
+def leave_out(case, x64, leaves, p, near, h, err, floor, kinks) -> int:
+    """Name the ``near`` elements in ``kinks`` (their error bound is inf already) where the others can be compared
+    (``_fd_refine._not_comparable``: they reach the code under test, and their partials agree at +-2h of each near
+    element, the stencil's farthest point: on both sides of its kink where it lies on one); else refuse.  Returns the
+    evaluations spent."""
+    compared = np.isfinite(err)
+    why, spent = _not_comparable(case, x64, leaves, p.seeds64, near, 2 * h[near], compared, h, floor)
+    if why:
+        raise OracleError(f"finite differences: {near.size} element(s) move an input of relu/abs/clamp/maximum/"
+                          f"minimum within 4x of its kink; {why}")
+    for j in near.tolist():
+        kinks[element_name(leaves, j)] = ("finite differences: its stencil moves an input of a built-in kinked op "
+                                           "(relu, abs, clamp, maximum, minimum) to within 4x of its kink")
+    return spent
