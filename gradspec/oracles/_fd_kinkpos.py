@@ -1,4 +1,5 @@
-"""Per-element judging beside a kink of gradspec's own elementwise kinked ops (relu, abs, clamp, maximum, minimum).
+"""Per-element judging beside a kink of gradspec's own elementwise kinked ops (relu, leaky_relu, elu, abs, clamp,
+maximum, minimum).
 
 Where a watched input of one of these ops is within 4x the perturbation reach of its kink, ``check_reach`` refuses
 the whole case.  For these ops the kink is a property of each position of the op's output (``x`` at 0 for relu and
@@ -24,7 +25,8 @@ from ._fd_reach import check_reach
 from ._fd_refine import _not_comparable, element_name
 from ._fd_stencil import FACTORS, _points
 
-__all__ = ["OPS", "NONE", "near_kinks", "leave_out", "flagged", "eligible", "exact_only_at_own"]
+__all__ = ["OPS", "NONE", "DECLARED", "near_kinks", "leave_out", "declared_only", "flagged", "eligible",
+           "exact_only_at_own"]
 
 _PROBE_BATCH = 2**17  # leaf elements per batched evaluation (fd.MAX_BATCH_ELEMENTS)
 
@@ -41,6 +43,8 @@ def _tie(a, b):
 OPS = {
     "relu": (_unary_x, lambda params: (0.0,)),
     "abs": (_unary_x, lambda params: (0.0,)),
+    "leaky_relu": (_unary_x, lambda params: (0.0,)),
+    "elu": (_unary_x, lambda params: (0.0,)),
     "clamp": (_unary_x, lambda params: tuple(float(b) for b in (params.get("min"), params.get("max")) if b is not None)),
     "maximum": (_tie, lambda params: (0.0,)),
     "minimum": (_tie, lambda params: (0.0,)),
@@ -49,8 +53,8 @@ OPS = {
 
 def eligible(node, spec) -> bool:
     """Whether ``node`` is one of gradspec's own ops whose kinks are per position (a user op of the same name is not)."""
-    return node.op in OPS and not getattr(spec, "user", True) and len(node.inputs) == (1 if node.op in (
-        "relu", "abs", "clamp") else 2)
+    return node.op in OPS and not getattr(spec, "user", True) and len(node.inputs) == (
+        2 if node.op in ("maximum", "minimum") else 1)
 
 
 def exact_only_at_own(case) -> bool:
@@ -154,9 +158,17 @@ def leave_out(case, x64, leaves, p, near, h, err, floor, kinks) -> int:
     compared = np.isfinite(err)
     why, spent = _not_comparable(case, x64, leaves, p.seeds64, near, 2 * h[near], compared, h, floor)
     if why:
-        raise OracleError(f"finite differences: {near.size} element(s) move an input of relu/abs/clamp/maximum/"
-                          f"minimum within 4x of its kink; {why}")
+        raise OracleError(f"finite differences: {near.size} element(s) move an input of relu/leaky_relu/elu/abs/"
+                          f"clamp/maximum/minimum within 4x of its kink; {why}")
     for j in near.tolist():
-        kinks[element_name(leaves, j)] = ("finite differences: its stencil moves an input of a built-in kinked op "
-                                           "(relu, abs, clamp, maximum, minimum) to within 4x of its kink")
+        kinks[element_name(leaves, j)] = DECLARED
     return spent
+
+
+DECLARED = ("finite differences: its stencil moves an input of a built-in kinked op (relu, leaky_relu, elu, abs, "
+            "clamp, maximum, minimum) to within 4x of its kink")
+
+
+def declared_only(kinks: dict) -> bool:
+    """Whether every element of ``FDResult.kinks`` was left out here (beside a declared kink, not one found)."""
+    return all(why is DECLARED for why in kinks.values())

@@ -26,7 +26,10 @@ built from the two error terms (``gradspec.tolerances``).
 The oracle refuses a case when an input of some op is within its perturbation reach of a
 point where the op is not differentiable (a kink, a tie, a domain edge): the reach is measured
 on the actual perturbed intermediate values, so it accounts for amplification through the graph
-(``gradspec.oracles._fd_reach``).
+(``gradspec.oracles._fd_reach``) -- except for gradspec's own relu, leaky_relu, elu, abs, clamp,
+maximum and minimum, whose kinks are per position: there the elements whose stencil moves a position near its kink are
+left out and the others compared (``gradspec.oracles._fd_kinkpos``, session 15), at an exact kink
+too (``FiniteDifferences.applies`` then does not step aside for the whole case).
 
 Cost (issue 15: at most 2x plain central differences on the same graph): apart from the batched
 pass, the work is a few dozen small operations per case, so they are kept few: the arithmetic
@@ -420,8 +423,8 @@ def fd_gradient(case, *, check_reach: bool = True) -> FDResult:
         raise  # (a kink or jump the float64 steps found wins: a float32 staircase never passes for one)
     except OracleError as e:
         out = e
-    if getattr(out, "kinks", None):  # (kinks it found at some elements win too, as above)
-        return out
+    if getattr(out, "kinks", None) and not _kinkpos.declared_only(out.kinks):  # (kinks it found win too, as above;
+        return out  # elements left out beside a declared kink are no finding: the float32 probes still run)
     # float32 hidden behind float64 arithmetic (no value is a float32 number): probed where a user op runs
     f32, why = _probes.hidden_float32(case, lambda: (p.s0, p.S0, p.vfloor, p.sigma), flat,
                                       (_s_env, (case, x64, leaves, p.seeds64))) if user else ("", "")
@@ -441,7 +444,7 @@ def _float64_gradient(case, leaves, x64, flat, h, plan, hl, p: _Pass, check_reac
     small_s = (p.sl if p.sl is not None else p.s.tolist()) if n <= SMALL_N else None
     # elements whose corrected estimate the even part of s may spoil beyond its bound (_fd_even): the eager path
     even = _even.suspects(p.s, p.s0, h, rows=small_s)
-    # elements whose stencil moves a position of relu/abs/clamp/maximum/minimum near its kink (_fd_kinkpos): where
+    # elements whose stencil moves a position of relu/abs/clamp/maximum/... near its kink (_fd_kinkpos): where
     # the reach check would refuse the case for such ops alone, those elements are left out, the others compared
     near = _kinkpos.near_kinks(case, x64, leaves, h, plan, p) if check_reach and p.reach else _kinkpos.NONE
     got = None
