@@ -5,7 +5,9 @@
 The built-in ops relu, abs, clamp(-1, 1) and maximum declare a ``kink_distance``; finite differences refuse a whole
 case when any input element of such a node is within 4x their step of a kink (``oracles._fd_reach.check_reach``), and
 step aside entirely at an exact kink (``_private.kinks.exclusion``), while a user op's kinks found numerically are left
-out element by element (``FDResult.kinks``, ``Verdict.unjudged_elements``).  Here the code under test is a smooth user
+out element by element (``FDResult.kinks``, ``Verdict.unjudged_elements``).  (Since helper kinkbuiltin, session 15: for
+these ops FD leaves out only the elements whose stencil moves a position within 4x of its kink, ``oracles/_fd_kinkpos.py``.)
+Here the code under test is a smooth user
 op ``u = exp(y)`` (its vjp right, or 1.01x: a bug on every element) behind the built-in ``y = op(x, ...)``; 2 to 6
 elements, each put on a kink with probability 0.4 ("exact") or 1e-9 from it ("near"), else drawn from N(0, 1.5^2).
 Prints, per built-in op and placement: the correct op's agree / inconclusive / false alarms, and the buggy op's found
