@@ -118,7 +118,9 @@ def test_fd_chunked_layout_gives_the_same_estimates_as_before(corpus, monkeypatc
     monkeypatch.setattr(old, "MAX_BATCH_ELEMENTS", 60)
     mismatches = []
     for i, case in enumerate(corpus[:80] + corpus[-30:]):
-        mismatches += [f"case {i} {case.ops}: {d}" for d in _differences(_outcome(old, case), _outcome(fd, case))]
+        a, b = _outcome(old, case), _outcome(fd, case)
+        if not _left_out_near_builtin_kink(a, b):  # (a change of the outcome: tests/test_kink_builtin.py)
+            mismatches += [f"case {i} {case.ops}: {d}" for d in _differences(a, b)]
     assert not mismatches, "\n".join(mismatches[:5])
 
 
