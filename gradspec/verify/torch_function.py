@@ -520,8 +520,11 @@ def verify_torch_function(fn, *, arity: int | None = None, signature: str | None
         c = getattr(d, "case", None)  # does (tryout10 F9: it had "user_ops": {} and `gradspec replay` refused it)
         if c is not None and any(n.op == spec.name for n in c.nodes):
             c.user_ops.setdefault(spec.name, spec.import_path)
-    for text in torch_returns.returns_notes(fn, example_inputs, label) if example_inputs is not None else ():
-        result.note(text)  # what its backward returns that torch drops or casts silently (tryout10 F10, F3)
+    floats = [x for x in example_inputs or () if getattr(x, "is_floating_point", lambda: False)()]
+    if example_inputs is not None and (domain is None or torch_surrogate.inside_domain(domain, floats)):
+        # (fn is never called outside the domain the user declared for it, the example included)
+        for text in torch_returns.returns_notes(fn, example_inputs, label):
+            result.note(text)  # what its backward returns that torch drops or casts silently (tryout10 F10, F3)
     if spec.inplace.seen:
         result.note(f"{label} modifies its input in place (ctx.mark_dirty): every call was given copies of its tensor "
                     "inputs (non-leaf ones where they require grad), as a caller must (torch refuses an in-place change "

@@ -260,7 +260,7 @@ def padding_lookups(fn, layout: CallLayout, example_inputs, domain=None) -> list
 
     if example_inputs is None:
         return []
-    if domain is not None and not _inside(domain, [x for x in example_inputs
+    if domain is not None and not inside_domain(domain, [x for x in example_inputs
                                                    if isinstance(x, torch.Tensor) and x.is_floating_point()]):
         return []
     rows: list = []
@@ -278,7 +278,7 @@ def padding_lookups(fn, layout: CallLayout, example_inputs, domain=None) -> list
     return rows
 
 
-def _inside(domain, xs) -> bool:
+def inside_domain(domain, xs) -> bool:
     """Whether every value of the float inputs ``xs`` lies in ``domain`` (one Domain, or one per input)."""
     per = domain if isinstance(domain, (list, tuple)) else [domain] * len(xs)
     for d, x in zip(per, xs):
