@@ -39,9 +39,9 @@ def _split_leaf(extra):
     return gs.Case.build(leaves, nodes, roots, seeds, requires_grad=rg)
 
 
-def _wide(n):
+def _wide(n, delta=1000 * RTOL):
     """Finding 5: the split-leaf case with the op's input n elements wide (> COLS = 1000: the scale is not sized)."""
-    op = _op("r15_cols_bug", 1000 * RTOL)
+    op = _op(f"r15_cols_bug{int(delta * 1e4)}", delta)
     x = np.linspace(0.1, 0.5, n + 1)
     return gs.Case.build({"x": x},
                          [("a", "index_select", ["x"], {"dim": 0, "index": list(range(n))}), ("u", op.name, ["a"], {}),
@@ -83,14 +83,17 @@ def test_claim_verdict(name, build, want):
     assert v.status == want, (v.status, [(c.oracles, c.max_ratio) for c in v.comparisons], v.reason)
 
 
-def test_unsized_claim_is_inconclusive_with_reason():
+@pytest.mark.parametrize("oracles, delta", [(ORACLES, 0.1), (ORACLES[:2], 0.3)], ids=["per-element", "directional"])
+def test_unsized_claim_is_inconclusive_with_reason(oracles, delta):
     """Finding 5: 1001 inputs (> COLS) cannot be sized: an op 1000x beyond its claim is never "agree"; since the
-    comparison fails without the claim and passes only with the fallback scale, it is inconclusive, with the reason."""
-    case = _wide(1001)
+    comparison fails without the claim and passes only with the fallback scale, it is inconclusive, with the reason.
+    Without the jacobian, 1002 leaf elements (> fd.full_limit) are compared along random directions: the op's vjp
+    0.3 off (3000x its claim): 0.1 off is within FD's own error bound beside the 1e6 path (agree before and after)."""
+    case = _wide(1001, delta)
     case.meta["accuracy"] = {"rtol": RTOL, "atol": 0.0}
-    v = gs.check(case, oracles=ORACLES)
+    v = gs.check(case, oracles=oracles)
     assert v.status == "inconclusive", (v.status, [(c.oracles, c.max_ratio) for c in v.comparisons])
-    assert "the accuracy claim of r15_cols_bug could not be sized here" in v.reason and "1000 input elements" in v.reason
+    assert f"the accuracy claim of r15_cols_bug{int(delta * 1e4)} could not be sized here" in v.reason and "1000 input elements" in v.reason
 
 
 def test_scale_of_wide_node_is_abs_jacobian():
