@@ -627,8 +627,9 @@ def slow_hint(what: str, max_examples: int | None, seconds: float | None, stream
         line = (f"gradspec: {what}: {drv.cases} cases checked in {el:.0f} s, {per:.2g} s a case"
                 + (f" ({split})" if split else "") + (f"; {left}" if left else ""))
         if per > 2.0:
-            line += (" -- slow code under test: finite differences and the jacobian oracle call the forward about "
-                     "twice per input element in every case; fewer max_examples= or a seconds= budget shorten the run")
+            line += (" -- slow code under test: finite differences and the jacobian oracle call the forward "
+                     "several times per input element in every case (some 50 times for a forward without a batch axis); "
+                     "fewer max_examples= or a seconds= budget shorten the run")
         try:
             print(line, file=stream or sys.stderr, flush=True)
         except (OSError, ValueError):

@@ -3,7 +3,7 @@
 Copy the pattern into your tests/ folder: one ``gs.assert_torch_function`` per Function (or
 ``gs.assert_op`` per user op), with the example call it takes.  The ``ci`` profile
 (``--gradspec-profile ci``) runs 60 derandomized cases per test (the same cases on every run), and a
-case calls a torch Function's forward some 70 times per input element (the jacobian oracle's finite
+case calls a torch Function's forward some 50 times per input element (the jacobian oracle's finite
 differences, one point at a time) and its backward a few times: cap a slow Function with
 ``max_examples=`` (fewer cases, the same ones every run) or ``seconds=`` (a time budget).
 """
