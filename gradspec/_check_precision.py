@@ -32,11 +32,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import engine as _engine
 from ._private import dtypes as _dtypes
 from ._private import structure as _structure
-from .case import Case
+from .case import Case, CaseError
 
-__all__ = ["case_dtype", "float32_grads", "leaf_precisions", "mixed_float"]
+__all__ = ["case_dtype", "float32_grads", "leaf_precisions", "mixed_dtypes", "mixed_float", "refuse_unpromoted", "unpromoted"]
 
 _F32 = np.dtype(np.float32)
 
@@ -144,3 +145,49 @@ def _precision_flow(case: Case, values: dict, diff: list, out: dict) -> dict:
                 for leaf in upstream.get(n.inputs[k], ()):
                     out[leaf] = "float32"
     return out
+
+
+def mixed_dtypes(leaves) -> bool:
+    """Whether the leaves hold more than one dtype (the common case, one dtype object shared by every leaf, is
+    told by identity; a set of dtypes hashes each, a microsecond a check)."""
+    if not leaves:
+        return False
+    d0 = leaves[0].value.dtype
+    for l in leaves:
+        if l.value.dtype is not d0:
+            return len({l.value.dtype for l in leaves}) > 1
+    return False
+
+
+def refuse_unpromoted(case: Case) -> None:
+    """Raise ``CaseError`` if torch refuses the case's forward (see :func:`unpromoted`): a case file's fault."""
+    why = unpromoted(case)
+    if why:
+        raise CaseError(why)
+
+
+def unpromoted(case: Case) -> str | None:
+    """Why torch refuses to run the case's forward, or None: an op that does not promote dtypes
+    (``OpSpec.same_dtype``: mm, matmul, linear, conv1d, einsum) gets inputs of different dtypes (an int64
+    constant next to a float64 leaf in ``mm``, say). numpy would promote and compute, so finite differences
+    and the jacobian would return gradients and torch's refusal would read as a bug in torch."""
+    nodes = case.nodes
+    last = next((k for k, n in enumerate(nodes) if case.spec(n.op).same_dtype), None)
+    if last is None:
+        return None
+    for k in range(last + 1, len(nodes)):  # the last such op: only they refuse, and no node after it is run
+        try:
+            if case.spec(nodes[k].op).same_dtype:
+                last = k
+        except Exception:  # noqa: BLE001 - the forward below would stop at this node (None) if it got there
+            break
+    env = {l.name: _engine.Tensor(l.value) for l in case.leaves}
+    with _engine.no_grad():
+        for n in nodes[: last + 1]:
+            try:
+                env[n.name] = _engine.apply(case.spec(n.op), [env[i] for i in n.inputs], n.params)
+            except _engine.DtypeMismatchError as e:
+                return f"node {n.name!r} = {n.op}({', '.join(n.inputs)}): torch refuses this case's forward: {e}"
+            except Exception:  # noqa: BLE001 - any other failure is the oracles' to report, case by case
+                return None
+    return None

@@ -31,6 +31,8 @@ from ._check_claim import directional_allowance as _directional_claim
 from ._check_noise import Unmeasured, rounding_noise  # (measured on a failing comparison; report_views imports it from here)
 from ._check_precision import case_dtype as _case_dtype  # noqa: F401 - (tests read it here)
 from ._check_precision import leaf_precisions as _leaf_precisions
+from ._check_precision import mixed_dtypes as _mixed_dtypes
+from ._check_precision import refuse_unpromoted, unpromoted  # noqa: F401 - (the CLI and tests import them from here)
 from ._check_rules import (
     _compared_with_itself,
     _discount_edge_of_precision,
@@ -52,7 +54,7 @@ from ._private.kinks import EXCLUDED as _EXCLUDED
 from ._private.kinks import OTHERS_UNJUDGED as _OTHERS
 from ._private.pairs import _allowed, _fast_pairs, _pair_claim, _path_scale, _per_leaf
 from ._private.threads import oracle_threads
-from .case import Case, CaseError
+from .case import Case
 from .causes import Cause, crash_type
 from .oracles import _plan
 from .oracles.reference import ReferenceOracle as _ReferenceOracle
@@ -283,52 +285,6 @@ def check(case: Case, oracles=None, *, timeout: float | None = None) -> Verdict:
             return Verdict(case, {}, [], [], {}, {}, oracles={o.name: o for o in chosen}, unjudged=why,
                            not_a_function=why)
         return _check(case, chosen)
-
-
-def _mixed_dtypes(leaves) -> bool:
-    """Whether the leaves hold more than one dtype (the common case, one dtype object shared by every leaf, is
-    told by identity; a set of dtypes hashes each, a microsecond a check)."""
-    if not leaves:
-        return False
-    d0 = leaves[0].value.dtype
-    for l in leaves:
-        if l.value.dtype is not d0:
-            return len({l.value.dtype for l in leaves}) > 1
-    return False
-
-
-def refuse_unpromoted(case: Case) -> None:
-    """Raise ``CaseError`` if torch refuses the case's forward (see :func:`unpromoted`): a case file's fault."""
-    why = unpromoted(case)
-    if why:
-        raise CaseError(why)
-
-
-def unpromoted(case: Case) -> str | None:
-    """Why torch refuses to run the case's forward, or None: an op that does not promote dtypes
-    (``OpSpec.same_dtype``: mm, matmul, linear, conv1d, einsum) gets inputs of different dtypes (an int64
-    constant next to a float64 leaf in ``mm``, say). numpy would promote and compute, so finite differences
-    and the jacobian would return gradients and torch's refusal would read as a bug in torch."""
-    nodes = case.nodes
-    last = next((k for k, n in enumerate(nodes) if case.spec(n.op).same_dtype), None)
-    if last is None:
-        return None
-    for k in range(last + 1, len(nodes)):  # the last such op: only they refuse, and no node after it is run
-        try:
-            if case.spec(nodes[k].op).same_dtype:
-                last = k
-        except Exception:  # noqa: BLE001 - the forward below would stop at this node (None) if it got there
-            break
-    env = {l.name: _engine.Tensor(l.value) for l in case.leaves}
-    with _engine.no_grad():
-        for n in nodes[: last + 1]:
-            try:
-                env[n.name] = _engine.apply(case.spec(n.op), [env[i] for i in n.inputs], n.params)
-            except _engine.DtypeMismatchError as e:
-                return f"node {n.name!r} = {n.op}({', '.join(n.inputs)}): torch refuses this case's forward: {e}"
-            except Exception:  # noqa: BLE001 - any other failure is the oracles' to report, case by case
-                return None
-    return None
 
 
 def _quiet_fp(chosen):
