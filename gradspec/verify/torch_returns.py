@@ -20,6 +20,8 @@ Example::
 
 from __future__ import annotations
 
+from .._private import determinism as _determinism
+
 __all__ = ["returns_notes"]
 
 
@@ -33,13 +35,14 @@ def returns_notes(fn, example, label: str) -> list:
         # non-leaf copies (an in-place Function may write into them); everything else a copy too
         args = [(x.detach().clone().requires_grad_(True).clone() if x.is_floating_point() else x.clone())
                 if isinstance(x, torch.Tensor) else x for x in example]
-        with torch.enable_grad():
+        # (seeded as every other call of fn, and the caller's generator state restored: fn may draw random numbers)
+        with torch.enable_grad(), _determinism.TorchSeeded():
             y = fn(*args)
-        node = getattr(y, "grad_fn", None)
-        if not isinstance(y, torch.Tensor) or node is None or not hasattr(node, "_forward_cls") \
-                or str(getattr(node._forward_cls, "__module__", "")).startswith("torch."):
-            return []
-        res = node.apply(torch.ones_like(y))
+            node = getattr(y, "grad_fn", None)
+            if not isinstance(y, torch.Tensor) or node is None or not hasattr(node, "_forward_cls") \
+                    or str(getattr(node._forward_cls, "__module__", "")).startswith("torch."):
+                return []
+            res = node.apply(torch.ones_like(y))
     except Exception:  # noqa: BLE001 - cannot be read: the run's own checks stand
         return []
     res = res if isinstance(res, tuple) else (res,)
