@@ -39,7 +39,8 @@ from ..spec import registry as _registry
 from ._base import OracleError
 from ._fd_stencil import EPS, ROUNDING_DEPTH
 
-__all__ = ["staircase", "flat_or_stairs", "noise_or_feature", "RESOLUTION_FLOORS", "float32_node", "float32_rounding", "STEP32",
+__all__ = ["runs_unmodelled_code",
+           "staircase", "flat_or_stairs", "noise_or_feature", "RESOLUTION_FLOORS", "float32_node", "float32_rounding", "STEP32",
            "F32_ROUNDING_DEPTH", "F32_PROBE_POINTS", "F32_PROBE_SPREAD", "F32_PROBE_FACTOR", "float32_probe_offsets",
            "perturbed", "hidden_float32", "user_nodes", "HIDDEN32_NAME_ULPS"]
 
@@ -220,6 +221,13 @@ def float32_node(case, env) -> str:
 def _runs_user_code(case) -> bool:
     """Whether a node's spec is user code (``spec.user``), asked once per graph structure (a group's sets)."""
     return _structure.once(case, "runs_user_code", lambda: any(_spec(case, node.op).user for node in case.nodes))
+
+
+def runs_unmodelled_code(case) -> bool:
+    """Whether a node runs code whose rounding and continuity gradspec's model does not vouch for: a user op, or
+    the engine's ``_cast`` (the one table op that may round to a lower precision than its input's)."""
+    return _structure.once(case, "runs_unmodelled_code", lambda: any(
+        _spec(case, node.op).user or node.op == "_cast" for node in case.nodes))
 
 
 def _spec(case, op):
