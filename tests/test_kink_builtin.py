@@ -82,3 +82,15 @@ def test_a_broadcast_tie_leaves_out_the_scalar_and_its_tied_element():
     # maximum(a, b) with b a scalar: the tie a[1] == b is a kink of a[1]'s line and of b's (b moves every position)
     v = gs.check(_case("maximum", {}, GOOD, a=[0.5, 0.3, -1.0], b=0.3))
     assert v.status == "agree" and set(v.unjudged_elements["finite-differences"]) == {"a[1]", "b[]"}, v.summary()
+
+
+def test_clamp_with_array_bounds_is_no_gradspec_bug():
+    # review15b #3: clamp's bounds may be arrays; _fd_kinkpos took float(b) of them and FD failed "inside gradspec
+    # itself" (TypeError).  Such a node is not one of the per-position kinked ops: FD steps aside as before.
+    op = gs.Op("t_kb_exp_clamp_arrays", forward=np.exp, vjp=lambda g, y, out: (g * out,))
+    case = gs.Case.build({"x": np.array([0.0, 0.5, 0.1])},
+                         [("k", "clamp", ["x"], {"min": np.array([0.0, 0.5, 0.0])}), ("u", op.name, ["k"], {})],
+                         ["u"], [np.ones(3)])
+    v = gs.check(case)
+    assert "gradspec bug" not in str(v) and "TypeError" not in str(v), str(v)
+    assert v.status != "disagree", str(v)

@@ -168,3 +168,13 @@ def test_shapes_are_probed_at_the_examples_own_index():
                                  max_examples=2, seed=seed)
         seen_runs.append(seed)
     assert first == [mask.tolist()] * 3, first
+
+
+@pytest.mark.parametrize("kw", [{"high": 300}, {"low": -1}], ids=["high-above-uint8", "low-below-uint8"])
+def test_low_and_high_outside_the_dtype_range_are_refused_up_front(kw):
+    # review15b #2: high=300 on a uint8 example crashed inside the draw; low=-1 wrapped silently to 255
+    import torch
+    from hypothesis.errors import InvalidArgument
+
+    with pytest.raises(InvalidArgument, match="uint8's range"):
+        gs.strategies.indices(torch.tensor([0, 2, 1], dtype=torch.uint8), **kw)

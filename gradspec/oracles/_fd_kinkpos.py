@@ -52,7 +52,11 @@ OPS = {
 
 
 def eligible(node, spec) -> bool:
-    """Whether ``node`` is one of gradspec's own ops whose kinks are per position (a user op of the same name is not)."""
+    """Whether ``node`` is one of gradspec's own ops whose kinks are per position (a user op of the same name is not).
+    clamp only with scalar bounds: its kinks are then the same numbers at every position (array bounds, which a
+    hand-built or loaded case may give, keep the whole-case refusal: review15b #3)."""
+    if node.op == "clamp" and any(np.ndim(node.params.get(b)) for b in ("min", "max")):
+        return False
     return node.op in OPS and not getattr(spec, "user", True) and len(node.inputs) == (
         2 if node.op in ("maximum", "minimum") else 1)
 

@@ -53,6 +53,11 @@ def _bounds(flat: list, is_bool: bool, low, high, values, dtype) -> tuple[Any, s
         if isinstance(v, bool) or not isinstance(v, numbers.Integral):
             raise InvalidArgument(f"indices({name}={v!r}) must be an int")
     lo, hi = int(lo), int(hi)
+    info = torch.iinfo(dtype)  # (review15b #2: high=300 on uint8 crashed inside the draw, low=-1 wrapped to 255)
+    for name, v in (("low", lo), ("high", hi)):
+        if not info.min <= v <= info.max:
+            raise InvalidArgument(f"indices({name}={v}) is outside {str(dtype).removeprefix('torch.')}'s range "
+                                  f"[{info.min}, {info.max}]: pass a value the example's dtype can hold")
     if lo > hi:
         raise InvalidArgument(f"indices(low={lo}) is larger than high={hi}: pass low <= high (the range of index "
                               "values to draw; by default the example's [min, max])")
