@@ -37,7 +37,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import tolerances as _tol
-from ._fd_stencil import _RD_EPS, COARSE, SMALL_N, _repeat
+from ._fd_stencil import _RD_EPS, COARSE, SMALL_N, _points
 from ._fd_values import _s_values
 
 __all__ = ["suspects", "mirror", "correct"]
@@ -155,26 +155,16 @@ def _cleared(rows, s0: float) -> bool:
     return True
 
 
-def _mirror_values(case, x64, leaves, seeds64, idx, steps: dict):
-    """s and S at x - 2 h_j e_j for each element j of ``idx`` (``steps``: j -> h_j; chunks of at most _PER_PASS
-    leaf elements)."""
+_MINUS2 = np.array([-2.0])  # (the mirror point's factor: x - 2 h e_j)
+
+
+def _mirror_values(case, x64, leaves, seeds64, idx, h):
+    """s and S at x - 2 h_j e_j for each element j of ``idx`` (``h``: steps indexed by global element; chunks of
+    at most _PER_PASS leaf elements), the stencil's own batches (``_fd_stencil._points``)."""
     per = max(1, _PER_PASS // max([v.size for v in x64.values()] + [1]))
     s_out, S_out = np.empty(idx.size), np.empty(idx.size)
     for a in range(0, idx.size, per):
-        chunk = idx[a:a + per]
-        k = chunk.size
-        batches = {name: _repeat(v, k) for name, v in x64.items()}
-        off = 0
-        for l in leaves:
-            size = l.value.size
-            mine = (chunk >= off) & (chunk < off + size)
-            if mine.any():
-                arr = np.empty((k, size))
-                arr[:] = x64[l.name].ravel()
-                hj = np.array([steps[j] for j in chunk[mine].tolist()])
-                arr[np.flatnonzero(mine), chunk[mine] - off] += -2.0 * hj  # (as the stencil's f h, with f = -2)
-                batches[l.name] = arr.reshape((k,) + l.shape)
-            off += size
+        batches, k = _points(x64, leaves, idx[a:a + per], h, _MINUS2)
         s, S = _s_values(case._evaluate(batches, 1), case.roots, seeds64, k)
         s_out[a:a + k], S_out[a:a + k] = s, S
     return s_out, S_out
@@ -201,7 +191,10 @@ def correct(case, x64, leaves, seeds64, values, hk, elems, floor: float, out, lo
     if not local.size:
         return 0
     r, err, trunc = out
-    sm2, Sm2 = _mirror_values(case, x64, leaves, seeds64, np.asarray(elems)[local], _scatter(elems, local, hk))
+    at = np.asarray(elems)[local]
+    steps = np.zeros(int(at.max()) + 1)
+    steps[at] = hk[local]  # (indexed by global element, as _points reads h)
+    sm2, Sm2 = _mirror_values(case, x64, leaves, seeds64, at, steps)
     sp, sm, s2 = s[:, local]
     hj = hk[local]
     with np.errstate(all="ignore"):
@@ -217,8 +210,3 @@ def correct(case, x64, leaves, seeds64, values, hk, elems, floor: float, out, lo
         j = local[~ok]
         err[j] += _predicted_leak(s[:, j], s0, hk[j])
     return int(local.size)
-
-
-def _scatter(elems, local, hk) -> dict:
-    """global element -> its step, for the elements ``elems[local]``."""
-    return dict(zip(np.asarray(elems)[local].tolist(), hk[local].tolist()))

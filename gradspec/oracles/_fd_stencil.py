@@ -40,17 +40,18 @@ def _repeat(v, nb: int) -> np.ndarray:
     return out
 
 
-def _points(x64, leaves, idx_chunk, h):
-    """Leaf batches perturbing the elements ``idx_chunk`` (global indices) by FACTORS * h.
+def _points(x64, leaves, idx_chunk, h, factors=_FACTORS):
+    """Leaf batches perturbing the elements ``idx_chunk`` (global indices) by ``factors`` * h (default FACTORS:
+    the stencil; ``_fd_even`` asks for -2 alone, the mirror point).
 
     Only the leaves that hold a perturbed element are materialised (nb copies); the others are
     broadcast views, which matters at the chunk sizes of large cases.
     """
     idx = np.asarray(idx_chunk, dtype=np.intp)
-    nf = len(FACTORS)
+    nf = len(factors)
     nb = idx.size * nf
     batches = {name: _repeat(v, nb) for name, v in x64.items()}
-    delta = _FACTORS[:, None] * h[idx]  # (nf, k)
+    delta = factors[:, None] * h[idx]  # (nf, k)
     off = 0
     for l in leaves:
         size = l.value.size
