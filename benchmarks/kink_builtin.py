@@ -10,8 +10,10 @@ these ops FD leaves out only the elements whose stencil moves a position within 
 Here the code under test is a smooth user
 op ``u = exp(y)`` (its vjp right, or 1.01x: a bug on every element) behind the built-in ``y = op(x, ...)``; 2 to 6
 elements, each put on a kink with probability 0.4 ("exact") or 1e-9 from it ("near"), else drawn from N(0, 1.5^2).
-Prints, per built-in op and placement: the correct op's agree / inconclusive / false alarms, and the buggy op's found
-(disagree) / missed (agree) / inconclusive, among points where the bug shows (an element off every kink with a
+Also with a sum (``u = exp(sum(y))``) or a matmul (``u = exp(reshape(y, (1, n)) @ W)``) between the two ("relu
+sum", "relu mm": every partial then couples to the kink element's, review15b #1).  Prints, per built-in op and
+placement: the correct op's agree / inconclusive / false alarms, and the buggy op's found (disagree) / missed
+(agree) / inconclusive, among points where the bug shows (an element off every kink with a
 nonzero slope through the built-in).  Run with PYTHONPATH=<a checkout> to measure that checkout (before/after).
 """
 
@@ -51,23 +53,37 @@ def _point(rng, kinks, arity, near: bool):
     return [x, b], on
 
 
+def _nodes(op, params, names, user, post, n):
+    """The graph: the built-in, then the user op elementwise (``post`` "") or after a sum or a matmul."""
+    first = [("y", op, names, params)]
+    if post == "":
+        return first + [("u", user.name, ["y"], {})]
+    if post == "sum":
+        return first + [("s", "sum", ["y"], {}), ("u", user.name, ["s"], {})]
+    return first + [("y2", "reshape", ["y"], {"shape": (1, n)}), ("s", "mm", ["y2", "W"], {}), ("u", user.name, ["s"], {})]
+
+
 def run(points: int, seed: int) -> dict:
-    rng = np.random.default_rng(seed)
     out = {}
-    for name, (op, params, kinks, arity, slope) in BUILTIN.items():
-        for near in (False, True):
-            counts = collections.Counter()
-            for _ in range(points):
-                args, on = _point(rng, kinks, arity, near)
-                seed_ = rng.normal(size=args[0].size)
-                leaves = {f"x{i}": a for i, a in enumerate(args)}
-                for user, tag in ((GOOD, "correct"), (BAD, "bug")):
-                    case = gs.Case.build(leaves, [("y", op, list(leaves), params), ("u", user.name, ["y"], {})],
-                                         ["u"], [seed_])
-                    if tag == "bug" and not np.any(slope(args[0]) & ~on):
-                        continue  # the bug cannot show: every element with a slope sits on a kink
-                    counts[f"{tag} {gs.check(case).status}"] += 1
-            out[f"{name} {'near' if near else 'exact'}"] = dict(counts)
+    for post in ("", "sum", "mm"):  # (each group its own draws: the elementwise rows are those of session 15)
+        rng = np.random.default_rng(seed + {"": 0, "sum": 1000, "mm": 2000}[post])
+        for name, (op, params, kinks, arity, slope) in BUILTIN.items():
+            for near in (False, True):
+                counts = collections.Counter()
+                for _ in range(points):
+                    args, on = _point(rng, kinks, arity, near)
+                    n = args[0].size
+                    leaves = {f"x{i}": a for i, a in enumerate(args)}
+                    if post == "mm":
+                        leaves["W"] = rng.normal(0.0, 1.0, (n, 2))
+                    seed_ = rng.normal(size={"": n, "sum": (), "mm": (1, 2)}[post])
+                    for user, tag in ((GOOD, "correct"), (BAD, "bug")):
+                        case = gs.Case.build(leaves, _nodes(op, params, [f"x{i}" for i in range(arity)], user, post, n),
+                                             ["u"], [np.asarray(seed_)])
+                        if tag == "bug" and not np.any(slope(args[0]) & ~on):
+                            continue  # the bug cannot show: every element with a slope sits on a kink
+                        counts[f"{tag} {gs.check(case).status}"] += 1
+                out[f"{name}{' ' + post if post else ''} {'near' if near else 'exact'}"] = dict(counts)
     return out
 
 

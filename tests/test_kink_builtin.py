@@ -94,3 +94,61 @@ def test_clamp_with_array_bounds_is_no_gradspec_bug():
     v = gs.check(case)
     assert "gradspec bug" not in str(v) and "TypeError" not in str(v), str(v)
     assert v.status != "disagree", str(v)
+
+
+# review15b #1: where a reduction or matmul follows the kinked op, every compared partial is coupled to the kink
+# element's (mixed curvature), and the both-sides probe at 2h (the stencil's farthest point) saw that smooth change
+# (~2.4e-5 x the mixed curvature, above the estimates' own bounds) as a partial that jumps across the kink: FD
+# refused the case, saying "a jump surface", where there is none.
+
+
+def _through(user, post, x, w=None):
+    x = np.asarray(x, dtype=np.float64)
+    if post == "sum":
+        return gs.Case.build({"x": x}, [("r", "relu", ["x"], {}), ("s", "sum", ["r"], {}), ("u", user.name, ["s"], {})],
+                             ["u"], [np.ones(())])
+    n = x.size
+    return gs.Case.build({"x": x, "W": np.asarray(w, dtype=np.float64)},
+                         [("r", "relu", ["x"], {}), ("r2", "reshape", ["r"], {"shape": (1, n)}),
+                          ("s", "mm", ["r2", "W"], {}), ("u", user.name, ["s"], {})], ["u"], [np.ones((1, 2))])
+
+
+_X = [0.0, 0.7, -1.2, 2.0]
+_W = [[0.3, -0.4], [0.5, 0.2], [-0.1, 0.6], [0.2, 0.25]]
+
+
+def test_a_correct_op_after_a_sum_beside_a_relu_kink_is_judged():
+    v = gs.check(_through(GOOD, "sum", _X))
+    assert v.status == "agree", v.summary()
+    assert set(v.unjudged_elements["finite-differences"]) == {"x[0]"}, v.summary()
+
+
+def test_a_planted_bug_after_a_sum_beside_a_relu_kink_is_found():
+    v = gs.check(_through(BAD, "sum", _X))
+    assert v.status == "disagree", v.summary()
+
+
+def test_a_correct_op_after_a_matmul_beside_a_relu_kink_is_judged_and_a_bug_there_found():
+    v = gs.check(_through(GOOD, "mm", _X, _W))
+    assert v.status == "agree" and set(v.unjudged_elements["finite-differences"]) == {"x[0]"}, v.summary()
+    v = gs.check(_through(BAD, "mm", _X, _W))
+    assert v.status == "disagree", v.summary()
+
+
+def test_a_jump_surface_after_a_sum_is_still_refused_and_called_one():
+    # u = b * (sum(relu(a)) > 0): b's partial is 0 at a[0] = 0 (a[1] < 0), 1 on a[0]'s positive side
+    leaves = {"a": np.array([0.0, -0.5]), "b": np.array([1.0, 2.0])}
+    case = gs.Case.build(leaves, [("y", "relu", ["a"], {}), ("s", "sum", ["y"], {}), ("u", GATE.name, ["s", "b"], {})],
+                         ["u"], [np.ones(2)])
+    v = gs.check(case)
+    assert "finite-differences" not in v.unjudged_elements, v.summary()
+    why = v.skipped["finite-differences"]
+    assert "jump surface" in why and "convention" in why, why
+
+
+def test_a_strong_coupling_after_a_sum_is_judged_where_the_change_shrinks_with_the_probe():
+    # u = exp(30 sum(relu(x))): every partial is 30 u, its change across x[0]'s kink 2 hf 900 u: above the estimates'
+    # bounds (3x) at the finest step, 16x smaller at a 16th of it (0.2x the bounds): a smooth coupling, no jump
+    e30 = gs.Op("kb_exp30", forward=lambda y: np.exp(30 * y), vjp=lambda g, y, out: (30 * g * out,))
+    v = gs.check(_through(e30, "sum", [0.0, 0.007, -1.2, 0.002]))
+    assert v.status == "agree" and set(v.unjudged_elements["finite-differences"]) == {"x[0]"}, v.summary()

@@ -9,7 +9,7 @@ named: ``flagged``.  The others' stencil lines keep every such position on its s
 quarter of the distance, or none at a position on the kink), so their estimates are those of one smooth piece,
 as the reach check asks of a whole case.  ``fd`` gives the flagged elements an infinite error bound (``FDResult.kinks``)
 and compares the others where ``_fd_refine._not_comparable`` allows (they reach the code under test; their partials
-agree on both sides of each flagged element's kink).
+agree on both sides of each flagged element's kink, probed at the finest step FD uses: ``leave_out``).
 
 Sound where numeric detection alone is not: a kink at h/2 from x along a line makes FD's error delta/4 with an error
 estimate of ~0; here the op's own declaration says where the kink is.
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import tolerances as _tol
 from .._private.kinks import center_kink_distances, exact_kinks
 from ._base import OracleError
 from ._fd_reach import check_reach
@@ -156,11 +157,20 @@ def near_kinks(case, x64, leaves, h, plan, p) -> np.ndarray:
 
 def leave_out(case, x64, leaves, p, near, h, err, floor, kinks) -> int:
     """Name the ``near`` elements in ``kinks`` (their error bound is inf already) where the others can be compared
-    (``_fd_refine._not_comparable``: they reach the code under test, and their partials agree at +-2h of each near
-    element, the stencil's farthest point: on both sides of its kink where it lies on one); else refuse.  Returns the
-    evaluations spent."""
+    (``_fd_refine._not_comparable``: they reach the code under test, and their partials agree on both sides of each
+    near element's kink), else refuse.  Returns the evaluations spent.
+
+    The both-sides probe runs at hf_k = h_k FD_FINER_STEPS[-1], the step ``_not_comparable``'s argument needs (its
+    smooth part 2 hf_k |d2f/dx_k dx_j| within the estimates' bounds), then at hf_k / PROBE_FINER where that one
+    changes: at 2h (the stencil's farthest point, session 15) any coupling after the kink -- a sum, a matmul --
+    changed every compared partial by ~1e4x more and the case was refused as "a jump surface" (review15b #1).  Sound
+    at these steps: where a near position is at its kink (an exact tie, d = 0) the kink lies at x and the probes
+    are on its two sides; where it is not (d > 0), x lies inside one piece, the exact oracles evaluate that piece
+    (no convention at x), and a compared element's stencil stays in it (it moves q by less than d / 4:
+    ``flagged``), so what the probe cannot straddle needs no probe."""
     compared = np.isfinite(err)
-    why, spent = _not_comparable(case, x64, leaves, p.seeds64, near, 2 * h[near], compared, h, floor)
+    why, spent = _not_comparable(case, x64, leaves, p.seeds64, near, h[near] * _tol.FD_FINER_STEPS[-1], compared, h,
+                                 floor, finer=True)
     if why:
         raise OracleError(f"finite differences: {near.size} element(s) move an input of relu/leaky_relu/elu/abs/"
                           f"clamp/maximum/minimum within 4x of its kink; {why}")

@@ -96,7 +96,7 @@ MAX_KINK_PROBES = 16  # kinked elements probed on both sides; more (rare: table 
 # reach check): the case is refused as a whole, as before per-element judging
 
 
-def _not_comparable(case, x64, leaves, seeds64, kinked, hf, compared, h, floor) -> tuple[str, int]:
+def _not_comparable(case, x64, leaves, seeds64, kinked, hf, compared, h, floor, finer=False) -> tuple[str, int]:
     """Why the ``compared`` elements cannot be judged beside the ``kinked`` ones ("" if they can), and the
     evaluations spent.
 
@@ -114,7 +114,10 @@ def _not_comparable(case, x64, leaves, seeds64, kinked, hf, compared, h, floor) 
     true change by 2 (e+ + e-) ~ 4 x the element's own bound (same step, nearby point): what the comparison with an
     exact oracle already allows finite differences (4 x their bound, tolerances "FD error estimate x4"), so no
     convention at the kink can make it cry wolf.  (A smooth function whose mixed curvature makes 2 hf_k |d2f| exceed
-    the bounds is refused too: judgements lost, never a false verdict.)  A non-finite probe: not comparable."""
+    the bounds is refused too: judgements lost, never a false verdict.)  A non-finite probe: not comparable.
+    ``finer``: where the probe at hf_k finds a change beyond the bounds, probe once more at hf_k / PROBE_FINER (the
+    caller vouches that the kink lies within that step of x too, or that no convention reaches x: _fd_kinkpos):
+    the smooth part shrinks with the step, a jump does not.  The reason says which of the two it saw."""
     reach = _under_test.reaching_leaves(case)
     off, relevant = 0, np.zeros(compared.size, dtype=bool)
     for l in leaves:
@@ -133,26 +136,47 @@ def _not_comparable(case, x64, leaves, seeds64, kinked, hf, compared, h, floor) 
     if kinked.size > MAX_KINK_PROBES:
         return f"{kinked.size} elements at kinks (more than {MAX_KINK_PROBES} to probe for a jump surface)", 0
     idx = np.flatnonzero(compared)
-    nf, spent = len(FACTORS), 0
+    spent = 0
     for k, step in zip(kinked.tolist(), hf.tolist()):
-        est = []
-        for side in (step, -step):
-            est.append(_estimates_at(case, _nudged(x64, leaves, k, side), leaves, seeds64, idx, h, floor))
-            spent += nf * idx.size + 1
-        (rp, ep), (rm, em) = est
+        (rp, rm, allowed), n = _both_sides(case, x64, leaves, seeds64, k, step, idx, h, floor)
+        spent += n
         with np.errstate(all="ignore"):
-            allowed = ep + em
             bad = ~(np.abs(rp - rm) <= allowed)
-        if bad.any():
-            i = int(np.flatnonzero(bad)[0])
-            return (f"{element_name(leaves, int(idx[i]))}'s partial changes across that kink at "
-                    f"{element_name(leaves, k)}: {rp[i]:.6g} at +{step:.3g}, {rm[i]:.6g} at -{step:.3g} (allowed difference "
-                    f"{allowed[i]:.3g}): a jump surface through this point, its partials depend on the convention "
-                    "at the kink"), spent
+        if not bad.any():
+            continue
+        i = int(np.flatnonzero(bad)[0])
+        name, at = element_name(leaves, int(idx[i])), element_name(leaves, k)
+        head = (f"{name}'s partial changes across that kink at {at}: {rp[i]:.6g} at +{step:.3g}, {rm[i]:.6g} at "
+                f"-{step:.3g} (allowed difference {allowed[i]:.3g})")
+        if not finer:
+            return (f"{head}: a jump surface through this point, its partials depend on the convention at the kink"), spent
+        (fp, fm, fallowed), n = _both_sides(case, x64, leaves, seeds64, k, step / PROBE_FINER, idx, h, floor)
+        spent += n
+        with np.errstate(all="ignore"):
+            if (np.abs(fp - fm) <= fallowed).all():
+                continue  # (a smooth coupling: the change shrank with the step to within the bounds)
+            jump = abs(fp[i] - fm[i]) >= _tol.KINK_PERSISTS * abs(rp[i] - rm[i])
+        if jump:
+            return (f"{head}, and by {abs(fp[i] - fm[i]):.3g} at +-{step / PROBE_FINER:.3g}: a jump surface through "
+                    "this point, its partials depend on the convention at the kink"), spent
+        return (f"{head}, and by {abs(fp[i] - fm[i]):.3g} (allowed {fallowed[i]:.3g}) at +-{step / PROBE_FINER:.3g}: "
+                "it shrinks with the step (a smooth coupling, no jump) but stays above the estimates' error bounds, "
+                "so a change across the kink cannot be ruled out"), spent
     return "", spent
 
 
 _PROBE_BATCH = 2**17  # leaf elements per batched evaluation (fd.MAX_BATCH_ELEMENTS)
+PROBE_FINER = 16  # the second both-sides probe's step, a fraction of the first's (``_not_comparable``'s finer)
+
+
+def _both_sides(case, x64, leaves, seeds64, k, step, idx, h, floor):
+    """The estimates of the elements ``idx`` at x + step e_k and x - step e_k and their allowed difference (the sum of
+    the two error bounds), and the evaluations spent."""
+    nf = len(FACTORS)
+    (rp, ep), (rm, em) = (_estimates_at(case, _nudged(x64, leaves, k, side), leaves, seeds64, idx, h, floor)
+                          for side in (step, -step))
+    with np.errstate(all="ignore"):
+        return (rp, rm, ep + em), 2 * (nf * idx.size + 1)
 
 
 def _moves_user_inputs(case, x64, leaves, seeds64, idx, h, users: set) -> np.ndarray:
