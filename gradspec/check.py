@@ -29,6 +29,7 @@ from . import tolerances as _tol
 from ._check_claim import claim_scale_why as _claim_scale_why
 from ._check_claim import directional_allowance as _directional_claim
 from ._check_noise import Unmeasured, rounding_noise  # (measured on a failing comparison; report_views imports it from here)
+from ._check_nonfinite import agreed_nonfinite as _agreed_nonfinite
 from ._check_precision import case_dtype as _case_dtype  # noqa: F401 - (tests read it here)
 from ._check_precision import leaf_precisions as _leaf_precisions
 from ._check_precision import mixed_dtypes as _mixed_dtypes
@@ -368,6 +369,9 @@ def _check(case: Case, chosen: list) -> Verdict:
     if not unjudged and not discrepancies and comparisons:  # NaN agreeing with NaN (a NaN input) judges nothing
         unjudged = _outcome.nothing_finite(case, results)
         comparisons = [] if unjudged else comparisons
+        agreed = "" if unjudged else _agreed_nonfinite(case, results, comparisons)
+        if agreed:  # elements NaN/inf in every oracle: left out of the comparison, said (never a silent OK)
+            notes.append(agreed)
     verdict = Verdict(case, results, comparisons, discrepancies, skipped, errors, jac, fd_errs.get("finite-differences"),
                       notes, excused, kinds, unjudged, nondiff, claim,
                       unjudged_elements={k: v for k, v in kinked.items() if k in results} if not unjudged else {})

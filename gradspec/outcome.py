@@ -29,6 +29,7 @@ import math
 
 import numpy as np
 
+from . import _check_nonfinite as _nonfinite
 from ._private import case_budget as _case_budget
 from ._private import structure as _structure
 from ._private import under_test as _under_test
@@ -569,6 +570,9 @@ def run_notes(notes: list, verdict) -> None:
         elif KINK_ELEMENTS in str(n):  # one run note: which elements, and how many, differ from case to case
             key = "on some cases, input elements whose finite-difference line crosses a kink were not compared:"
             text = f"{key} the cases' other elements were (first: {n})"
+        elif str(n).startswith(_nonfinite.CASE_KEY):  # one run note counting the cases
+            _nonfinite.run_note(notes, str(n))
+            continue
         elif str(n).startswith(EMPTY_LEAVES):  # one run note, however many such cases (their leaves differ)
             key = "on some cases every leaf that requires grad has 0 elements:"
             text = f"{key} there only the gradients' shapes and dtypes were compared (first: {str(n)[len(EMPTY_LEAVES):]})"

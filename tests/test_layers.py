@@ -13,7 +13,8 @@ The table is the layout documented in the README ("Layout"), lowest layer first:
  4    oracles       gradspec.oracles.* (reference, FD, jacobian, FD-jacobian, torch, engine oracle),
                     _private.prologue
  5    comparison    check (one case through oracles: a Verdict; its private parts _check_rules, _check_noise,
-                    _check_lazy, _check_precision, _check_claim), guard (check with timeouts),
+                    _check_lazy, _check_precision, _check_claim,
+                    _check_nonfinite), guard (check with timeouts),
                     diagnose (the cause of a finding; its private parts _diagnose_*), explain (J, the seed
                     and J^T·seed spelled out), outcome (the verdict rules: what is a discrepancy, what is
                     excused, why inconclusive)
@@ -64,6 +65,7 @@ MODULES = {
     "gradspec._check_lazy": COMPARISON,  # the pairs compared before an estimate's deferred error bound is computed
     "gradspec._check_precision": COMPARISON,  # each leaf gradient's precision; what a mixed-precision rule rounds
     "gradspec._check_claim": COMPARISON,  # a claimed accuracy's scale: |path terms| through the code under test
+    "gradspec._check_nonfinite": COMPARISON,  # gradient elements NaN/inf in every oracle: not compared, said
     "gradspec.guard": COMPARISON,
     "gradspec.diagnose": COMPARISON,
     "gradspec._diagnose_text": COMPARISON,  # diagnose's private parts: wording, engine hypotheses,

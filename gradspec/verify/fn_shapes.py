@@ -46,6 +46,7 @@ from .._private.torch_structs import NOT_A_TENSOR
 from ..case import Case
 from ..guard import Hung, hangs_seen
 from ..spec.opspec import OpSpec
+from . import fn_draws as _fn_draws
 from .torch_call import ARG_PREFIX, CallLayout, _encode, outputs
 
 __all__ = ["Plan", "plan", "model_cases", "out_rules", "op_example_cases", "spread_note", "nonfinite_note",
@@ -532,7 +533,10 @@ def _build(spec: OpSpec, model, layout, multi, kind: str):
             if user_wide:
                 _skipped(spec, leaves)  # values of the user's domain not checked: the run says so (nonfinite_note)
             leaves = {k: _values.tame_array(rng, v.shape, [doms[int(k[1:])]]) for k, v in leaves.items()}
-            case, outs = _evaluated(leaves, nodes, roots, out, rg, True)
+            bad: list = []
+            case, outs = _evaluated(leaves, nodes, roots, out, rg, True, bad)
+            if bad:  # not finite at tame values too: the draw is skipped (assume), counted and said (tame_note)
+                _fn_draws.tame_skipped(spec, params, bad[0])
         assume(case is not None)
         case.seeds = [_seed(draw, rng, o, spec, shapes, params, multi) for o in outs]
         case.validate()
@@ -560,10 +564,11 @@ def _top(d) -> float:
     return max([1e3] + [abs(e) for e in (d.lo, d.hi) if math.isfinite(e)])
 
 
-def _evaluated(leaves, nodes, roots, out, rg, big_ok: bool):
+def _evaluated(leaves, nodes, roots, out, rg, big_ok: bool, unfinite: list | None = None):
     """``(case, outputs)`` at these values, or ``(None, None)`` where fn raises, is not finite, or (unless
     ``big_ok``) exceeds ``strategies._cases``' bound on intermediate values (past it finite differences
-    mean nothing; a user's interval domain may ask for such values, and is then checked as asked)."""
+    mean nothing; a user's interval domain may ask for such values, and is then checked as asked).
+    ``unfinite``: a list the outputs are appended to where they were refused as not finite."""
     from ..guard import bounded
     from ..strategies._cases import _tame
 
@@ -579,6 +584,8 @@ def _evaluated(leaves, nodes, roots, out, rg, big_ok: bool):
         return case, [np.zeros(out, dtype=dtype) for _ in roots]
     outs = [np.asarray(env[r]) for r in roots]
     ok = all(np.all(np.isfinite(o)) for o in outs) if big_ok else all(_tame(o) for o in outs if o.size)
+    if not ok and unfinite is not None and not all(np.all(np.isfinite(o)) for o in outs):
+        unfinite.append(outs)
     return (case, outs) if ok else (None, None)
 
 

@@ -427,10 +427,11 @@ def verify_op(op, *, max_examples: int | None = None, seconds: float | None = No
     if spec.user:  # draws the op's forward was not finite at: counted, said (all of them: inconclusive)
         _num.fold_draws(result, drawn, spec, f"op {spec.name!r}")
     if example_inputs is not None:
+        from .fn_draws import tame_note  # (draws skipped where the forward is not finite even at tame values)
         from .fn_shapes import nonfinite_note  # (values of domain= skipped where the forward is not finite)
 
-        if nonfinite_note(spec):
-            result.note(nonfinite_note(spec))
+        for text in filter(None, (nonfinite_note(spec), tame_note(spec))):
+            result.note(text)
     if not result.cases_run and errors:
         # The strategies drop every input the forward raises on, so no case ran: name the user's exception
         # (Hypothesis' "make your filters less strict" is about those filters, not the user's code).

@@ -37,7 +37,7 @@ from ..ops.user import Op, UserOpError
 from ..result import Result
 from ..search import _check_budget, _resolve_seed, _Runner
 from ..spec import registry as _registry
-from . import fn_shapes, torch_call, torch_double, torch_float32, torch_grad_shapes, torch_layouts, torch_returns, torch_surrogate
+from . import fn_draws, fn_shapes, torch_call, torch_double, torch_float32, torch_grad_shapes, torch_layouts, torch_returns, torch_surrogate
 from . import numerics as _num
 from .op import COMPANIONS, _budget_text, _check_op_case, _count, _op_cases, _wrap
 from .torch_call import ARG_PREFIX, CallLayout, InPlace, _decode, blocks, flat, jitter_float32, label_of, outputs, schema_of
@@ -532,8 +532,8 @@ def verify_torch_function(fn, *, arity: int | None = None, signature: str | None
                     "in every witness alike")
     if spec.inplace.unmarked and not any(getattr(d.cause, "id", None) == "forward-mutates-input" for d in result.discrepancies):
         result.note(torch_call.unmarked_note(label, spec.inplace.unmarked))
-    if fn_shapes.nonfinite_note(spec):
-        result.note(fn_shapes.nonfinite_note(spec))
+    for text in filter(None, (fn_shapes.nonfinite_note(spec), fn_draws.tame_note(spec))):
+        result.note(text)
     if spec.grad_by_backward:
         result.note(_torch_grad.backward_note(spec.grad_by_backward[0]))
     if surrogate is None and any(getattr(d.cause, "id", None) == "wrong-vjp" and "not linear in the upstream"
