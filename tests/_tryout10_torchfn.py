@@ -245,8 +245,8 @@ class MaskedMeanNoClamp(torch.autograd.Function):
 
 
 class MaskedMeanFullCount(torch.autograd.Function):
-    """MaskedMean; BUG: backward divides by the full row length, not the number of True elements (right only for
-    an all-True row)."""
+    """MaskedMean; BUG: backward divides by the full row length D, not the number of True elements: count/D x the
+    gradient, row by row (right only for an all-True row).  tests/_tryout10_code.py re-exports it (one definition)."""
 
     @staticmethod
     def forward(ctx, x, mask):
