@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import warnings
 
 import numpy as np
 
@@ -220,12 +221,20 @@ def _std_jvp(tangents, x, *, out, dim, keepdim, correction, full):
         return np.where(out == 0, 0.0, vt / (2 * out))
 
 
+# torch's UserWarning at zero degrees of freedom (one element with correction=1): a point gradspec draws on purpose
+# (torch's NaN there is the convention compared).  Its own twin's warning is no news to the user, so it is ignored
+# around this call only, by its message: any other warning, and the same one from a user's code, stays visible.
+_DOF_WARNING = r".*degrees of freedom is <= 0"
+
+
 def _var_torch(name):
     def run(x, dim, keepdim, correction, full):
         fn = getattr(torch(), name)
-        if full:
-            return fn(x, correction=correction, keepdim=keepdim)
-        return fn(x, dim=dim, correction=correction, keepdim=keepdim)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=_DOF_WARNING, category=UserWarning)
+            if full:
+                return fn(x, correction=correction, keepdim=keepdim)
+            return fn(x, dim=dim, correction=correction, keepdim=keepdim)
 
     return run
 
