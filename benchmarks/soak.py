@@ -7,7 +7,7 @@
 
 Every case must agree (every applicable oracle pair within tolerance); any disagreement is
 saved as case JSON for `gradspec replay`.  Prints cases/s, oracle pairs compared, skips by
-reason, and op coverage.
+reason, op coverage, and the verdicts' notes (cases carrying each kind, by its first words).
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ def main(argv=None):
     ops = collections.Counter()
     skips = collections.Counter()
     hard = collections.Counter()
+    notes = collections.Counter()  # the verdicts' notes by their first words (what a user reading them would see)
     bad = []
     t0 = time.time()
 
@@ -69,6 +70,7 @@ def main(argv=None):
         for n in {n.op for n in case.nodes}:
             ops[n] += 1
         hard.update(tally(case, v.skipped))
+        notes.update({str(n)[:60] for n in v.notes})
         for name, why in v.skipped.items():
             skips[f"{name}: {why.split('(')[0][:70]}"] += 1
         if not v.ok:
@@ -88,7 +90,8 @@ def main(argv=None):
            "cases_per_second": round(stats["cases"] / el, 2), "comparisons": stats["comparisons"],
            "hard_regions": summarise(hard, stats["cases"]), "ops_covered": len(ops),
            "ops_in_table": len(gs.ops.names()), "ops": dict(ops.most_common()),
-           "skipped": dict(skips.most_common()), "failures": bad}
+           "skipped": dict(skips.most_common()), "notes": sum(notes.values()),
+           "notes_by_kind": dict(notes.most_common()), "failures": bad}
     print(json.dumps({k: v for k, v in res.items() if k not in ("ops", "failures")}, indent=1))
     if a.json:
         with open(a.json, "w") as f:
