@@ -152,3 +152,45 @@ def test_a_strong_coupling_after_a_sum_is_judged_where_the_change_shrinks_with_t
     e30 = gs.Op("kb_exp30", forward=lambda y: np.exp(30 * y), vjp=lambda g, y, out: (30 * g * out,))
     v = gs.check(_through(e30, "sum", [0.0, 0.007, -1.2, 0.002]))
     assert v.status == "agree" and set(v.unjudged_elements["finite-differences"]) == {"x[0]"}, v.summary()
+
+
+def _first_pass_of(case):
+    from gradspec.oracles import fd
+    from gradspec.oracles._fd_values import _inputs
+
+    leaves, x64, flat = _inputs(case)
+    h, hl = fd._steps(flat, flat.size)
+    specs = fd._specs(case)
+    plan = fd._watch_plan(case, specs)
+    return x64, leaves, h, plan, fd._run_pass(case, x64, leaves, flat, h, flat.size, plan, hl, specs, fd._user_code(specs))
+
+
+def test_flagged_from_the_first_pass_names_what_a_fresh_evaluation_of_the_stencil_names():
+    # _fd_kinkpos reads the near positions' moves from the first pass's batch (a small case's one pass holds the
+    # stencil's rows); a fresh evaluation of the same points (its fallback, a plain centre) must name the same elements
+    import types
+
+    from gradspec._private.kinks import center_kink_distances
+    from gradspec.oracles import _fd_kinkpos as kp
+
+    cases = [_case("relu", {}, GOOD, x=[0.0, 0.7, -1.2, 2.0]), _case("clamp", {"min": -1.0, "max": 1.0}, GOOD,
+             x=[1.0, 0.3, -1.0, 0.2]), _case("maximum", {}, GOOD, a=[0.5, 0.3, -1.0], b=[0.5, 0.9, -2.0]),
+             _through(GOOD, "mm", _X, _W)]
+    for case in cases:
+        x64, leaves, h, plan, p = _first_pass_of(case)
+        assert hasattr(p.center, "env"), "a small case's pass is inline"
+        known = center_kink_distances(case)
+        fresh = types.SimpleNamespace(center=case._evaluate(x64, 0), reach=p.reach, tops=dict(p.tops or {}),
+                                      evaluations=p.evaluations)
+        got = kp.flagged(case, x64, leaves, h, plan, p, known)
+        assert got.size and np.array_equal(got, kp.flagged(case, x64, leaves, h, plan, fresh, known)), case
+
+
+def test_a_large_case_at_a_relu_kink_leaves_out_its_element_only():
+    # 400 elements: the first pass runs in chunks (its centre unbatched), so _fd_kinkpos evaluates the stencil itself
+    x = np.linspace(-2.0, 2.0, 400)
+    x[7] = 0.0
+    case = gs.Case.build({"x": x}, [("y", "relu", ["x"], {}), ("u", GOOD.name, ["y"], {})], ["u"], [np.ones(400)])
+    assert not hasattr(_first_pass_of(case)[-1].center, "env"), "a chunked pass"
+    res = fd_gradient(case)
+    assert set(res.kinks) == {"x[7]"}, res.kinks

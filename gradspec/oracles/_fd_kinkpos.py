@@ -99,7 +99,8 @@ def flagged(case, x64, leaves, h, plan, p, known) -> np.ndarray:
     """The global indices of the leaf elements whose stencil rows (steps ``h``) move a near-kink position of an
     ``eligible`` node by at least a quarter of its distance to the kink (a position on the kink: by anything).
     Raises as ``check_reach`` does where a node of ``plan`` that is not eligible is within reach of its kink (those
-    still refuse the whole case).  ``p``: the first pass (its centre and reach)."""
+    still refuse the whole case).  ``p``: the first pass (its centre and reach; the stencil's values where it holds
+    them, ``_first_pass``)."""
     rest = [w for w in plan if not eligible(w[0], w[1])]
     check_reach(rest, p.center, p.reach, p.tops, known)
     mine = [w[0] for w in plan if eligible(w[0], w[1])]
@@ -107,7 +108,7 @@ def flagged(case, x64, leaves, h, plan, p, known) -> np.ndarray:
     out = np.zeros(n, dtype=bool)
     if not mine or not n:
         return np.flatnonzero(out)
-    center = case._evaluate(x64, 0)  # (unbatched: a batched pass may keep an input that no leaf moves unbatched)
+    center, passes = _first_pass(case, x64, leaves, h, p, {i for node in mine for i in node.inputs}, n)
     q0, d0 = {}, {}
     with np.errstate(all="ignore"):
         for node in mine:
@@ -115,11 +116,7 @@ def flagged(case, x64, leaves, h, plan, p, known) -> np.ndarray:
             q = np.asarray(fq(*[center[i] for i in node.inputs]))
             q0[node.name], d0[node.name] = q, _distance(q, kinks(node.params))
     nf = len(FACTORS)
-    per = max(1, _PROBE_BATCH // (nf * max([v.size for v in x64.values()] + [1])))
-    for a in range(0, n, per):
-        chunk = np.arange(a, min(n, a + per))
-        batches, _ = _points(x64, leaves, list(chunk), h)
-        env = case._evaluate(batches, 1)
+    for chunk, env in passes:
         with np.errstate(all="ignore"):
             for node in mine:
                 fq, _k = OPS[node.op]
@@ -133,6 +130,30 @@ def flagged(case, x64, leaves, h, plan, p, known) -> np.ndarray:
                 hit = ~(moved <= 0) & ~(4 * moved < d)
                 out[chunk] |= hit.any(axis=(0, 2))
     return np.flatnonzero(out)
+
+
+def _first_pass(case, x64, leaves, h, p, names, n):
+    """The values of the tensors ``names`` at the centre (name -> array) and over the stencil (an iterable of
+    (global element indices, name -> their stencil rows, factor-major as ``_points`` lays them out)).
+
+    The first pass's own values where it holds them: a small case's one batched pass (``fd._inline_pass``, its
+    centre ``p.center.env``) has the centre in row 0 and x + f h e_j in rows 1 + f n + j, the same floats as
+    ``_points`` makes (``_fd_stencil._stencil``), so the positions FD's estimates were computed from are the ones
+    judged here; no second evaluation of the stencil (two forwards, ~40% of this module's cost on fuzz's cases at a
+    kink).  A large case's pass keeps its unbatched centre (``p.center``) and evaluates the stencil in chunks here."""
+    env = getattr(p.center, "env", None)
+    rows = len(FACTORS) * n + 1
+    if env is not None and all(np.ndim(env[i]) >= 1 and np.shape(env[i])[0] == p.evaluations for i in names):
+        return {i: env[i][0] for i in names}, [(np.arange(n), {i: env[i][1:rows] for i in names})]
+    center = case._evaluate(x64, 0) if env is not None else p.center  # (unbatched either way)
+    return center, _chunks(case, x64, leaves, h, n)
+
+
+def _chunks(case, x64, leaves, h, n):
+    per = max(1, _PROBE_BATCH // (len(FACTORS) * max([v.size for v in x64.values()] + [1])))
+    for a in range(0, n, per):
+        chunk = np.arange(a, min(n, a + per))
+        yield chunk, case._evaluate(_points(x64, leaves, list(chunk), h)[0], 1)
 
 
 NONE = np.zeros(0, dtype=np.intp)
