@@ -86,6 +86,7 @@ class TorchOracle(Oracle):
         for s in case.seeds:
             t = None if s is None else torch.from_numpy(np.array(s, copy=True))
             seeds.append(t if t is None or self.device == "cpu" else t.to(self.device))
+        leaves = case.grad_leaves()
         if user:
             # a user op's torch code may reach tensors of its own (a closure's nn.Linear): gradients go into the
             # case's leaves only, never into the user's .grad (the table ops' torch twins reach nothing else)
@@ -97,9 +98,12 @@ class TorchOracle(Oracle):
             _torch_grad.backward(roots, seeds, [env[l.name] for l in case.leaves if l.differentiable],
                                  rebuild=rebuild, run=lambda r, s, inputs: _backward(torch, r, s, inputs))
         else:
+            got = _captured(torch, roots, seeds, [env[leaf.name] for leaf in leaves]) if self.device == "cpu" else None
+            if got is not None:
+                return {leaf.name: g for leaf, g in zip(leaves, got)}
             _backward(torch, roots, seeds)
         out = {}
-        for leaf in case.grad_leaves():
+        for leaf in leaves:
             g = env[leaf.name].grad
             # (is_cpu: the device's type without building a torch.device object per leaf)
             out[leaf.name] = None if g is None else g.numpy() if g.is_cpu and not g.requires_grad \
@@ -112,41 +116,80 @@ def _missing(case) -> list:
     return sorted({n.op for n, spec in zip(case.nodes, specs) if spec.torch is None})
 
 
+def _captured(torch, roots, seeds, leaves) -> list | None:
+    """The leaves' gradients (numpy arrays, or None for a leaf no gradient reaches) of a CPU graph of table ops,
+    taken from torch's engine as ``torch.autograd.grad`` takes them (``accumulate_grad=False``); None where
+    ``_backward`` must run instead (its ``.grad`` then holds them).
+
+    Each value is what ``.backward()`` would leave in ``.grad``, bit for bit: the engine sums a leaf's incoming
+    gradients before the leaf's ``AccumulateGrad`` node, which only stores (steals or copies) that sum.  Without
+    that node, the ``.grad`` reads and ``_engine_run_backward``'s Python wrapper (a logger-level walk; a context
+    stash for device threads, which a CPU graph never runs on) a small graph's call costs ~2.5 us less of ~37 us.
+    A captured gradient may share memory with another leaf's (``add``'s backward hands one tensor to both
+    inputs) or with a seed, or be a stride-0 expansion (``sum``'s backward): each is copied, C-contiguous, as
+    ``AccumulateGrad`` copies what it cannot steal, so no two answers alias."""
+    engine, log = _engine(torch)
+    if engine is None or not leaves or log.isEnabledFor(10):  # (10: logging.DEBUG -- torch's wrapper logs the graph's nodes then)
+        return None
+    grads = _engine_grads(torch, roots, seeds)
+    if grads is None:
+        return None
+    got = engine.run_backward(tuple(roots), tuple(grads), False, False, tuple(leaves),
+                              allow_unreachable=True, accumulate_grad=False)
+    return [None if g is None else g.numpy().copy() for g in got]
+
+
 def _backward(torch, roots, seeds, inputs=None) -> None:
     """``torch.autograd.backward(roots, seeds, inputs=inputs)``.
 
     Its Python prologue (``_make_grads``: the seeds' checks, an import per seed, the implicit
     seeds; the ``__torch_function__`` dispatch) cost ~17 us of a small graph's ~40 us backward.
-    Where that prologue would only pass the seeds through (plain tensors, seeds of the roots'
-    shapes, implicit seeds of real scalar roots that require grad), its result is built here and
-    torch's engine entry (``torch.autograd.graph._engine_run_backward``, what ``backward`` calls
-    next) is called directly; anything else -- a root that does not require grad, a mismatched or
-    complex seed, a tensor subclass -- goes through ``torch.autograd.backward`` itself, so every
-    error is torch's own, raised from torch's frames."""
+    Where that prologue would only pass the seeds through (``_engine_grads``), its result is built
+    here and torch's engine entry (``torch.autograd.graph._engine_run_backward``, what ``backward``
+    calls next) is called directly; anything else goes through ``torch.autograd.backward`` itself,
+    so every error is torch's own, raised from torch's frames."""
     run = _engine_entry(torch)
-    if run is not None and (len(roots) != len(seeds) or torch._C._are_functorch_transforms_active()
-                            or torch._C._has_torch_function(tuple(roots))):
-        run = None
-    grads = []
-    for r, s in zip(roots, seeds):
-        if run is None or type(r) is not torch.Tensor:
-            run = None
-            break
-        if s is None:
-            if not (r.requires_grad and r.numel() == 1 and r.dtype.is_floating_point):
-                run = None
-                break
-            s = torch.ones_like(r, memory_format=torch.preserve_format)
-        elif type(s) is not torch.Tensor or s.shape != r.shape or s.dtype.is_complex != r.dtype.is_complex:
-            run = None
-            break
-        grads.append(s)
-    if run is None:
+    grads = None if run is None else _engine_grads(torch, roots, seeds)
+    if grads is None:
         torch.autograd.backward(roots, seeds, inputs=inputs)
         return
     run(tuple(roots), tuple(grads), False, False, tuple(inputs or ()), allow_unreachable=True, accumulate_grad=True)
 
 
+def _engine_grads(torch, roots, seeds) -> list | None:
+    """The seeds ``torch.autograd.backward``'s prologue would hand its engine, where that prologue would only
+    pass them through (plain tensors, seeds of the roots' shapes, implicit seeds of real scalar roots that
+    require grad); None for anything else -- a root that does not require grad, a mismatched or complex seed,
+    a tensor subclass, functorch transforms -- whose errors and handling must be torch's own."""
+    if len(roots) != len(seeds) or torch._C._are_functorch_transforms_active() \
+            or torch._C._has_torch_function(tuple(roots)):
+        return None
+    grads = []
+    for r, s in zip(roots, seeds):
+        if type(r) is not torch.Tensor:
+            return None
+        if s is None:
+            if not (r.requires_grad and r.numel() == 1 and r.dtype.is_floating_point):
+                return None
+            s = torch.ones_like(r, memory_format=torch.preserve_format)
+        elif type(s) is not torch.Tensor or s.shape != r.shape or s.dtype.is_complex != r.dtype.is_complex:
+            return None
+        grads.append(s)
+    return grads
+
+
 @functools.lru_cache(maxsize=None)
 def _engine_entry(torch):
     return getattr(getattr(getattr(torch, "autograd", None), "graph", None), "_engine_run_backward", None)
+
+
+@functools.lru_cache(maxsize=None)
+def _engine(torch):
+    """(torch's C++ autograd engine, the logger ``_engine_run_backward`` consults), or (None, None) on a torch
+    without them."""
+    graph = getattr(getattr(torch, "autograd", None), "graph", None)
+    engine = getattr(getattr(getattr(torch, "autograd", None), "Variable", None), "_execution_engine", None)
+    log = getattr(graph, "log", None)
+    if engine is None or log is None or not hasattr(engine, "run_backward"):
+        return None, None
+    return engine, log
