@@ -307,7 +307,13 @@ class Case:
 
     @property
     def n_inputs(self) -> int:
-        return int(sum(l.value.size for l in self.grad_leaves()))
+        memo = _percase.active(self)  # (asked by check and by two oracles' applies(): once per gs.check)
+        if memo is None:
+            return int(sum(l.value.size for l in self.grad_leaves()))
+        got = memo.get("n_inputs")
+        if got is None:
+            got = memo["n_inputs"] = int(sum(l.value.size for l in self.grad_leaves()))
+        return got
 
     # -- JSON ----------------------------------------------------------------------------------
     def to_json(self, indent: int | None = 1) -> str:

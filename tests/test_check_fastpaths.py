@@ -126,3 +126,20 @@ def test_unpromoted_runs_the_forward_up_to_the_last_op_that_refuses(monkeypatch)
     bad = gs.Case.build({"x": x, "w": w, "k": k}, [("a", "mm", ["x", "w"], {}), ("b", "mm", ["x", "k"], {}),
                                                   ("c", "tanh", ["b"], {})], ["c"], [np.ones((2, 2))])
     assert "node 'b' = mm(x, k): torch refuses" in C.unpromoted(bad) and ran == ["mm", "mm"]
+
+
+def test_n_inputs_is_kept_for_one_check_of_the_case_only():
+    """``Case.n_inputs`` is asked by check and two oracles' applies(): kept in the check's per-case memo, never
+    across checks (a leaf given another size between two checks of the same case object is counted afresh)."""
+    from gradspec._private import percase
+
+    case = gs.Case.build({"x": np.array([0.5, 2.0])}, [("y", "exp", ["x"], {})], ["y"], [np.ones(2)])
+    with percase.scope(case):
+        assert case.n_inputs == 2 and percase.active(case)["n_inputs"] == 2
+    case.leaves[0].value = np.array([0.5, 2.0, 3.0])
+    case.seeds[0] = np.ones(3)
+    assert case.n_inputs == 3
+    v = gs.check(case, oracles=CPU_ORACLES)
+    assert v.ok and v.results["reference"]["x"].shape == (3,)
+    with percase.scope(case):
+        assert case.n_inputs == 3

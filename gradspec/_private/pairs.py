@@ -296,6 +296,9 @@ def _small_pairs(leaves, names, results, kinds, dtype, M, fd_errs, noise, claim,
             continue  # None vs a gradient, for oracles that report None: _compare says so
         worst = 0.0
         if not fds:
+            if rows[a] == rows[b]:  # equal gradients (most pairs of exact oracles): every |x - y| / (r s + floor) is
+                out[(names[a], names[b])] = worst  # 0.0 (rows are finite: == holds value by value, -0.0 == 0.0)
+                continue
             for x, y, s, t, u in zip(rows[a], rows[b], tops[a], tops[b], m):
                 if t > s:  # scale = max(a's leaf max, b's leaf max, m)
                     s = t
