@@ -7,6 +7,14 @@ such an orphan: the parent's watchdog died with the parent, and replay's check c
 own, so ``kill -9 -- -PGID`` of replay missed it.  The child now closes the lock descriptors and, on Linux, asks the
 kernel to SIGKILL it when its parent dies (``PR_SET_PDEATHSIG``; the signal comes when the thread that forked ends:
 both forks wait for their child in that thread, so it ends only after the child or with the process).
+
+A fork also inherits torch's OpenMP state but not its worker threads: once the parent ran one parallel kernel
+(a QR of a 7x7 matrix is enough: its triu runs under ``at::parallel_for``), the child's first parallel region waits
+on a team barrier for threads that do not exist, for ever (tryout11 #1: ``gradspec replay`` of a torch Function's
+finding; libgomp registers no ``pthread_atfork`` handler).  The child therefore runs torch on one thread, as torch's
+own DataLoader workers do (``torch.set_num_threads(1)`` in ``_worker_loop``): ATen then runs every kernel inline,
+without entering OpenMP.  Its cost is a call of a few microseconds; a child's cases are small, and spawning a fresh
+interpreter instead would cost an import of torch (1-2 s) per child.
 """
 
 from __future__ import annotations
@@ -41,3 +49,14 @@ def forked_child(parent: int) -> None:
 
     close_locks_in_child()
     _die_with_parent(parent)
+    _torch_single_threaded()
+
+
+def _torch_single_threaded() -> None:
+    torch = sys.modules.get("torch")  # (never imported here: a child of a process without torch needs none)
+    if torch is None:
+        return
+    try:
+        torch.set_num_threads(1)
+    except Exception:  # noqa: BLE001 - a broken torch is the oracles' to report, not the fork's
+        pass
