@@ -135,3 +135,31 @@ def test_the_python_prefilter_never_clears_an_element_the_numpy_test_flags():
         s[1] += s0v[0] - s0v
         got = _even.suspects(s, s0v[0], hv, 1e300)
         assert np.array_equal(got, _even._flag(s, s0v[0], hv, 1e300))
+
+
+def test_the_prefilter_above_small_n_gives_the_numpy_tests_answer():
+    """``suspects`` tries ``_cleared`` up to CLEAR_N elements (160; session 16: it took SMALL_N = 20 before), so at
+    n = 21 ... CLEAR_N its answer must still be ``_flag``'s: blocks of random stencils that the prefilter clears one
+    by one (the common case: the whole block cleared, no numpy test), with now and then one the numpy test flags
+    put in (the prefilter must then leave the block to it).  The prefilter's proof is per element, so the block
+    size changes nothing in it; this pins the wiring (``s.tolist()`` where ``fd`` has no lists above SMALL_N)."""
+    rng = np.random.default_rng(17)
+    pool = _stencils(rng, 6000)
+    s0 = 0.75
+    shifted = [(sp - t + s0, sm - t + s0, s2 - t + s0, h) for sp, sm, s2, t, h in pool]
+    clean = [st for st in shifted if _even._cleared([[st[0]], [st[1]]], s0)]
+    hits = [st for st in shifted
+            if _even._flag(np.array([[st[0]], [st[1]], [st[2]]]), s0, np.array([st[3]]), 1e300).size]
+    assert len(clean) > 2000 and len(hits) > 20, (len(clean), len(hits))
+    whole = 0
+    for k, n in enumerate([21, 34, 100, _even.CLEAR_N] * 10):
+        idx = rng.choice(len(clean), n, replace=False)
+        rows = [clean[i] for i in idx]
+        if k % 3 == 0:
+            rows[int(rng.integers(n))] = hits[int(rng.integers(len(hits)))]
+        sp, sm, s2, h = (np.array(c) for c in zip(*rows))
+        s = np.vstack([sp, sm, s2])
+        got = _even.suspects(s, s0, h, 1e300)
+        assert np.array_equal(got, _even._flag(s, s0, h, 1e300)), n
+        whole += _even._cleared(s.tolist(), s0)
+    assert whole >= 20, whole  # (the prefilter did decide most blocks: what the test is about)

@@ -37,7 +37,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import tolerances as _tol
-from ._fd_stencil import _RD_EPS, COARSE, SMALL_N, _points
+from ._fd_stencil import _RD_EPS, COARSE, _points
 from ._fd_values import _s_values
 
 __all__ = ["suspects", "mirror", "correct"]
@@ -75,12 +75,14 @@ def suspects(s, s0: float, h, scale=None, rows=None) -> np.ndarray:
     ``_predicted_leak``'s test with h multiplied out (it runs on every case, so in fewer numpy calls): with
     O = |s+ - s-| (2h |f1|), E = |s+ + s- - 2 s0| less its rounding (h^2 |f2|), T = |s2 - 3 s+ + 3 s0 - s-|
     (h^3 |f3|), h times the leak is E max(E^2 / O^2, T / 3O), h times the lower bound T / 6 + 2.4 RD_EPS top.
-    Up to SMALL_N elements (``rows``: s as lists, ``fd``'s ``small_s``) ``_cleared`` first rules every element out
-    in Python floats where it can (it runs on every FD estimate: ~0.5 us against ~15 us for the numpy test)."""
+    Up to CLEAR_N elements ``_cleared`` first rules every element out in Python floats where it can (``rows``: s as
+    lists, ``fd``'s ``small_s`` up to SMALL_N; above, ``s.tolist()``): it runs on every FD estimate, and costs ~0.5 us
+    at n = 10, ~6.5 us with the conversion at n = 100, against ~13.5 us for the numpy test at any n up to a few
+    hundred (CPU time, session 16).  Its answer is a necessary condition for a flag element by element, whatever n."""
     n = s.shape[1]
     if not n:
         return _NONE
-    if n <= SMALL_N and _cleared(s.tolist() if rows is None else rows, s0):
+    if n <= CLEAR_N and _cleared(s.tolist() if rows is None else rows, s0):
         return _NONE
     return _flag(s, s0, h, scale)
 
@@ -116,6 +118,10 @@ def _flag(s, s0: float, h, scale) -> np.ndarray:
 
 
 _ANY = np.logical_or.reduce
+# Elements up to which ``suspects`` tries ``_cleared`` first (session 16, helper fdplain): it took SMALL_N (20), the
+# size up to which ``fd`` has s as lists already; the conversion and the Python loop stay under the numpy test's
+# ~13.5 us up to ~220 elements (~0.06 us an element against the test's fixed cost), so a margin below that.
+CLEAR_N = 160
 _K = _tol.FD_EVEN_SHARE * 2.4 * _RD_EPS / 2  # (half the rounding share of the lower bound, per unit of top)
 _Q = _tol.FD_EVEN_SHARE / 4  # (half the largest E / O the T / 3O branch can flag at)
 _TINY = 2.0**-300
