@@ -194,3 +194,19 @@ def test_a_large_case_at_a_relu_kink_leaves_out_its_element_only():
     assert not hasattr(_first_pass_of(case)[-1].center, "env"), "a chunked pass"
     res = fd_gradient(case)
     assert set(res.kinks) == {"x[7]"}, res.kinks
+
+
+def test_the_jump_surface_probe_runs_where_a_user_op_could_jump_and_not_on_a_graph_of_table_ops(monkeypatch):
+    # A jump surface through the kink needs discontinuous code (GATE above); every table op is continuous, so on
+    # their graphs the both-sides probe could only see the smooth part of the compared partials (_fd_kinkpos.leave_out)
+    from gradspec.oracles import _fd_refine
+
+    calls = []
+    real = _fd_refine._estimates_at
+    monkeypatch.setattr(_fd_refine, "_estimates_at", lambda *a: calls.append(1) or real(*a))
+    table = gs.Case.build({"x": np.array(_X)}, [("r", "relu", ["x"], {}), ("s", "sum", ["r"], {}),
+                                                ("u", "exp", ["s"], {})], ["u"], [np.ones(())])
+    res = fd_gradient(table)
+    assert set(res.kinks) == {"x[0]"} and not calls, (res.kinks, len(calls))
+    res = fd_gradient(_through(GOOD, "sum", _X))
+    assert set(res.kinks) == {"x[0]"} and calls, (res.kinks, len(calls))
