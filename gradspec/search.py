@@ -394,10 +394,14 @@ class Driver:
         """One Hypothesis round; a stop reason, or None to go on."""
         self._last = None
         self._shrink_calls, self._shrink_exhausted = 0, False
+        from hypothesis.errors import HypothesisWarning
+
         with warnings.catch_warnings(), fixed_constants(), deferred():
             # fixed_constants: the same seed draws the same cases whatever code is loaded;
             # deferred: check() leaves causes unset while the search runs (explained once per finding).
-            warnings.simplefilter("ignore")  # e.g. Hypothesis' "overly large repr" of big cases
+            # Hypothesis' own warnings (its "overly large repr" of big cases) are no news to the user; the code under
+            # test's warnings are theirs and stay visible (before: every warning was ignored here, the user's too)
+            warnings.simplefilter("ignore", HypothesisWarning)
             try:
                 prop()
                 reason = "done"

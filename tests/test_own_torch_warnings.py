@@ -43,3 +43,18 @@ def test_a_users_own_std_warning_stays_visible():
                          [np.ones(2)])
     got = _dof_warnings(lambda: gs.check(case, oracles=["reference", "torch-cpu"]))
     assert got, "the user's torch.std warning was swallowed"
+
+
+def _warning_fn(x):
+    warnings.warn("openfix: the user's own warning", UserWarning, stacklevel=2)
+    return x * 2
+
+
+def test_a_users_function_warning_reaches_them_from_a_verify_run():
+    """verify_* ran its whole search under warnings.simplefilter("ignore") (for Hypothesis' own warnings): every
+    warning of the user's function was swallowed.  Only Hypothesis' are ignored there now."""
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        r = gs.verify_torch_function(_warning_fn, max_examples=5, seed=0)
+    assert r.status == "agree", r.summary()
+    assert any("the user's own warning" in str(w.message) for w in got), [str(w.message)[:60] for w in got]
