@@ -387,7 +387,8 @@ def _mismatch(n, args, mine, theirs, eps):
         same_nonfinite = (np.isnan(a) & np.isnan(b)) | (a == b)
         diff = np.where(same_nonfinite, 0.0, np.abs(a - b))
         allowed = TWIN_ULPS * eps * np.maximum(np.abs(a), np.abs(b))
-        bad = ~(diff <= allowed)
+        # (NaN at the same position on both sides is the same value: its allowance, ulps of NaN, is NaN)
+        bad = ~(same_nonfinite | (diff <= allowed))
     if not bad.any():
         return None
     idx = tuple(int(i) for i in np.argwhere(bad)[0])
