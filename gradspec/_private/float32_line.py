@@ -42,7 +42,8 @@ from .fdstep import float32_valued, noise_sigma
 
 __all__ = ["LINE_POINTS", "LINE_SPAN", "INCELL", "EPS32", "SHRINKS_BY", "STEP_SHARE", "IN_CELL", "ALIGNED_SHARE", "line_t",
            "line_offsets", "incell_offsets", "incell_flipped", "residual", "one_break", "along", "steps", "cell_aligned",
-           "forward_steps", "learning", "learnt", "claims_float32", "describe", "HIDDEN_WHY", "COARSE_WHY"]
+           "forward_steps", "learning", "learnt", "claims_float32", "describe", "HIDDEN_WHY", "COARSE_WHY",
+           "float32_sized", "WIDE_WHY", "classify"]
 
 EPS32 = float(np.finfo(np.float32).eps)
 LINE_POINTS = 16
@@ -135,6 +136,15 @@ COARSE_WHY = (f"its outputs step far above float64 rounding on {LINE_POINTS} poi
               "inputs, but not where its inputs cross float32 cells: float64 code that resolves its inputs coarsely there "
               "(values that underflow to subnormals, an ill-conditioned solve) or a float32 cast of an intermediate value")
 _COARSE_MARK = "but not where its inputs cross float32 cells"
+# The steps follow the inputs' float32 cells but are far larger than float32 rounding of those inputs could make
+# (``float32_sized``): float64 code whose staircase is many float32 cells wide -- 1 + M^2 rounds at ulps of 1, so
+# log det(M M^T + I) at M = 6.5e-7 (4.2e-13) steps by 2.2e-16 once every 3000 float32 cells of M (tryout11 #3).
+# (No "; " in it: claims_float32 splits joined reasons there.)
+WIDE_WHY = (f"its outputs step far above float64 rounding on {LINE_POINTS} points within {LINE_SPAN:g} float32 ulps of its "
+            "inputs, and far above what float32 rounding of its inputs and outputs could make: float64 code that "
+            "resolves its inputs coarsely there (a small term added to a large one, 1 + x^2 at x = 1e-6, or values that "
+            "underflow)")
+_WIDE_MARK = "far above what float32 rounding of its inputs"
 _F32_LEAST_STEP = 2.0**-149 / 8
 _LAST: list = [None, ""]  # (key, answer) of the last forward_steps call: the jacobian's error estimate
 # composes the same FD-JVPs four times over (two step scales, injected noise) at the very same inputs
@@ -219,10 +229,39 @@ def cell_aligned(run, ins, r) -> np.ndarray:
     return rd <= np.asarray(r, dtype=np.float64).reshape(-1) * ALIGNED_SHARE
 
 
+def float32_sized(v, r, ins) -> np.ndarray:
+    """Per column of the probe line's values ``v`` (LINE_POINTS, m): True where their residual ``r`` is no larger than
+    float32 rounding of the inputs ``ins`` (the line's inputs, each (LINE_POINTS, ...)) and of the outputs could make.
+
+    A float32 part h(fl32(x)) rounds its output to float32 (a few eps32 |v|: 4 eps32 max |v|) and its inputs by half a
+    float32 ulp of x, <= eps32 |x| / 2 (the subnormal ulp 2^-149 at the least): that moves the output by its slope
+    times eps32 |x| / 2, while the line moves x by up to LINE_SPAN eps32 max(1, |x|) and the output by its rise
+    (ptp).  So an input's rounding is at most ptp |x| / (2 LINE_SPAN max(1, |x|)) -- STEP_SHARE (1/8, twice that
+    at |x| >= 1) x ptp x min(1, |x|), the largest |x| of any input bounding every input's share.  At |x| >= 1 this
+    is the bound ``steps`` applied; below 1 float32's cells shrink with |x| while the line does not, so steps as
+    wide as at |x| = 1 are no float32 rounding: float64 code resolving its inputs coarsely."""
+    v = np.asarray(v, dtype=np.float64).reshape(LINE_POINTS, -1)
+    with np.errstate(all="ignore"):
+        sizes = [np.max(np.abs(np.asarray(x, dtype=np.float64)), initial=0.0) for x in ins
+                 if np.issubdtype(np.asarray(x).dtype, np.floating) and np.size(x)]
+        share = min(1.0, max([_F32_LEAST_STEP * 8 / EPS32] + [float(a) for a in sizes if np.isfinite(a)]))
+        bound = 4 * EPS32 * np.max(np.abs(v), axis=0) + STEP_SHARE * np.ptp(v, axis=0) * share
+        return ~(np.asarray(r, dtype=np.float64).reshape(-1) > bound)
+
+
+def classify(mask, aligned, sized) -> str:
+    """The evidence sentence for steps (``mask``) that follow the inputs' float32 cells (``aligned``) and are sized
+    like float32 rounding (``sized``): HIDDEN_WHY only where some column is all three; else WIDE_WHY (aligned, too
+    large) or COARSE_WHY (not aligned)."""
+    if (mask & aligned & sized).any():
+        return HIDDEN_WHY
+    return WIDE_WHY if (mask & aligned).any() else COARSE_WHY
+
+
 def claims_float32(why: str) -> bool:
     """Whether the evidence ``why`` (one reason, or several joined by "; ") says the code computes in float32:
     some reason is not ``COARSE_WHY`` (its wording for one op or for the values)."""
-    return any(part and _COARSE_MARK not in part for part in why.split("; "))
+    return any(part and _COARSE_MARK not in part and _WIDE_MARK not in part for part in why.split("; "))
 
 
 def describe(op: str, why: str) -> str:
@@ -323,8 +362,8 @@ def forward_steps(name, run, xs, noise_ulps: float) -> str:
         mask, r = steps(lambda o: first[0] if o is line_offsets else evaluate(o), level,
                         sum(int(np.size(x)) for x in xs if np.issubdtype(x.dtype, np.floating)) > 1)
         if mask.any():
-            aligned = cell_aligned(run, along(xs, line_offsets), r)
-            why = HIDDEN_WHY if (mask & aligned).any() else COARSE_WHY
+            line = along(xs, line_offsets)
+            why = classify(mask, cell_aligned(run, line, r), float32_sized(f, r, line))
     if key is not None:
         _LAST[:] = [key, why]
     return why

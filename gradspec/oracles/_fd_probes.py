@@ -363,20 +363,22 @@ def hidden_float32(case, parts, flat, probe) -> tuple[str, str]:
         return "", ""
     for node, spec, a, k in parts_of:
         if mask[a : a + k].any():
-            why = _aligned_why(node, spec, envs[0], mask[a : a + k], r[a : a + k])
+            why = _aligned_why(node, spec, envs[0], mask[a : a + k], r[a : a + k], first[:, a : a + k])
             _line.learnt(spec, why)  # (inside a verify_* run: later cases too, if float32 rounding of its inputs)
             return node.op, why
     # s steps, no op's outputs alone do (float32 parts of several ops, summed; or float64 code losing digits)
     return users[0][0].op, _line.COARSE_WHY.replace("its outputs step", "the values step")
 
 
-def _aligned_why(node, spec, env, mask, r) -> str:
-    """HIDDEN_WHY where the op's steps follow its inputs' float32 cells (``float32_line.cell_aligned``, run on
-    the op alone at its own inputs along the line: a table op feeding it moves them by float64 amounts), else
-    COARSE_WHY (float64 code that resolves its inputs coarsely there: an underflow, an ill-conditioned solve)."""
+def _aligned_why(node, spec, env, mask, r, v) -> str:
+    """HIDDEN_WHY where the op's steps (its outputs ``v`` on the line) follow its inputs' float32 cells
+    (``float32_line.cell_aligned``, run on the op alone at its own inputs along the line: a table op feeding it
+    moves them by float64 amounts) and are no larger than float32 rounding of those inputs could make
+    (``float32_line.float32_sized``), else WIDE_WHY or COARSE_WHY (float64 code that resolves its inputs coarsely
+    there: 1 + x^2 at x = 1e-6, an underflow, an ill-conditioned solve)."""
     ins = [np.asarray(env[i]) for i in node.inputs]
     try:
         aligned = _line.cell_aligned(lambda b: spec.forward_batched(b, node.params, 1), ins, r)
     except Exception:  # noqa: BLE001 - a forward refusing the probes proves nothing either way
         return _line.COARSE_WHY
-    return _line.HIDDEN_WHY if (mask & aligned).any() else _line.COARSE_WHY
+    return _line.classify(mask, aligned, _line.float32_sized(v, r, ins))
