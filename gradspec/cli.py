@@ -25,7 +25,6 @@ import os
 import signal
 import sys
 import tempfile
-import time
 
 __all__ = ["main"]
 
@@ -59,6 +58,7 @@ from ._cli_finish import (
     _print_summary,  # noqa: F401 - cli._print_summary: tests print a summary with it
     interrupted_run,
 )
+from ._private.child_wait import BLOCKED, LATE, STOP_GRACE, wait_child  # noqa: F401 - cli.STOP_GRACE: tests
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -233,11 +233,19 @@ def _replay(args) -> int:
         if pid == 0:  # pragma: no cover - the child
             _replay_child(args, case, engine, oracles, parent)
         bound = _replay_bound(args.case_timeout, len(oracles))
-        status = _wait_replay_child(pid, bound)
+        idle = _replay_idle(args.case_timeout)
+        status, cut = wait_child(pid, bound, idle)
         if interrupts.received() is not None:  # (M7: not "internal error", and never "still crashes")
             print(f"gradspec: interrupted{_by_signal()}", file=sys.stderr)
             return interrupts.exit_code()
-        if status is None:  # the watchdog killed it (review H5b)
+        if cut == BLOCKED:  # a wait the alarm cannot cut (tryout11 #1): not the engine's finding, not a verdict
+            print(f"inconclusive: the check of this case was blocked -- its process used no CPU for {idle:g} s, in a "
+                  f"wait in C code that the per-case timeout ({args.case_timeout:g} s) cannot cut (a deadlock: a lock "
+                  f"never released, or a thread pool copied by the fork, as OpenMP's) -- and was killed; nothing "
+                  f"was checked.  Check it in this process, without the fork: GRADSPEC_REPLAY_IN_PROCESS=1 "
+                  f"gradspec replay {' '.join(sys.argv[2:]) or args.case} (exit {EXIT_INCONCLUSIVE})")
+            return EXIT_INCONCLUSIVE
+        if cut == LATE:  # the watchdog killed it (review H5b)
             print(f"the check of this case did not end within {bound:g} s (every part of it is bounded by "
                   f"--case-timeout {args.case_timeout:g}: a hang the alarm signal cannot cut, in C code? --isolate cuts "
                   f"those): engine {engine!r} still hangs on it (exit 1)")
@@ -260,6 +268,13 @@ def _replay_bound(case_timeout: float, oracles: int) -> float:
     from ._private.case_budget import check_budget, diagnosis_budget
 
     return 3 * check_budget(case_timeout, oracles) + diagnosis_budget(case_timeout) + 4 * case_timeout
+
+
+def _replay_idle(case_timeout: float) -> float:
+    """Seconds without any CPU after which the replay child is taken to be blocked: past the per-case timeout
+    (a wait in Python, a sleep, is cut by its alarm first), and never under 10 s (a child starved of CPU by a
+    loaded machine still gets some in that time)."""
+    return max(10.0, float(case_timeout) + 5.0)
 
 
 def _replay_child(args, case, engine, oracles, parent: int) -> None:  # pragma: no cover - the forked child
@@ -285,55 +300,6 @@ def _replay_child(args, case, engine, oracles, parent: int) -> None:  # pragma: 
             sys.stderr.flush()
         finally:
             os._exit(rc)
-
-
-# Seconds a replay child told to stop (a signal to replay) has before it is killed: a hang in C code, or code that
-# swallows KeyboardInterrupt, never stops (review H5b: `timeout` then killed replay and left the child running).
-STOP_GRACE = 5.0
-
-
-def _wait_replay_child(pid: int, bound: float | None = None) -> int | None:
-    """The child's wait status, or None when it ran past ``bound`` seconds and was killed.  A signal to this
-    process (Ctrl-C to the group, or ``kill -INT`` / SIGTERM of this pid alone) is passed on as SIGINT, which the
-    child takes as Ctrl-C (never as a second, hard signal); a second one, or :data:`STOP_GRACE` seconds without
-    an end, kills the child and its process group (a hang in C code cannot see a KeyboardInterrupt)."""
-    from ._private import interrupts
-
-    told: list = []  # when the first signal was passed on
-
-    def kill() -> None:
-        for how in (os.killpg, os.kill):  # the group first (the child's own children); before it is reaped
-            try:
-                how(pid, signal.SIGKILL)
-            except OSError:
-                pass
-
-    def forward(signum, hard):
-        if hard or told:
-            kill()
-        else:
-            try:
-                os.kill(pid, signal.SIGINT)
-            except OSError:
-                pass
-        told.append(time.monotonic())
-
-    start = time.monotonic()
-    with interrupts.graceful(forward):
-        while True:
-            try:
-                done, status = os.waitpid(pid, os.WNOHANG)
-                if done:
-                    return status
-                now = time.monotonic()
-                late = bound is not None and now - start > bound
-                if late or (told and now - told[0] > STOP_GRACE):
-                    kill()
-                    status = os.waitpid(pid, 0)[1]
-                    return None if late and not told else status
-                time.sleep(0.05)
-            except KeyboardInterrupt:
-                continue
 
 
 def _replay_check(args, case, engine, oracles) -> int:

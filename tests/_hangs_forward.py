@@ -11,7 +11,10 @@ shapes by calling it (``gradspec.verify.fn_shapes``).  These hang there:
   alarm's and Ctrl-C's too (only a kill stops it);
 * ``forward_slow_once``: a user op whose forward hangs on its first call only (a one-off stall: a JIT
   compile, a page-in, a loaded machine), then returns at once (review F6); ``SLOW["calls"] = 0`` re-arms it;
-* ``ForwardHangs``: a torch Function whose forward never returns.
+* ``ForwardHangs``: a torch Function whose forward never returns;
+* ``vjp_blocks``: a user op whose vjp blocks in C for ever, using no CPU: it locks a pthread mutex it holds (a
+  deadlock, as OpenMP's team barrier after a fork was, tryout11 #1); no signal handler of Python's runs there, so
+  the per-case timeout's alarm cannot cut it.
 """
 
 import time
@@ -58,6 +61,19 @@ def _vjp(g, x, out):
 forward_hangs = gs.Op("my_forward_hangs", forward=_sleep_forward, vjp=_vjp)
 forward_hangs_big = gs.Op("my_forward_hangs_big", forward=_big_forward, vjp=_vjp)
 forward_slow_once = gs.Op("my_forward_slow_once", forward=_slow_once_forward, vjp=_vjp)
+
+
+def _blocking_vjp(g, x, out):
+    import ctypes
+
+    libc = ctypes.CDLL(None)
+    mutex = ctypes.create_string_buffer(64)  # all zeros: PTHREAD_MUTEX_INITIALIZER (a normal mutex) in glibc
+    libc.pthread_mutex_lock(mutex)
+    libc.pthread_mutex_lock(mutex)  # a normal mutex locked again by its holder: never returns
+    return (g * np.cos(x),)
+
+
+vjp_blocks = gs.Op("my_vjp_blocks", forward=np.sin, vjp=_blocking_vjp)
 forward_hangs_stubborn = gs.Op("my_forward_hangs_stubborn", forward=_stubborn_forward, vjp=_vjp)
 
 try:

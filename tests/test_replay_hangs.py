@@ -91,3 +91,51 @@ def test_replay_told_to_stop_ends_and_leaves_no_process_when_the_hang_ignores_it
             break
         time.sleep(0.1)
     assert _left(path) == [], "processes left running"
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="the blocked check process is seen in /proc")
+def test_replay_of_a_check_blocked_in_c_ends_inconclusive_and_says_how_to_check_it(tmp_path):
+    """tryout11 #1b: a check process blocked in C (a deadlock: no CPU, no signal handler runs) was waited for until
+    the net bound under every part of the check (220 s at --case-timeout 1; 34 min at the default 60 s), then
+    called "still hangs on it" (exit 1), a finding of the engine's.  Now it is killed after max(10, timeout + 5) s
+    without CPU and said to be blocked: inconclusive (exit 3), with the way to check it without the fork."""
+    path = _case_file(tmp_path, _hangs_forward.vjp_blocks)
+    proc = subprocess.run([sys.executable, "-m", "gradspec.cli", "replay", path, "--allow-import", "tests._hangs_forward",
+                           "--oracles", "reference,jacobian", "--case-timeout", "1"], cwd=ROOT, env=_env(),
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert "inconclusive: the check of this case was blocked" in proc.stdout, proc.stdout
+    assert "used no CPU for 10 s" in proc.stdout and "GRADSPEC_REPLAY_IN_PROCESS=1 gradspec replay" in proc.stdout
+    assert "still hangs" not in proc.stdout, proc.stdout
+    assert _left(path) == [], "processes left running"
+
+
+def _forked(body) -> int:
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        try:
+            body()
+        finally:
+            os._exit(0)
+    return pid
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads the child's CPU time in /proc")
+def test_wait_child_kills_a_child_that_uses_no_cpu_and_lets_one_that_computes_end():
+    from gradspec._private.child_wait import BLOCKED, wait_child
+
+    r, w = os.pipe()
+    try:
+        pid = _forked(lambda: os.read(r, 1))  # nobody writes: blocked, no CPU
+        assert wait_child(pid, bound=600, idle=2.0) == (None, BLOCKED)
+
+        def compute():  # ~4 s of CPU (twice the idle limit): its CPU time moves all along
+            end = time.process_time() + 4.0
+            while time.process_time() < end:
+                pass
+
+        status, cut = wait_child(_forked(compute), bound=600, idle=2.0)
+        assert cut is None and os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+    finally:
+        os.close(r)
+        os.close(w)
