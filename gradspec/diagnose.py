@@ -82,7 +82,7 @@ from ._diagnose_text import _clip, _cut_from_graph, _evidence, _fmt, _is_engine,
 from ._private import case_budget as _case_budget
 from ._private.skips import word_cut
 from ._private.torch_where import FIX as _WHERE_FIX
-from ._private.vjp_patterns import EXPLAINED, by_output, classify, disagrees, explains, name_factor
+from ._private.vjp_patterns import EXPLAINED, NO_WITNESS, by_output, classify, disagrees, explains, name_factor
 from .case import Case, Leaf, NodeDef
 from .causes import Cause
 from .check import check as _run_check
@@ -532,6 +532,7 @@ def _wrong_vjp(mini: Case, node: NodeDef, spec, suspect: str, u: dict, t: dict, 
     except Exception:  # noqa: BLE001 - patterns that need J are then not tried
         J = None
     pattern, factor, detail = classify(mini, node, spec, leaves, u, t, J, g)
+    no_witness = detail.startswith(NO_WITNESS)  # only J^T·g's estimate is not finite, the rest agrees (tryout11 #12)
     where = _where(node, spec)
     code = _whose(spec, suspect)
     flat = first.kind != "nan-inf-pattern" and flat_forward_words(leaves, u, t, g, J)
@@ -571,7 +572,8 @@ def _wrong_vjp(mini: Case, node: NodeDef, spec, suspect: str, u: dict, t: dict, 
     if part:
         pattern, factor, detail = part[1] or (pattern, factor, detail)
         detail = f"{part[0]}: {detail}"
-    summary = (not leaves and _cut_from_graph(mini, node, spec, u, t)) or f"{where}: {code} is wrong — {detail}"
+    verb = "cannot be judged at this case" if no_witness and NO_WITNESS in detail else "is wrong"
+    summary = (not leaves and _cut_from_graph(mini, node, spec, u, t)) or f"{where}: {code} {verb} — {detail}"
     if getattr(spec, "surrogate", None) and twin == "jacobian":
         summary += f" (J^T·g here: the gradient of the surrogate {spec.surrogate}, not of fn's forward)"
     elif getattr(spec, "grad_cuts", None) and getattr(spec, "fn_has_backward", True) is False and not flat:

@@ -35,7 +35,7 @@ from .vjp_fit import HYP_RTOL as _HYP_RTOL
 
 __all__ = ["classify", "slice_factors", "slice_words",
            "split_wrong", "name_factor", "snap", "dims", "shape_pattern", "columns", "flat", "fit", "explains",
-           "EXPLAINED", "by_output", "disagrees", "swapped", "transposed", "only_wrong"]
+           "EXPLAINED", "by_output", "disagrees", "swapped", "transposed", "only_wrong", "NO_WITNESS"]
 
 # A factor is named as a simple rational when it matches one to this relative accuracy (the fitted
 # factor is a ratio of two sums of exact products: good to ~1e-12 with an exact twin).
@@ -121,12 +121,38 @@ def split_wrong(leaves, u: dict, t: dict) -> tuple[list, list]:
     return [l for l, e in zip(leaves, errs) if not e <= ok], [l for l, e in zip(leaves, errs) if e <= ok]
 
 
+# The words that open a sentence saying J^T·g's estimate, not the backward, is what is not finite: no witness there.
+NO_WITNESS = "J^T·g is not finite"
+
+
+def _nonfinite(mini, node, spec, leaves, u: dict, t: dict, J, g, uu, tt) -> tuple[str, float | None, str]:
+    """Which side is not finite, as the evidence shows it (tryout11 #12: "it is not finite where J^T·g is" was said
+    of a finite backward whose J^T·g -- finite differences of a forward that is NaN next to a singular matrix --
+    was NaN).  Where only J^T·g (or both) is not finite, those elements witness nothing: the rest is classified
+    on its own, or, agreeing, the sentence says J^T·g is what is not finite."""
+    fu, ft = np.isfinite(uu), np.isfinite(tt)
+    if (~fu & ft).any():
+        return "other", None, f"it is not finite where J^T·g is ({int((~fu & ft).sum())} of {uu.size} elements)"
+    why = (f"{NO_WITNESS} on {int((~ft).sum())} of {uu.size} elements (where the backward is "
+           f"{'finite' if fu.all() else 'not finite either'}): the forward is not finite, or not differentiable, next "
+           "to these inputs -- outside its domain (a singular matrix?) -- so J^T·g's estimate there judges nothing")
+    u2, t2 = {}, {}
+    for l in leaves:  # 0 on both sides where either is not finite: compared on the other elements only
+        a, b = np.asarray(u[l.name], dtype=np.float64), np.asarray(t[l.name], dtype=np.float64)
+        keep = np.isfinite(a) & np.isfinite(b)
+        u2[l.name], t2[l.name] = np.where(keep, a, 0.0), np.where(keep, b, 0.0)
+    if not split_wrong(leaves, u2, t2)[0]:
+        return "other", None, f"{why}; it agrees with J^T·g on every element where J^T·g is finite"
+    pattern, factor, detail = _classify(mini, node, spec, leaves, u2, t2, J, g)
+    return pattern, factor, f"{detail} (on the elements where J^T·g is finite; {why})"
+
+
 def _classify(mini, node, spec, leaves, u: dict, t: dict, J, g) -> tuple[str, float | None, str]:
     if not leaves:
         return "other", None, "no gradient to compare"
     uu, tt = flat(u, leaves), flat(t, leaves)
     if not (np.isfinite(uu).all() and np.isfinite(tt).all()):
-        return "other", None, "it is not finite where J^T·g is"
+        return _nonfinite(mini, node, spec, leaves, u, t, J, g, uu, tt)
     err = uu - tt
     c = fit(uu, tt)
     if c is not None and abs(c + 1) < 1e-9 and explains(uu, -tt, tt):
