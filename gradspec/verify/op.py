@@ -202,6 +202,38 @@ def _under_test_oracles(spec) -> set:
     return s
 
 
+def _shaky_after_fd_refused(case: Case, v, v2) -> None:
+    """Where finite differences refused ``case`` (``v``: their steps do not resolve the forward) and the
+    finite-difference JVP agreed only within an error estimate above FD_SHAKY of the values (it changes with its
+    step), ``v2`` judges nothing: inconclusive, saying why (tryout11 #7: a correct CG solve at a singular A, where
+    no derivative exists, was "OK" on this pair alone, the estimate 20 % off the backward).  The symmetric rule of
+    check's: an estimate that shaky cannot witness a disagreement either (_check_rules._discount_shaky_estimates)."""
+    from .. import tolerances as _tol
+    from ..oracles.fd_jacobian import fd_jacobian_error
+
+    fd = v.skipped.get("finite-differences") or v.excused.get("finite-differences")
+    if not fd or v2.status != "agree" or "jacobian" not in v2.results or "reference" not in v2.results:
+        return
+    try:
+        err = fd_jacobian_error(case)
+    except Exception:  # noqa: BLE001 - no estimate of its error: the agreement stands as check() found it
+        return
+    worst = 0.0
+    for leaf, e in err.items():
+        a, b = v2.results["reference"].get(leaf), v2.results["jacobian"].get(leaf)
+        if a is None or b is None:
+            continue
+        scale = max(float(np.max(np.abs(a), initial=0.0)), float(np.max(np.abs(b), initial=0.0)))
+        if scale > 0:
+            worst = max(worst, float(np.max(np.abs(e), initial=0.0)) / scale)
+    if worst > _tol.FD_SHAKY:
+        v2.comparisons = []
+        v2.unjudged = (f"finite differences refused this case (said above), and the finite-difference JVP agreed "
+                       f"only within its own error estimate, {worst:.2g} of the values (its estimate changes with its "
+                       "step): fn may not be differentiable at these inputs (a singular matrix, a kink), so nothing "
+                       "here vouches for the backward")
+
+
 def _check_op_case(case: Case, spec: OpSpec, oracle_names: list, target: str, replay: str, result: Result,
                    extra=None) -> list:
     names = [n for n in oracle_names if not (n == "jacobian" and _has_fd_jvp(case))]
@@ -218,6 +250,7 @@ def _check_op_case(case: Case, spec: OpSpec, oracle_names: list, target: str, re
     if fdjac and not ref_failed and not v.nondifferentiable and not v.unjudged_elements:  # no FD-JVP through a kink
         try:
             v2 = check(case, oracles=["reference", FDJacobianOracle()])
+            _shaky_after_fd_refused(case, v, v2)
             verdicts.append(v2)
             for k, e in v2.errors.items():
                 errors.setdefault(k, e)
