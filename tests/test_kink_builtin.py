@@ -210,3 +210,23 @@ def test_the_jump_surface_probe_runs_where_a_user_op_could_jump_and_not_on_a_gra
     assert set(res.kinks) == {"x[0]"} and not calls, (res.kinks, len(calls))
     res = fd_gradient(_through(GOOD, "sum", _X))
     assert set(res.kinks) == {"x[0]"} and calls, (res.kinks, len(calls))
+
+
+def test_flagged_tests_only_the_positions_the_first_pass_reach_can_bring_near_and_names_the_same(monkeypatch):
+    # _candidates: a unary node's positions whose largest move over the stencil (the pass's reach) is 0 or below a
+    # quarter of their distance to the kink are hit by no row; testing only the others must name the same elements
+    from gradspec._private.kinks import center_kink_distances
+    from gradspec.oracles import _fd_kinkpos as kp
+
+    x = np.linspace(-2.0, 2.0, 41)
+    x[[3, 20, 33]] = [0.0, 1e-9, -2e-6]  # on the kink, within its 4x reach, at a third of a step
+    cases = [gs.Case.build({"x": x}, [("y", op, ["x"], {}), ("u", GOOD.name, ["y"], {})], ["u"], [np.ones(41)])
+             for op in ("relu", "abs")] + [_through(GOOD, "mm", _X, _W)]
+    for case in cases:
+        x64, leaves, h, plan, p = _first_pass_of(case)
+        known = center_kink_distances(case)
+        got = kp.flagged(case, x64, leaves, h, plan, p, known)
+        monkeypatch.setattr(kp, "_candidates", lambda *a: None)
+        every = kp.flagged(case, x64, leaves, h, plan, p, known)
+        monkeypatch.undo()
+        assert got.size and np.array_equal(got, every), (got, every)
