@@ -174,6 +174,41 @@ def _discount_other_precision(case, dtype, kinds, comparisons, discrepancies, sk
 
 
 
+AMPLIFIED = "float32 rounding amplified: "  # (the start of the note: tests and run notes find it)
+
+
+def _discount_amplified_rounding(case, dtype, kinds, comparisons, discrepancies, skipped, notes) -> None:
+    """A float32 case on which the estimates (finite differences, the jacobian: float64 evaluations) disagree with the
+    code's float32 gradient, within the float32 tolerance scaled by kappa^2 / AMPLIFIED32_ULPS where the float32
+    forward is kappa ulps off its float64 one (``outcome.forward32_ulps``): float32 rounding amplified by the case's
+    conditioning can reach that far on a correct backward (``tolerances.AMPLIFIED32_ULPS``), so the estimates do not
+    witness here and the case is not judged.  Any such disagreement beyond it, or one between two codes under test,
+    keeps every discrepancy."""
+    if dtype != "float32" or not discrepancies:
+        return
+    est = {n for n, o in kinds.items() if o.kind == "fd" or n == "jacobian"}
+    value = [d for d in discrepancies if d.kind != "raised"]
+    if not value or any(not set(d.oracles) & est or d.kind != "value" or d.abs_err is None or d.tolerance is None
+                        for d in value):
+        return
+    kappa, said = _outcome.forward32_ulps(case)
+    reach = kappa * kappa / _tol.AMPLIFIED32_ULPS
+    if not reach > 1 or not all(d.abs_err <= d.tolerance * reach for d in value):
+        return
+    worst = max(value, key=lambda d: d.abs_err / d.tolerance)
+    notes.append(f"{AMPLIFIED}{said}, so a correct backward through the same matrix can be off its float64 gradient "
+                 f"by ~{kappa:.3g}^2 = {kappa * kappa:.3g} ulps ({reach:.3g} x the float32 tolerance's "
+                 f"{_tol.AMPLIFIED32_ULPS:g}); the largest disagreement with the float64 estimates is "
+                 f"{worst.abs_err / worst.tolerance:.3g} x the tolerance ({worst.oracles[0]} vs {worst.oracles[1]}, leaf "
+                 f"{worst.leaf!r}): an ill-conditioned float32 case, not judged (float64 cases judge the formula)")
+    why = ("not a witness on this case: it evaluates the graph in float64, and float32 rounding amplified by the "
+           "case's conditioning reaches the disagreement (see the note)")
+    comparisons[:] = [c for c in comparisons if not set(c.oracles) & est]
+    discrepancies[:] = [d for d in discrepancies if d.kind == "raised"]
+    for name in sorted(est & set(kinds)):
+        skipped[name] = why
+
+
 def _discount_shaky_estimates(kinds, fd_errs, comparisons, discrepancies, notes, full=None) -> None:
     """An estimate (finite differences, a finite-difference JVP) whose own error estimate exceeds
     FD_SHAKY of its value where it disagrees cannot witness against derivative formulas, nor against

@@ -36,6 +36,7 @@ from ._check_precision import mixed_dtypes as _mixed_dtypes
 from ._check_precision import refuse_unpromoted, unpromoted  # noqa: F401 - (the CLI and tests import them from here)
 from ._check_rules import (
     _compared_with_itself,
+    _discount_amplified_rounding,
     _discount_edge_of_precision,
     _discount_mismatched_twins,
     _discount_numerical_kinks,
@@ -361,6 +362,7 @@ def _check(case: Case, chosen: list) -> Verdict:
         _compare_directional(case, directional, results, kinds, dtype, comparisons, discrepancies, skipped, claim)
     _discount_mismatched_twins(case, dtype, kinds, comparisons, discrepancies, errors, excused, notes)
     _discount_other_precision(case, dtype, kinds, comparisons, discrepancies, skipped, notes)
+    _discount_amplified_rounding(case, dtype, kinds, comparisons, discrepancies, skipped, notes)
     judged = {k: (f32[k].judged if k in f32 and f32[k].judged is not None else v) for k, v in fd_errs.items()}
     _discount_shaky_estimates(kinds, judged, comparisons, discrepancies, notes, fd_errs)
     unjudged = _unjudged(case, leaves, kinds, nondiff, comparisons, discrepancies, skipped, excused, notes, kinked)

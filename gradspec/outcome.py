@@ -41,7 +41,7 @@ from .ops.user import NOISE_ULPS as _NOISE_ULPS
 from .oracles._fd_probes import STEP32 as _STEP32
 
 __all__ = ["AGREE", "DISAGREE", "INCONCLUSIVE", "exit_code", "forward_error", "user_gated_leaves", "settle_errors", "has_user_ops",
-           "torch_no_grad_as_none", "twin_mismatches", "precision_mismatches", "is_torch", "TWIN_ULPS", "EMPTY_LEAVES",
+           "torch_no_grad_as_none", "twin_mismatches", "precision_mismatches", "forward32_ulps", "is_torch", "TWIN_ULPS", "EMPTY_LEAVES",
            "run_notes", "nothing_finite", "OVERFLOW32", "FORWARD32", "counts_for_run", "SHAPES_ONLY",
            "CONSTANT_INPUTS", "UNUSED", "ZERO_SEEDS", "KINKED_OUT", "UNCOUNTED", "uncounted_reason",
            "run_count", "exercises"]
@@ -366,6 +366,37 @@ def precision_mismatches(case) -> list[tuple[str, str]]:
             out.append((n.op, f"{n.name}[{at}] = {n.op}({', '.join(n.inputs)}): {float(mine[idx])!r} in float32, "
                                f"{float(ref[idx])!r} in float64" + (f" ({why})" if why else "")))
     return out
+
+
+def forward32_ulps(case) -> tuple[float, str]:
+    """In a float32 case: the largest error of a user op's float32 forward against its float64 forward at the same
+    input values, in float32 ulps of that output's largest value (``tolerances.AMPLIFIED32_ULPS``), with the node
+    and its values as a sentence; (0.0, "") without user ops fed float32 values or where a forward fails."""
+    eps32 = float(np.finfo(np.float32).eps)
+    nodes = [n for n in case.nodes if _is_user_op(case.spec(n.op))]
+    try:
+        env = case.evaluate() if nodes else {}
+    except Exception:  # noqa: BLE001 - no forward, nothing measured
+        return 0.0, ""
+    best, said = 0.0, ""
+    for n in nodes:
+        args = [np.asarray(env[i]) for i in n.inputs]
+        if not any(a.dtype == np.float32 for a in args):
+            continue
+        try:
+            with np.errstate(all="ignore"):
+                ref = np.asarray(case.spec(n.op).forward(*[a.astype(np.float64) if a.dtype == np.float32 else a
+                                                           for a in args], **n.params), dtype=np.float64)
+        except Exception:  # noqa: BLE001 - (precision_mismatches says it)
+            continue
+        mine = np.asarray(env[n.name], dtype=np.float64)
+        with np.errstate(all="ignore"):
+            top = float(np.max(np.abs(ref), initial=0.0))
+            ulps = float(np.max(np.abs(mine - ref), initial=0.0)) / (eps32 * top) if top > 0 else 0.0
+        if np.isfinite(ulps) and ulps > best:
+            best, said = ulps, (f"{n.name} = {n.op}({', '.join(n.inputs)}): its float32 forward is off its float64 "
+                                f"forward by {ulps:.3g} float32 ulps of its largest value {top:.3g}")
+    return best, said
 
 
 # What precision_mismatches says of a float32 forward that is not finite where the float64 one is (a Result counts
