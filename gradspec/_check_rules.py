@@ -252,6 +252,41 @@ def _discount_shaky_estimates(kinds, fd_errs, comparisons, discrepancies, notes,
 
 
 
+def _discount_shaky_agreement(kinds, fd_errs, results, comparisons, refused, notes) -> None:
+    """Where finite differences refused the case (``refused``: their steps do not resolve the forward), an estimate
+    left (the FD-JVP jacobian) whose own error estimate exceeds FD_SHAKY of the values it agrees with witnesses
+    nothing: its agreeing pairs are dropped, with a note, and the case is judged by what is left (tryout11 #7: a
+    correct CG solve at a singular A, where no derivative exists, agreed on reference vs that JVP alone, its
+    estimates 20 % off the backward, error estimate 0.12 of the values).  The twin of
+    :func:`_discount_shaky_estimates`: so shaky an estimate witnesses neither way."""
+    fd = refused.get("finite-differences")
+    if not fd or not str(fd).startswith("finite differences:"):  # (a numerical refusal, not "not asked")
+        return
+    for c in list(comparisons):
+        if not c.agreed:
+            continue
+        for k, name in enumerate(c.oracles):
+            other = c.oracles[1 - k]
+            if kinds[name].kind != "fd" or name not in fd_errs or kinds[other].kind == "fd":
+                continue
+            worst = 0.0
+            for leaf, e in fd_errs[name].items():
+                a, b = results.get(name, {}).get(leaf), results.get(other, {}).get(leaf)
+                if e is None or a is None or b is None:
+                    continue
+                with np.errstate(all="ignore"):
+                    scale = max(float(np.max(np.abs(a), initial=0.0)), float(np.max(np.abs(b), initial=0.0)))
+                    if scale > 0:
+                        worst = max(worst, float(np.max(np.abs(np.asarray(e, dtype=np.float64)), initial=0.0)) / scale)
+            if worst > _tol.FD_SHAKY:
+                comparisons.remove(c)
+                notes.append(f"{name} agreed with {other} only within its own error estimate, {worst:.2g} of the "
+                             "values (its estimate changes with its step), where finite differences refused the "
+                             "case: fn may not be differentiable at these inputs (a singular matrix, a kink), so "
+                             "that pair vouches for nothing")
+                break
+
+
 def _drop_estimates(results, fd_errs, skipped, used, chosen, why) -> None:
     """A non-differentiable point: no derivative exists to estimate, so every estimate-based oracle
     (finite differences, the jacobian over finite-difference JVPs) is dropped with the reason (and the

@@ -41,6 +41,7 @@ from ._check_rules import (
     _discount_mismatched_twins,
     _discount_numerical_kinks,
     _discount_other_precision,
+    _discount_shaky_agreement,
     _discount_shaky_estimates,
     _discount_unsized_claim,
     _drop_estimates,
@@ -365,6 +366,7 @@ def _check(case: Case, chosen: list) -> Verdict:
     _discount_amplified_rounding(case, dtype, kinds, comparisons, discrepancies, skipped, notes)
     judged = {k: (f32[k].judged if k in f32 and f32[k].judged is not None else v) for k, v in fd_errs.items()}
     _discount_shaky_estimates(kinds, judged, comparisons, discrepancies, notes, fd_errs)
+    _discount_shaky_agreement(kinds, fd_errs, results, comparisons, {**skipped, **excused}, notes)
     unjudged = _unjudged(case, leaves, kinds, nondiff, comparisons, discrepancies, skipped, excused, notes, kinked)
     if kinked and not unjudged:
         notes.extend(_kinked_notes(case, kinked, comparisons))

@@ -12,6 +12,8 @@ case is inconclusive, saying why.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 import gradspec as gs
@@ -38,3 +40,55 @@ def test_correct_cg_solve_at_a_well_conditioned_matrix_still_agrees():
     r = gs.verify_torch_function(CGSolve.apply, at=[(A, torch.tensor([1.0, -2.0], dtype=d))], seed=0,
                                  dtypes=("float64",), double_backward=False)
     assert r.status == "agree", r.summary()
+
+
+def _soak_case(tmp_path):
+    """The user's soak case (a CG solve feeding another at the all-ones A, then a weighted sum), as a case file."""
+    ones = ["0x1.0000000000000p+0"]
+    leaf = lambda name, shape, data, grad=True: {"name": name, "requires_grad": grad,  # noqa: E731
+                                                 "value": {"dtype": "float64", "shape": shape, "data": data}}
+    spec = {"n_args": 2, "tensor_pos": [0, 1], "shape": "signature", "domain": None, "signature": "(n,n),(n)->(n)"}
+    d = {"format": "gradspec-case/1", "engine": "reference", "user_ops": {"torch_CGSolve": "tests._tryout11_cg:CGSolve"},
+         "leaves": [leaf("x0", [2, 2], ones * 4), leaf("x1", [2], ones * 2),
+                    leaf("w0", [2], ["-0x1.230febcfd9c28p+0", "-0x1.8a217bf105b3ap-1"], False)],
+         "nodes": [{"name": "v0", "op": "torch_CGSolve", "inputs": ["x0", "x1"], "params": {}},
+                   {"name": "v1", "op": "torch_CGSolve", "inputs": ["x0", "v0"], "params": {}},
+                   {"name": "q0", "op": "mul", "inputs": ["v0", "w0"], "params": {}},
+                   {"name": "s0", "op": "sum", "inputs": ["q0"], "params": {"dim": [-1], "keepdim": False}}],
+         "roots": ["v0", "s0"], "seeds": [{"dtype": "float64", "shape": [2], "data": ones * 2}, None],
+         "meta": {"dtype": "float64", "torch_functions": ["torch_CGSolve"],
+                  "torch_function_specs": {"torch_CGSolve": spec}}}
+    path = tmp_path / "case.json"
+    path.write_text(json.dumps(d))
+    return str(path)
+
+
+_CHECK = """
+import sys
+import gradspec as gs
+from gradspec import caseio
+case = caseio.load(sys.argv[1], allow_import=("tests._tryout11_cg",))
+v = gs.check(case, oracles=["reference", "finite-differences", "jacobian", "torch-cpu"])
+print("FD-REFUSED" if "finite-differences" in v.skipped else "FD-RAN", v.status)
+print(v.summary())
+"""
+
+
+def test_gs_check_at_the_singular_matrix_is_not_ok_on_a_shaky_fd_jvp(tmp_path):
+    # gs.check (replay, fuzz): finite differences refused, reference vs the FD-JVP jacobian "agreed" at a ratio of
+    # 0.41 of a tolerance made of its own error estimate (its estimates change with the step): before, agree.  A
+    # fresh process, as replay's: after other checks of the same op in one process FD judges this case otherwise
+    # (it disagreed there, the soak's finding; left open, tryout11 #7b)
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    proc = subprocess.run([sys.executable, "-c", _CHECK, _soak_case(tmp_path)], cwd=root, capture_output=True, text=True,
+                          env=dict(os.environ, PYTHONPATH=root), timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    first = proc.stdout.splitlines()[0]
+    if first.startswith("FD-RAN"):
+        pytest.skip("finite differences did not refuse this case here: the premise of the test")
+    assert first == "FD-REFUSED inconclusive", proc.stdout
+    assert "jacobian agreed with reference only within its own error estimate" in proc.stdout, proc.stdout
