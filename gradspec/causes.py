@@ -92,6 +92,12 @@ PATTERNS = {
     "unselected-branch": "a non-finite gradient from a select (torch.where, masked_fill) whose unselected branch is "
                          "NaN or inf there: the zero gradient it sends that branch times the branch's non-finite "
                          "values (0 · nan) is NaN; compute the branch on a safe input (the double-where)",
+    # (recognised mistakes of no CONTRACT §8 pattern above: before session 16 they were 'other' beside a sentence
+    # naming them)
+    "transposed": "the backward applies a square Jacobian block where its transpose belongs (A where A^T is needed)",
+    "not-symmetrised": "a symmetric-matrix input's gradient returned as X where sym(X) = (X + X^T)/2 belongs",
+    "not-accumulated": "elements fed by several output elements get one contribution, not the sum of all",
+    "masked": "right except where the backward zeroes (or keeps) elements J^T·g does not",
     "other": "no simple pattern",
 }
 

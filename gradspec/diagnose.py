@@ -80,15 +80,17 @@ from ._diagnose_raw import (
 from ._diagnose_text import ENGINES as _ENGINES
 from ._diagnose_text import _clip, _cut_from_graph, _evidence, _fmt, _is_engine, _is_torch_function, _twin_label, _where, _whose
 from ._private import case_budget as _case_budget
+from ._private.iteration_words import CLAIM as _CLAIM
 from ._private.skips import word_cut
 from ._private.torch_where import FIX as _WHERE_FIX
-from ._private.vjp_patterns import EXPLAINED, NO_WITNESS, by_output, classify, disagrees, explains, name_factor
+from ._private.vjp_patterns import EXPLAINED, NO_WITNESS, TEXT_PATTERNS, by_output, classify, disagrees, explains, name_factor
 from .case import Case, Leaf, NodeDef
 from .causes import Cause
 from .check import check as _run_check
 from .check import register_explainer
 from .oracles import jacobian as _jac
 from .oracles.engine_oracle import EngineOracle
+from .tolerances import accuracy_claim
 
 __all__ = ["attach", "explain", "deferred", "localise", "diagnosis_timeouts", "classify", "name_factor", "explain_finding", "EXPLAINED"]
 
@@ -226,6 +228,18 @@ def _engine_names(oracles: dict) -> frozenset:
 def localise(case: Case, d, oracles: dict, verdict=None) -> Cause | None:
     """The cause of discrepancy ``d`` on ``case``: the first node whose rule is wrong, or why there is none
     (None for a ``verify_*`` contract finding, e.g. ``vjp-shape``, that no node explains on its own)."""
+    try:  # (the accuracy the code claims on this case: the iteration words say the error's ratio to it)
+        claim = accuracy_claim(case.meta)
+    except ValueError:
+        claim = None
+    token = _CLAIM.set(claim)
+    try:
+        return _localise(case, d, oracles, verdict)
+    finally:
+        _CLAIM.reset(token)
+
+
+def _localise(case: Case, d, oracles: dict, verdict=None) -> Cause | None:
     suspect = _suspect(d.oracles, oracles)
     suspects = _suspects(d.oracles)
     if _is_engine(suspect) and verdict is not None and d.kind != "raised":
@@ -550,7 +564,7 @@ def _wrong_vjp(mini: Case, node: NodeDef, spec, suspect: str, u: dict, t: dict, 
         why = nonfinite_words(mini, u, None if run is None else lambda c: run(c).results.get(suspect))
         detail = f"it returns non-finite values ({_fmt(first.values)}) where J^T·g is finite ({why}" + (
             ")" if why.startswith("at |") else "")
-    elif flat and pattern in ("other", "scale"):  # (a factor fitted to J^T·g = 0 + rounding is noise: tryout6 #7's 3e11)
+    elif flat and pattern in ("other", "scale", *TEXT_PATTERNS):  # (a factor fitted to J^T·g = 0 + rounding is noise: tryout6 #7's 3e11)
         pattern, factor, detail = "other", None, flat
     elif pattern != "permuted" and run is not None and twin is not None and (
             swap := swapped_inputs(mini, node, suspect, twin, run)):
@@ -558,7 +572,7 @@ def _wrong_vjp(mini: Case, node: NodeDef, spec, suspect: str, u: dict, t: dict, 
     elif pattern == "other" and "no simple pattern" in detail and run is not None and twin is not None and (
             per := factors_per_slice(mini, node, spec, suspect, twin, run, u, t)):
         detail = detail[:detail.index("it differs from J^T·g on")] + per
-    elif pattern != "other" and run is not None and twin is not None:
+    elif pattern not in ("other", *TEXT_PATTERNS) and run is not None and twin is not None:
         pattern, factor, detail = _confirmed(mini, node, spec, suspect, twin, run, J, (pattern, factor, detail))
         if pattern == "scale" and abs(factor - 1) >= 1e-3:  # (a factor near 1 has its own words)
             pattern, factor, detail = factor_at_points(mini, node, spec, suspect, twin, run, u, t,
@@ -617,7 +631,7 @@ def _confirmed(mini, node, spec, suspect, twin, run, J, found) -> tuple:
 
     if all(same(f, found) for f in fresh):
         return found
-    if len(fresh) == _FRESH_SEEDS and fresh[0][0] != "other" and all(same(f, fresh[0]) for f in fresh):
+    if len(fresh) == _FRESH_SEEDS and fresh[0][0] not in ("other", *TEXT_PATTERNS) and all(same(f, fresh[0]) for f in fresh):
         p2, f2, d2 = fresh[0]
         if p2 == pattern == "broadcast-reduction":
             return p2, f2, (f"{d2} (seen on fresh upstream gradients at the same inputs: this case's own g is "

@@ -38,6 +38,13 @@ _FIX_PATTERN = {
                 "reduced axis to insert before broadcasting, the index where g is split)",
     "unselected-branch": "compute the branch the select does not take on a safe input (the double-where: "
                          "safe = torch.where(cond, x, 1.0); torch.where(cond, f(safe), 0.0))",
+    "transposed": "transpose the matrix the backward applies: solve(A.mT, g) for the adjoint of solve(A, b), "
+                  "inv(A).mT / A.mT @ g where inv(A) / A @ g stand",
+    "not-symmetrised": "symmetrise the backward's result, (X + X^T)/2, as the input is read as a symmetric matrix",
+    "not-accumulated": "add every output element's contribution into the input element it came from (index_add / "
+                       "scatter_add, never an assignment that keeps the last)",
+    "masked": "make the backward's mask or branch condition match where the derivative is zero and where it is "
+              "not (the cause says which way it is off)",
     "other": "compare the rule with J^T·g term by term at the inputs shown below",
 }
 _FIX_ID = {
@@ -99,7 +106,7 @@ def fix_direction(cause) -> str:
 def _iterating(cause) -> str:
     """The fix for user code that may iterate, where the cause's words say so (vjp_patterns._iterated)."""
     return ("; or, if the code iterates to a tolerance, declare its accuracy (the rtol= above) or tighten that "
-            "tolerance" if "declare the accuracy it reaches" in cause.summary else "")
+            "tolerance" if "declare an accuracy of at least rtol=" in cause.summary else "")
 
 
 def run_title(info: dict | None, d=None) -> str:

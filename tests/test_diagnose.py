@@ -78,21 +78,22 @@ OP_CASES = {
     "op-normalisation": (P.pl_mean_norm, P.pl_mean_ok, {"x": M23}, None, ("wrong-vjp", "y", "scale"), 1.5),
     "op-inverse-permutation": (P.pl_perm_inv, P.pl_perm_ok, {"x": CUBE}, {"p": (1, 2, 0)},
                                ("wrong-vjp", "y", "permuted"), None),
+    # (the pattern its words name: 'other' before session 16, beside "only some of them are summed")
     "op-scatter-duplicates": (P.pl_take_assign, P.pl_take_ok, {"x": M23}, {"idx": (0, 2, 0)},
-                              ("wrong-vjp", "y", "other"), None),
+                              ("wrong-vjp", "y", "not-accumulated"), None),
     "op-prod-zeros": (P.pl_prod_div, P.pl_prod_ok, {"x": [[0.0, 1.5, -0.5], [0.3, 0.2, 0.1]]}, None,
                       ("wrong-vjp", "y", "other"), None),
     # g split at b's size (1) instead of a's (3): the right numbers, in the wrong inputs
     "op-concat-split": (P.pl_cat_split, P.pl_cat_ok, {"x": M23, "b": COL}, None, ("wrong-vjp", "y", "permuted"), None),
     "op-sign-negative": (P.pl_xabsx_sign, P.pl_xabsx_ok, {"x": M23}, None, ("wrong-vjp", "y", "sign"), None),
     "op-above-size-4": (P.pl_cumsum_win, P.pl_cumsum_ok, {"x": [[0.1, 0.2, -0.3, 0.4, 0.5, -0.6]]}, None,
-                        ("wrong-vjp", "y", "other"), None),
+                        ("wrong-vjp", "y", "not-accumulated"), None),
     # a.T of a rank-3 a reverses all three axes: b's gradient is another sum of products (no simple pattern)
     "op-above-rank-2": (P.pl_mm_T, P.pl_bmm_ok, {"x": CUBE, "b": B22}, None, ("wrong-vjp", "y", "other"), None),
     "op-relative-1e-6": (P.pl_exp_1e6, P.pl_exp_ok, {"x": M23}, None, ("wrong-vjp", "y", "scale"), 1 + 1e-6),
     "op-wrong-jvp": (P.pl_sq_badjvp, P.pl_sq_goodjvp, {"x": M23}, None, ("wrong-jvp", "y", "scale"), 0.5),
     "op-soft-threshold-param": (P.pl_soft_nolam, P.pl_soft_ok, {"x": [[0.3, -1.2, 0.8], [1.5, 0.05, -0.7]]},
-                                {"lam": 0.5}, ("wrong-vjp", "y", "other"), None),
+                                {"lam": 0.5}, ("wrong-vjp", "y", "masked"), None),
 }
 
 
@@ -202,7 +203,7 @@ FN_EXPECTED = {
                         "raised": ("wrong-vjp", "permuted")},
     "fn-prod-zeros": {"nan-inf-pattern": ("wrong-vjp", "other")},
     "fn-sign-negative": {"value": ("wrong-vjp", "sign")},
-    "fn-above-size-4": {"value": ("wrong-vjp", "other")},
+    "fn-above-size-4": {"value": ("wrong-vjp", "not-accumulated")},
     # .transpose(0, 1) of a batch of matrices: raises (matmul of the wrong shapes) or gives another sum of products
     "fn-above-rank-2": {"vjp-raised": ("wrong-vjp", "other"), "value": ("wrong-vjp", "other")},
     "fn-relative-1e-6": {"value": ("wrong-vjp", "scale")},
@@ -294,7 +295,10 @@ def test_one_element_gradient_gets_no_fitted_pattern():
     v = gs.check(case, oracles=["reference", "jacobian", "finite-differences", "torch-cpu"])
     assert v.discrepancies, str(v)
     for d in v.discrepancies:
-        assert (d.cause.id, d.cause.node, d.cause.pattern) == ("wrong-vjp", "y", "other"), d.cause
+        # (no pattern fitted to the one number: 'other', or the exact subset-sum test its words name since the
+        # pattern follows the words, session 16)
+        assert (d.cause.id, d.cause.node) == ("wrong-vjp", "y"), d.cause
+        assert d.cause.pattern in ("other", "not-accumulated"), d.cause
 
 
 def test_seed_ignored_is_not_taken_for_a_sign_error_when_g_is_minus_one():

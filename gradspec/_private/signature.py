@@ -16,7 +16,24 @@ class SignatureError(ValueError):
 
 @functools.lru_cache(maxsize=None)
 def parse(signature: str) -> tuple[list[tuple[str, ...]], list[tuple[str, ...]]]:
-    """``"(m,n),(n,p)->(m,p)"`` -> ([("m","n"),("n","p")], [("m","p")]); raises SignatureError."""
+    """``"(m,n),(n,p)->(m,p)"`` -> ([("m","n"),("n","p")], [("m","p")]); raises SignatureError.
+
+    An op has one output: a signature declaring several is refused here (see :func:`parse_outputs`)."""
+    ins, outs = parse_outputs(signature)
+    if len(outs) != 1:
+        raise SignatureError(
+            f"signature {signature!r}: gradspec ops have exactly one output, this one declares {len(outs)}; "
+            f"register one op per output (each with its own forward, vjp and signature, e.g. "
+            f"{'(' + ','.join(ins[0]) + ')' if ins else '()'}->({','.join(outs[0])}) for the first), or return "
+            "one array (concatenate the outputs, flattened), or check the function with "
+            "gs.verify_torch_function, which takes tuple outputs and such a signature")
+    return ins, outs
+
+
+@functools.lru_cache(maxsize=None)
+def parse_outputs(signature: str) -> tuple[list[tuple[str, ...]], list[tuple[str, ...]]]:
+    """:func:`parse` for code that may return several outputs (``verify_torch_function``'s fn returning
+    ``(w, V)``: ``"(n,n)->(n),(n,n)"``, tryout11 #5); every output dimension must appear in an input."""
     sig = signature.replace(" ", "")
     if "->" not in sig:
         raise SignatureError(f"signature {signature!r} has no '->' (expected e.g. '(n),(n)->()')")
@@ -37,15 +54,10 @@ def parse(signature: str) -> tuple[list[tuple[str, ...]], list[tuple[str, ...]]]
         return out
 
     ins, outs = args(lhs), args(rhs)
-    if len(outs) != 1:
-        raise SignatureError(
-            f"signature {signature!r}: gradspec ops have exactly one output, this one declares {len(outs)}; "
-            f"register one op per output (each with its own forward, vjp and signature, e.g. "
-            f"{'(' + ','.join(ins[0]) + ')' if ins else '()'}->({','.join(outs[0])}) for the first), or return "
-            "one array (concatenate the outputs, flattened), or check the function with "
-            "gs.verify_torch_function, which takes tuple outputs")
+    if not outs:
+        raise SignatureError(f"signature {signature!r} declares no output (expected e.g. '(n),(n)->()')")
     known = {d for a in ins for d in a}
-    for d in outs[0]:
+    for d in (d for out in outs for d in out):
         if d not in known and not d.isdigit():
             raise SignatureError(f"signature {signature!r}: output dimension {d!r} does not appear in any input")
     return ins, outs
@@ -57,7 +69,14 @@ def elementwise(n: int) -> str:
 
 def signature_out_shape(signature: str, shapes) -> tuple | None:
     """Output shape, or None if ``shapes`` do not fit the signature (loop dims broadcast)."""
-    ins, (out,) = parse(signature)
+    parse(signature)  # (an op's signature: one output, or its error)
+    got = signature_out_shapes(signature, shapes)
+    return None if got is None else got[0]
+
+
+def signature_out_shapes(signature: str, shapes) -> list[tuple] | None:
+    """The shape of every output :func:`parse_outputs` reads, or None if ``shapes`` do not fit."""
+    ins, outs = parse_outputs(signature)
     if len(shapes) != len(ins):
         return None
     sizes: dict[str, int] = {}
@@ -78,7 +97,7 @@ def signature_out_shape(signature: str, shapes) -> tuple | None:
         loop = np.broadcast_shapes(*loops)
     except ValueError:
         return None
-    return tuple(loop) + tuple(int(d) if d.isdigit() else sizes[d] for d in out)
+    return [tuple(loop) + tuple(int(d) if d.isdigit() else sizes[d] for d in out) for out in outs]
 
 
 def core_ndims(signature: str) -> list[int]:

@@ -41,7 +41,7 @@ import numpy as np
 
 from .._private import shapes_learn as _sl
 from .._private import values as _values
-from .._private.signature import parse
+from .._private.signature import parse_outputs, signature_out_shapes
 from .._private.torch_structs import NOT_A_TENSOR
 from ..case import Case
 from ..guard import Hung, hangs_seen
@@ -94,6 +94,7 @@ class _FnProbe:
         self.doms = domain if isinstance(domain, (list, tuple)) else [domain] * layout.arity
         self.example = example
         self.multi = False
+        self.out_shapes: list[tuple] = []
         self.error = ""
         self.bad_values = None  # (min, max) of the inputs of the first call whose output was not finite
         self.bad_where = None  # (output, positions) where the first call with a non-finite output was not finite
@@ -124,6 +125,7 @@ class _FnProbe:
             self.error = self.error or f"{type(e).__name__}: {e}"
             return False
         self.multi = self.multi or multi
+        self.out_shapes = [tuple(o.shape) for o in outs]  # (the last accepted call's: checked against a signature)
         for k, o in enumerate(outs):
             bad = ~torch.isfinite(o)
             if bool(torch.any(bad)):
@@ -201,11 +203,14 @@ def plan(fn, layout: CallLayout, *, example_inputs=None, signature=None, shape_f
         model = _sl.learn(first, both, broadcast=broadcast)
         return Plan(model, probe.multi, f"shapes learnt from shape_fn: {model.describe()}", example=first)
     if signature is not None:
-        cores = parse(signature)[0]
+        cores = parse_outputs(signature)[0]  # (fn may return several outputs: "(n,n)->(n),(n,n)", tryout11 #5)
         full = _sl.from_signature(cores, broadcast="full")
         first = full.example()
         if not probe(first):
             return Plan(failure=f"fn raises on shapes {first} of its signature {signature!r}: {probe.error}")
+        differs = _outputs_differ(signature, first, probe.out_shapes)
+        if differs:
+            raise ValueError(differs)
         mode = broadcast if broadcast != "auto" else _detect(full, probe)
         deep = max((len(c) for c in cores), default=0) > 3
         if mode == "full" and not deep and not probe.multi:
@@ -227,6 +232,21 @@ def plan(fn, layout: CallLayout, *, example_inputs=None, signature=None, shape_f
         return Plan(example=first)
     model = _sl.learn(first, probe, broadcast="auto" if mode == "learn" else mode)
     return Plan(model, probe.multi, f"elementwise, shapes learnt by probing: {model.describe()}", example=first)
+
+
+def _outputs_differ(signature: str, shapes, got: list[tuple]) -> str:
+    """Why fn's outputs at input ``shapes`` are not what ``signature`` declares ('' when they are): checked once,
+    at the first probe, so that a signature's outputs are not silently ignored (the outputs' own shapes are
+    learnt from fn)."""
+    want = signature_out_shapes(signature, shapes)
+    if want is None or [tuple(w) for w in want] == got:
+        return ""
+    n_want, n_got = len(want), len(got)
+    count = (f"declares {n_want} output(s) but fn returns {n_got}" if n_want != n_got else
+             f"declares outputs of shapes {[tuple(w) for w in want]} but fn returns {got}")
+    return (f"signature {signature!r} {count} on inputs of shapes {[tuple(s) for s in shapes]}: give one "
+            "output block per tensor fn returns, each with its core dims, e.g. '(n,n)->(n),(n,n)' for "
+            "(eigenvalues, eigenvectors) -- or pass example_inputs=(...) instead and the shapes are learnt")
 
 
 def _value_range(arrays) -> tuple[float, float]:

@@ -651,9 +651,9 @@ def _layout(fn, arity, signature, params, example_inputs, args) -> CallLayout:
         arity = _torch_arity(fn, params)
         if arity is None:
             if signature is not None:
-                from .._private.signature import parse
+                from .._private.signature import parse_outputs
 
-                arity = len(parse(signature)[0])
+                arity = len(parse_outputs(signature)[0])
             else:
                 raise UserOpError("verify_torch_function: cannot infer fn's number of tensor inputs; pass arity=N "
                                   "or example_inputs=(...)")
@@ -664,10 +664,10 @@ def _check_signature_arity(fn, signature, layout: CallLayout) -> None:
     """A signature with another number of inputs than fn's tensors: said here, not as a zip() error later."""
     if not isinstance(signature, str):
         return
-    from .._private.signature import SignatureError, parse
+    from .._private.signature import SignatureError, parse_outputs
 
     try:
-        n = len(parse(signature)[0])
+        n = len(parse_outputs(signature)[0])
     except SignatureError:
         return  # the plan reports a malformed signature with its own message
     if n != layout.arity:
