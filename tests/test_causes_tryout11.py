@@ -148,7 +148,7 @@ def test_under_a_claim_the_iteration_words_stay_with_the_ratio_to_the_claim():
     finally:
         CLAIM.reset(token)
     assert "tolerance of an iteration" in detail, detail
-    assert "17 times the accuracy it claims (rtol=0.0001)" in detail and "at least rtol=5e-03" in detail, detail
+    assert "17.0 times the accuracy it claims (rtol=0.0001)" in detail and "at least rtol=5e-03" in detail, detail
 
 
 def test_the_run_widens_the_advice_to_the_largest_error_its_cases_showed():

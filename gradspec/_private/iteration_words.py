@@ -47,7 +47,7 @@ def iterated(rel: float) -> str:
     """", or the tolerance of an iteration: ..." with the accuracy to declare (at least) and, under a claim, the
     ratio of this error to it."""
     claim = CLAIM.get()
-    over = (f"; its error here is {rel / claim[0]:.3g} times the accuracy it claims (rtol={claim[0]:g})"
+    over = (f"; its error here is {rel / claim[0]:#.3g} times the accuracy it claims (rtol={claim[0]:g})"
             if claim and claim[0] > 0 else "")
     return (", or the tolerance of an iteration: a forward that stops at a tolerance (a solver, a fixed point) has "
             "the slope of its truncated iteration, not of the exact solution your vjp differentiates (most visibly "
