@@ -37,6 +37,7 @@ from typing import Callable
 
 import numpy as np
 
+from ._private import user_warnings
 from ._private.hypothesis_env import fixed_constants
 from ._private.iteration_words import widen
 from ._private.seeds import resolve_seed as _resolve_seed  # noqa: F401 - verify_* import it from here
@@ -505,13 +506,20 @@ class _Runner:
         from ._private.saved_failures import database_for
 
         db, key = database_for(R.what, R.target)  # dev / fuzz profiles: a failure found once replays first
-        drv = Driver(strategy, lambda case, mode: (evaluate(case), None), max_examples=self.max_examples,
+        def evaluated(case, mode):
+            try:
+                return evaluate(case), None
+            finally:
+                rec.mark(mode == "generate")
+
+        drv = Driver(strategy, evaluated, max_examples=self.max_examples,
                      seconds=self.seconds, seed=R.seed, known={tuple(s) for s in self.found}, on_found=on_found,
                      explain=self.explain, stop_on_timeout=True, database=db, database_key=key,
                      progress=slow_hint(f"verify {R.what} {R.target}", self.max_examples, self.seconds))
         stopped = None
         try:
-            drv.run(replay=db is not None)
+            with user_warnings.recording() as rec:  # the user's warnings: recorded, never raised here (reemit: once)
+                drv.run(replay=db is not None)
         except KeyboardInterrupt as e:  # Ctrl-C: what was found so far goes with the exception (tryout6 #13)
             stopped = e
         except Exception as e:  # noqa: BLE001 - e.g. strategies could not build any case
@@ -533,6 +541,7 @@ class _Runner:
             R.note("the search stopped at the first case that hung (a timeout finding): every later case that hangs "
                    "would cost the per-case timeout again; fix the hang and run again")
         R.cases_run += drv.cases
+        user_warnings.keep(R, rec)
         R.shrink_runs += drv.shrink_runs + drv.localise_runs
         if drv.time_to_first is not None and R.time_to_first is None:
             R.time_to_first, R.cases_to_first = drv.time_to_first, drv.cases_to_first

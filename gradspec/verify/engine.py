@@ -18,7 +18,7 @@ import dataclasses
 import time
 
 from .. import engines as _engines
-from .._private import result_sink
+from .._private import result_sink, user_warnings
 from .._private.imports import importable_path
 from .._private.skips import word_cut
 from ..case import Case
@@ -131,7 +131,9 @@ def verify_engine(engine, *, max_examples: int | None = None, seconds: float | N
     if drop_value_duplicates(result):  # one op's wrong VJP is reported once; one only a rule showed is a value bug
         result.checks["values on random graphs (J^T . seed)"] = "failed"
     result.seconds = time.perf_counter() - started
+    user_warnings.note(result, f"engine {eng.name!r}")  # (it warned: how often; shown once, below)
     result_sink.emit(result)
+    user_warnings.reemit(result)  # after the verdict is complete (-W error raises here)
     return result
 
 

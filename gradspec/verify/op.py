@@ -29,7 +29,7 @@ from .. import outcome as _outcome
 from .._private import determinism as _determinism
 from .._private import draw_tally as _draw_tally
 from .._private import float32_line as _f32line
-from .._private import result_sink
+from .._private import result_sink, user_warnings
 from .._private.skips import key as skip_key
 from .._private.skips import word_cut
 from .._private.torch_owned import keeping
@@ -481,7 +481,9 @@ def verify_op(op, *, max_examples: int | None = None, seconds: float | None = No
                     f"float64 constant or an integer array); gradspec's engine cast it back to {changed[0]}, as torch "
                     "ops keep their input's dtype: cast your forward's result to its input's dtype to make it so")
     _determinism.set_aside(result)
+    user_warnings.note(result, f"op {spec.name!r}")  # (fn warned: how often; shown once, below)
     result_sink.emit(result)
+    user_warnings.reemit(result)  # after the verdict is complete (-W error raises here)
     return result
 
 

@@ -25,7 +25,7 @@ from .._private import determinism as _det
 from .._private import draw_tally as _draw_tally
 from .._private import float32_line as _f32line
 from .._private import opaque_noise as _opaque_noise
-from .._private import result_sink
+from .._private import result_sink, user_warnings
 from .._private import torch_cuts as _cuts
 from .._private import torch_grad as _torch_grad
 from .._private import torch_owned as _owned
@@ -550,7 +550,9 @@ def verify_torch_function(fn, *, arity: int | None = None, signature: str | None
     if layout.drew and not result.not_a_function:
         result.note(_det.DREW_NOTE)
     _det.set_aside(result)
+    user_warnings.note(result, f"fn {label}")  # (fn warned: how often; shown once, below)
     result_sink.emit(result)
+    user_warnings.reemit(result)  # after the verdict is complete (-W error raises here)
     return result
 
 
