@@ -420,6 +420,9 @@ def _mismatch(n, args, mine, theirs, eps):
         allowed = TWIN_ULPS * eps * np.maximum(np.abs(a), np.abs(b))
         # (NaN at the same position on both sides is the same value: its allowance, ulps of NaN, is NaN)
         bad = ~(same_nonfinite | (diff <= allowed))
+        # An infinity is matched only by the same infinity (a == b above): beside anything else its allowance is inf
+        # and diff <= inf held, so inf vs -inf or 1.0 vs inf counted as the same function (review16a #3).
+        bad |= (np.isinf(a) | np.isinf(b)) & ~same_nonfinite
     if not bad.any():
         return None
     idx = tuple(int(i) for i in np.argwhere(bad)[0])
@@ -431,7 +434,8 @@ def _mismatch(n, args, mine, theirs, eps):
             ins.append(f"{name}[{at}] = {float(v[idx])!r}")
         elif v.size == 1:
             ins.append(f"{name} = {float(v.reshape(())):.17g}")
-    rel = float(diff[idx] / max(abs(a[idx]), abs(b[idx]))) if max(abs(a[idx]), abs(b[idx])) else float("inf")
+    top = max(abs(a[idx]), abs(b[idx]))
+    rel = float(diff[idx] / top) if top and np.isfinite(top) else float("inf")  # (an infinity on one side: inf)
     return Cause(
         "twin-mismatch",
         f"the torch twin of {n.op!r} is a different function at {n.name}[{at}] (its value differs from the forward's "
