@@ -92,11 +92,36 @@ def _why(case, masks: dict) -> str:
             continue  # (a non-finite input: an earlier node or leaf made it)
         at = [", ".join(str(int(i)) for i in ix) for ix in np.argwhere(~np.isfinite(out))[:_SHOWN]]
         kind = _kinds(out[~np.isfinite(out)])
-        how = made_how(kind)
+        outside = _outside_domain(n, ins, ~np.isfinite(out)) if "NaN" in kind else ""
+        how = outside or made_how(kind)
         return (f"the forward is {kind} from node {n.name} = {n.op}({', '.join(n.inputs)}) on (output "
                 f"{'; '.join(f'[{a}]' for a in at)}), its inputs finite: {how}")
     return ("the forward is finite: every oracle finds the derivative infinite or undefined at this point (e.g. sqrt "
             "or x/0 at 0)")
+
+
+def _outside_domain(node, ins: list, bad: np.ndarray) -> str:
+    """Words for a NaN made where a finite input of ``node`` lies outside its op's real domain (sqrt(-1), log(-1),
+    pow(-1, 0.5): review16a #4, once said to be a 0/0), or "" (the declared domains: ``ops.get(op).domains_for``;
+    an edge or a kink point is inside: log(0) is no domain error)."""
+    try:
+        from .ops import get
+
+        doms = get(node.op).domains_for(len(ins))
+    except Exception:  # noqa: BLE001 - an op the table does not know: no domain to read
+        return ""
+    for name, a, d in zip(node.inputs, ins, doms):
+        if not isinstance(a, np.ndarray) or a.dtype.kind != "f" or d is None:
+            continue
+        try:
+            at = np.broadcast_to(a, bad.shape)[bad]  # the input's values at the NaN outputs
+        except ValueError:  # (not elementwise: any of its values)
+            at = a.ravel()
+        off = at[(at < d.lo) | (at > d.hi)]
+        if off.size:
+            return (f"{name} = {float(off[0])!r} there is outside {node.op}'s real domain [{d.lo:g}, {d.hi:g}] (a "
+                    "value where it is not defined): keep its argument inside the domain")
+    return ""
 
 
 def made_how(kind: str) -> str:
