@@ -101,3 +101,25 @@ def test_the_users_ignore_filter_is_honoured(action):
         warnings.simplefilter(action)
         gs.verify_op(op, max_examples=10, seed=1)
     assert not [w for w in got if MSG in str(w.message)]
+
+
+class _RaisesBelow(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        if (x < -1).any():
+            raise ValueError("fixwarn16: negative input")
+        ctx.save_for_backward(x)
+        return torch.sin(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return g * torch.cos(x)
+
+
+def test_draws_where_fn_raises_are_counted_with_learnt_shapes():
+    """The learnt-shapes generator (example_inputs=) redrew values where fn raised silently (review16a's w7 path:
+    28 raising calls, no note); the generic one counts them in draws_skipped.  Now both do."""
+    r = gs.verify_torch_function(_RaisesBelow.apply, example_inputs=(torch.randn(3, dtype=torch.float64),),
+                                 max_examples=40, seed=1)
+    assert any("raised" in line and "negative input" in line for line in r.draws_skipped), r.draws_skipped

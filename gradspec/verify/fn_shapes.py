@@ -548,13 +548,13 @@ def _build(spec: OpSpec, model, layout, multi, kind: str):
         out = spec.out_shape(shapes, params)  # every root is fn of inputs of these shapes
         assume(out is not None)
         user_wide = any(map(_wide, doms))
-        case, outs = _evaluated(leaves, nodes, roots, out, rg, user_wide)
+        case, outs = _evaluated(leaves, nodes, roots, out, rg, user_wide, name=spec.name)
         if case is None:  # the drawn values overflow fn (or it refuses them): repaired with tame ones, as verify_op's
             if user_wide:
                 _skipped(spec, leaves)  # values of the user's domain not checked: the run says so (nonfinite_note)
             leaves = {k: _values.tame_array(rng, v.shape, [doms[int(k[1:])]]) for k, v in leaves.items()}
             bad: list = []
-            case, outs = _evaluated(leaves, nodes, roots, out, rg, True, bad)
+            case, outs = _evaluated(leaves, nodes, roots, out, rg, True, bad, name=spec.name)
             if bad:  # not finite at tame values too: the draw is skipped (assume), counted and said (tame_note)
                 _fn_draws.tame_skipped(spec, params, bad[0])
         assume(case is not None)
@@ -584,11 +584,14 @@ def _top(d) -> float:
     return max([1e3] + [abs(e) for e in (d.lo, d.hi) if math.isfinite(e)])
 
 
-def _evaluated(leaves, nodes, roots, out, rg, big_ok: bool, unfinite: list | None = None):
+def _evaluated(leaves, nodes, roots, out, rg, big_ok: bool, unfinite: list | None = None, name: str | None = None):
     """``(case, outputs)`` at these values, or ``(None, None)`` where fn raises, is not finite, or (unless
     ``big_ok``) exceeds ``strategies._cases``' bound on intermediate values (past it finite differences
     mean nothing; a user's interval domain may ask for such values, and is then checked as asked).
-    ``unfinite``: a list the outputs are appended to where they were refused as not finite."""
+    ``unfinite``: a list the outputs are appended to where they were refused as not finite.  ``name``: fn's op
+    name, under which a draw it raised on (or ran on) is counted (``_private.draw_tally``: the run says how many
+    draws were skipped because fn raised; before, these were redrawn silently: review16a's w7)."""
+    from .._private import draw_tally
     from ..guard import bounded
     from ..strategies._cases import _tame
 
@@ -597,12 +600,16 @@ def _evaluated(leaves, nodes, roots, out, rg, big_ok: bool, unfinite: list | Non
         case = Case.build(leaves, nodes, roots, [np.ones(out)] * len(roots), requires_grad={k: rg[k] for k in leaves})
         env = bounded(case.evaluate, f"fn, called on a case's drawn values (inputs of shapes "
                                      f"{[np.shape(v) for v in leaves.values()]}),")
-    except Exception:  # noqa: BLE001 - fn refuses these values/params: not a case
+    except Exception as e:  # noqa: BLE001 - fn refuses these values/params: not a case (counted, said)
+        if name is not None:
+            draw_tally.seen(name, list(leaves.values()), error=e)
         return None, None
     except Hung:  # cut by the per-case timeout: the case is checked as it is, and its check meets the hang (a timeout)
         dtype = np.result_type(*[np.asarray(v).dtype for v in leaves.values()])
         return case, [np.zeros(out, dtype=dtype) for _ in roots]
     outs = [np.asarray(env[r]) for r in roots]
+    if name is not None and outs:  # (a draw fn ran on; its non-finite outputs have notes of their own)
+        draw_tally.seen(name, list(leaves.values()), np.zeros(1) if all(o.size for o in outs) else outs[0], bound=math.inf)
     ok = all(np.all(np.isfinite(o)) for o in outs) if big_ok else all(_tame(o) for o in outs if o.size)
     if not ok and unfinite is not None and not all(np.all(np.isfinite(o)) for o in outs):
         unfinite.append(outs)
