@@ -640,6 +640,6 @@ def _stash_mutation_cause(mini: Case, c: Cause, right: dict | None = None) -> Ca
                  f"{then} at upstream g = {at}); clone what you stash (ctx.t = t.clone()) or stash it after the last "
                  "in-place change, or compute out of place; ctx.save_for_backward would have made torch refuse the "
                  "change", node=c.node, op=c.op, evidence=f"{c.evidence}; forward modified {attrs} after setting it",
-                 pattern=c.pattern, factor=c.factor,
+                 pattern=c.named_pattern, factor=c.factor,
                  fix="clone a tensor before stashing it on ctx if forward modifies it afterwards, or save it with "
                      "ctx.save_for_backward")

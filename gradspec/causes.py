@@ -20,8 +20,8 @@ from __future__ import annotations
 import dataclasses
 import re
 
-__all__ = ["Cause", "ENGINE_IDS", "NODE_IDS", "NOTE_IDS", "OTHER_IDS", "PATTERNS", "ALL_IDS", "process_died",
-           "crash_type"]
+__all__ = ["Cause", "ENGINE_IDS", "NODE_IDS", "NOTE_IDS", "OTHER_IDS", "PATTERNS", "CONTRACT_PATTERNS", "ALL_IDS",
+           "process_died", "crash_type"]
 
 # Engine-level ids: a backward() rule of CONTRACT §5 that the engine breaks.  The text is the
 # meaning each id keeps (CONTRACT §8); reports and docs quote it.
@@ -92,14 +92,17 @@ PATTERNS = {
     "unselected-branch": "a non-finite gradient from a select (torch.where, masked_fill) whose unselected branch is "
                          "NaN or inf there: the zero gradient it sends that branch times the branch's non-finite "
                          "values (0 · nan) is NaN; compute the branch on a safe input (the double-where)",
-    # (recognised mistakes of no CONTRACT §8 pattern above: before session 16 they were 'other' beside a sentence
-    # naming them)
+    # Recognised mistakes of no CONTRACT §8 pattern: a Cause carries them as pattern 'other' with the finer name in
+    # .subpattern (the contract's list of .pattern values is closed; a CI reading it sees only those six).
     "transposed": "the backward applies a square Jacobian block where its transpose belongs (A where A^T is needed)",
     "not-symmetrised": "a symmetric-matrix input's gradient returned as X where sym(X) = (X + X^T)/2 belongs",
     "not-accumulated": "elements fed by several output elements get one contribution, not the sum of all",
     "masked": "right except where the backward zeroes (or keeps) elements J^T·g does not",
     "other": "no simple pattern",
 }
+
+# CONTRACT §8's values of a wrong-vjp cause's .pattern (a closed list).
+CONTRACT_PATTERNS = ("sign", "scale", "seed-ignored", "broadcast-reduction", "permuted", "other")
 
 ALL_IDS = {**ENGINE_IDS, **NODE_IDS, **NOTE_IDS, **OTHER_IDS}
 
@@ -110,7 +113,9 @@ class Cause:
 
     ``id`` is one of :data:`ALL_IDS` (more may be added); ``summary`` is one sentence a user can act
     on; ``node`` / ``op`` name the blamed graph node (None for engine-level causes); ``evidence``
-    holds the numbers that decided it; ``pattern`` / ``factor`` describe a wrong VJP; ``fix`` is the change
+    holds the numbers that decided it; ``pattern`` / ``factor`` describe a wrong VJP (``pattern`` one of
+    :data:`CONTRACT_PATTERNS`; a finer mistake gradspec recognises, such as ``transposed``, is ``'other'`` with
+    the finer name in ``subpattern``: given as ``pattern=`` it is moved there); ``fix`` is the change
     to make where the cause knows it better than its pattern does ("" otherwise: reports then say the
     pattern's own fix direction).
     """
@@ -123,6 +128,16 @@ class Cause:
     pattern: str | None = None
     factor: float | None = None
     fix: str = ""
+    subpattern: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.pattern is not None and self.pattern not in CONTRACT_PATTERNS and self.pattern in PATTERNS:
+            self.subpattern, self.pattern = self.pattern, "other"
+
+    @property
+    def named_pattern(self) -> str | None:
+        """The finest pattern known: ``subpattern`` where there is one, else ``pattern``."""
+        return self.subpattern or self.pattern
 
     @property
     def is_engine_level(self) -> bool:

@@ -517,7 +517,7 @@ def _node_cause(mini, node, spec, suspect, v, twin, first, run=None) -> Cause:
         m = _mutation_cause(mini, wrong=c.summary.split(" is wrong — ", 1)[-1])
         if m is not None:
             return Cause(c.id, m.summary, node=c.node, op=c.op, evidence=f"{c.evidence}; {m.evidence}",
-                         pattern=c.pattern, factor=c.factor, fix=m.fix)
+                         pattern=c.named_pattern, factor=c.factor, fix=m.fix)
         return _stash_mutation_cause(mini, c, v.results.get(twin)) or c  # (or what its forward modified after stashing it: tryout10 F6)
     return c
 

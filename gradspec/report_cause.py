@@ -80,14 +80,19 @@ def headline(cause) -> dict | None:
     if cause is None:
         return None
     if cause.id == "wrong-vjp":
-        what = f"wrong VJP ({cause.pattern or 'other'})"
+        what = f"wrong VJP ({_named(cause) or 'other'})"
     else:
         what = cause.id.replace("-", " ")
     where = f" at node {cause.node} = {cause.op}" if cause.node else (" (engine-level: a backward() rule)"
                                                                        if cause.id in ENGINE_IDS else "")
     return {"title": what + where, "id": cause.id, "summary": cause.summary, "fix": fix_direction(cause),
             "evidence": cause.evidence or "", "meaning": ALL_IDS.get(cause.id, ""),
-            "pattern": PATTERNS.get(cause.pattern or "", "")}
+            "pattern": PATTERNS.get(_named(cause) or "", "")}
+
+
+def _named(cause) -> str | None:
+    # (a cause read back from an older report's JSON may lack subpattern)
+    return getattr(cause, "subpattern", None) or cause.pattern
 
 
 def fix_direction(cause) -> str:
@@ -99,7 +104,7 @@ def fix_direction(cause) -> str:
         return (f"multiply the rule by 1/{f:.6g} = {inv:.6g} (find where the factor {f:.6g} comes from)"
                 if abs(f - 1) >= 1e-3 else f"find the small relative error ({f - 1:+.2g}) in the formula" + _iterating(cause))
     if cause.id == "wrong-vjp":
-        return _FIX_PATTERN.get(cause.pattern or "other", _FIX_PATTERN["other"]) + _iterating(cause)
+        return _FIX_PATTERN.get(_named(cause) or "other", _FIX_PATTERN["other"]) + _iterating(cause)
     return _FIX_ID.get(cause.id, "")
 
 

@@ -103,7 +103,7 @@ def test_the_unselected_branch_of_a_where_is_named_with_the_double_where_fix(cas
     fn, x = WHERE_TRAPS[case_id]
     op = _op(fn, 1)
     for c in _causes(op, {"x0": x}, np.ones(len(x))):
-        assert (c.id, c.node, c.pattern) == ("wrong-vjp", "y", "unselected-branch"), c
+        assert (c.id, c.node, c.pattern, c.subpattern) == ("wrong-vjp", "y", "other", "unselected-branch"), c
         assert "division" not in c.summary and "0/0" not in c.summary, c.summary
         assert "does not select" in c.summary and "nan" in c.summary, c.summary
         name = "masked_fill" if "masked" in case_id else "nan_to_num" if "nan-to-num" in case_id else "where"
@@ -121,7 +121,7 @@ def test_the_double_where_is_right():
 def test_a_backward_s_own_nan_is_not_blamed_on_the_where_in_its_forward():
     op = _op(XlogxFn.apply, 1)
     for c in _causes(op, {"x0": [-1.0, 2.0]}, np.ones(2)):
-        assert c.id == "wrong-vjp" and c.pattern != "unselected-branch", c
+        assert c.id == "wrong-vjp" and c.subpattern != "unselected-branch", c
         assert "does not select" not in c.summary and "double-where" not in c.fix, c
 
 
@@ -268,6 +268,6 @@ def test_a_where_of_table_ops_in_a_graph_names_the_unselected_branch():
     assert v.discrepancies, str(v)
     for d in v.discrepancies:
         c = d.cause
-        assert (c.id, c.node, c.pattern) == ("not-localised", "w", "unselected-branch"), c
+        assert (c.id, c.node, c.pattern, c.subpattern) == ("not-localised", "w", "other", "unselected-branch"), c
         assert "does not select its second input m" in c.summary and "nan" in c.summary, c.summary
         assert "double-where" in c.fix, c.fix
