@@ -5,7 +5,7 @@ the contract's values, the report and the fix line use the finer name."""
 
 import pytest
 
-from gradspec.causes import CONTRACT_PATTERNS, Cause, PATTERNS
+from gradspec.causes import CONTRACT_PATTERNS, PATTERNS, Cause
 from gradspec.report_cause import fix_direction, headline
 
 FINER = sorted(set(PATTERNS) - set(CONTRACT_PATTERNS))
